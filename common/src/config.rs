@@ -1,0 +1,217 @@
+//! Configuration pieces every service shares, and the one way a service loads its config:
+//! defaults, then a TOML file, then environment overrides, then `validate()`, which reports every problem at once
+//! before any port is bound.
+
+use std::{fmt, path::Path};
+
+use serde::{Deserialize, de::DeserializeOwned};
+
+use crate::wire::default_topic;
+
+/// Environment variables that override the file, the same for every service.
+pub mod env {
+    pub const CONFIG: &str = "HOOKLINE_CONFIG";
+    pub const KAFKA_BROKERS: &str = "HOOKLINE_KAFKA_BROKERS";
+    pub const REDIS_URL: &str = "HOOKLINE_REDIS_URL";
+    pub const LISTEN_ADDR: &str = "HOOKLINE_LISTEN_ADDR";
+    pub const ADMIN_ADDR: &str = "HOOKLINE_ADMIN_ADDR";
+}
+
+/// How to reach Kafka, and the topic for each role.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Comma-separated `host:port` list.
+    pub brokers: String,
+    pub inbound_topic: String,
+    pub dlq_topic: String,
+    pub dlq_status_topic: String,
+    /// How long the gateway waits for the broker's acknowledgement before answering 503.
+    /// Keep it below the providers' HTTP timeouts (GitHub: 10 s).
+    pub produce_timeout_ms: u64,
+    /// Consumer group of the consumer service.
+    pub group_id: String,
+    /// Extra librdkafka properties (for example TLS or SASL settings), applied last.
+    pub properties: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            brokers: "127.0.0.1:19092".to_owned(),
+            inbound_topic: default_topic::INBOUND.to_owned(),
+            dlq_topic: default_topic::DEAD_LETTER.to_owned(),
+            dlq_status_topic: default_topic::DEAD_LETTER_STATUS.to_owned(),
+            produce_timeout_ms: 5_000,
+            group_id: "hookline-consumer".to_owned(),
+            properties: Default::default(),
+        }
+    }
+}
+
+impl KafkaConfig {
+    pub fn validate(&self, problems: &mut Problems) {
+        problems.check(!self.brokers.trim().is_empty(), "kafka.brokers is empty");
+        for (key, topic) in [
+            ("kafka.inbound_topic", &self.inbound_topic),
+            ("kafka.dlq_topic", &self.dlq_topic),
+            ("kafka.dlq_status_topic", &self.dlq_status_topic),
+        ] {
+            problems.check(!topic.is_empty(), format!("{key} is empty"));
+        }
+        problems.check(
+            (100..=120_000).contains(&self.produce_timeout_ms),
+            "kafka.produce_timeout_ms must be between 100 and 120000",
+        );
+        problems.check(!self.group_id.is_empty(), "kafka.group_id is empty");
+    }
+
+    pub fn apply_env(&mut self) {
+        if let Ok(brokers) = std::env::var(env::KAFKA_BROKERS) {
+            self.brokers = brokers;
+        }
+    }
+}
+
+/// How to reach Redis and lay out the dedupe keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Dedupe keys are `<key_prefix>:<source>:<event id>`.
+    pub key_prefix: String,
+    /// How long a processed event id is remembered. 72 hours covers the retry windows of the providers we
+    /// know (Stripe retries for up to 3 days, GitHub does not redeliver on its own, Shopify for 48 hours).
+    pub dedupe_ttl_s: u64,
+    /// How long a consumer's claim on an event lives if the consumer dies while processing it.
+    pub claim_lease_ms: u64,
+    /// Bound on each Redis command; a timed-out claim is treated as uncertain and read back.
+    pub response_timeout_ms: u64,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:16379".to_owned(),
+            key_prefix: "hookline:dedupe".to_owned(),
+            dedupe_ttl_s: 72 * 3600,
+            claim_lease_ms: 30_000,
+            response_timeout_ms: 2_000,
+        }
+    }
+}
+
+impl RedisConfig {
+    pub fn validate(&self, problems: &mut Problems) {
+        problems.check(self.url.starts_with("redis://") || self.url.starts_with("rediss://"), "redis.url must be redis:// or rediss://");
+        problems.check(!self.key_prefix.is_empty(), "redis.key_prefix is empty");
+        problems.check(self.dedupe_ttl_s >= 60, "redis.dedupe_ttl_s must be at least 60");
+        problems.check(self.claim_lease_ms >= 1_000, "redis.claim_lease_ms must be at least 1000");
+        problems.check(self.response_timeout_ms >= 50, "redis.response_timeout_ms must be at least 50");
+    }
+
+    pub fn apply_env(&mut self) {
+        if let Ok(url) = std::env::var(env::REDIS_URL) {
+            self.url = url;
+        }
+    }
+}
+
+/// Where a secret's value comes from. Secrets are never written inline in a config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    pub id: String,
+    /// Name of an environment variable holding the secret.
+    pub env: Option<String>,
+    /// Path of a file holding the secret (trailing newline stripped).
+    pub file: Option<String>,
+}
+
+impl SecretRef {
+    /// Reads the secret's bytes, or says why it cannot.
+    pub fn load(&self) -> Result<Vec<u8>, String> {
+        let value = match (&self.env, &self.file) {
+            (Some(var), None) => {
+                std::env::var(var).map_err(|_| format!("secret `{}`: environment variable {var} is not set", self.id))?
+            }
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map_err(|error| format!("secret `{}`: cannot read {path}: {error}", self.id))?
+                .trim_end_matches(['\r', '\n'])
+                .to_owned(),
+            _ => return Err(format!("secret `{}`: give exactly one of `env` or `file`", self.id)),
+        };
+        if value.is_empty() {
+            return Err(format!("secret `{}` is empty", self.id));
+        }
+        Ok(value.into_bytes())
+    }
+}
+
+/// Every problem found while validating a config, reported together.
+#[derive(Debug, Default)]
+pub struct Problems(Vec<String>);
+
+impl Problems {
+    pub fn check(&mut self, ok: bool, problem: impl Into<String>) {
+        if !ok {
+            self.0.push(problem.into());
+        }
+    }
+
+    pub fn push(&mut self, problem: impl Into<String>) {
+        self.0.push(problem.into());
+    }
+
+    pub fn into_result(self) -> Result<(), ConfigError> {
+        if self.0.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(self.0)) }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid")]
+    Parse {
+        path: String,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid configuration:\n{}", ProblemList(.0))]
+    Invalid(Vec<String>),
+}
+
+struct ProblemList<'a>(&'a [String]);
+
+impl fmt::Display for ProblemList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for problem in self.0 {
+            writeln!(f, "  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses a TOML config file; missing keys take their defaults.
+pub fn load_file<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
+    let display = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: display.clone(), source })?;
+    parse_str(&text, &display)
+}
+
+/// Parses TOML text; `origin` names it in errors.
+pub fn parse_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|source| ConfigError::Parse { path: origin.to_owned(), source })
+}
+
+/// Reads an address override from the environment.
+pub fn env_override(var: &str, target: &mut String) {
+    if let Ok(value) = std::env::var(var) {
+        *target = value;
+    }
+}

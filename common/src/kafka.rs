@@ -1,0 +1,172 @@
+//! Kafka client settings that keep data safe, in one place, and a client context that routes librdkafka's
+//! logs through `tracing` without flooding them while a broker is down.
+
+use std::{
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use rdkafka::{
+    ClientConfig, ClientContext,
+    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+    client::DefaultClientContext,
+    config::RDKafkaLogLevel,
+    consumer::ConsumerContext,
+    error::{KafkaError, RDKafkaErrorCode},
+    producer::ProducerContext,
+};
+
+use crate::config::KafkaConfig;
+
+/// Producer settings for a producer that loses nothing: idempotence (which implies `acks=all` and
+/// bounded in-flight requests, so retries cannot reorder or duplicate), a delivery timeout equal to the
+/// deadline the caller waits for, and a bounded local queue so a slow broker turns into fast refusals
+/// instead of unbounded memory.
+pub fn producer_config(kafka: &KafkaConfig) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &kafka.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", kafka.produce_timeout_ms.to_string())
+        .set("linger.ms", "2")
+        .set("compression.type", "lz4")
+        .set("queue.buffering.max.messages", "100000")
+        .set("queue.buffering.max.kbytes", "262144")
+        .set("message.max.bytes", "16777216")
+        .set("socket.keepalive.enable", "true")
+        .set_log_level(RDKafkaLogLevel::Warning);
+    apply_properties(&mut config, kafka);
+    config
+}
+
+/// Consumer settings for at-least-once delivery into the handler: offsets are stored by the application
+/// only once an event is fully handled, and auto-committed from that store (also on revoke and close).
+pub fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &kafka.brokers)
+        .set("group.id", group_id)
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "1000")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", "10000")
+        .set("max.poll.interval.ms", "300000")
+        // Bounds prefetch memory when processing is slower than producing (rust-rdkafka #650).
+        .set("queued.max.messages.kbytes", "65536")
+        .set("fetch.message.max.bytes", "16777216")
+        .set("isolation.level", "read_committed")
+        .set_log_level(RDKafkaLogLevel::Warning);
+    apply_properties(&mut config, kafka);
+    config
+}
+
+fn apply_properties(config: &mut ClientConfig, kafka: &KafkaConfig) {
+    for (key, value) in &kafka.properties {
+        config.set(key, value);
+    }
+}
+
+/// A client context that logs librdkafka's messages through `tracing`, at most one line per
+/// [`LOG_INTERVAL`] (with a count of what it held back), because a down broker makes librdkafka repeat itself
+/// many times a second.
+#[derive(Debug)]
+pub struct QuietContext {
+    name: &'static str,
+    window: Mutex<LogWindow>,
+}
+
+#[derive(Debug)]
+struct LogWindow {
+    last_logged: Option<Instant>,
+    suppressed: u64,
+}
+
+const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+impl QuietContext {
+    pub fn new(name: &'static str) -> Self {
+        Self { name, window: Mutex::new(LogWindow { last_logged: None, suppressed: 0 }) }
+    }
+
+    /// Whether to log now; returns how many lines were held back since the last one.
+    fn admit(&self) -> Option<u64> {
+        let mut window = self.window.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = Instant::now();
+        match window.last_logged {
+            Some(last) if now.duration_since(last) < LOG_INTERVAL => {
+                window.suppressed += 1;
+                None
+            }
+            _ => {
+                window.last_logged = Some(now);
+                Some(std::mem::take(&mut window.suppressed))
+            }
+        }
+    }
+}
+
+impl ClientContext for QuietContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        if let Some(suppressed) = self.admit() {
+            match level {
+                RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+                    tracing::error!(client = self.name, facility, suppressed, "librdkafka: {message}")
+                }
+                RDKafkaLogLevel::Warning => {
+                    tracing::warn!(client = self.name, facility, suppressed, "librdkafka: {message}")
+                }
+                _ => tracing::debug!(client = self.name, facility, "librdkafka: {message}"),
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if let Some(suppressed) = self.admit() {
+            tracing::warn!(client = self.name, error = %error, suppressed, "librdkafka: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for QuietContext {}
+
+impl ProducerContext for QuietContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+}
+
+/// A topic to create: name, partition count, and whether it is compacted.
+#[derive(Debug, Clone)]
+pub struct TopicSpec {
+    pub name: String,
+    pub partitions: i32,
+    pub compacted: bool,
+}
+
+/// Creates the topics that do not exist yet (replication factor 1 is for local stacks and tests;
+/// production topics are created by the deployment's topic job).
+pub async fn ensure_topics(brokers: &str, topics: &[TopicSpec], replication: i32) -> Result<(), KafkaError> {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", brokers).create()?;
+    let new_topics: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|topic| {
+            let new_topic = NewTopic::new(&topic.name, topic.partitions, TopicReplication::Fixed(replication));
+            if topic.compacted { new_topic.set("cleanup.policy", "compact") } else { new_topic }
+        })
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in admin.create_topics(&new_topics, &options).await? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => {
+                tracing::error!(topic = name, error = %code, "cannot create topic");
+                return Err(KafkaError::AdminOp(code));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,13 @@
+//! What the hookline services share: the wire format of the Kafka records and Redis keys ([`wire`]), the
+//! signature schemes that decide authenticity ([`signature`]), Kafka client settings that keep data safe
+//! ([`kafka`]), configuration loading ([`config`]), and HTTP/admin plumbing and logging ([`http`], [`telemetry`]).
+//!
+//! This crate knows nothing about any one service or public route.
+
+pub mod config;
+pub mod http;
+pub mod kafka;
+pub mod signature;
+pub mod signals;
+pub mod telemetry;
+pub mod wire;

@@ -1,0 +1,238 @@
+//! The wire format every service agrees on: the Kafka record a verified webhook becomes, the dead-letter
+//! record, the topic roles and the Redis key layout. This module is the single source of truth; ARCHITECTURE.md
+//! documents the same constants. Changing a name here is a wire-format change: bump [`FORMAT_VERSION`].
+//!
+//! Inbound record (topic role [`TopicRole::Inbound`]):
+//! - key: the event id (so every delivery of one event lands on one partition, in order);
+//! - value: the raw request body, byte for byte as received (never re-serialized);
+//! - headers: [`header`] constants below. Only the gateway writes them, and only after verification.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rdkafka::message::{BorrowedHeaders, Header, Headers, Message, OwnedHeaders};
+
+/// Version of the record layout described here, carried in [`header::FORMAT_VERSION`].
+pub const FORMAT_VERSION: &str = "1";
+
+/// Kafka header names. Every name is prefixed `hookline-` so that provider headers carried into Kafka
+/// (issue: header allowlist) can never collide with, or impersonate, ours.
+pub mod header {
+    /// Name of the configured source that received the request (`POST /webhooks/{source}`).
+    pub const SOURCE: &str = "hookline-source";
+    /// The event id used for dedupe (from the provider's delivery id header or body field).
+    pub const EVENT_ID: &str = "hookline-event-id";
+    /// The provider's event type, when the scheme knows where to find it.
+    pub const EVENT_TYPE: &str = "hookline-event-type";
+    /// When the gateway received the request: milliseconds since the Unix epoch, decimal.
+    pub const RECEIVED_AT_MS: &str = "hookline-received-at-ms";
+    /// The request's `Content-Type`, verbatim, when it had one.
+    pub const CONTENT_TYPE: &str = "hookline-content-type";
+    /// Id of the configured secret whose signature matched (for rotation: see when an old secret stops matching).
+    pub const SECRET_ID: &str = "hookline-secret-id";
+    /// [`super::FORMAT_VERSION`] of the record.
+    pub const FORMAT_VERSION: &str = "hookline-format-version";
+    /// Set by the replayer on a re-driven record: the DLQ entry id it came from.
+    pub const REPLAY_OF: &str = "hookline-replay-of";
+
+    /// Dead-letter headers, added to the original headers (which are kept unchanged).
+    pub mod dlq {
+        pub const ORIGINAL_TOPIC: &str = "hookline-dlq-original-topic";
+        pub const ORIGINAL_PARTITION: &str = "hookline-dlq-original-partition";
+        pub const ORIGINAL_OFFSET: &str = "hookline-dlq-original-offset";
+        pub const CONSUMER_GROUP: &str = "hookline-dlq-consumer-group";
+        pub const HANDLER: &str = "hookline-dlq-handler";
+        pub const ATTEMPTS: &str = "hookline-dlq-attempts";
+        /// `retryable_exhausted` or `poison`.
+        pub const ERROR_CLASS: &str = "hookline-dlq-error-class";
+        /// The last error message, truncated to [`super::super::MAX_DLQ_ERROR_BYTES`].
+        pub const ERROR: &str = "hookline-dlq-error";
+        pub const FIRST_FAILURE_AT_MS: &str = "hookline-dlq-first-failure-at-ms";
+        pub const LAST_FAILURE_AT_MS: &str = "hookline-dlq-last-failure-at-ms";
+        pub const CONSUMER_VERSION: &str = "hookline-dlq-consumer-version";
+        pub const FORMAT_VERSION: &str = "hookline-dlq-format-version";
+    }
+}
+
+/// Longest error message kept in a DLQ record, in bytes.
+pub const MAX_DLQ_ERROR_BYTES: usize = 2048;
+
+/// What a topic is for. Names are configuration; roles are fixed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicRole {
+    /// Verified webhooks, written only by the gateway (and the replayer, re-driving DLQ entries).
+    Inbound,
+    /// Events that could not be processed: raw body, original headers, failure metadata.
+    DeadLetter,
+    /// Compacted; keyed by DLQ entry id; the fate of each entry (replayed, succeeded, discarded).
+    DeadLetterStatus,
+}
+
+/// Default topic names, matching `scripts/stack` and the deploy configs.
+pub mod default_topic {
+    pub const INBOUND: &str = "webhooks.inbound";
+    pub const DEAD_LETTER: &str = "webhooks.dlq";
+    pub const DEAD_LETTER_STATUS: &str = "webhooks.dlq-status";
+}
+
+/// Redis key layout.
+///
+/// Dedupe key: `<prefix>:<source>:<event id>`. Its value is either a claim (`claim:<owner token>`, short lease)
+/// or the done marker [`DEDUPE_DONE`] (long TTL). Every script touches one key, so Redis Cluster needs no hash tag.
+pub mod redis_key {
+    /// Value of a dedupe key once its event was processed.
+    pub const DEDUPE_DONE: &str = "done";
+    /// Prefix of a dedupe key's value while a consumer holds the claim.
+    pub const DEDUPE_CLAIM_PREFIX: &str = "claim:";
+
+    pub fn dedupe(prefix: &str, source: &str, event_id: &str) -> String {
+        format!("{prefix}:{source}:{event_id}")
+    }
+}
+
+/// Milliseconds since the Unix epoch, as written into `*-at-ms` headers.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The metadata of a verified webhook, as carried in the inbound record's headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventMeta {
+    pub source: String,
+    pub event_id: String,
+    pub event_type: Option<String>,
+    pub received_at_ms: i64,
+    pub content_type: Option<String>,
+    pub secret_id: String,
+}
+
+impl EventMeta {
+    /// The Kafka headers of the inbound record for this event.
+    pub fn to_headers(&self) -> OwnedHeaders {
+        let received_at = self.received_at_ms.to_string();
+        let mut headers = OwnedHeaders::new_with_capacity(7)
+            .insert(str_header(header::SOURCE, &self.source))
+            .insert(str_header(header::EVENT_ID, &self.event_id))
+            .insert(str_header(header::RECEIVED_AT_MS, &received_at))
+            .insert(str_header(header::SECRET_ID, &self.secret_id))
+            .insert(str_header(header::FORMAT_VERSION, FORMAT_VERSION));
+        if let Some(event_type) = &self.event_type {
+            headers = headers.insert(str_header(header::EVENT_TYPE, event_type));
+        }
+        if let Some(content_type) = &self.content_type {
+            headers = headers.insert(str_header(header::CONTENT_TYPE, content_type));
+        }
+        headers
+    }
+
+    /// Reads the metadata back from an inbound record's headers. Fails on a record that no gateway wrote
+    /// (missing source or event id, unknown format version): the consumer treats that as poison.
+    pub fn from_headers(headers: Option<&BorrowedHeaders>) -> Result<Self, WireError> {
+        let get = |name: &'static str| header_str(headers, name).transpose();
+        let required = |name: &'static str| get(name)?.ok_or(WireError::MissingHeader(name));
+        let version = required(header::FORMAT_VERSION)?;
+        if version != FORMAT_VERSION {
+            return Err(WireError::UnsupportedVersion(version));
+        }
+        let received_at = required(header::RECEIVED_AT_MS)?;
+        Ok(Self {
+            source: required(header::SOURCE)?,
+            event_id: required(header::EVENT_ID)?,
+            event_type: get(header::EVENT_TYPE)?,
+            received_at_ms: received_at
+                .parse()
+                .map_err(|_| WireError::BadHeader(header::RECEIVED_AT_MS))?,
+            content_type: get(header::CONTENT_TYPE)?,
+            secret_id: required(header::SECRET_ID)?,
+        })
+    }
+}
+
+/// One inbound event as a consumer sees it: its metadata, raw body and where it lives in Kafka.
+#[derive(Debug, Clone)]
+pub struct InboundEvent {
+    pub meta: EventMeta,
+    pub body: Bytes,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// Set when the replayer re-drove this record from a DLQ entry.
+    pub replay_of: Option<String>,
+}
+
+impl InboundEvent {
+    pub fn from_message<M: Message<Headers = BorrowedHeaders>>(message: &M) -> Result<Self, WireError> {
+        let headers = message.headers();
+        Ok(Self {
+            meta: EventMeta::from_headers(headers)?,
+            body: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+            topic: message.topic().to_owned(),
+            partition: message.partition(),
+            offset: message.offset(),
+            replay_of: header_str(headers, header::REPLAY_OF).transpose()?,
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    #[error("record has no `{0}` header")]
+    MissingHeader(&'static str),
+    #[error("record header `{0}` is not valid")]
+    BadHeader(&'static str),
+    #[error("record format version `{0}` is not supported")]
+    UnsupportedVersion(String),
+}
+
+fn str_header<'a>(key: &'a str, value: &'a str) -> Header<'a, &'a str> {
+    Header { key, value: Some(value) }
+}
+
+/// The first header of that name, as UTF-8. `None` when absent; an error when present but not UTF-8.
+pub fn header_str(headers: Option<&BorrowedHeaders>, name: &'static str) -> Option<Result<String, WireError>> {
+    let headers = headers?;
+    let value = headers.iter().find(|h| h.key == name)?.value?;
+    Some(
+        std::str::from_utf8(value)
+            .map(str::to_owned)
+            .map_err(|_| WireError::BadHeader(name)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dedupe_key_layout_is_prefix_source_event_id() {
+        assert_eq!(redis_key::dedupe("hookline:dedupe", "github", "abc"), "hookline:dedupe:github:abc");
+    }
+
+    #[test]
+    fn headers_carry_every_field() {
+        let meta = EventMeta {
+            source: "github".into(),
+            event_id: "d-1".into(),
+            event_type: Some("push".into()),
+            received_at_ms: 1_700_000_000_123,
+            content_type: Some("application/json".into()),
+            secret_id: "primary".into(),
+        };
+        let headers = meta.to_headers();
+        let names: Vec<&str> = headers.iter().map(|h| h.key).collect();
+        for expected in [
+            header::SOURCE,
+            header::EVENT_ID,
+            header::EVENT_TYPE,
+            header::RECEIVED_AT_MS,
+            header::CONTENT_TYPE,
+            header::SECRET_ID,
+            header::FORMAT_VERSION,
+        ] {
+            assert!(names.contains(&expected), "missing {expected}");
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Every way a webhook request can end other than "accepted", and the one mapping from each to its HTTP status,
+//! machine-readable code and `Retry-After`. Nothing else in the gateway picks a status code.
+//!
+//! The rule: the sender's mistake is a 4xx and changes nothing; our own trouble (broker slow or down, too busy)
+//! is a 503 with `Retry-After`, so the provider retries; never a 2xx for anything the broker has not acknowledged.
+
+use bytes::Bytes;
+use hookline_common::{http::Body, signature::VerifyError};
+use http::{HeaderValue, Response, StatusCode, header};
+
+use crate::produce::ProduceError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Rejection {
+    #[error("no route for this path")]
+    NotFound,
+    #[error("unknown source")]
+    UnknownSource,
+    #[error("only POST is accepted")]
+    MethodNotAllowed,
+    #[error("body is larger than this source accepts ({limit_bytes} bytes)")]
+    BodyTooLarge { limit_bytes: usize },
+    #[error("the body did not arrive in time")]
+    BodyTimeout,
+    #[error("the body could not be read")]
+    BodyRead(#[source] hyper::Error),
+    #[error("{0}")]
+    Verify(#[source] VerifyError),
+    #[error("the request carries no event id (`{header}`)")]
+    MissingEventId { header: &'static str },
+    #[error("the gateway is at its concurrency limit")]
+    Overloaded,
+    #[error("the broker did not acknowledge the event")]
+    Produce(#[source] ProduceError),
+}
+
+impl Rejection {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::NotFound | Self::UnknownSource => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::BodyRead(_) => StatusCode::BAD_REQUEST,
+            Self::Verify(VerifyError::MalformedSignature(_)) | Self::MissingEventId { .. } => StatusCode::BAD_REQUEST,
+            Self::Verify(VerifyError::MissingSignature(_) | VerifyError::Mismatch) => StatusCode::UNAUTHORIZED,
+            Self::Overloaded | Self::Produce(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// Stable machine-readable code, also the `outcome` metric label.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound => "not_found",
+            Self::UnknownSource => "unknown_source",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::BodyTimeout => "body_timeout",
+            Self::BodyRead(_) => "body_unreadable",
+            Self::Verify(VerifyError::MissingSignature(_)) => "signature_missing",
+            Self::Verify(VerifyError::MalformedSignature(_)) => "signature_malformed",
+            Self::Verify(VerifyError::Mismatch) => "signature_mismatch",
+            Self::MissingEventId { .. } => "event_id_missing",
+            Self::Overloaded => "overloaded",
+            Self::Produce(ProduceError::QueueFull) => "broker_queue_full",
+            Self::Produce(_) => "broker_unavailable",
+        }
+    }
+
+    /// Whether the sender should retry later: then `Retry-After` is set.
+    fn is_retryable(&self) -> bool {
+        self.status() == StatusCode::SERVICE_UNAVAILABLE
+    }
+
+    /// The JSON error response. The message never carries a secret, a signature or the body.
+    pub fn into_response(&self, retry_after_s: u64) -> Response<Body> {
+        let body = serde_json::json!({ "error": { "code": self.code(), "message": self.to_string() } });
+        let mut response = json_response(self.status(), &body);
+        if self.is_retryable() {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        }
+        if matches!(self, Self::MethodNotAllowed) {
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        }
+        response
+    }
+}
+
+pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(Body::new(Bytes::from(value.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Errors that stop the gateway from starting or running.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("configuration")]
+    Config(#[from] hookline_common::config::ConfigError),
+    #[error("cannot create the Kafka producer")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("cannot register metrics")]
+    Metrics(#[from] prometheus::Error),
+    #[error("the Kafka producer hit a fatal error and must be restarted: {0}")]
+    ProducerFatal(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_trouble_is_503_with_retry_after_and_theirs_is_4xx_without() {
+        let ours = Rejection::Produce(ProduceError::Timeout);
+        let response = ours.into_response(7);
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"7"[..]));
+
+        let theirs = Rejection::Verify(VerifyError::Mismatch);
+        let response = theirs.into_response(7);
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
+    }
+
+    #[test]
+    fn malformed_signature_is_400_missing_is_401() {
+        assert_eq!(Rejection::Verify(VerifyError::MalformedSignature("h")).status(), StatusCode::BAD_REQUEST);
+        assert_eq!(Rejection::Verify(VerifyError::MissingSignature("h")).status(), StatusCode::UNAUTHORIZED);
+    }
+}

@@ -1,0 +1,38 @@
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use hookline_common::{config::env, telemetry};
+use hookline_gateway::{GatewayConfig, Listeners};
+use tokio::net::TcpListener;
+
+/// The hookline webhook gateway.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// TOML config file.
+    #[arg(long, env = env::CONFIG)]
+    config: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    telemetry::init_tracing();
+    let args = Args::parse();
+    let config = GatewayConfig::load(args.config.as_deref())?;
+    let public = TcpListener::bind(&config.listen_addr).await.with_context(|| format!("bind {}", config.listen_addr))?;
+    let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        listen = %public.local_addr()?,
+        admin = %admin.local_addr()?,
+        brokers = %config.kafka.brokers,
+        topic = %config.kafka.inbound_topic,
+        sources = config.sources.len(),
+        "gateway starting"
+    );
+    let shutdown = hookline_common::signals::shutdown_on_signals();
+    hookline_gateway::run(config, Listeners { public, admin }, shutdown).await?;
+    tracing::info!("gateway stopped");
+    Ok(())
+}

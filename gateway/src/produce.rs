@@ -1,0 +1,118 @@
+//! Producing a verified webhook to the inbound topic, and waiting for the broker's acknowledgement.
+//!
+//! Only a [`VerifiedWebhook`] can be produced, and only a [`Verified`] proof from a signature scheme can make one:
+//! the type system keeps unverified bytes away from Kafka.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use hookline_common::{
+    config::KafkaConfig,
+    kafka::{QuietContext, producer_config},
+    signature::Verified,
+    wire::EventMeta,
+};
+use rdkafka::{
+    error::{KafkaError, RDKafkaErrorCode},
+    producer::{FutureProducer, FutureRecord, Producer},
+    util::Timeout,
+};
+
+/// A request body whose signature verified, with the metadata it will carry into Kafka.
+#[derive(Debug)]
+pub struct VerifiedWebhook {
+    meta: EventMeta,
+    body: Bytes,
+}
+
+impl VerifiedWebhook {
+    /// `proof` must be the result of verifying exactly this body; the secret id comes from it.
+    pub fn new(proof: Verified, mut meta: EventMeta, body: Bytes) -> Self {
+        meta.secret_id = proof.secret_id().to_owned();
+        Self { meta, body }
+    }
+
+    pub fn meta(&self) -> &EventMeta {
+        &self.meta
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProduceError {
+    #[error("the local producer queue is full")]
+    QueueFull,
+    #[error("no delivery report within the deadline")]
+    Timeout,
+    #[error("the broker refused or could not be reached")]
+    Kafka(#[source] KafkaError),
+}
+
+/// Where a record landed.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+#[derive(Clone)]
+pub struct EventProducer {
+    producer: FutureProducer<QuietContext>,
+    topic: String,
+    deadline: Duration,
+}
+
+impl std::fmt::Debug for EventProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventProducer").field("topic", &self.topic).finish_non_exhaustive()
+    }
+}
+
+impl EventProducer {
+    pub fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
+        let producer = producer_config(kafka).create_with_context(QuietContext::new("gateway-producer"))?;
+        Ok(Self {
+            producer,
+            topic: kafka.inbound_topic.clone(),
+            // librdkafka's own `message.timeout.ms` ends the delivery attempt; this margin only guards against
+            // a report that never arrives.
+            deadline: Duration::from_millis(kafka.produce_timeout_ms) + Duration::from_secs(1),
+        })
+    }
+
+    /// Produces the record and resolves once the broker acknowledged it (all in-sync replicas), or failed.
+    ///
+    /// After a timeout the record may still be delivered later; the provider's retry then produces a second
+    /// copy with the same event id, which the consumer's dedupe absorbs. Duplicates are safe, losses are not.
+    pub async fn produce(&self, webhook: &VerifiedWebhook) -> Result<Delivery, ProduceError> {
+        let record = FutureRecord::to(&self.topic)
+            .key(webhook.meta.event_id.as_bytes())
+            .payload(webhook.body.as_ref())
+            .headers(webhook.meta.to_headers());
+        // A zero queue timeout: a full local queue is an immediate 503, not a wait.
+        let delivery = self.producer.send(record, Timeout::After(Duration::ZERO));
+        match tokio::time::timeout(self.deadline, delivery).await {
+            Err(_elapsed) => Err(ProduceError::Timeout),
+            Ok(Ok(delivered)) => Ok(Delivery { partition: delivered.partition, offset: delivered.offset }),
+            Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))) => Err(ProduceError::QueueFull),
+            Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut), _))) => Err(ProduceError::Timeout),
+            Ok(Err((error, _))) => Err(ProduceError::Kafka(error)),
+        }
+    }
+
+    /// Whether the broker answers a metadata request for the inbound topic. Blocking: call off the runtime.
+    pub fn broker_reachable(&self, timeout: Duration) -> bool {
+        self.producer.client().fetch_metadata(Some(&self.topic), timeout).is_ok_and(|metadata| {
+            metadata.topics().iter().any(|topic| topic.error().is_none() && !topic.partitions().is_empty())
+        })
+    }
+
+    /// A fatal producer error (for example a fenced idempotent producer): the producer cannot be used again.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.producer.client().fatal_error().map(|(code, reason)| format!("{code}: {reason}"))
+    }
+
+    /// Waits for queued records to be delivered. Blocking: call off the runtime.
+    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.flush(timeout)
+    }
+}
