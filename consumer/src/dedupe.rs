@@ -1,0 +1,169 @@
+//! Two-phase dedupe in Redis, so that a duplicate is processed at most once and a crash never loses an event.
+//!
+//! The naive "SET NX, then process" loses an event for good when processing fails or the process dies after the
+//! SET. Instead, per event key `<prefix>:<source>:<event id>`:
+//! 1. claim: `SET key claim:<token> NX PX <lease>` — a short lease, so a crashed consumer's claim expires;
+//! 2. done: after success, the key becomes the done marker with the long TTL;
+//! 3. release: after a retryable failure, delete the key only if it still holds our claim (compare-and-delete),
+//!    so the retry is not mistaken for a duplicate.
+//!
+//! A key held by another owner is not a duplicate (a rebalance race): the caller waits and tries again.
+//! A Redis error or timeout is never read as "not a duplicate": the caller fails closed and retries. Because
+//! claiming is one script that also accepts our own token, re-sending a claim whose reply was lost is safe.
+
+use std::time::Duration;
+
+use hookline_common::{
+    config::RedisConfig,
+    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DONE},
+};
+use redis::{
+    Script,
+    aio::{ConnectionManager, ConnectionManagerConfig},
+};
+
+/// The outcome of trying to claim an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// We hold the claim: process the event, then [`Dedupe::mark_done`] or [`Dedupe::release`].
+    Acquired(ClaimToken),
+    /// The event was processed before: skip it.
+    AlreadyDone,
+    /// Another consumer holds a live claim: not a duplicate; wait and claim again.
+    HeldByOther,
+}
+
+/// Proof of a claim: the key and the unique value we wrote into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimToken {
+    key: String,
+    value: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("redis")]
+pub struct DedupeError(#[from] redis::RedisError);
+
+/// Returns `acquired`, `done` or `held`. `SET NX` first; if the key exists, our own value (a re-sent claim whose
+/// first reply was lost) counts as acquired, and a key that expired in between is claimed anew.
+const CLAIM_SCRIPT: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 'acquired' end
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then return 'acquired' end
+if current == ARGV[3] then return 'done' end
+if current == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 'acquired'
+end
+return 'held'
+";
+
+/// Marks the key done with the long TTL whatever it holds, and says whether our claim was still there (or the
+/// key already done: a re-sent mark whose first reply was lost).
+const DONE_SCRIPT: &str = r"
+local current = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if current == ARGV[1] or current == ARGV[2] then return 1 end
+return 0
+";
+
+/// Deletes the key only if it still holds our claim.
+const RELEASE_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+#[derive(Clone)]
+pub struct Dedupe {
+    connection: ConnectionManager,
+    prefix: String,
+    lease_ms: u64,
+    done_ttl_ms: u64,
+    claim: std::sync::Arc<Script>,
+    done: std::sync::Arc<Script>,
+    release: std::sync::Arc<Script>,
+}
+
+impl std::fmt::Debug for Dedupe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dedupe").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl Dedupe {
+    /// Connects to Redis. Fails when Redis cannot be reached now; the caller retries.
+    pub async fn connect(config: &RedisConfig) -> Result<Self, DedupeError> {
+        let client = redis::Client::open(config.url.as_str())?;
+        let timeout = Duration::from_millis(config.response_timeout_ms);
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(timeout))
+            .set_connection_timeout(Some(timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let connection = client.get_connection_manager_with_config(manager_config).await?;
+        Ok(Self {
+            connection,
+            prefix: config.key_prefix.clone(),
+            lease_ms: config.claim_lease_ms,
+            done_ttl_ms: config.dedupe_ttl_s * 1000,
+            claim: std::sync::Arc::new(Script::new(CLAIM_SCRIPT)),
+            done: std::sync::Arc::new(Script::new(DONE_SCRIPT)),
+            release: std::sync::Arc::new(Script::new(RELEASE_SCRIPT)),
+        })
+    }
+
+    /// A new claim token for this event: unique per processing attempt.
+    pub fn token(&self, source: &str, event_id: &str) -> ClaimToken {
+        ClaimToken {
+            key: redis_key::dedupe(&self.prefix, source, event_id),
+            value: format!("{DEDUPE_CLAIM_PREFIX}{}", uuid::Uuid::new_v4()),
+        }
+    }
+
+    /// Tries to claim with `token`. Safe to call again with the same token after an error.
+    pub async fn claim(&self, token: &ClaimToken) -> Result<Claim, DedupeError> {
+        let mut connection = self.connection.clone();
+        let reply: String = self
+            .claim
+            .key(&token.key)
+            .arg(&token.value)
+            .arg(self.lease_ms)
+            .arg(DEDUPE_DONE)
+            .invoke_async(&mut connection)
+            .await?;
+        Ok(match reply.as_str() {
+            "acquired" => Claim::Acquired(token.clone()),
+            "done" => Claim::AlreadyDone,
+            _ => Claim::HeldByOther,
+        })
+    }
+
+    /// Records the event as processed for the dedupe TTL. Returns false when our claim had expired (another
+    /// consumer may have processed the event too: the handler ran longer than the lease).
+    pub async fn mark_done(&self, token: &ClaimToken) -> Result<bool, DedupeError> {
+        let mut connection = self.connection.clone();
+        let still_ours: i64 = self
+            .done
+            .key(&token.key)
+            .arg(&token.value)
+            .arg(DEDUPE_DONE)
+            .arg(self.done_ttl_ms)
+            .invoke_async(&mut connection)
+            .await?;
+        Ok(still_ours == 1)
+    }
+
+    /// Gives the claim up so the event can be processed again (a retry, a replay).
+    pub async fn release(&self, token: &ClaimToken) -> Result<(), DedupeError> {
+        let mut connection = self.connection.clone();
+        let _: i64 = self.release.key(&token.key).arg(&token.value).invoke_async(&mut connection).await?;
+        Ok(())
+    }
+
+    /// A PING, for readiness.
+    pub async fn ping(&self) -> Result<(), DedupeError> {
+        let mut connection = self.connection.clone();
+        let _: String = redis::cmd("PING").query_async(&mut connection).await?;
+        Ok(())
+    }
+}

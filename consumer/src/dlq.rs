@@ -1,0 +1,146 @@
+//! Publishing what cannot succeed to the dead-letter topic: the raw body unchanged, the original headers, and
+//! the failure's metadata (see `hookline_common::wire::header::dlq`). The original offset is stored only after
+//! the DLQ produce is acknowledged; a failed DLQ produce is retried, never skipped.
+
+use std::time::Duration;
+
+use hookline_common::{
+    config::KafkaConfig,
+    kafka::{QuietContext, producer_config},
+    wire::{FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, header::dlq},
+};
+use rdkafka::{
+    Message,
+    error::KafkaError,
+    message::{BorrowedMessage, Header, Headers, OwnedHeaders},
+    producer::{FutureProducer, FutureRecord, Producer},
+    util::Timeout,
+};
+
+/// Why an event is being dead-lettered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Retryable failures that did not clear within the retry budget.
+    RetryableExhausted,
+    /// A failure no retry can fix (including a record no gateway wrote).
+    Poison,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RetryableExhausted => "retryable_exhausted",
+            Self::Poison => "poison",
+        }
+    }
+}
+
+/// The failure metadata of one dead-letter record.
+#[derive(Debug, Clone)]
+pub struct Failure<'a> {
+    pub class: ErrorClass,
+    pub error: &'a str,
+    pub attempts: u32,
+    pub handler: &'a str,
+    pub first_failure_at_ms: i64,
+    pub last_failure_at_ms: i64,
+}
+
+#[derive(Clone)]
+pub struct DeadLetters {
+    producer: FutureProducer<QuietContext>,
+    topic: String,
+    group_id: String,
+    deadline: Duration,
+}
+
+impl std::fmt::Debug for DeadLetters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadLetters").field("topic", &self.topic).finish_non_exhaustive()
+    }
+}
+
+impl DeadLetters {
+    pub fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
+        Ok(Self {
+            producer: producer_config(kafka).create_with_context(QuietContext::new("consumer-dlq-producer"))?,
+            topic: kafka.dlq_topic.clone(),
+            group_id: kafka.group_id.clone(),
+            deadline: Duration::from_millis(kafka.produce_timeout_ms) + Duration::from_secs(1),
+        })
+    }
+
+    /// Produces the dead-letter record for `original` and waits for the broker's acknowledgement.
+    /// Keyed like the original (the event id), so all failures of one event land on one DLQ partition.
+    pub async fn publish(&self, original: &BorrowedMessage<'_>, failure: &Failure<'_>) -> Result<(), KafkaError> {
+        let mut headers = OwnedHeaders::new();
+        if let Some(original_headers) = original.headers() {
+            for header in original_headers.iter() {
+                headers = headers.insert(Header { key: header.key, value: header.value });
+            }
+        }
+        let partition = original.partition().to_string();
+        let offset = original.offset().to_string();
+        let attempts = failure.attempts.to_string();
+        let first = failure.first_failure_at_ms.to_string();
+        let last = failure.last_failure_at_ms.to_string();
+        let error = truncate_utf8(failure.error, MAX_DLQ_ERROR_BYTES);
+        for (key, value) in [
+            (dlq::ORIGINAL_TOPIC, original.topic()),
+            (dlq::ORIGINAL_PARTITION, partition.as_str()),
+            (dlq::ORIGINAL_OFFSET, offset.as_str()),
+            (dlq::CONSUMER_GROUP, self.group_id.as_str()),
+            (dlq::HANDLER, failure.handler),
+            (dlq::ATTEMPTS, attempts.as_str()),
+            (dlq::ERROR_CLASS, failure.class.as_str()),
+            (dlq::ERROR, error),
+            (dlq::FIRST_FAILURE_AT_MS, first.as_str()),
+            (dlq::LAST_FAILURE_AT_MS, last.as_str()),
+            (dlq::CONSUMER_VERSION, env!("CARGO_PKG_VERSION")),
+            (dlq::FORMAT_VERSION, FORMAT_VERSION),
+        ] {
+            headers = headers.insert(Header { key, value: Some(value) });
+        }
+        let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
+        if let Some(key) = original.key() {
+            record = record.key(key);
+        }
+        if let Some(payload) = original.payload() {
+            record = record.payload(payload);
+        }
+        match tokio::time::timeout(self.deadline, self.producer.send(record, Timeout::After(self.deadline))).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((error, _))) => Err(error),
+            Err(_) => Err(KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::MessageTimedOut)),
+        }
+    }
+
+    /// Waits for queued dead-letter records. Blocking: call off the runtime.
+    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.flush(timeout)
+    }
+}
+
+/// The longest prefix of `text` that fits in `max_bytes` without splitting a character.
+fn truncate_utf8(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate_utf8;
+
+    #[test]
+    fn truncation_never_splits_a_character() {
+        assert_eq!(truncate_utf8("héllo", 2), "h");
+        assert_eq!(truncate_utf8("héllo", 3), "hé");
+        assert_eq!(truncate_utf8("short", 100), "short");
+    }
+}

@@ -1,0 +1,38 @@
+use std::{path::PathBuf, sync::Arc};
+
+use anyhow::Context;
+use clap::Parser;
+use hookline_common::{config::env, telemetry};
+use hookline_consumer::{ConsumerConfig, handler::LogHandler};
+use tokio::net::TcpListener;
+
+/// A hookline consumer-group member.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// TOML config file.
+    #[arg(long, env = env::CONFIG)]
+    config: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    telemetry::init_tracing();
+    let args = Args::parse();
+    let config = ConsumerConfig::load(args.config.as_deref())?;
+    let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        admin = %admin.local_addr()?,
+        brokers = %config.kafka.brokers,
+        topic = %config.kafka.inbound_topic,
+        group = %config.kafka.group_id,
+        handler = %config.handler.kind,
+        "consumer starting"
+    );
+    // `validate` admits only built-in handler kinds; `log` is the one there is.
+    let handler = Arc::new(LogHandler);
+    let shutdown = hookline_common::signals::shutdown_on_signals();
+    hookline_consumer::run(config, admin, handler, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! The consumer's metrics, defined once. Labels are bounded: source names, outcomes, error classes.
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// `hookline_consumer_events_total{source, outcome}`: outcome is `processed`, `duplicate` or `dead_lettered`.
+    pub events: IntCounterVec,
+    /// `hookline_consumer_handler_failures_total{source, class}`: each failed handler attempt.
+    pub handler_failures: IntCounterVec,
+    /// `hookline_consumer_dead_lettered_total{source, error_class}`: the alerting signal for the DLQ.
+    pub dead_lettered: IntCounterVec,
+    /// `hookline_consumer_handle_duration_seconds{source}`: one successful handler call.
+    pub handle_duration: HistogramVec,
+    /// `hookline_consumer_dedupe_errors_total`: Redis errors and timeouts (the consumer pauses on each).
+    pub dedupe_errors: IntCounter,
+    /// `hookline_consumer_claim_conflicts_total`: claims found held by another consumer.
+    pub claim_conflicts: IntCounter,
+    /// `hookline_consumer_dlq_produce_errors_total`: failed dead-letter produces (retried; the offset waits).
+    pub dlq_produce_errors: IntCounter,
+}
+
+impl Metrics {
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let metrics = Self {
+            events: IntCounterVec::new(
+                Opts::new("hookline_consumer_events_total", "Events handled, by source and outcome."),
+                &["source", "outcome"],
+            )?,
+            handler_failures: IntCounterVec::new(
+                Opts::new("hookline_consumer_handler_failures_total", "Failed handler attempts."),
+                &["source", "class"],
+            )?,
+            dead_lettered: IntCounterVec::new(
+                Opts::new("hookline_consumer_dead_lettered_total", "Events published to the dead-letter topic."),
+                &["source", "error_class"],
+            )?,
+            handle_duration: HistogramVec::new(
+                HistogramOpts::new("hookline_consumer_handle_duration_seconds", "Successful handler call time."),
+                &["source"],
+            )?,
+            dedupe_errors: IntCounter::new("hookline_consumer_dedupe_errors_total", "Redis errors and timeouts.")?,
+            claim_conflicts: IntCounter::new(
+                "hookline_consumer_claim_conflicts_total",
+                "Claims found held by another consumer.",
+            )?,
+            dlq_produce_errors: IntCounter::new(
+                "hookline_consumer_dlq_produce_errors_total",
+                "Failed dead-letter produces.",
+            )?,
+        };
+        registry.register(Box::new(metrics.events.clone()))?;
+        registry.register(Box::new(metrics.handler_failures.clone()))?;
+        registry.register(Box::new(metrics.dead_lettered.clone()))?;
+        registry.register(Box::new(metrics.handle_duration.clone()))?;
+        registry.register(Box::new(metrics.dedupe_errors.clone()))?;
+        registry.register(Box::new(metrics.claim_conflicts.clone()))?;
+        registry.register(Box::new(metrics.dlq_produce_errors.clone()))?;
+        Ok(metrics)
+    }
+}
