@@ -103,7 +103,10 @@ impl Default for RedisConfig {
 
 impl RedisConfig {
     pub fn validate(&self, problems: &mut Problems) {
-        problems.check(self.url.starts_with("redis://") || self.url.starts_with("rediss://"), "redis.url must be redis:// or rediss://");
+        problems.check(
+            self.url.starts_with("redis://") || self.url.starts_with("rediss://"),
+            "redis.url must be redis:// or rediss://",
+        );
         problems.check(!self.key_prefix.is_empty(), "redis.key_prefix is empty");
         problems.check(self.dedupe_ttl_s >= 60, "redis.dedupe_ttl_s must be at least 60");
         problems.check(self.claim_lease_ms >= 1_000, "redis.claim_lease_ms must be at least 1000");
@@ -132,9 +135,8 @@ impl SecretRef {
     /// Reads the secret's bytes, or says why it cannot.
     pub fn load(&self) -> Result<Vec<u8>, String> {
         let value = match (&self.env, &self.file) {
-            (Some(var), None) => {
-                std::env::var(var).map_err(|_| format!("secret `{}`: environment variable {var} is not set", self.id))?
-            }
+            (Some(var), None) => std::env::var(var)
+                .map_err(|_| format!("secret `{}`: environment variable {var} is not set", self.id))?,
             (None, Some(path)) => std::fs::read_to_string(path)
                 .map_err(|error| format!("secret `{}`: cannot read {path}: {error}", self.id))?
                 .trim_end_matches(['\r', '\n'])

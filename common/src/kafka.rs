@@ -2,17 +2,19 @@
 //! logs through `tracing` without flooding them while a broker is down.
 
 use std::{
+    collections::HashMap,
     sync::Mutex,
     time::{Duration, Instant},
 };
 
 use rdkafka::{
-    ClientConfig, ClientContext,
+    ClientConfig, ClientContext, Message, Offset, TopicPartitionList,
     admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
     client::DefaultClientContext,
     config::RDKafkaLogLevel,
-    consumer::ConsumerContext,
+    consumer::{BaseConsumer, Consumer, ConsumerContext},
     error::{KafkaError, RDKafkaErrorCode},
+    message::OwnedMessage,
     producer::ProducerContext,
 };
 
@@ -112,7 +114,10 @@ impl ClientContext for QuietContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         if let Some(suppressed) = self.admit() {
             match level {
-                RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+                RDKafkaLogLevel::Emerg
+                | RDKafkaLogLevel::Alert
+                | RDKafkaLogLevel::Critical
+                | RDKafkaLogLevel::Error => {
                     tracing::error!(client = self.name, facility, suppressed, "librdkafka: {message}")
                 }
                 RDKafkaLogLevel::Warning => {
@@ -149,8 +154,7 @@ pub struct TopicSpec {
 /// Creates the topics that do not exist yet (replication factor 1 is for local stacks and tests;
 /// production topics are created by the deployment's topic job).
 pub async fn ensure_topics(brokers: &str, topics: &[TopicSpec], replication: i32) -> Result<(), KafkaError> {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", brokers).create()?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
     let new_topics: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|topic| {
@@ -169,4 +173,63 @@ pub async fn ensure_topics(brokers: &str, topics: &[TopicSpec], replication: i32
         }
     }
     Ok(())
+}
+
+/// Every record of `topic`, from the start of each partition up to its high watermark at the moment of the call,
+/// in partition then offset order. Reads by assignment: joins no group and commits nothing.
+/// Blocking: call off the runtime.
+pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<OwnedMessage>, KafkaError> {
+    let consumer: BaseConsumer<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        // Required by librdkafka even for assign(); nothing is committed to it.
+        .set("group.id", format!("hookline-reader-{}", uuid::Uuid::new_v4()))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("isolation.level", "read_committed")
+        .set_log_level(RDKafkaLogLevel::Warning)
+        .create_with_context(QuietContext::new("topic-reader"))?;
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    if partitions.is_empty() {
+        return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition));
+    }
+    // The last offset to read in each partition that holds anything.
+    let mut last_offsets: HashMap<i32, i64> = HashMap::new();
+    let mut assignment = TopicPartitionList::new();
+    for partition in partitions {
+        let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
+        if high > low {
+            last_offsets.insert(partition, high - 1);
+            assignment.add_partition_offset(topic, partition, Offset::Offset(low))?;
+        }
+    }
+    let mut records = Vec::new();
+    if last_offsets.is_empty() {
+        return Ok(records);
+    }
+    consumer.assign(&assignment)?;
+    let deadline = Instant::now() + timeout;
+    while !last_offsets.is_empty() {
+        if Instant::now() >= deadline {
+            return Err(KafkaError::NoMessageReceived);
+        }
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
+        let message = message?;
+        let partition = message.partition();
+        if let Some(&last) = last_offsets.get(&partition) {
+            if message.offset() <= last {
+                records.push(message.detach());
+            }
+            if message.offset() >= last {
+                last_offsets.remove(&partition);
+            }
+        }
+    }
+    records.sort_by_key(|record| (record.partition(), record.offset()));
+    Ok(records)
 }

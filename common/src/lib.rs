@@ -7,7 +7,7 @@
 pub mod config;
 pub mod http;
 pub mod kafka;
-pub mod signature;
 pub mod signals;
+pub mod signature;
 pub mod telemetry;
 pub mod wire;

@@ -142,9 +142,7 @@ impl EventMeta {
             source: required(header::SOURCE)?,
             event_id: required(header::EVENT_ID)?,
             event_type: get(header::EVENT_TYPE)?,
-            received_at_ms: received_at
-                .parse()
-                .map_err(|_| WireError::BadHeader(header::RECEIVED_AT_MS))?,
+            received_at_ms: received_at.parse().map_err(|_| WireError::BadHeader(header::RECEIVED_AT_MS))?,
             content_type: get(header::CONTENT_TYPE)?,
             secret_id: required(header::SECRET_ID)?,
         })
@@ -192,14 +190,10 @@ fn str_header<'a>(key: &'a str, value: &'a str) -> Header<'a, &'a str> {
 }
 
 /// The first header of that name, as UTF-8. `None` when absent; an error when present but not UTF-8.
-pub fn header_str(headers: Option<&BorrowedHeaders>, name: &'static str) -> Option<Result<String, WireError>> {
+pub fn header_str<H: Headers>(headers: Option<&H>, name: &'static str) -> Option<Result<String, WireError>> {
     let headers = headers?;
     let value = headers.iter().find(|h| h.key == name)?.value?;
-    Some(
-        std::str::from_utf8(value)
-            .map(str::to_owned)
-            .map_err(|_| WireError::BadHeader(name)),
-    )
+    Some(std::str::from_utf8(value).map(str::to_owned).map_err(|_| WireError::BadHeader(name)))
 }
 
 #[cfg(test)]
@@ -266,7 +260,7 @@ impl DeadLetterEntry {
 
     /// Reads what a DLQ record carries; a header that is absent or unreadable is `None`, never an error, so
     /// that a damaged entry can still be listed and inspected.
-    pub fn from_message<M: Message<Headers = BorrowedHeaders>>(message: &M) -> Self {
+    pub fn from_message<M: Message>(message: &M) -> Self {
         let headers = message.headers();
         let text = |name: &'static str| header_str(headers, name).and_then(Result::ok);
         let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());

@@ -69,7 +69,9 @@ pub async fn run(
     let dedupe = loop {
         match Dedupe::connect(&config.redis).await {
             Ok(dedupe) => break dedupe,
-            Err(error) => tracing::warn!(error = %error, cause = ?std::error::Error::source(&error), "redis unreachable; waiting"),
+            Err(error) => {
+                tracing::warn!(error = %error, cause = ?std::error::Error::source(&error), "redis unreachable; waiting")
+            }
         }
         tokio::select! {
             () = shutdown.cancelled() => {

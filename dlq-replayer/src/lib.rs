@@ -22,7 +22,11 @@ const REFRESH_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Serves the admin listener until `shutdown`; `/readyz` is true while the DLQ topic can be read, and
 /// `hookline_dlq_entries` reports how many entries it holds.
-pub async fn serve(config: ReplayerConfig, admin: TcpListener, shutdown: CancellationToken) -> Result<(), prometheus::Error> {
+pub async fn serve(
+    config: ReplayerConfig,
+    admin: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), prometheus::Error> {
     let registry = Registry::new();
     let entries_gauge = IntGauge::new("hookline_dlq_entries", "Entries in the dead-letter topic.")?;
     registry.register(Box::new(entries_gauge.clone()))?;

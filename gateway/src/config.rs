@@ -151,7 +151,13 @@ mod tests {
         .unwrap();
         let Err(ConfigError::Invalid(problems)) = config.validate() else { panic!("expected invalid") };
         let all = problems.join("\n");
-        for expected in ["kafka.brokers", "bad name", "unknown scheme `nope`", "has no secrets", "HOOKLINE_TEST_SURELY_UNSET_VARIABLE"] {
+        for expected in [
+            "kafka.brokers",
+            "bad name",
+            "unknown scheme `nope`",
+            "has no secrets",
+            "HOOKLINE_TEST_SURELY_UNSET_VARIABLE",
+        ] {
             assert!(all.contains(expected), "{expected} not in {all}");
         }
     }

@@ -139,7 +139,10 @@ impl Ingest {
         let produce_started = Instant::now();
         let delivery = self.producer.produce(&webhook).await;
         let produce_outcome = if delivery.is_ok() { "acked" } else { "failed" };
-        self.metrics.produce_duration.with_label_values(&[produce_outcome]).observe(produce_started.elapsed().as_secs_f64());
+        self.metrics
+            .produce_duration
+            .with_label_values(&[produce_outcome])
+            .observe(produce_started.elapsed().as_secs_f64());
         let delivery = delivery.map_err(Rejection::Produce)?;
 
         tracing::debug!(
@@ -168,7 +171,8 @@ async fn read_body(
     limit_bytes: usize,
     limits: &Limits,
 ) -> Result<Bytes, Rejection> {
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit_bytes as u64) {
         return Err(Rejection::BodyTooLarge { limit_bytes });
     }

@@ -84,9 +84,8 @@ async fn watch_producer(
     let kafka_ready = readiness.check("kafka");
     loop {
         let probe = producer.clone();
-        let reachable = tokio::task::spawn_blocking(move || probe.broker_reachable(READINESS_INTERVAL))
-            .await
-            .unwrap_or(false);
+        let reachable =
+            tokio::task::spawn_blocking(move || probe.broker_reachable(READINESS_INTERVAL)).await.unwrap_or(false);
         kafka_ready.store(reachable, Ordering::Relaxed);
         if let Some(reason) = producer.fatal_error() {
             tracing::error!(error = %reason, "fatal producer error; shutting down");

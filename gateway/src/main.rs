@@ -20,7 +20,8 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
     let config = GatewayConfig::load(args.config.as_deref())?;
-    let public = TcpListener::bind(&config.listen_addr).await.with_context(|| format!("bind {}", config.listen_addr))?;
+    let public =
+        TcpListener::bind(&config.listen_addr).await.with_context(|| format!("bind {}", config.listen_addr))?;
     let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),

@@ -94,7 +94,9 @@ impl EventProducer {
             Err(_elapsed) => Err(ProduceError::Timeout),
             Ok(Ok(delivered)) => Ok(Delivery { partition: delivered.partition, offset: delivered.offset }),
             Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))) => Err(ProduceError::QueueFull),
-            Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut), _))) => Err(ProduceError::Timeout),
+            Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut), _))) => {
+                Err(ProduceError::Timeout)
+            }
             Ok(Err((error, _))) => Err(ProduceError::Kafka(error)),
         }
     }
