@@ -10,7 +10,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use rdkafka::message::{BorrowedHeaders, Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 
 /// Version of the record layout described here, carried in [`header::FORMAT_VERSION`].
 pub const FORMAT_VERSION: &str = "1";
@@ -52,6 +52,43 @@ pub mod header {
         pub const CONSUMER_VERSION: &str = "hookline-dlq-consumer-version";
         pub const FORMAT_VERSION: &str = "hookline-dlq-format-version";
     }
+}
+
+/// The fate of a dead-letter entry, as recorded in the compacted status topic (topic role
+/// [`TopicRole::DeadLetterStatus`]): key = the entry id ([`DeadLetterEntry::entry_id`]), value = this, as JSON.
+/// The latest record of an entry is its current status; an entry with no record is new.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EntryStatusRecord {
+    pub status: EntryStatus,
+    /// When it was recorded, ms since the epoch.
+    pub at_ms: i64,
+    /// Who recorded it: `consumer:<group>` or `replayer:<operator>`.
+    pub by: String,
+    /// The event's id, for reading the status topic on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    /// For `failed_again`: the id of the new DLQ entry the event landed in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_entry: Option<String>,
+    /// Free text: a discard reason, or why a replay was a duplicate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// For `replayed`: how many times the entry has been re-driven, this time included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replays: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryStatus {
+    /// The replayer re-produced the entry to the inbound topic.
+    Replayed,
+    /// A consumer processed the re-driven event (or found it already processed).
+    Succeeded,
+    /// The re-driven event failed again and landed in a new entry (`new_entry`).
+    FailedAgain,
+    /// An operator discarded the entry (`note` = reason); it stays in Kafka.
+    Discarded,
 }
 
 /// Longest error message kept in a DLQ record, in bytes.
@@ -130,7 +167,7 @@ impl EventMeta {
 
     /// Reads the metadata back from an inbound record's headers. Fails on a record that no gateway wrote
     /// (missing source or event id, unknown format version): the consumer treats that as poison.
-    pub fn from_headers(headers: Option<&BorrowedHeaders>) -> Result<Self, WireError> {
+    pub fn from_headers<H: Headers>(headers: Option<&H>) -> Result<Self, WireError> {
         let get = |name: &'static str| header_str(headers, name).transpose();
         let required = |name: &'static str| get(name)?.ok_or(WireError::MissingHeader(name));
         let version = required(header::FORMAT_VERSION)?;
@@ -162,7 +199,7 @@ pub struct InboundEvent {
 }
 
 impl InboundEvent {
-    pub fn from_message<M: Message<Headers = BorrowedHeaders>>(message: &M) -> Result<Self, WireError> {
+    pub fn from_message<M: Message>(message: &M) -> Result<Self, WireError> {
         let headers = message.headers();
         Ok(Self {
             meta: EventMeta::from_headers(headers)?,

@@ -1,6 +1,9 @@
 //! The consumer's configuration.
 
-use std::path::Path;
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
 
 use hookline_common::config::{self, ConfigError, KafkaConfig, Problems, RedisConfig, env};
 use serde::Deserialize;
@@ -12,8 +15,18 @@ pub struct ConsumerConfig {
     pub admin_addr: String,
     pub kafka: KafkaConfig,
     pub redis: RedisConfig,
+    /// The default handler, for events no route matches.
     pub handler: HandlerConfig,
+    /// Handlers per source, optionally per event type; the first matching route wins.
+    pub routes: Vec<RouteConfig>,
+    /// Validation per source name (`[sources.<name>]`): what makes an event poison before any handler runs.
+    pub sources: HashMap<String, SourceRulesConfig>,
     pub retry: RetryConfig,
+    pub processing: ProcessingConfig,
+    pub alert: AlertConfig,
+    /// The config file's folder: relative schema paths are resolved from it. Not a config key.
+    #[serde(skip)]
+    pub config_dir: PathBuf,
 }
 
 impl Default for ConsumerConfig {
@@ -23,7 +36,12 @@ impl Default for ConsumerConfig {
             kafka: KafkaConfig::default(),
             redis: RedisConfig::default(),
             handler: HandlerConfig::default(),
+            routes: Vec::new(),
+            sources: HashMap::new(),
             retry: RetryConfig::default(),
+            processing: ProcessingConfig::default(),
+            alert: AlertConfig::default(),
+            config_dir: PathBuf::from("."),
         }
     }
 }
@@ -31,16 +49,72 @@ impl Default for ConsumerConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HandlerConfig {
-    /// Built-in handler: `log` writes one structured line per event.
+    /// Built-in handler: `log` writes one structured line per event; `http` POSTs the raw body to `url`.
     pub kind: String,
+    /// For `http`: an `http://` URL of an internal service.
+    pub url: Option<String>,
     /// A handler call that takes longer is a retryable failure. Must stay below `redis.claim_lease_ms`, so a
-    /// claim cannot expire while its event is still being processed.
+    /// claim cannot expire while its event is still being processed. Only read from `[handler]`.
     pub timeout_ms: u64,
 }
 
 impl Default for HandlerConfig {
     fn default() -> Self {
-        Self { kind: "log".to_owned(), timeout_ms: 10_000 }
+        Self { kind: "log".to_owned(), url: None, timeout_ms: 10_000 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub source: String,
+    /// Only these event types; absent: every type of the source.
+    pub event_types: Option<Vec<String>>,
+    pub handler: HandlerConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SourceRulesConfig {
+    /// The body must be valid JSON (implied by `schemas`).
+    pub json: bool,
+    /// Event types this source may send; any other (or none) is poison. Absent: any.
+    pub event_types: Option<Vec<String>>,
+    /// JSON Schema file per event type (`"*"` for every type without its own), relative to the config file.
+    pub schemas: HashMap<String, String>,
+}
+
+/// How much the consumer does at once.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProcessingConfig {
+    /// Events being handled at once, across partitions. Events of one partition are always handled in order.
+    pub max_in_flight: usize,
+    /// Records fetched ahead per partition; when a partition's queue is full, fetching waits.
+    pub partition_queue: usize,
+}
+
+impl Default for ProcessingConfig {
+    fn default() -> Self {
+        Self { max_in_flight: 16, partition_queue: 64 }
+    }
+}
+
+/// An optional alert webhook (Slack-compatible JSON `{"text": ...}`), aggregated: at most one message per
+/// interval, with counts by source and error class and a few event ids, so a storm is one alert, not thousands.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertConfig {
+    /// `http://` URL to POST to; absent: no webhook (the metric and the error log line remain).
+    pub url: Option<String>,
+    pub interval_s: u64,
+    /// Event ids listed per message.
+    pub max_event_ids: usize,
+}
+
+impl Default for AlertConfig {
+    fn default() -> Self {
+        Self { url: None, interval_s: 60, max_event_ids: 5 }
     }
 }
 
@@ -62,14 +136,15 @@ impl Default for RetryConfig {
     }
 }
 
-pub const BUILT_IN_HANDLERS: &[&str] = &["log"];
-
 impl ConsumerConfig {
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut config: Self = match path {
             Some(path) => config::load_file(path)?,
             None => Self::default(),
         };
+        if let Some(dir) = path.and_then(Path::parent) {
+            config.config_dir = dir.to_path_buf();
+        }
         config.kafka.apply_env();
         config.redis.apply_env();
         config::env_override(env::ADMIN_ADDR, &mut config.admin_addr);
@@ -81,10 +156,11 @@ impl ConsumerConfig {
         let mut problems = Problems::default();
         self.kafka.validate(&mut problems);
         self.redis.validate(&mut problems);
-        problems.check(
-            BUILT_IN_HANDLERS.contains(&self.handler.kind.as_str()),
-            format!("handler.kind `{}` is unknown (known: {})", self.handler.kind, BUILT_IN_HANDLERS.join(", ")),
-        );
+        if let Err(router_problems) =
+            crate::handler::router::Router::new(&self.handler, &self.routes, &self.sources, &self.config_dir)
+        {
+            router_problems.into_iter().for_each(|problem| problems.push(problem));
+        }
         problems.check(
             self.handler.timeout_ms > 0 && self.handler.timeout_ms < self.redis.claim_lease_ms,
             "handler.timeout_ms must be positive and below redis.claim_lease_ms",
@@ -95,6 +171,12 @@ impl ConsumerConfig {
             self.retry.max_backoff_ms >= self.retry.initial_backoff_ms,
             "retry.max_backoff_ms must be at least retry.initial_backoff_ms",
         );
+        problems.check(self.processing.max_in_flight > 0, "processing.max_in_flight must be positive");
+        problems.check(self.processing.partition_queue > 0, "processing.partition_queue must be positive");
+        problems.check(self.alert.interval_s > 0, "alert.interval_s must be positive");
+        if let Some(url) = &self.alert.url {
+            problems.check(url.starts_with("http://"), "alert.url must be an http:// URL");
+        }
         problems.into_result()
     }
 }

@@ -7,12 +7,12 @@ use std::time::Duration;
 use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, producer_config},
-    wire::{FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, header::dlq},
+    wire::{DeadLetterEntry, EntryStatusRecord, FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, header::dlq},
 };
 use rdkafka::{
     Message,
     error::KafkaError,
-    message::{BorrowedMessage, Header, Headers, OwnedHeaders},
+    message::{Header, Headers, OwnedHeaders, OwnedMessage},
     producer::{FutureProducer, FutureRecord, Producer},
     util::Timeout,
 };
@@ -50,6 +50,7 @@ pub struct Failure<'a> {
 pub struct DeadLetters {
     producer: FutureProducer<QuietContext>,
     topic: String,
+    status_topic: String,
     group_id: String,
     deadline: Duration,
 }
@@ -65,14 +66,16 @@ impl DeadLetters {
         Ok(Self {
             producer: producer_config(kafka).create_with_context(QuietContext::new("consumer-dlq-producer"))?,
             topic: kafka.dlq_topic.clone(),
+            status_topic: kafka.dlq_status_topic.clone(),
             group_id: kafka.group_id.clone(),
             deadline: Duration::from_millis(kafka.produce_timeout_ms) + Duration::from_secs(1),
         })
     }
 
-    /// Produces the dead-letter record for `original` and waits for the broker's acknowledgement.
-    /// Keyed like the original (the event id), so all failures of one event land on one DLQ partition.
-    pub async fn publish(&self, original: &BorrowedMessage<'_>, failure: &Failure<'_>) -> Result<(), KafkaError> {
+    /// Produces the dead-letter record for `original` and waits for the broker's acknowledgement; returns the
+    /// new entry's id. Keyed like the original (the event id), so all failures of one event land on one DLQ
+    /// partition.
+    pub async fn publish(&self, original: &OwnedMessage, failure: &Failure<'_>) -> Result<String, KafkaError> {
         let mut headers = OwnedHeaders::new();
         if let Some(original_headers) = original.headers() {
             for header in original_headers.iter() {
@@ -108,8 +111,32 @@ impl DeadLetters {
         if let Some(payload) = original.payload() {
             record = record.payload(payload);
         }
+        let delivery = self.send(record).await?;
+        Ok(DeadLetterEntry::entry_id(&self.topic, delivery.partition, delivery.offset))
+    }
+
+    /// Records an entry's fate in the status topic (keyed by entry id, compacted) and waits for the ack.
+    pub async fn record_status(&self, entry_id: &str, status: &EntryStatusRecord) -> Result<(), KafkaError> {
+        let value = serde_json::to_vec(status)
+            .map_err(|_| KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::InvalidMessage))?;
+        let record = FutureRecord::<str, [u8]>::to(&self.status_topic).key(entry_id).payload(&value);
+        self.send(record).await.map(|_| ())
+    }
+
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+
+    async fn send<K, P>(
+        &self,
+        record: FutureRecord<'_, K, P>,
+    ) -> Result<rdkafka::producer::future_producer::Delivery, KafkaError>
+    where
+        K: rdkafka::message::ToBytes + ?Sized,
+        P: rdkafka::message::ToBytes + ?Sized,
+    {
         match tokio::time::timeout(self.deadline, self.producer.send(record, Timeout::After(self.deadline))).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(delivery)) => Ok(delivery),
             Ok(Err((error, _))) => Err(error),
             Err(_) => Err(KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::MessageTimedOut)),
         }

@@ -3,9 +3,13 @@
 //! record's offset only once the event is fully handled. Delivery into the handler is at least once; through
 //! dedupe, the effect is at most once.
 //!
+//! Records of one partition are handled in order by that partition's worker; partitions are handled
+//! concurrently, with at most `processing.max_in_flight` events in the handler stage at once.
+//!
 //! [`run`] takes a bound admin listener and a [`Handler`], so tests (and users building their own consumer
 //! binary on this library) run the real consumer in-process.
 
+pub mod alert;
 pub mod config;
 pub mod dedupe;
 pub mod dlq;
@@ -14,7 +18,11 @@ pub mod metrics;
 pub mod pipeline;
 
 use std::{
-    sync::{Arc, atomic::Ordering},
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -24,19 +32,25 @@ use hookline_common::{
 };
 use prometheus::Registry;
 use rdkafka::{
+    Message, Offset,
     consumer::{CommitMode, Consumer, StreamConsumer},
     error::KafkaError,
+    message::OwnedMessage,
 };
-use tokio::net::TcpListener;
+use tokio::{
+    net::TcpListener,
+    sync::{Semaphore, mpsc},
+};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-pub use crate::{config::ConsumerConfig, handler::Handler};
 use crate::{
+    alert::Alerts,
     dedupe::Dedupe,
     dlq::DeadLetters,
     metrics::Metrics,
     pipeline::{Disposition, Pipeline},
 };
+pub use crate::{config::ConsumerConfig, handler::Handler};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
@@ -46,11 +60,13 @@ pub enum ConsumerError {
     Metrics(#[from] prometheus::Error),
 }
 
-const REDIS_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
-const READINESS_INTERVAL: Duration = Duration::from_secs(2);
+type GroupConsumer = StreamConsumer<QuietContext>;
 
-/// Runs the consumer until `shutdown`: then it finishes the event in hand, commits the stored offsets and
-/// leaves the group.
+const REDIS_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
+const WATCH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Runs the consumer until `shutdown`: then it stops fetching, lets each partition worker finish the event in
+/// hand (claims of events not finished are released, or expire), commits the stored offsets and leaves the group.
 pub async fn run(
     config: ConsumerConfig,
     admin: TcpListener,
@@ -62,6 +78,7 @@ pub async fn run(
     let readiness = Arc::new(Readiness::default());
     let redis_ready = readiness.check("redis");
     let kafka_ready = readiness.check("kafka");
+    let assigned_ready = readiness.check("partitions_assigned");
     let tasks = TaskTracker::new();
     tasks.spawn(serve_admin(admin, registry, readiness.clone(), shutdown.child_token()));
 
@@ -84,7 +101,7 @@ pub async fn run(
     };
     redis_ready.store(true, Ordering::Relaxed);
 
-    let consumer: Arc<StreamConsumer<QuietContext>> = Arc::new(
+    let consumer: Arc<GroupConsumer> = Arc::new(
         consumer_config(&config.kafka, &config.kafka.group_id).create_with_context(QuietContext::new("consumer"))?,
     );
     consumer.subscribe(&[&config.kafka.inbound_topic])?;
@@ -94,39 +111,57 @@ pub async fn run(
         dedupe: dedupe.clone(),
         dead_letters: DeadLetters::new(&config.kafka)?,
         handler,
-        handler_config: config.handler.clone(),
+        handler_timeout: Duration::from_millis(config.handler.timeout_ms),
         retry: config.retry.clone(),
-        metrics,
+        metrics: metrics.clone(),
+        alerts: Alerts::start(&config.alert, shutdown.clone(), &tasks),
         redis_ready: redis_ready.clone(),
         shutdown: shutdown.clone(),
     };
-    tasks.spawn(watch_dependencies(consumer.clone(), dedupe, kafka_ready, redis_ready, shutdown.clone()));
+    tasks.spawn(watch(
+        consumer.clone(),
+        dedupe,
+        metrics.clone(),
+        Flags { kafka: kafka_ready, redis: redis_ready, assigned: assigned_ready },
+        shutdown.clone(),
+    ));
 
+    let in_flight = Arc::new(Semaphore::new(config.processing.max_in_flight));
+    let workers = TaskTracker::new();
+    let mut partitions: HashMap<i32, mpsc::Sender<OwnedMessage>> = HashMap::new();
     loop {
         let message = tokio::select! {
             () = shutdown.cancelled() => break,
-            message = consumer.recv() => message,
-        };
-        let message = match message {
-            Ok(message) => message,
-            Err(error) => {
-                tracing::warn!(error = %error, "fetch failed");
-                continue;
-            }
-        };
-        match pipeline.process(&message).await {
-            Disposition::Handled => {
-                if let Err(error) = consumer.store_offset_from_message(&message) {
-                    // Expected after a revoke: the partition is no longer ours, and its new owner will see the
-                    // record again (and skip it as a duplicate if we got as far as marking it done).
-                    tracing::debug!(error = %error, "cannot store offset");
+            message = consumer.recv() => match message {
+                Ok(message) => message.detach(),
+                Err(error) => {
+                    tracing::warn!(error = %error, "fetch failed");
+                    continue;
                 }
-            }
-            Disposition::Interrupted => break,
+            },
+        };
+        metrics.consumed.inc();
+        let partition = message.partition();
+        let sender = partitions.entry(partition).or_insert_with(|| {
+            let (sender, receiver) = mpsc::channel(config.processing.partition_queue);
+            workers.spawn(partition_worker(receiver, pipeline.clone(), consumer.clone(), in_flight.clone()));
+            sender
+        });
+        // A full queue makes fetching wait: backpressure instead of unbounded prefetch.
+        let sent = tokio::select! {
+            () = shutdown.cancelled() => break,
+            sent = sender.send(message) => sent,
+        };
+        if sent.is_err() {
+            // The worker stopped (shutdown is under way): stop fetching too.
+            break;
         }
     }
 
     shutdown.cancel();
+    drop(partitions);
+    workers.close();
+    workers.wait().await;
     if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
         // Nothing stored since the last auto-commit is the usual reason; the rest is redelivered.
         tracing::debug!(error = %error, "final commit");
@@ -139,24 +174,82 @@ pub async fn run(
     Ok(())
 }
 
-/// Keeps `/readyz` true to the broker and Redis being reachable.
-async fn watch_dependencies(
-    consumer: Arc<StreamConsumer<QuietContext>>,
+/// Handles one partition's records in order, storing each offset once its record is handled.
+async fn partition_worker(
+    mut receiver: mpsc::Receiver<OwnedMessage>,
+    pipeline: Pipeline,
+    consumer: Arc<GroupConsumer>,
+    in_flight: Arc<Semaphore>,
+) {
+    while let Some(message) = receiver.recv().await {
+        if pipeline.shutdown.is_cancelled() {
+            // Not started: leave it for redelivery.
+            return;
+        }
+        let Ok(_permit) = in_flight.acquire().await else { return };
+        match pipeline.process(&message).await {
+            Disposition::Handled => {
+                if let Err(error) = consumer.store_offset(message.topic(), message.partition(), message.offset()) {
+                    // Expected after a revoke: the partition is no longer ours, and its new owner will see the
+                    // record again (and skip it as a duplicate if we got as far as marking it done).
+                    tracing::debug!(error = %error, partition = message.partition(), "cannot store offset");
+                }
+            }
+            Disposition::Interrupted => return,
+        }
+    }
+}
+
+struct Flags {
+    kafka: Arc<AtomicBool>,
+    redis: Arc<AtomicBool>,
+    assigned: Arc<AtomicBool>,
+}
+
+/// Keeps `/readyz` and the lag gauges true: broker and Redis reachable, partitions assigned, lag per partition.
+async fn watch(
+    consumer: Arc<GroupConsumer>,
     dedupe: Dedupe,
-    kafka_ready: Arc<std::sync::atomic::AtomicBool>,
-    redis_ready: Arc<std::sync::atomic::AtomicBool>,
+    metrics: Metrics,
+    flags: Flags,
     shutdown: CancellationToken,
 ) {
     loop {
         let probe = consumer.clone();
-        let reachable = tokio::task::spawn_blocking(move || probe.fetch_metadata(None, READINESS_INTERVAL).is_ok())
-            .await
-            .unwrap_or(false);
-        kafka_ready.store(reachable, Ordering::Relaxed);
-        redis_ready.store(dedupe.ping().await.is_ok(), Ordering::Relaxed);
+        let lag_metrics = metrics.clone();
+        let (reachable, n_assigned) = tokio::task::spawn_blocking(move || {
+            let reachable = probe.fetch_metadata(None, WATCH_INTERVAL).is_ok();
+            let n_assigned = record_lag(&probe, &lag_metrics);
+            (reachable, n_assigned)
+        })
+        .await
+        .unwrap_or((false, 0));
+        flags.kafka.store(reachable, Ordering::Relaxed);
+        flags.assigned.store(n_assigned > 0, Ordering::Relaxed);
+        metrics.assigned_partitions.set(i64::try_from(n_assigned).unwrap_or(i64::MAX));
+        flags.redis.store(dedupe.ping().await.is_ok(), Ordering::Relaxed);
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(READINESS_INTERVAL) => {}
+            () = tokio::time::sleep(WATCH_INTERVAL) => {}
         }
     }
+}
+
+/// Sets `hookline_consumer_lag_records` for each assigned partition; returns how many are assigned. Blocking.
+fn record_lag(consumer: &GroupConsumer, metrics: &Metrics) -> usize {
+    let Ok(assignment) = consumer.assignment() else { return 0 };
+    metrics.lag.reset();
+    let Ok(positions) = consumer.position() else { return assignment.count() };
+    for element in positions.elements() {
+        let Ok((_, high)) = consumer.fetch_watermarks(element.topic(), element.partition(), WATCH_INTERVAL) else {
+            continue;
+        };
+        let position = match element.offset() {
+            Offset::Offset(offset) => offset,
+            // Nothing consumed yet on this partition.
+            _ => 0,
+        };
+        metrics.lag.with_label_values(&[&element.partition().to_string()]).set((high - position).max(0));
+    }
+    assignment.count()
 }

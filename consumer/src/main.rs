@@ -2,8 +2,11 @@ use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context;
 use clap::Parser;
-use hookline_common::{config::env, telemetry};
-use hookline_consumer::{ConsumerConfig, handler::LogHandler};
+use hookline_common::{
+    config::{ConfigError, env},
+    telemetry,
+};
+use hookline_consumer::{ConsumerConfig, handler::router::Router};
 use tokio::net::TcpListener;
 
 /// A hookline consumer-group member.
@@ -20,6 +23,8 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
     let config = ConsumerConfig::load(args.config.as_deref())?;
+    let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
+        .map_err(ConfigError::Invalid)?;
     let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -27,12 +32,11 @@ async fn main() -> anyhow::Result<()> {
         brokers = %config.kafka.brokers,
         topic = %config.kafka.inbound_topic,
         group = %config.kafka.group_id,
-        handler = %config.handler.kind,
+        default_handler = %config.handler.kind,
+        routes = config.routes.len(),
         "consumer starting"
     );
-    // `validate` admits only built-in handler kinds; `log` is the one there is.
-    let handler = Arc::new(LogHandler);
     let shutdown = hookline_common::signals::shutdown_on_signals();
-    hookline_consumer::run(config, admin, handler, shutdown).await?;
+    hookline_consumer::run(config, admin, Arc::new(router), shutdown).await?;
     Ok(())
 }

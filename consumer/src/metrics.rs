@@ -1,6 +1,6 @@
 //! The consumer's metrics, defined once. Labels are bounded: source names, outcomes, error classes.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -18,6 +18,18 @@ pub struct Metrics {
     pub claim_conflicts: IntCounter,
     /// `hookline_consumer_dlq_produce_errors_total`: failed dead-letter produces (retried; the offset waits).
     pub dlq_produce_errors: IntCounter,
+    /// `hookline_consumer_records_consumed_total`: records fetched from the inbound topic.
+    pub consumed: IntCounter,
+    /// `hookline_consumer_retries_total{source}`: handler retries scheduled.
+    pub retries: IntCounterVec,
+    /// `hookline_consumer_redis_duration_seconds{operation}`: claim, done, release round trips.
+    pub redis_duration: HistogramVec,
+    /// `hookline_consumer_paused`: 1 while processing is paused because Redis fails.
+    pub paused: IntGauge,
+    /// `hookline_consumer_lag_records{partition}`: high watermark minus position, per assigned partition.
+    pub lag: IntGaugeVec,
+    /// `hookline_consumer_assigned_partitions`.
+    pub assigned_partitions: IntGauge,
 }
 
 impl Metrics {
@@ -48,7 +60,29 @@ impl Metrics {
                 "hookline_consumer_dlq_produce_errors_total",
                 "Failed dead-letter produces.",
             )?,
+            consumed: IntCounter::new("hookline_consumer_records_consumed_total", "Records fetched.")?,
+            retries: IntCounterVec::new(
+                Opts::new("hookline_consumer_retries_total", "Handler retries scheduled."),
+                &["source"],
+            )?,
+            redis_duration: HistogramVec::new(
+                HistogramOpts::new("hookline_consumer_redis_duration_seconds", "Dedupe round trips.")
+                    .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 2.5]),
+                &["operation"],
+            )?,
+            paused: IntGauge::new("hookline_consumer_paused", "1 while processing is paused because Redis fails.")?,
+            lag: IntGaugeVec::new(
+                Opts::new("hookline_consumer_lag_records", "Records behind the high watermark, per partition."),
+                &["partition"],
+            )?,
+            assigned_partitions: IntGauge::new("hookline_consumer_assigned_partitions", "Partitions assigned.")?,
         };
+        registry.register(Box::new(metrics.consumed.clone()))?;
+        registry.register(Box::new(metrics.retries.clone()))?;
+        registry.register(Box::new(metrics.redis_duration.clone()))?;
+        registry.register(Box::new(metrics.paused.clone()))?;
+        registry.register(Box::new(metrics.lag.clone()))?;
+        registry.register(Box::new(metrics.assigned_partitions.clone()))?;
         registry.register(Box::new(metrics.events.clone()))?;
         registry.register(Box::new(metrics.handler_failures.clone()))?;
         registry.register(Box::new(metrics.dead_lettered.clone()))?;

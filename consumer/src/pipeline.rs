@@ -1,5 +1,5 @@
 //! What happens to one record, from the moment it is fetched until its offset may be stored:
-//! dedupe claim → handler (with retries) → done marker, or → dead-letter topic. Every path ends in
+//! dedupe claim → validation and handler (with retries) → done marker, or → dead-letter topic. Every path ends in
 //! [`Handled`] (store the offset) or [`Interrupted`] (shutdown: do not store; the record is redelivered).
 //!
 //! Failure rules, decided here and nowhere else:
@@ -7,9 +7,12 @@
 //! - a duplicate (key marked done) is skipped, and counted;
 //! - a claim held by another consumer is waited on, never skipped;
 //! - Redis unreachable or uncertain: fail closed, pause and retry; never process without the dedupe gate;
-//! - a retryable handler failure releases the claim, backs off with jitter, and tries again, until the attempt
-//!   or time budget is spent; then, like a poison failure, the event is dead-lettered;
-//! - a dead-letter produce that fails is retried; the offset is stored only once the DLQ acknowledged.
+//! - a retryable handler failure releases the claim, backs off with jitter (at least the downstream's
+//!   `Retry-After`), and tries again, until the attempt or time budget is spent; then, like a poison failure,
+//!   the event is dead-lettered;
+//! - a dead-letter or status produce that fails is retried; the offset is stored only once Kafka acknowledged.
+//! - a re-driven event (`hookline-replay-of`) takes exactly this path; its DLQ entry is then recorded as
+//!   `succeeded` (processed now or before) or `failed_again` (with the new entry's id).
 
 use std::{
     sync::{
@@ -19,14 +22,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::wire::{InboundEvent, now_ms};
+use hookline_common::wire::{EntryStatus, EntryStatusRecord, InboundEvent, now_ms};
 use rand::Rng;
-use rdkafka::message::BorrowedMessage;
+use rdkafka::message::OwnedMessage;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::{HandlerConfig, RetryConfig},
-    dedupe::{Claim, ClaimToken, Dedupe},
+    alert::{Alerts, DeadLettered},
+    config::RetryConfig,
+    dedupe::{Claim, ClaimToken, Dedupe, DedupeError},
     dlq::{DeadLetters, ErrorClass, Failure},
     handler::{Handler, HandlerError},
     metrics::Metrics,
@@ -42,25 +46,34 @@ pub enum Disposition {
 }
 pub use Disposition::{Handled, Interrupted};
 
-/// Pause after a Redis error, and between checks of a claim held by another consumer.
+/// Pause after a Redis or Kafka error, and between checks of a claim held by another consumer.
 const INFRA_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const INFRA_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// Everything one record's processing needs; shared by all partition workers.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     pub dedupe: Dedupe,
     pub dead_letters: DeadLetters,
     pub handler: Arc<dyn Handler>,
-    pub handler_config: HandlerConfig,
+    pub handler_timeout: Duration,
     pub retry: RetryConfig,
     pub metrics: Metrics,
+    pub alerts: Alerts,
     /// Cleared while Redis fails, for `/readyz`.
     pub redis_ready: Arc<AtomicBool>,
     pub shutdown: CancellationToken,
 }
 
+/// What became of an event that reached the handler stage.
+enum Outcome {
+    Processed,
+    Duplicate,
+    DeadLettered { new_entry: String },
+}
+
 impl Pipeline {
-    pub async fn process(&self, message: &BorrowedMessage<'_>) -> Disposition {
+    pub async fn process(&self, message: &OwnedMessage) -> Disposition {
         let event = match InboundEvent::from_message(message) {
             Ok(event) => event,
             Err(error) => {
@@ -73,81 +86,128 @@ impl Pipeline {
                     first_failure_at_ms: now,
                     last_failure_at_ms: now,
                 };
-                return self.dead_letter(message, "unknown", &failure).await;
+                // The source label of a record that names none: bounded, and visible on the dashboards.
+                let source = "unknown";
+                return match self.dead_letter(message, source, None, &failure).await {
+                    Some(_) => {
+                        self.metrics.events.with_label_values(&[source, "dead_lettered"]).inc();
+                        Handled
+                    }
+                    None => Interrupted,
+                };
             }
         };
+        let Some(outcome) = self.handle(message, &event).await else { return Interrupted };
         let source = event.meta.source.as_str();
+        let outcome_label = match &outcome {
+            Outcome::Processed => "processed",
+            Outcome::Duplicate => "duplicate",
+            Outcome::DeadLettered { .. } => "dead_lettered",
+        };
+        self.metrics.events.with_label_values(&[source, outcome_label]).inc();
+        if let Some(entry_id) = &event.replay_of {
+            let (status, new_entry, note) = match outcome {
+                Outcome::Processed => (EntryStatus::Succeeded, None, None),
+                Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
+                Outcome::DeadLettered { new_entry } => (EntryStatus::FailedAgain, Some(new_entry), None),
+            };
+            let record = EntryStatusRecord {
+                status,
+                at_ms: now_ms(),
+                by: format!("consumer:{}", self.dead_letters.group_id()),
+                event_id: Some(event.meta.event_id.clone()),
+                new_entry,
+                note,
+                replays: None,
+            };
+            if !self.record_status(entry_id, &record).await {
+                return Interrupted;
+            }
+        }
+        Handled
+    }
+
+    /// Dedupe, handler and retries for a well-formed event. `None` on shutdown.
+    async fn handle(&self, message: &OwnedMessage, event: &InboundEvent) -> Option<Outcome> {
+        let source = event.meta.source.as_str();
+        let event_id = event.meta.event_id.as_str();
+        let handler_name = self.handler.name_for(event);
         let mut attempts = 0_u32;
         let mut first_failure: Option<(Instant, i64)> = None;
-        let mut infra_backoff = INFRA_BACKOFF_MIN;
+        let mut conflict_backoff = INFRA_BACKOFF_MIN;
         loop {
-            let token = self.dedupe.token(source, &event.meta.event_id);
-            let token = match self.claim(&token).await {
-                None => return Interrupted,
-                Some(Claim::AlreadyDone) => {
-                    tracing::info!(source, event_id = %event.meta.event_id, "duplicate skipped");
-                    self.metrics.events.with_label_values(&[source, "duplicate"]).inc();
-                    return Handled;
+            let token = self.dedupe.token(source, event_id);
+            let token = match self.claim(&token).await? {
+                Claim::AlreadyDone => {
+                    tracing::info!(source, event_id, "duplicate skipped");
+                    return Some(Outcome::Duplicate);
                 }
-                Some(Claim::HeldByOther) => {
+                Claim::HeldByOther => {
+                    // A rebalance race or a crashed consumer: wait for its done marker or its lease to expire.
                     self.metrics.claim_conflicts.inc();
-                    if !self.pause(&mut infra_backoff).await {
-                        return Interrupted;
-                    }
+                    self.pause(&mut conflict_backoff).await?;
                     continue;
                 }
-                Some(Claim::Acquired(token)) => token,
+                Claim::Acquired(token) => token,
             };
 
             attempts += 1;
             let started = Instant::now();
-            let timeout = Duration::from_millis(self.handler_config.timeout_ms);
-            let result = match tokio::time::timeout(timeout, self.handler.handle(&event)).await {
+            let result = match tokio::time::timeout(self.handler_timeout, self.handler.handle(event)).await {
                 Ok(result) => result,
-                Err(_) => Err(HandlerError::Retryable(format!("handler timed out after {} ms", timeout.as_millis()))),
+                Err(_) => Err(HandlerError::retryable(format!(
+                    "handler timed out after {} ms",
+                    self.handler_timeout.as_millis()
+                ))),
             };
-            match result {
+            let error = match result {
                 Ok(()) => {
                     self.metrics.handle_duration.with_label_values(&[source]).observe(started.elapsed().as_secs_f64());
-                    return self.mark_done(&token, &event).await;
+                    self.mark_done(&token, event).await?;
+                    return Some(Outcome::Processed);
                 }
-                Err(error) => {
-                    let class = match &error {
-                        HandlerError::Retryable(_) => "retryable",
-                        HandlerError::Poison(_) => "poison",
-                    };
-                    self.metrics.handler_failures.with_label_values(&[source, class]).inc();
-                    let (first_instant, first_at_ms) = *first_failure.get_or_insert((Instant::now(), now_ms()));
-                    // Release before anything else: a retry, or a replay of the dead-lettered event, must be able
-                    // to claim it again. If the release is lost, the lease expires.
-                    self.release(&token).await;
-                    let exhausted = attempts >= self.retry.max_attempts
-                        || first_instant.elapsed() >= Duration::from_millis(self.retry.max_total_ms);
-                    let class = match error {
-                        HandlerError::Poison(_) => Some(ErrorClass::Poison),
-                        HandlerError::Retryable(_) if exhausted => Some(ErrorClass::RetryableExhausted),
-                        HandlerError::Retryable(_) => None,
-                    };
-                    let message_text = match &error {
-                        HandlerError::Retryable(text) | HandlerError::Poison(text) => text.as_str(),
-                    };
-                    if let Some(class) = class {
-                        let failure = Failure {
-                            class,
-                            error: message_text,
-                            attempts,
-                            handler: self.handler.name(),
-                            first_failure_at_ms: first_at_ms,
-                            last_failure_at_ms: now_ms(),
-                        };
-                        return self.dead_letter(message, source, &failure).await;
-                    }
-                    tracing::warn!(source, event_id = %event.meta.event_id, attempts, error = message_text, "retrying");
-                    if !self.sleep(self.retry_backoff(attempts)).await {
-                        return Interrupted;
-                    }
-                }
+                Err(error) => error,
+            };
+            let class_label = if matches!(error, HandlerError::Poison(_)) { "poison" } else { "retryable" };
+            self.metrics.handler_failures.with_label_values(&[source, class_label]).inc();
+            let (first_instant, first_at_ms) = *first_failure.get_or_insert((Instant::now(), now_ms()));
+            // Release before anything else: a retry, or a replay of the dead-lettered event, must be able to claim
+            // it again. If the release is lost, the lease expires.
+            self.release(&token).await;
+            let exhausted = attempts >= self.retry.max_attempts
+                || first_instant.elapsed() >= Duration::from_millis(self.retry.max_total_ms);
+            let dead_letter_class = match &error {
+                HandlerError::Poison(_) => Some(ErrorClass::Poison),
+                HandlerError::Retryable { .. } if exhausted => Some(ErrorClass::RetryableExhausted),
+                HandlerError::Retryable { .. } => None,
+            };
+            if let Some(class) = dead_letter_class {
+                let failure = Failure {
+                    class,
+                    error: error.message(),
+                    attempts,
+                    handler: handler_name,
+                    first_failure_at_ms: first_at_ms,
+                    last_failure_at_ms: now_ms(),
+                };
+                let new_entry = self.dead_letter(message, source, Some(event_id), &failure).await?;
+                return Some(Outcome::DeadLettered { new_entry });
             }
+            self.metrics.retries.with_label_values(&[source]).inc();
+            let retry_after = match &error {
+                HandlerError::Retryable { retry_after, .. } => *retry_after,
+                HandlerError::Poison(_) => None,
+            };
+            let backoff = self.retry_backoff(attempts).max(retry_after.unwrap_or_default());
+            tracing::warn!(
+                source,
+                event_id,
+                attempts,
+                backoff_ms = backoff.as_millis() as u64,
+                error = error.message(),
+                "retrying"
+            );
+            self.sleep(backoff).await?;
         }
     }
 
@@ -155,81 +215,119 @@ impl Pipeline {
     async fn claim(&self, token: &ClaimToken) -> Option<Claim> {
         let mut backoff = INFRA_BACKOFF_MIN;
         loop {
-            match self.dedupe.claim(token).await {
+            let started = Instant::now();
+            let result = self.dedupe.claim(token).await;
+            self.metrics.redis_duration.with_label_values(&["claim"]).observe(started.elapsed().as_secs_f64());
+            match result {
                 Ok(claim) => {
-                    self.redis_ready.store(true, Ordering::Relaxed);
+                    self.redis_recovered();
                     return Some(claim);
                 }
                 Err(error) => self.redis_failed("claim", &error),
             }
-            if !self.pause(&mut backoff).await {
-                return None;
-            }
+            self.pause(&mut backoff).await?;
         }
     }
 
-    async fn mark_done(&self, token: &ClaimToken, event: &InboundEvent) -> Disposition {
-        let source = event.meta.source.as_str();
+    /// Marks the event done, retrying Redis errors. The handler succeeded, so storing the offset without the done
+    /// marker could let a provider's retry be processed again: keep trying (the claim guards it meanwhile).
+    async fn mark_done(&self, token: &ClaimToken, event: &InboundEvent) -> Option<()> {
         let mut backoff = INFRA_BACKOFF_MIN;
         loop {
-            match self.dedupe.mark_done(token).await {
+            let started = Instant::now();
+            let result = self.dedupe.mark_done(token).await;
+            self.metrics.redis_duration.with_label_values(&["done"]).observe(started.elapsed().as_secs_f64());
+            match result {
                 Ok(still_ours) => {
-                    self.redis_ready.store(true, Ordering::Relaxed);
+                    self.redis_recovered();
                     if !still_ours {
-                        tracing::warn!(source, event_id = %event.meta.event_id, "claim expired while processing: the handler ran longer than the lease");
+                        tracing::warn!(
+                            source = %event.meta.source,
+                            event_id = %event.meta.event_id,
+                            "claim expired while processing: the handler ran longer than the lease"
+                        );
                     }
-                    self.metrics.events.with_label_values(&[source, "processed"]).inc();
-                    return Handled;
+                    return Some(());
                 }
-                Err(error) => self.redis_failed("mark done", &error),
+                Err(error) => self.redis_failed("done", &error),
             }
-            // The handler succeeded but the event is not marked done. Storing the offset now could let a
-            // provider's retry be processed again; keep trying (the claim still guards it meanwhile).
-            if !self.pause(&mut backoff).await {
-                return Interrupted;
-            }
+            self.pause(&mut backoff).await?;
         }
     }
 
     /// Best effort: a lost release only delays the retry until the lease expires.
     async fn release(&self, token: &ClaimToken) {
-        if let Err(error) = self.dedupe.release(token).await {
+        let started = Instant::now();
+        let result = self.dedupe.release(token).await;
+        self.metrics.redis_duration.with_label_values(&["release"]).observe(started.elapsed().as_secs_f64());
+        if let Err(error) = result {
             self.redis_failed("release", &error);
         }
     }
 
-    async fn dead_letter(&self, message: &BorrowedMessage<'_>, source: &str, failure: &Failure<'_>) -> Disposition {
+    /// Publishes to the DLQ, retrying until Kafka acknowledges; returns the new entry id. `None` on shutdown.
+    async fn dead_letter(
+        &self,
+        message: &OwnedMessage,
+        source: &str,
+        event_id: Option<&str>,
+        failure: &Failure<'_>,
+    ) -> Option<String> {
         let mut backoff = INFRA_BACKOFF_MIN;
         loop {
             match self.dead_letters.publish(message, failure).await {
-                Ok(()) => {
-                    // The alert: an error line here, and `hookline_consumer_dead_lettered_total` for Prometheus.
+                Ok(entry_id) => {
+                    // The alert: an error line here, `hookline_consumer_dead_lettered_total`, and the webhook.
                     tracing::error!(
                         source,
+                        event_id = event_id.unwrap_or(""),
+                        entry_id = %entry_id,
                         error_class = failure.class.as_str(),
                         attempts = failure.attempts,
                         error = failure.error,
                         "event dead-lettered"
                     );
                     self.metrics.dead_lettered.with_label_values(&[source, failure.class.as_str()]).inc();
-                    self.metrics.events.with_label_values(&[source, "dead_lettered"]).inc();
-                    return Handled;
+                    self.alerts.dead_lettered(DeadLettered {
+                        source: source.to_owned(),
+                        error_class: failure.class.as_str(),
+                        event_id: event_id.map(str::to_owned),
+                    });
+                    return Some(entry_id);
                 }
                 Err(error) => {
                     self.metrics.dlq_produce_errors.inc();
                     tracing::warn!(source, error = %error, "dead-letter produce failed; retrying");
                 }
             }
-            if !self.pause(&mut backoff).await {
-                return Interrupted;
+            self.pause(&mut backoff).await?;
+        }
+    }
+
+    /// Records a DLQ entry's fate, retrying until Kafka acknowledges. False on shutdown.
+    async fn record_status(&self, entry_id: &str, record: &EntryStatusRecord) -> bool {
+        let mut backoff = INFRA_BACKOFF_MIN;
+        loop {
+            match self.dead_letters.record_status(entry_id, record).await {
+                Ok(()) => return true,
+                Err(error) => tracing::warn!(entry_id, error = %error, "status produce failed; retrying"),
+            }
+            if self.pause(&mut backoff).await.is_none() {
+                return false;
             }
         }
     }
 
-    fn redis_failed(&self, operation: &'static str, error: &crate::dedupe::DedupeError) {
+    fn redis_failed(&self, operation: &'static str, error: &DedupeError) {
         self.metrics.dedupe_errors.inc();
+        self.metrics.paused.set(1);
         self.redis_ready.store(false, Ordering::Relaxed);
         tracing::warn!(operation, error = %error, cause = ?std::error::Error::source(error), "redis failed; pausing");
+    }
+
+    fn redis_recovered(&self) {
+        self.metrics.paused.set(0);
+        self.redis_ready.store(true, Ordering::Relaxed);
     }
 
     /// Exponential backoff for handler retries, jittered uniformly in [ceiling/2, ceiling].
@@ -239,17 +337,17 @@ impl Pipeline {
         Duration::from_millis(rand::rng().random_range(ceiling / 2..=ceiling))
     }
 
-    /// Sleeps `backoff` (doubling it up to the cap); false when shutdown came first.
-    async fn pause(&self, backoff: &mut Duration) -> bool {
+    /// Sleeps `backoff` (doubling it up to the cap); `None` when shutdown came first.
+    async fn pause(&self, backoff: &mut Duration) -> Option<()> {
         let this = *backoff;
         *backoff = (*backoff * 2).min(INFRA_BACKOFF_MAX);
         self.sleep(this).await
     }
 
-    async fn sleep(&self, duration: Duration) -> bool {
+    async fn sleep(&self, duration: Duration) -> Option<()> {
         tokio::select! {
-            () = self.shutdown.cancelled() => false,
-            () = tokio::time::sleep(duration) => true,
+            () = self.shutdown.cancelled() => None,
+            () = tokio::time::sleep(duration) => Some(()),
         }
     }
 }

@@ -1,0 +1,127 @@
+//! The optional alert webhook for dead-lettered events. Aggregated: at most one message per interval, with the
+//! counts by source and error class and the first few event ids, so that a storm of failures is one alert.
+//! Slack-compatible: the body is `{"text": "..."}`. Delivery is best effort (the metric and the error log line
+//! per event are the primary signals); a failed post is logged and its counts are carried into the next one.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use bytes::Bytes;
+use http::{Request, Uri, header};
+use http_body_util::Full;
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AlertConfig;
+
+/// One dead-lettered event, as the alert sees it.
+#[derive(Debug, Clone)]
+pub struct DeadLettered {
+    pub source: String,
+    pub error_class: &'static str,
+    pub event_id: Option<String>,
+}
+
+/// Cheap to clone; a no-op without a configured URL.
+#[derive(Debug, Clone)]
+pub struct Alerts {
+    sender: Option<mpsc::Sender<DeadLettered>>,
+}
+
+/// Events queued for the next alert beyond this are counted but not listed.
+const QUEUE: usize = 10_000;
+const POST_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Alerts {
+    pub fn disabled() -> Self {
+        Self { sender: None }
+    }
+
+    /// Starts the aggregator task when `config.url` is set. It posts a last summary when `shutdown` fires.
+    pub fn start(config: &AlertConfig, shutdown: CancellationToken, tasks: &tokio_util::task::TaskTracker) -> Self {
+        let Some(url) = config.url.as_deref().and_then(|url| url.parse::<Uri>().ok()) else { return Self::disabled() };
+        let (sender, receiver) = mpsc::channel(QUEUE);
+        let interval = Duration::from_secs(config.interval_s);
+        tasks.spawn(aggregate(url, interval, config.max_event_ids, receiver, shutdown));
+        Self { sender: Some(sender) }
+    }
+
+    pub fn dead_lettered(&self, event: DeadLettered) {
+        if let Some(sender) = &self.sender {
+            // A full queue means an alert is already pending with plenty to say; the metric still counts all.
+            let _ = sender.try_send(event);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    counts: BTreeMap<(String, &'static str), u64>,
+    event_ids: Vec<String>,
+}
+
+impl Pending {
+    fn text(&self) -> String {
+        let total: u64 = self.counts.values().sum();
+        let mut text = format!("hookline: {total} event(s) dead-lettered");
+        for ((source, class), count) in &self.counts {
+            text.push_str(&format!("\n• {source}: {count} {class}"));
+        }
+        if !self.event_ids.is_empty() {
+            text.push_str(&format!("\nevent ids: {}", self.event_ids.join(", ")));
+        }
+        text.push_str("\nInspect with `dlq-replayer list`.");
+        text
+    }
+}
+
+async fn aggregate(
+    url: Uri,
+    interval: Duration,
+    max_event_ids: usize,
+    mut receiver: mpsc::Receiver<DeadLettered>,
+    shutdown: CancellationToken,
+) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut pending = Pending::default();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let stopping = tokio::select! {
+            event = receiver.recv() => match event {
+                Some(event) => {
+                    *pending.counts.entry((event.source, event.error_class)).or_default() += 1;
+                    if let Some(id) = event.event_id.filter(|_| pending.event_ids.len() < max_event_ids) {
+                        pending.event_ids.push(id);
+                    }
+                    continue;
+                }
+                None => true,
+            },
+            _ = ticker.tick() => false,
+            () = shutdown.cancelled() => true,
+        };
+        if !pending.counts.is_empty() {
+            let body = serde_json::json!({ "text": pending.text() }).to_string();
+            let request = Request::post(url.clone())
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body)));
+            let posted = match request {
+                Ok(request) => match tokio::time::timeout(POST_TIMEOUT, client.request(request)).await {
+                    Ok(Ok(response)) if response.status().is_success() => Ok(()),
+                    Ok(Ok(response)) => Err(format!("answered {}", response.status())),
+                    Ok(Err(error)) => Err(error.to_string()),
+                    Err(_) => Err("timed out".to_owned()),
+                },
+                Err(error) => Err(error.to_string()),
+            };
+            match posted {
+                Ok(()) => pending = Pending::default(),
+                Err(error) => tracing::warn!(error = %error, "alert webhook failed; will retry with the next alert"),
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! What processes an event. Implement [`Handler`] to build your own consumer binary on this library; the
+//! consumer guarantees it is called at least once per event and, through dedupe, succeeds at most once.
+//!
+//! Built-in handlers: [`log`] (one structured line per event) and [`http`] (POST to an internal URL). The
+//! [`router`] picks one per source and event type and applies the validation that makes an event poison
+//! before any handler runs.
+
+pub mod http;
+pub mod log;
+pub mod router;
+
+use std::{future::Future, pin::Pin, time::Duration};
+
+use hookline_common::wire::InboundEvent;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How a handler call failed; the disposition follows from the variant alone.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum HandlerError {
+    /// A retry may succeed (a downstream timeout, a 503): retried with backoff, then dead-lettered.
+    /// `retry_after` (from a downstream `Retry-After`) lengthens the next backoff.
+    #[error("retryable: {message}")]
+    Retryable { message: String, retry_after: Option<Duration> },
+    /// No retry can succeed (a malformed event, a 400 from downstream): dead-lettered at once.
+    #[error("poison: {0}")]
+    Poison(String),
+}
+
+impl HandlerError {
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self::Retryable { message: message.into(), retry_after: None }
+    }
+
+    pub fn poison(message: impl Into<String>) -> Self {
+        Self::Poison(message.into())
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Retryable { message, .. } | Self::Poison(message) => message,
+        }
+    }
+}
+
+pub trait Handler: Send + Sync + std::fmt::Debug + 'static {
+    /// Name recorded in metrics and in dead-letter records.
+    fn name(&self) -> &str;
+
+    /// The name of the handler that processes `event`, when this one delegates (the router).
+    fn name_for(&self, _event: &InboundEvent) -> &str {
+        self.name()
+    }
+
+    /// Processes one event. Must tolerate being called again for an event whose earlier call it reported as a
+    /// retryable failure (or timed out): those are retried.
+    fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>>;
+}

@@ -1,0 +1,274 @@
+//! Chooses the handler for each event (per source, optionally per event type) and applies the checks that make
+//! an event poison before any handler runs: an event type outside the source's allowlist, a body that is not
+//! JSON for a JSON source, a body that fails the source's JSON Schema.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+    time::Duration,
+};
+
+use hookline_common::wire::InboundEvent;
+
+use super::{BoxFuture, Handler, HandlerError, http::HttpHandler, log::LogHandler};
+use crate::config::{HandlerConfig, RouteConfig, SourceRulesConfig};
+
+/// Wildcard key in `schemas`: applies to every event type without a schema of its own.
+pub const ANY_EVENT_TYPE: &str = "*";
+
+#[derive(Debug)]
+pub struct Router {
+    default: Box<dyn Handler>,
+    routes: Vec<Route>,
+    rules: HashMap<String, SourceRules>,
+}
+
+#[derive(Debug)]
+struct Route {
+    source: String,
+    event_types: Option<HashSet<String>>,
+    handler: Box<dyn Handler>,
+}
+
+struct SourceRules {
+    json: bool,
+    event_types: Option<HashSet<String>>,
+    schemas: HashMap<String, jsonschema::Validator>,
+}
+
+impl std::fmt::Debug for SourceRules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceRules")
+            .field("json", &self.json)
+            .field("event_types", &self.event_types)
+            .field("schemas", &self.schemas.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Builds a built-in handler from its config.
+pub fn build_handler(config: &HandlerConfig, timeout: Duration) -> Result<Box<dyn Handler>, String> {
+    match config.kind.as_str() {
+        "log" => Ok(Box::new(LogHandler)),
+        "http" => {
+            let url = config.url.as_deref().ok_or("an `http` handler needs `url`")?;
+            Ok(Box::new(HttpHandler::new(url, timeout)?))
+        }
+        other => Err(format!("unknown handler kind `{other}` (known: log, http)")),
+    }
+}
+
+impl Router {
+    /// Builds every handler and compiles every schema; any problem is reported, none ignored.
+    pub fn new(
+        default: &HandlerConfig,
+        routes: &[RouteConfig],
+        rules: &HashMap<String, SourceRulesConfig>,
+        config_dir: &Path,
+    ) -> Result<Self, Vec<String>> {
+        let timeout = Duration::from_millis(default.timeout_ms);
+        let mut problems = Vec::new();
+        let default_handler = build_handler(default, timeout).map_err(|problem| vec![format!("[handler]: {problem}")]);
+        let mut built_routes = Vec::new();
+        for (index, route) in routes.iter().enumerate() {
+            match build_handler(&route.handler, timeout) {
+                Ok(handler) => built_routes.push(Route {
+                    source: route.source.clone(),
+                    event_types: route.event_types.as_ref().map(|types| types.iter().cloned().collect()),
+                    handler,
+                }),
+                Err(problem) => problems.push(format!("routes[{index}] (source `{}`): {problem}", route.source)),
+            }
+        }
+        let mut built_rules = HashMap::new();
+        for (source, source_rules) in rules {
+            let mut schemas = HashMap::new();
+            for (event_type, path) in &source_rules.schemas {
+                match load_schema(&config_dir.join(path)) {
+                    Ok(validator) => {
+                        schemas.insert(event_type.clone(), validator);
+                    }
+                    Err(problem) => problems.push(format!("sources.{source}.schemas.{event_type}: {problem}")),
+                }
+            }
+            built_rules.insert(
+                source.clone(),
+                SourceRules {
+                    // A schema implies JSON.
+                    json: source_rules.json || !schemas.is_empty(),
+                    event_types: source_rules.event_types.as_ref().map(|types| types.iter().cloned().collect()),
+                    schemas,
+                },
+            );
+        }
+        match default_handler {
+            Ok(default) if problems.is_empty() => Ok(Self { default, routes: built_routes, rules: built_rules }),
+            Ok(_) => Err(problems),
+            Err(mut first) => {
+                first.append(&mut problems);
+                Err(first)
+            }
+        }
+    }
+
+    fn handler_for(&self, event: &InboundEvent) -> &dyn Handler {
+        let event_type = event.meta.event_type.as_deref();
+        self.routes
+            .iter()
+            .find(|route| {
+                route.source == event.meta.source
+                    && route.event_types.as_ref().is_none_or(|types| event_type.is_some_and(|t| types.contains(t)))
+            })
+            .map_or(self.default.as_ref(), |route| route.handler.as_ref())
+    }
+
+    /// The checks that make an event poison before any handler runs.
+    fn validate(&self, event: &InboundEvent) -> Result<(), HandlerError> {
+        let Some(rules) = self.rules.get(&event.meta.source) else { return Ok(()) };
+        let event_type = event.meta.event_type.as_deref();
+        if let Some(allowed) = &rules.event_types {
+            if !event_type.is_some_and(|t| allowed.contains(t)) {
+                return Err(HandlerError::poison(format!(
+                    "event type `{}` is not in the allowlist of source `{}`",
+                    event_type.unwrap_or(""),
+                    event.meta.source
+                )));
+            }
+        }
+        if !rules.json {
+            return Ok(());
+        }
+        let body: serde_json::Value = serde_json::from_slice(&event.body)
+            .map_err(|error| HandlerError::poison(format!("body is not valid JSON: {error}")))?;
+        let schema = event_type.and_then(|t| rules.schemas.get(t)).or_else(|| rules.schemas.get(ANY_EVENT_TYPE));
+        if let Some(schema) = schema {
+            let errors: Vec<String> =
+                schema.iter_errors(&body).take(3).map(|e| format!("{e} at {}", e.instance_path())).collect();
+            if !errors.is_empty() {
+                return Err(HandlerError::poison(format!("body fails the JSON Schema: {}", errors.join("; "))));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn load_schema(path: &Path) -> Result<jsonschema::Validator, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).map_err(|error| format!("{} is not JSON: {error}", path.display()))?;
+    jsonschema::validator_for(&schema)
+        .map_err(|error| format!("{} is not a valid JSON Schema: {error}", path.display()))
+}
+
+impl Handler for Router {
+    fn name(&self) -> &str {
+        "router"
+    }
+
+    fn name_for(&self, event: &InboundEvent) -> &str {
+        self.handler_for(event).name()
+    }
+
+    fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            self.validate(event)?;
+            self.handler_for(event).handle(event).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use hookline_common::wire::EventMeta;
+
+    use super::*;
+
+    fn event(source: &str, event_type: Option<&str>, body: &'static [u8]) -> InboundEvent {
+        InboundEvent {
+            meta: EventMeta {
+                source: source.into(),
+                event_id: "e-1".into(),
+                event_type: event_type.map(str::to_owned),
+                received_at_ms: 0,
+                content_type: None,
+                secret_id: "s".into(),
+            },
+            body: Bytes::from_static(body),
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+            replay_of: None,
+        }
+    }
+
+    fn router(rules: SourceRulesConfig, schema_dir: &Path) -> Router {
+        let rules = HashMap::from([("github".to_owned(), rules)]);
+        Router::new(&HandlerConfig::default(), &[], &rules, schema_dir).unwrap()
+    }
+
+    #[tokio::test]
+    async fn allowlist_json_and_schema_make_events_poison_before_the_handler() {
+        let dir = std::env::temp_dir().join(format!("hookline-schema-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("push.json"), r#"{"type":"object","required":["ref"]}"#).unwrap();
+        let rules = SourceRulesConfig {
+            json: true,
+            event_types: Some(vec!["push".into(), "ping".into()]),
+            schemas: HashMap::from([("push".to_owned(), "push.json".to_owned())]),
+        };
+        let router = router(rules, &dir);
+
+        assert_eq!(router.handle(&event("github", Some("push"), br#"{"ref":"main"}"#)).await, Ok(()));
+        assert_eq!(router.handle(&event("github", Some("ping"), br#"{}"#)).await, Ok(()));
+        assert_eq!(router.handle(&event("other", None, b"not json")).await, Ok(()), "no rules for `other`");
+        for (event_type, body, expected) in [
+            (Some("issues"), &br#"{}"#[..], "allowlist"),
+            (None, br#"{}"#, "allowlist"),
+            (Some("ping"), b"{not json", "not valid JSON"),
+            (Some("push"), br#"{"no_ref":1}"#, "JSON Schema"),
+        ] {
+            let result = router.handle(&event("github", event_type, body)).await;
+            assert!(
+                matches!(&result, Err(HandlerError::Poison(message)) if message.contains(expected)),
+                "{event_type:?}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_handlers_and_schemas_are_all_reported() {
+        let routes = [RouteConfig {
+            source: "github".into(),
+            event_types: None,
+            handler: HandlerConfig { kind: "http".into(), url: None, ..HandlerConfig::default() },
+        }];
+        let rules = HashMap::from([(
+            "github".to_owned(),
+            SourceRulesConfig {
+                schemas: HashMap::from([("*".to_owned(), "missing.json".to_owned())]),
+                ..Default::default()
+            },
+        )]);
+        let default = HandlerConfig { kind: "nope".into(), ..HandlerConfig::default() };
+        let problems = Router::new(&default, &routes, &rules, Path::new("/nonexistent")).unwrap_err();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+    }
+
+    #[tokio::test]
+    async fn routes_pick_handlers_by_source_and_event_type() {
+        let routes = [RouteConfig {
+            source: "github".into(),
+            event_types: Some(vec!["push".into()]),
+            handler: HandlerConfig {
+                kind: "http".into(),
+                url: Some("http://127.0.0.1:9/x".into()),
+                ..HandlerConfig::default()
+            },
+        }];
+        let router = Router::new(&HandlerConfig::default(), &routes, &HashMap::new(), Path::new(".")).unwrap();
+        assert_eq!(router.name_for(&event("github", Some("push"), b"{}")), "http");
+        assert_eq!(router.name_for(&event("github", Some("ping"), b"{}")), "log");
+        assert_eq!(router.name_for(&event("stripe", Some("push"), b"{}")), "log");
+    }
+}
