@@ -6,6 +6,7 @@
 //! stack's default ports.
 
 use std::{
+    collections::{HashMap, HashSet, VecDeque},
     future::Future,
     net::SocketAddr,
     sync::{Arc, Mutex},
@@ -15,7 +16,7 @@ use std::{
 use bytes::Bytes;
 use hookline_common::{
     config::{KafkaConfig, RedisConfig, SecretRef},
-    kafka::{TopicSpec, ensure_topics, read_topic},
+    kafka::{TopicSpec, ensure_topics, producer_config, read_topic},
     wire::InboundEvent,
 };
 use hookline_consumer::{
@@ -29,7 +30,10 @@ use hookline_gateway::{
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-use rdkafka::message::OwnedMessage;
+use rdkafka::{
+    message::{OwnedHeaders, OwnedMessage},
+    producer::{FutureProducer, FutureRecord},
+};
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
@@ -57,46 +61,125 @@ where
     }
 }
 
-/// A handler that records each call, for asserting what was processed and how often.
+/// A handler for tests: records every call and every success, and fails on demand.
 #[derive(Debug, Default)]
-pub struct RecordingHandler {
-    calls: Mutex<Vec<InboundEvent>>,
+pub struct TestHandler {
+    state: Mutex<TestHandlerState>,
 }
 
-impl RecordingHandler {
+#[derive(Debug, Default)]
+struct TestHandlerState {
+    calls: Vec<InboundEvent>,
+    successes: Vec<InboundEvent>,
+    /// Errors to return, in order, for an event id before it succeeds.
+    scripted: HashMap<String, VecDeque<HandlerError>>,
+    /// Event ids that always fail as poison.
+    poison: HashSet<String>,
+    delay: Duration,
+}
+
+impl TestHandler {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TestHandlerState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Every call, failed or not.
     pub fn calls(&self) -> Vec<InboundEvent> {
-        self.calls.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+        self.lock().calls.clone()
     }
 
-    /// How many times the event with this id was processed.
+    /// Every successful call.
+    pub fn successes(&self) -> Vec<InboundEvent> {
+        self.lock().successes.clone()
+    }
+
+    /// How many times the event with this id was processed successfully.
     pub fn count(&self, event_id: &str) -> usize {
-        self.calls().iter().filter(|event| event.meta.event_id == event_id).count()
+        self.lock().successes.iter().filter(|event| event.meta.event_id == event_id).count()
+    }
+
+    /// How many times the handler was called for this event id.
+    pub fn attempts(&self, event_id: &str) -> usize {
+        self.lock().calls.iter().filter(|event| event.meta.event_id == event_id).count()
+    }
+
+    /// The next calls for `event_id` return these errors, in order; then it succeeds.
+    pub fn fail_with(&self, event_id: &str, errors: impl IntoIterator<Item = HandlerError>) {
+        self.lock().scripted.entry(event_id.to_owned()).or_default().extend(errors);
+    }
+
+    /// Every call for `event_id` fails as poison.
+    pub fn poison(&self, event_id: &str) {
+        self.lock().poison.insert(event_id.to_owned());
+    }
+
+    /// Every call takes this long before it answers.
+    pub fn set_delay(&self, delay: Duration) {
+        self.lock().delay = delay;
     }
 }
 
-impl Handler for RecordingHandler {
+impl Handler for TestHandler {
     fn name(&self) -> &str {
-        "recording"
+        "test"
     }
 
     fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>> {
-        self.calls.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(event.clone());
-        Box::pin(async { Ok(()) })
+        Box::pin(async move {
+            let delay = {
+                let mut state = self.lock();
+                state.calls.push(event.clone());
+                state.delay
+            };
+            tokio::time::sleep(delay).await;
+            let mut state = self.lock();
+            let id = &event.meta.event_id;
+            if state.poison.contains(id) {
+                return Err(HandlerError::poison(format!("test poison for {id}")));
+            }
+            if let Some(error) = state.scripted.get_mut(id).and_then(VecDeque::pop_front) {
+                return Err(error);
+            }
+            state.successes.push(event.clone());
+            Ok(())
+        })
     }
 }
 
+/// A change to every consumer's config, applied before it starts.
+type ConfigTweak = Box<dyn Fn(&mut ConsumerConfig) + Send + Sync>;
+
 /// Builds a [`TestStack`].
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct TestStackBuilder {
-    with_consumer: bool,
+    n_consumers: usize,
+    partitions: Option<i32>,
     gateway_brokers: Option<String>,
     produce_timeout_ms: Option<u64>,
+    consumer_tweak: Option<ConfigTweak>,
+}
+
+impl std::fmt::Debug for TestStackBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestStackBuilder").field("n_consumers", &self.n_consumers).finish_non_exhaustive()
+    }
 }
 
 impl TestStackBuilder {
-    /// Also run a consumer (with a [`RecordingHandler`]) on the stack's topics.
-    pub fn consumer(mut self) -> Self {
-        self.with_consumer = true;
+    /// Also run a consumer (with the stack's [`TestHandler`]) on the stack's topics.
+    pub fn consumer(self) -> Self {
+        self.consumers(1)
+    }
+
+    /// Run `n` consumers in the stack's group, sharing one [`TestHandler`].
+    pub fn consumers(mut self, n: usize) -> Self {
+        self.n_consumers = n;
+        self
+    }
+
+    /// Partitions of the inbound topic (default 3).
+    pub fn partitions(mut self, partitions: i32) -> Self {
+        self.partitions = Some(partitions);
         self
     }
 
@@ -108,6 +191,12 @@ impl TestStackBuilder {
 
     pub fn produce_timeout_ms(mut self, timeout_ms: u64) -> Self {
         self.produce_timeout_ms = Some(timeout_ms);
+        self
+    }
+
+    /// Adjusts every consumer's config (retry budget, lease, alert URL, ...) before it starts.
+    pub fn consumer_config(mut self, tweak: impl Fn(&mut ConsumerConfig) + Send + Sync + 'static) -> Self {
+        self.consumer_tweak = Some(Box::new(tweak));
         self
     }
 
@@ -123,7 +212,7 @@ impl TestStackBuilder {
             properties: Default::default(),
         };
         let topics = [
-            TopicSpec { name: kafka.inbound_topic.clone(), partitions: 3, compacted: false },
+            TopicSpec { name: kafka.inbound_topic.clone(), partitions: self.partitions.unwrap_or(3), compacted: false },
             TopicSpec { name: kafka.dlq_topic.clone(), partitions: 1, compacted: false },
             TopicSpec { name: kafka.dlq_status_topic.clone(), partitions: 1, compacted: true },
         ];
@@ -162,30 +251,40 @@ impl TestStackBuilder {
         let gateway =
             tokio::spawn(hookline_gateway::run(gateway_config, Listeners { public, admin }, shutdown.clone()));
 
-        let handler = Arc::new(RecordingHandler::default());
         let redis = RedisConfig { url: redis_url(), key_prefix: format!("test:{run_id}"), ..RedisConfig::default() };
-        let mut consumer = None;
-        let mut consumer_admin_addr = None;
-        if self.with_consumer {
-            let config = ConsumerConfig { kafka: kafka.clone(), redis: redis.clone(), ..ConsumerConfig::default() };
-            let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-            consumer_admin_addr = Some(admin.local_addr().expect("addr"));
-            consumer = Some(tokio::spawn(hookline_consumer::run(config, admin, handler.clone(), shutdown.clone())));
+        let mut consumer_config =
+            ConsumerConfig { kafka: kafka.clone(), redis: redis.clone(), ..ConsumerConfig::default() };
+        consumer_config.retry.initial_backoff_ms = 50;
+        consumer_config.retry.max_backoff_ms = 200;
+        if let Some(tweak) = &self.consumer_tweak {
+            tweak(&mut consumer_config);
         }
-
-        TestStack {
+        consumer_config.validate().expect("valid consumer config");
+        let mut stack = TestStack {
             kafka,
             redis,
+            consumer_config,
             gateway_addr,
             gateway_admin_addr,
-            consumer_admin_addr,
-            handler,
+            handler: Arc::new(TestHandler::default()),
             shutdown,
             gateway: Some(gateway),
-            consumer,
+            consumers: Vec::new(),
             client: Client::builder(TokioExecutor::new()).build_http(),
+        };
+        for _ in 0..self.n_consumers {
+            stack.start_consumer().await;
         }
+        stack
     }
+}
+
+/// A consumer running in-process, stoppable on its own.
+#[derive(Debug)]
+pub struct RunningConsumer {
+    pub admin_addr: SocketAddr,
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<Result<(), hookline_consumer::ConsumerError>>>,
 }
 
 /// The real services, running in-process, and what a test needs to drive and observe them.
@@ -193,13 +292,15 @@ impl TestStackBuilder {
 pub struct TestStack {
     pub kafka: KafkaConfig,
     pub redis: RedisConfig,
+    /// The config every consumer of this stack starts with.
+    pub consumer_config: ConsumerConfig,
     pub gateway_addr: SocketAddr,
     pub gateway_admin_addr: SocketAddr,
-    pub consumer_admin_addr: Option<SocketAddr>,
-    pub handler: Arc<RecordingHandler>,
+    /// Shared by every consumer of the stack: what was processed, by any of them.
+    pub handler: Arc<TestHandler>,
     shutdown: CancellationToken,
     gateway: Option<JoinHandle<Result<(), hookline_gateway::GatewayError>>>,
-    consumer: Option<JoinHandle<Result<(), hookline_consumer::ConsumerError>>>,
+    pub consumers: Vec<RunningConsumer>,
     client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
 }
 
@@ -242,6 +343,30 @@ impl TestStack {
         TestStackBuilder::default()
     }
 
+    /// Starts one more consumer in the stack's group (a rebalance follows); returns its index.
+    pub async fn start_consumer(&mut self) -> usize {
+        let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let admin_addr = admin.local_addr().expect("addr");
+        let shutdown = self.shutdown.child_token();
+        let task = tokio::spawn(hookline_consumer::run(
+            self.consumer_config.clone(),
+            admin,
+            self.handler.clone(),
+            shutdown.clone(),
+        ));
+        self.consumers.push(RunningConsumer { admin_addr, shutdown, task: Some(task) });
+        self.consumers.len() - 1
+    }
+
+    /// Stops consumer `index` gracefully and waits until it has left.
+    pub async fn stop_consumer(&mut self, index: usize) {
+        let consumer = &mut self.consumers[index];
+        consumer.shutdown.cancel();
+        if let Some(task) = consumer.task.take() {
+            task.await.expect("consumer task").expect("consumer ran cleanly");
+        }
+    }
+
     /// Sends `delivery` to the `github` source with this `X-Hub-Signature-256` value.
     pub async fn post_signed(&self, delivery: &Delivery, signature: &str) -> Reply {
         let request = Request::post(format!("http://{}/webhooks/github", self.gateway_addr))
@@ -259,42 +384,91 @@ impl TestStack {
         self.post_signed(delivery, &delivery.signature(TEST_SECRET)).await
     }
 
+    /// Sends `delivery` and asserts the gateway acknowledged it.
+    pub async fn post_accepted(&self, delivery: &Delivery) {
+        let reply = self.post(delivery).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    }
+
     pub async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
-        let response = self.client.request(request).await.expect("gateway answers");
+        let response = self.client.request(request).await.expect("server answers");
         let (parts, body) = response.into_parts();
         let body = body.collect().await.expect("response body").to_bytes();
         Reply { status: parts.status, headers: parts.headers, body }
     }
 
-    /// Every record now in the inbound topic.
-    pub async fn inbound_records(&self) -> Vec<OwnedMessage> {
-        let (brokers, topic) = (self.kafka.brokers.clone(), self.kafka.inbound_topic.clone());
+    /// Every record now in `topic`.
+    pub async fn records(&self, topic: &str) -> Vec<OwnedMessage> {
+        let (brokers, topic) = (self.kafka.brokers.clone(), topic.to_owned());
         tokio::task::spawn_blocking(move || read_topic(&brokers, &topic, Duration::from_secs(20)))
             .await
             .expect("reader task")
-            .expect("read inbound topic")
+            .expect("read topic")
     }
 
-    /// The sum of the consumer's `hookline_consumer_events_total` samples with this outcome, from `/metrics`.
-    pub async fn consumer_events(&self, outcome: &str) -> u64 {
-        let addr = self.consumer_admin_addr.expect("stack built with .consumer()");
+    /// Every record now in the inbound topic.
+    pub async fn inbound_records(&self) -> Vec<OwnedMessage> {
+        self.records(&self.kafka.inbound_topic).await
+    }
+
+    /// Produces a record straight to the inbound topic (bypassing the gateway), to `partition`, with these
+    /// headers: for records the gateway would never write, or to place copies of one event on two partitions.
+    pub async fn produce_raw(&self, partition: i32, key: &str, headers: OwnedHeaders, body: &[u8]) {
+        let producer: FutureProducer = producer_config(&self.kafka).create().expect("producer");
+        let record =
+            FutureRecord::to(&self.kafka.inbound_topic).partition(partition).key(key).payload(body).headers(headers);
+        producer.send(record, Duration::from_secs(10)).await.expect("produced");
+    }
+
+    /// Scrapes one consumer's `/metrics` and sums the samples of `metric` whose labels contain `label`.
+    pub async fn consumer_metric(&self, index: usize, metric: &str, label: &str) -> f64 {
+        let addr = self.consumers[index].admin_addr;
         let request = Request::get(format!("http://{addr}/metrics")).body(Full::default()).expect("request");
         let reply = self.send(request).await;
         let text = String::from_utf8_lossy(&reply.body).into_owned();
-        let label = format!("outcome=\"{outcome}\"");
         text.lines()
-            .filter(|line| line.starts_with("hookline_consumer_events_total{") && line.contains(&label))
+            .filter(|line| {
+                line.strip_prefix(metric).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                    && line.contains(label)
+            })
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+            .sum()
     }
 
-    /// Waits until the consumer has handled (processed or skipped) `n_records` records.
+    /// `hookline_consumer_events_total` with this outcome, summed over the running consumers.
+    pub async fn consumer_events(&self, outcome: &str) -> u64 {
+        let label = format!("outcome=\"{outcome}\"");
+        let mut total = 0.0;
+        for index in 0..self.consumers.len() {
+            if self.consumers[index].task.is_some() {
+                total += self.consumer_metric(index, "hookline_consumer_events_total", &label).await;
+            }
+        }
+        total as u64
+    }
+
+    /// Waits until the running consumers have handled (processed, skipped or dead-lettered) `n_records` records.
     pub async fn wait_until_handled(&self, n_records: u64) {
-        eventually(Duration::from_secs(30), &format!("{n_records} records handled by the consumer"), || async {
+        eventually(Duration::from_secs(60), &format!("{n_records} records handled by the consumers"), || async {
             self.consumer_events("processed").await
                 + self.consumer_events("duplicate").await
                 + self.consumer_events("dead_lettered").await
                 >= n_records
+        })
+        .await;
+    }
+
+    /// Waits until every running consumer has at least one partition assigned.
+    pub async fn wait_until_assigned(&self) {
+        eventually(Duration::from_secs(60), "every consumer has partitions", || async {
+            for index in 0..self.consumers.len() {
+                if self.consumers[index].task.is_some()
+                    && self.consumer_metric(index, "hookline_consumer_assigned_partitions", "").await < 1.0
+                {
+                    return false;
+                }
+            }
+            true
         })
         .await;
     }
@@ -305,8 +479,10 @@ impl TestStack {
         if let Some(gateway) = self.gateway.take() {
             gateway.await.expect("gateway task").expect("gateway ran cleanly");
         }
-        if let Some(consumer) = self.consumer.take() {
-            consumer.await.expect("consumer task").expect("consumer ran cleanly");
+        for consumer in &mut self.consumers {
+            if let Some(task) = consumer.task.take() {
+                task.await.expect("consumer task").expect("consumer ran cleanly");
+            }
         }
     }
 }
@@ -314,5 +490,64 @@ impl TestStack {
 impl Drop for TestStack {
     fn drop(&mut self) {
         self.shutdown.cancel();
+    }
+}
+
+/// A tiny HTTP server on loopback that records each request body and answers with scripted statuses
+/// (then 200): stands in for the third-party endpoints a test cannot reach (an alert webhook, a downstream
+/// service behind the `http` handler).
+#[derive(Debug, Clone)]
+pub struct FakeEndpoint {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<FakeEndpointState>>,
+}
+
+#[derive(Debug, Default)]
+struct FakeEndpointState {
+    bodies: Vec<(HeaderMap, Bytes)>,
+    statuses: VecDeque<u16>,
+}
+
+impl FakeEndpoint {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let state = Arc::new(Mutex::new(FakeEndpointState::default()));
+        let handler_state = state.clone();
+        let handler = move |request: Request<hyper::body::Incoming>| {
+            let state = handler_state.clone();
+            async move {
+                let (parts, body) = request.into_parts();
+                let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                let status = {
+                    let mut state = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    state.bodies.push((parts.headers, body));
+                    state.statuses.pop_front().unwrap_or(200)
+                };
+                let mut response = hookline_common::http::text(StatusCode::OK, "ok");
+                *response.status_mut() = StatusCode::from_u16(status).expect("status");
+                response
+            }
+        };
+        tokio::spawn(hookline_common::http::serve(
+            listener,
+            handler,
+            hookline_common::http::ServeLimits::default(),
+            CancellationToken::new(),
+        ));
+        Self { addr, state }
+    }
+
+    /// The next requests are answered with these statuses, in order; then 200.
+    pub fn respond_with(&self, statuses: impl IntoIterator<Item = u16>) {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).statuses.extend(statuses);
+    }
+
+    pub fn requests(&self) -> Vec<(HeaderMap, Bytes)> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).bodies.clone()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
     }
 }
