@@ -77,7 +77,10 @@ impl KafkaConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
+    /// `redis://host:port`; with `cluster = true`, a comma-separated list of seed nodes.
     pub url: String,
+    /// Connect to a Redis Cluster. Every dedupe script touches a single key, so no hash tags are needed.
+    pub cluster: bool,
     /// Dedupe keys are `<key_prefix>:<source>:<event id>`.
     pub key_prefix: String,
     /// How long a processed event id is remembered. 72 hours covers the retry windows of the providers we
@@ -93,6 +96,7 @@ impl Default for RedisConfig {
     fn default() -> Self {
         Self {
             url: "redis://127.0.0.1:16379".to_owned(),
+            cluster: false,
             key_prefix: "hookline:dedupe".to_owned(),
             dedupe_ttl_s: 72 * 3600,
             claim_lease_ms: 30_000,
@@ -111,6 +115,11 @@ impl RedisConfig {
         problems.check(self.dedupe_ttl_s >= 60, "redis.dedupe_ttl_s must be at least 60");
         problems.check(self.claim_lease_ms >= 1_000, "redis.claim_lease_ms must be at least 1000");
         problems.check(self.response_timeout_ms >= 50, "redis.response_timeout_ms must be at least 50");
+    }
+
+    /// The node URLs in `url`.
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        self.url.split(',').map(str::trim).filter(|url| !url.is_empty())
     }
 
     pub fn apply_env(&mut self) {

@@ -18,8 +18,10 @@ use hookline_common::{
     wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DONE},
 };
 use redis::{
-    Script,
+    FromRedisValue, RedisResult, Script, ScriptInvocation,
     aio::{ConnectionManager, ConnectionManagerConfig},
+    cluster::ClusterClient,
+    cluster_async::ClusterConnection,
 };
 
 /// The outcome of trying to claim an event.
@@ -73,9 +75,16 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 ";
 
+/// A single Redis (reconnecting) or a Redis Cluster (routing each key to its slot's node).
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
 #[derive(Clone)]
 pub struct Dedupe {
-    connection: ConnectionManager,
+    connection: Connection,
     prefix: String,
     lease_ms: u64,
     done_ttl_ms: u64,
@@ -93,14 +102,23 @@ impl std::fmt::Debug for Dedupe {
 impl Dedupe {
     /// Connects to Redis. Fails when Redis cannot be reached now; the caller retries.
     pub async fn connect(config: &RedisConfig) -> Result<Self, DedupeError> {
-        let client = redis::Client::open(config.url.as_str())?;
         let timeout = Duration::from_millis(config.response_timeout_ms);
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(timeout))
-            .set_connection_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(2));
-        let connection = client.get_connection_manager_with_config(manager_config).await?;
+        let connection = if config.cluster {
+            let client = ClusterClient::builder(config.urls().map(str::to_owned).collect::<Vec<_>>())
+                .response_timeout(timeout)
+                .connection_timeout(timeout)
+                .retries(2)
+                .build()?;
+            Connection::Cluster(client.get_async_connection().await?)
+        } else {
+            let client = redis::Client::open(config.url.as_str())?;
+            let manager_config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(timeout))
+                .set_connection_timeout(Some(timeout))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_secs(2));
+            Connection::Single(client.get_connection_manager_with_config(manager_config).await?)
+        };
         Ok(Self {
             connection,
             prefix: config.key_prefix.clone(),
@@ -122,15 +140,8 @@ impl Dedupe {
 
     /// Tries to claim with `token`. Safe to call again with the same token after an error.
     pub async fn claim(&self, token: &ClaimToken) -> Result<Claim, DedupeError> {
-        let mut connection = self.connection.clone();
-        let reply: String = self
-            .claim
-            .key(&token.key)
-            .arg(&token.value)
-            .arg(self.lease_ms)
-            .arg(DEDUPE_DONE)
-            .invoke_async(&mut connection)
-            .await?;
+        let reply: String =
+            self.invoke(self.claim.key(&token.key).arg(&token.value).arg(self.lease_ms).arg(DEDUPE_DONE)).await?;
         Ok(match reply.as_str() {
             "acquired" => Claim::Acquired(token.clone()),
             "done" => Claim::AlreadyDone,
@@ -141,29 +152,32 @@ impl Dedupe {
     /// Records the event as processed for the dedupe TTL. Returns false when our claim had expired (another
     /// consumer may have processed the event too: the handler ran longer than the lease).
     pub async fn mark_done(&self, token: &ClaimToken) -> Result<bool, DedupeError> {
-        let mut connection = self.connection.clone();
-        let still_ours: i64 = self
-            .done
-            .key(&token.key)
-            .arg(&token.value)
-            .arg(DEDUPE_DONE)
-            .arg(self.done_ttl_ms)
-            .invoke_async(&mut connection)
-            .await?;
+        let still_ours: i64 =
+            self.invoke(self.done.key(&token.key).arg(&token.value).arg(DEDUPE_DONE).arg(self.done_ttl_ms)).await?;
         Ok(still_ours == 1)
     }
 
     /// Gives the claim up so the event can be processed again (a retry, a replay).
     pub async fn release(&self, token: &ClaimToken) -> Result<(), DedupeError> {
-        let mut connection = self.connection.clone();
-        let _: i64 = self.release.key(&token.key).arg(&token.value).invoke_async(&mut connection).await?;
+        let _: i64 = self.invoke(self.release.key(&token.key).arg(&token.value)).await?;
         Ok(())
     }
 
     /// A PING, for readiness.
     pub async fn ping(&self) -> Result<(), DedupeError> {
-        let mut connection = self.connection.clone();
-        let _: String = redis::cmd("PING").query_async(&mut connection).await?;
+        let ping = redis::cmd("PING");
+        let _: String = match self.connection.clone() {
+            Connection::Single(mut connection) => ping.query_async(&mut connection).await?,
+            Connection::Cluster(mut connection) => ping.query_async(&mut connection).await?,
+        };
         Ok(())
+    }
+
+    /// Runs a script (EVALSHA, loading it on NOSCRIPT) on whichever connection this is.
+    async fn invoke<T: FromRedisValue>(&self, invocation: &mut ScriptInvocation<'_>) -> RedisResult<T> {
+        match self.connection.clone() {
+            Connection::Single(mut connection) => invocation.invoke_async(&mut connection).await,
+            Connection::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
+        }
     }
 }

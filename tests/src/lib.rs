@@ -44,6 +44,12 @@ pub fn brokers() -> String {
     std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned())
 }
 
+/// Seed nodes of the test Redis Cluster (`scripts/stack start-redis-cluster`).
+pub fn redis_cluster_urls() -> String {
+    std::env::var("REDIS_CLUSTER_URLS")
+        .unwrap_or_else(|_| "redis://127.0.0.1:16380,redis://127.0.0.1:16381,redis://127.0.0.1:16382".to_owned())
+}
+
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".to_owned())
 }

@@ -306,3 +306,28 @@ async fn http_handler_retries_5xx_then_succeeds_and_dead_letters_4xx() {
     consumer.await.expect("task").expect("consumer ran cleanly");
     stack.shutdown().await;
 }
+
+#[tokio::test]
+async fn dedupe_works_against_redis_cluster() {
+    // Needs `scripts/stack start-redis-cluster` (scripts/test starts it).
+    let stack = TestStack::builder()
+        .consumer_config(|config| {
+            config.redis.url = hookline_tests::redis_cluster_urls();
+            config.redis.cluster = true;
+        })
+        .consumer()
+        .build()
+        .await;
+    let deliveries: Vec<Delivery> = (0..6).map(|n| Delivery::new(format!("{{\"n\":{n}}}").into_bytes())).collect();
+    stack.handler.fail_with(&deliveries[0].delivery_id, [HandlerError::retryable("once")]);
+    for delivery in deliveries.iter().chain(deliveries.iter()) {
+        stack.post_accepted(delivery).await;
+    }
+    stack.wait_until_handled(12).await;
+    for delivery in &deliveries {
+        assert_eq!(stack.handler.count(&delivery.delivery_id), 1, "{}", delivery.delivery_id);
+    }
+    assert_eq!(stack.consumer_events("duplicate").await, 6);
+    assert_eq!(stack.handler.attempts(&deliveries[0].delivery_id), 2, "released after the failure, claimed again");
+    stack.shutdown().await;
+}
