@@ -77,6 +77,11 @@ impl Ingest {
         self.sources.store(Arc::new(sources));
     }
 
+    /// The source table serving now.
+    pub fn sources(&self) -> Arc<SourceTable> {
+        self.sources.load_full()
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

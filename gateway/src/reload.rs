@@ -123,3 +123,57 @@ pub async fn reload_on_sighup(reloader: Arc<Reloader>, shutdown: CancellationTok
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use prometheus::Registry;
+
+    use super::*;
+    use crate::{metrics::Metrics, produce::EventProducer};
+
+    fn temp_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("hookline-reload-{}-{name}", std::process::id()))
+    }
+
+    fn config_text(secret_path: &std::path::Path, extra_source: &str) -> String {
+        format!(
+            "[kafka]\nbrokers = \"127.0.0.1:1\"\n[[sources]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [{{ id = \"a\", file = \"{}\" }}]\n{extra_source}",
+            secret_path.display()
+        )
+    }
+
+    #[tokio::test]
+    async fn a_file_reload_applies_a_valid_config_and_rejects_a_bad_one_keeping_the_old() {
+        let secret_path = temp_path("secret");
+        let config_path = temp_path("gateway.toml");
+        std::fs::write(&secret_path, "s3cret").unwrap();
+        std::fs::write(&config_path, config_text(&secret_path, "")).unwrap();
+        let config = GatewayConfig::load(Some(&config_path)).unwrap();
+        let metrics = Metrics::register(&Registry::new()).unwrap();
+        // Creating a producer does not connect; no broker is needed here.
+        let producer = EventProducer::new(&config.kafka).unwrap();
+        let ingest = Arc::new(Ingest::new(&config, producer, metrics).unwrap());
+        let reloader = Reloader::new(ConfigOrigin::File(config_path.clone()), &config, ingest.clone());
+
+        let added = "[[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [{ id = \"b\", env = \"PATH\" }]\n";
+        std::fs::write(&config_path, config_text(&secret_path, added)).unwrap();
+        assert_eq!(reloader.reload().await, Ok(Reloaded { n_sources: 2 }));
+        assert!(ingest.sources().get("stripe").is_some());
+
+        // An unknown scheme and a missing secret: rejected with both problems, the two sources keep serving.
+        let broken = "[[sources]]\nname = \"x\"\nscheme = \"nope\"\nsecrets = [{ id = \"c\", env = \"HOOKLINE_SURELY_UNSET_VAR\" }]\n";
+        std::fs::write(&config_path, config_text(&secret_path, broken)).unwrap();
+        let problems = reloader.reload().await.unwrap_err().join("\n");
+        assert!(problems.contains("unknown scheme `nope`"), "{problems}");
+        assert!(problems.contains("HOOKLINE_SURELY_UNSET_VAR"), "{problems}");
+        assert_eq!(ingest.sources().len(), 2);
+
+        std::fs::write(&config_path, "this is [not toml").unwrap();
+        assert!(reloader.reload().await.unwrap_err().join("").contains("is not valid"));
+        assert_eq!(ingest.sources().len(), 2);
+        assert_eq!(ingest.metrics().reloads.with_label_values(&["rejected"]).get(), 2);
+        assert_eq!(ingest.metrics().reloads.with_label_values(&["applied"]).get(), 1);
+        let _ = std::fs::remove_file(&secret_path);
+        let _ = std::fs::remove_file(&config_path);
+    }
+}

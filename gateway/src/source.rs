@@ -42,7 +42,14 @@ impl Source {
                 problems.push("has no secrets: it would accept nothing, or worse".to_owned());
                 Vec::new()
             }
-            None => Vec::new(),
+            None => {
+                // The scheme is unknown, but the secrets can still be checked: every problem at once.
+                for secret_ref in &config.secrets {
+                    problems.extend(secret_ref.load().err());
+                    problems.extend(secret_ref.validity_ms().err());
+                }
+                Vec::new()
+            }
         };
         if config.max_body_bytes == 0 {
             problems.push("max_body_bytes must be positive".to_owned());
