@@ -238,6 +238,7 @@ proptest! {
         let _ = twilio::settings_algorithm(&text);
         let _ = twilio::toggle_default_port(&text);
         let _ = twilio::signed_params(text.as_bytes());
+        let _ = twilio::signed_params_deduplicated(text.as_bytes());
         let _ = hubspot::signed_uri(&text);
         let _ = twitch::parse_rfc3339_ms(&text);
         let _ = generic::parse_template(&text);

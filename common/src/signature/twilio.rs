@@ -63,6 +63,15 @@ pub fn signed_params(body: &[u8]) -> String {
     params.iter().map(|(name, value)| format!("{name}{value}")).collect()
 }
 
+/// [`signed_params`] with repeated name/value pairs counted once, as Twilio's Python SDK builds the string.
+/// Tried as well when the body repeats a pair, so either convention verifies.
+pub fn signed_params_deduplicated(body: &[u8]) -> String {
+    let mut params: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
+    params.sort();
+    params.dedup();
+    params.iter().map(|(name, value)| format!("{name}{value}")).collect()
+}
+
 fn is_form(content_type: Option<&str>) -> bool {
     content_type
         .and_then(|value| value.split(';').next())
@@ -97,23 +106,25 @@ impl Scheme for Twilio {
 
         let form = is_form(header(request.headers, "content-type"));
         let body_hash = if form { None } else { Some(body_sha256_param(url)) };
-        let params = match body_hash {
-            None => signed_params(request.body),
-            Some(Some(_)) => String::new(),
+        let mut param_strings = match body_hash {
+            None => vec![signed_params(request.body)],
+            Some(Some(_)) => vec![String::new()],
             Some(None) => return Err(VerifyError::UnsupportedContentType(FORM)),
         };
+        if body_hash.is_none() {
+            let deduplicated = signed_params_deduplicated(request.body);
+            if deduplicated != param_strings[0] {
+                param_strings.push(deduplicated);
+            }
+        }
         let mut urls = vec![url.to_owned()];
         urls.extend(toggle_default_port(url));
         let verified = urls
             .iter()
-            .find_map(|candidate| {
-                first_hmac_match(
-                    algorithm,
-                    secrets,
-                    &[candidate.as_bytes(), params.as_bytes()],
-                    std::slice::from_ref(&signature),
-                )
-                .ok()
+            .flat_map(|url| param_strings.iter().map(move |params| (url, params)))
+            .find_map(|(url, params)| {
+                let parts: [&[u8]; 2] = [url.as_bytes(), params.as_bytes()];
+                first_hmac_match(algorithm, secrets, &parts, std::slice::from_ref(&signature)).ok()
             })
             .ok_or(VerifyError::Mismatch)?;
         if let Some(Some(expected)) = body_hash {
@@ -165,6 +176,20 @@ mod tests {
             b"To=%2B18005551212&Digits=1234&Caller=%2B14158675309&From=%2B14158675309&CallSid=CA1234567890ABCDE";
         assert_eq!(run(URL, &[], shuffled, &[("a", TOKEN)]), Ok("a".to_owned()));
         assert_eq!(sign(TOKEN.as_bytes(), URL, BODY), VECTOR);
+    }
+
+    #[test]
+    fn repeated_pairs_verify_under_either_convention() {
+        let body = b"Tag=a&Tag=a&Tag=b";
+        let headers_for = |signature: &str| headers(&[(SIGNATURE, signature), ("Content-Type", FORM)]);
+        for params in [signed_params(body), signed_params_deduplicated(body)] {
+            let signature =
+                BASE64.encode(hmac(Algorithm::Sha1, TOKEN.as_bytes(), &[URL.as_bytes(), params.as_bytes()]));
+            let result =
+                check_at(&Twilio, &http::Method::POST, Some(URL), &headers_for(&signature), body, &[("a", TOKEN)], 0);
+            assert_eq!(result, Ok("a".to_owned()), "{params}");
+        }
+        assert_eq!(signed_params_deduplicated(body), "TagaTagb");
     }
 
     #[test]
