@@ -130,7 +130,7 @@ impl RedisConfig {
 }
 
 /// Where a secret's value comes from. Secrets are never written inline in a config file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretRef {
     pub id: String,
@@ -138,9 +138,46 @@ pub struct SecretRef {
     pub env: Option<String>,
     /// Path of a file holding the secret (trailing newline stripped).
     pub file: Option<String>,
+    /// RFC 3339 time (`2026-06-01T00:00:00Z`) before which the secret is not accepted yet: lets a rotation be
+    /// configured ahead of the provider's switch.
+    #[serde(default)]
+    pub not_before: Option<String>,
+    /// RFC 3339 time after which the secret is no longer accepted: a retiring secret stops working by itself.
+    #[serde(default)]
+    pub not_after: Option<String>,
 }
 
 impl SecretRef {
+    /// A secret read from a file, valid at any time.
+    pub fn from_file(id: impl Into<String>, path: impl Into<String>) -> Self {
+        Self { id: id.into(), file: Some(path.into()), ..Self::default() }
+    }
+
+    /// A secret read from an environment variable, valid at any time.
+    pub fn from_env(id: impl Into<String>, var: impl Into<String>) -> Self {
+        Self { id: id.into(), env: Some(var.into()), ..Self::default() }
+    }
+
+    /// `not_before` and `not_after` as ms since the Unix epoch, or why they cannot be read.
+    pub fn validity_ms(&self) -> Result<(Option<i64>, Option<i64>), String> {
+        let parse = |key: &str, value: &Option<String>| -> Result<Option<i64>, String> {
+            let Some(text) = value else { return Ok(None) };
+            let time = humantime::parse_rfc3339(text.trim()).map_err(|_| {
+                format!("secret `{}`: {key} `{text}` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z", self.id)
+            })?;
+            let since_epoch = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            Ok(Some(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)))
+        };
+        let not_before = parse("not_before", &self.not_before)?;
+        let not_after = parse("not_after", &self.not_after)?;
+        if let (Some(start), Some(end)) = (not_before, not_after) {
+            if start > end {
+                return Err(format!("secret `{}`: not_before is after not_after", self.id));
+            }
+        }
+        Ok((not_before, not_after))
+    }
+
     /// Reads the secret's bytes, or says why it cannot.
     pub fn load(&self) -> Result<Vec<u8>, String> {
         let value = match (&self.env, &self.file) {
@@ -224,5 +261,26 @@ pub fn parse_str<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, Con
 pub fn env_override(var: &str, target: &mut String) {
     if let Ok(value) = std::env::var(var) {
         *target = value;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_validity_parses_rfc3339_and_refuses_nonsense() {
+        let secret = SecretRef {
+            not_before: Some("2026-06-01T00:00:00Z".into()),
+            not_after: Some("2026-07-01T00:00:00.5Z".into()),
+            ..SecretRef::from_env("s", "VAR")
+        };
+        assert_eq!(secret.validity_ms(), Ok((Some(1_780_272_000_000), Some(1_782_864_000_500))));
+        let reversed =
+            SecretRef { not_before: secret.not_after.clone(), not_after: secret.not_before.clone(), ..secret };
+        assert!(reversed.validity_ms().is_err_and(|problem| problem.contains("not_before is after not_after")));
+        let garbage = SecretRef { not_after: Some("next tuesday".into()), ..SecretRef::from_file("s", "/f") };
+        assert!(garbage.validity_ms().is_err_and(|problem| problem.contains("RFC 3339")));
+        assert_eq!(SecretRef::from_file("s", "/f").validity_ms(), Ok((None, None)));
     }
 }

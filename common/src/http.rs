@@ -118,7 +118,8 @@ pub async fn serve_admin(
     serve(listener, handler, limits, shutdown).await;
 }
 
-fn admin_response(request: &Request<Incoming>, registry: &Registry, readiness: &Readiness) -> Response<Body> {
+/// The answer to one admin request (`/livez`, `/readyz`, `/metrics`); services with more admin routes wrap it.
+pub fn admin_response(request: &Request<Incoming>, registry: &Registry, readiness: &Readiness) -> Response<Body> {
     if request.method() != Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }

@@ -4,9 +4,11 @@ use std::path::Path;
 
 use hookline_common::{
     config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env},
-    signature::SCHEME_NAMES,
+    signature::{FieldSource, GenericHmacOptions},
 };
 use serde::Deserialize;
+
+use crate::source::Source;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -45,6 +47,9 @@ pub struct Limits {
     pub drain_deadline_ms: u64,
     /// Seconds advertised in `Retry-After` on a 503.
     pub retry_after_s: u64,
+    /// Bound on a whole request, socket to answer: a body still arriving then is a 408, a produce still
+    /// unacknowledged a 503. Keep it below the providers' timeouts (Slack 3 s, GitHub 10 s) where you can.
+    pub request_deadline_ms: u64,
 }
 
 impl Default for Limits {
@@ -55,6 +60,7 @@ impl Default for Limits {
             body_read_timeout_ms: 30_000,
             drain_deadline_ms: 15_000,
             retry_after_s: 5,
+            request_deadline_ms: 9_000,
         }
     }
 }
@@ -63,17 +69,60 @@ impl Default for Limits {
 /// always fits in one record. Raise it together with the topic's `max.message.bytes`.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1_000_000;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// Served at `POST /webhooks/{name}`.
     pub name: String,
-    /// Signature scheme name (see `hookline_common::signature::SCHEME_NAMES`).
+    /// Signature scheme name (see `hookline_common::signature::SCHEME_NAMES`). `none` accepts unsigned requests:
+    /// an explicit opt-in for trusted internal senders, logged as a warning at every (re)load.
     pub scheme: String,
-    /// Secrets tried in order; more than one during a rotation.
+    /// Secrets tried in order; more than one during a rotation. Required by every scheme but `none`.
+    #[serde(default)]
     pub secrets: Vec<SecretRef>,
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
+    /// Timestamp tolerance in seconds, both directions; default: the scheme's own (Stripe, Slack, Standard
+    /// Webhooks, HubSpot 300, Twitch 600, Linear 60, Paddle 5; Zoom none).
+    #[serde(default)]
+    pub tolerance_s: Option<u64>,
+    /// Kafka topic for this source's events; default `kafka.inbound_topic`.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// Where the event id (the dedupe key) comes from; default: the scheme's.
+    #[serde(default)]
+    pub event_id: Option<FieldSource>,
+    /// Where the event type comes from; default: the scheme's.
+    #[serde(default)]
+    pub event_type: Option<FieldSource>,
+    /// Request headers carried into Kafka, each as a record header named [`FORWARDED_HEADER_PREFIX`] + its
+    /// lowercase name.
+    #[serde(default)]
+    pub forward_headers: Vec<String>,
+    /// The URL the provider sends to, as the provider sees it (scheme, host, path; no query): signed by Twilio,
+    /// Square and HubSpot, and required for them. The request's query string is appended.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    /// Settings of the generic HMAC scheme (`scheme = "hmac"`).
+    #[serde(default)]
+    pub hmac: Option<GenericHmacOptions>,
+}
+
+/// Prefix of the Kafka record headers that carry allowlisted request headers: `http-` + lowercase header name.
+/// Distinct from the gateway's own `hookline-` headers, so a provider header can never impersonate one of ours.
+pub const FORWARDED_HEADER_PREFIX: &str = "http-";
+
+impl SourceConfig {
+    /// A source with the given name, scheme and secrets and every other setting at its default.
+    pub fn new(name: impl Into<String>, scheme: impl Into<String>, secrets: Vec<SecretRef>) -> Self {
+        Self {
+            name: name.into(),
+            scheme: scheme.into(),
+            secrets,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            ..Self::default()
+        }
+    }
 }
 
 fn default_max_body_bytes() -> usize {
@@ -100,6 +149,10 @@ impl GatewayConfig {
         self.kafka.validate(&mut problems);
         problems.check(self.limits.max_in_flight > 0, "limits.max_in_flight must be positive");
         problems.check(self.sources.iter().len() > 0, "no [[sources]] configured: the gateway would serve nothing");
+        problems.check(
+            (1_000..=120_000).contains(&self.limits.request_deadline_ms),
+            "limits.request_deadline_ms must be between 1000 and 120000",
+        );
         let mut seen = std::collections::HashSet::new();
         for source in &self.sources {
             let name = &source.name;
@@ -108,20 +161,11 @@ impl GatewayConfig {
                 format!("source name `{name}` must be non-empty and use only letters, digits, `-` and `_`"),
             );
             problems.check(seen.insert(name.clone()), format!("source `{name}` is declared twice"));
-            problems.check(
-                SCHEME_NAMES.contains(&source.scheme.as_str()),
-                format!("source `{name}`: unknown scheme `{}` (known: {})", source.scheme, SCHEME_NAMES.join(", ")),
-            );
-            problems.check(
-                !source.secrets.is_empty(),
-                format!("source `{name}` has no secrets: it would accept nothing, or worse"),
-            );
-            for secret in &source.secrets {
-                if let Err(problem) = secret.load() {
+            if let Err(source_problems) = Source::from_config(source, &self.kafka.inbound_topic) {
+                for problem in source_problems {
                     problems.push(format!("source `{name}`: {problem}"));
                 }
             }
-            problems.check(source.max_body_bytes > 0, format!("source `{name}`: max_body_bytes must be positive"));
         }
         problems.into_result()
     }

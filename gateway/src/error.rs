@@ -26,8 +26,8 @@ pub enum Rejection {
     BodyRead(#[source] hyper::Error),
     #[error("{0}")]
     Verify(#[source] VerifyError),
-    #[error("the request carries no event id (`{header}`)")]
-    MissingEventId { header: &'static str },
+    #[error("the request carries no event id where this source expects one")]
+    MissingEventId,
     #[error("the gateway is at its concurrency limit")]
     Overloaded,
     #[error("the broker did not acknowledge the event")]
@@ -42,8 +42,15 @@ impl Rejection {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::BodyRead(_) => StatusCode::BAD_REQUEST,
-            Self::Verify(VerifyError::MalformedSignature(_)) | Self::MissingEventId { .. } => StatusCode::BAD_REQUEST,
-            Self::Verify(VerifyError::MissingSignature(_) | VerifyError::Mismatch) => StatusCode::UNAUTHORIZED,
+            Self::Verify(VerifyError::MalformedSignature(_)) | Self::MissingEventId => StatusCode::BAD_REQUEST,
+            Self::Verify(VerifyError::UnsupportedContentType(_)) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Verify(
+                VerifyError::MissingSignature(_)
+                | VerifyError::Mismatch
+                | VerifyError::TimestampStale
+                | VerifyError::TimestampFuture
+                | VerifyError::MissingTimestamp(_),
+            ) => StatusCode::UNAUTHORIZED,
             Self::Overloaded | Self::Produce(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -57,10 +64,8 @@ impl Rejection {
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::BodyTimeout => "body_timeout",
             Self::BodyRead(_) => "body_unreadable",
-            Self::Verify(VerifyError::MissingSignature(_)) => "signature_missing",
-            Self::Verify(VerifyError::MalformedSignature(_)) => "signature_malformed",
-            Self::Verify(VerifyError::Mismatch) => "signature_mismatch",
-            Self::MissingEventId { .. } => "event_id_missing",
+            Self::Verify(error) => error.reason(),
+            Self::MissingEventId => "event_id_missing",
             Self::Overloaded => "overloaded",
             Self::Produce(ProduceError::QueueFull) => "broker_queue_full",
             Self::Produce(_) => "broker_unavailable",
@@ -124,8 +129,35 @@ mod tests {
     }
 
     #[test]
-    fn malformed_signature_is_400_missing_is_401() {
-        assert_eq!(Rejection::Verify(VerifyError::MalformedSignature("h")).status(), StatusCode::BAD_REQUEST);
-        assert_eq!(Rejection::Verify(VerifyError::MissingSignature("h")).status(), StatusCode::UNAUTHORIZED);
+    fn each_verification_failure_has_its_status_and_code() {
+        let cases = [
+            (VerifyError::MalformedSignature("h".into()), StatusCode::BAD_REQUEST, "signature_malformed"),
+            (VerifyError::MissingSignature("h".into()), StatusCode::UNAUTHORIZED, "signature_missing"),
+            (VerifyError::Mismatch, StatusCode::UNAUTHORIZED, "signature_mismatch"),
+            (VerifyError::TimestampStale, StatusCode::UNAUTHORIZED, "timestamp_stale"),
+            (VerifyError::TimestampFuture, StatusCode::UNAUTHORIZED, "timestamp_future"),
+            (VerifyError::MissingTimestamp("t"), StatusCode::UNAUTHORIZED, "timestamp_missing"),
+            (VerifyError::UnsupportedContentType("x"), StatusCode::UNSUPPORTED_MEDIA_TYPE, "content_type_unsupported"),
+        ];
+        for (error, status, code) in cases {
+            let rejection = Rejection::Verify(error);
+            assert_eq!((rejection.status(), rejection.code()), (status, code));
+        }
+        assert_eq!(Rejection::MissingEventId.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(Rejection::UnknownSource.status(), StatusCode::NOT_FOUND);
+        assert_eq!(Rejection::MethodNotAllowed.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(Rejection::BodyTooLarge { limit_bytes: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(Rejection::Overloaded.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[tokio::test]
+    async fn error_bodies_are_small_json_with_a_stable_code_and_no_detail() {
+        use http_body_util::BodyExt;
+        let response = Rejection::Verify(VerifyError::Mismatch).into_response(5);
+        assert_eq!(response.headers().get(header::CONTENT_TYPE).map(|v| v.as_bytes()), Some(&b"application/json"[..]));
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["error"]["code"], "signature_mismatch");
+        assert_eq!(body["error"].as_object().map(|o| o.len()), Some(2));
     }
 }

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use hookline_common::{config::env, telemetry};
-use hookline_gateway::{GatewayConfig, Listeners};
+use hookline_gateway::{ConfigOrigin, GatewayConfig, Listeners};
 use tokio::net::TcpListener;
 
 /// The hookline webhook gateway.
@@ -33,7 +33,11 @@ async fn main() -> anyhow::Result<()> {
         "gateway starting"
     );
     let shutdown = hookline_common::signals::shutdown_on_signals();
-    hookline_gateway::run(config, Listeners { public, admin }, shutdown).await?;
+    let origin = match &args.config {
+        Some(path) => ConfigOrigin::File(path.clone()),
+        None => ConfigOrigin::Fixed(Box::new(config.clone())),
+    };
+    hookline_gateway::run_with_origin(config, origin, Listeners { public, admin }, shutdown).await?;
     tracing::info!("gateway stopped");
     Ok(())
 }

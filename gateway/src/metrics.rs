@@ -1,5 +1,6 @@
-//! The gateway's metrics, defined once. Labels are bounded: source names come from config, outcomes from
-//! [`crate::error::Outcome`].
+//! The gateway's metrics, defined once. Labels are bounded: source names come from config (`unknown` for any
+//! other path), outcomes from [`crate::error::Rejection::code`] plus `accepted` and `handshake`, reasons from
+//! `VerifyError::reason`, secret ids from config.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -9,15 +10,25 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     /// `hookline_gateway_verified_total{source, secret_id}`: which secret matched, for rotations.
     pub verified: IntCounterVec,
+    /// `hookline_gateway_verification_failures_total{source, reason}`.
+    pub verification_failures: IntCounterVec,
     /// `hookline_gateway_request_duration_seconds{source, outcome}`: socket to response.
     pub request_duration: HistogramVec,
     /// `hookline_gateway_produce_duration_seconds{outcome}`: produce call to delivery report.
     pub produce_duration: HistogramVec,
+    /// `hookline_gateway_body_size_bytes{source}`: bodies read in full.
+    pub body_size: HistogramVec,
     /// `hookline_gateway_in_flight_requests`.
     pub in_flight: IntGauge,
+    /// `hookline_gateway_producer_queue_depth`: records queued or awaiting the broker's acknowledgement.
+    pub producer_queue_depth: IntGauge,
+    /// `hookline_gateway_config_reloads_total{outcome}`: `applied` or `rejected`.
+    pub reloads: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const SIZE_BUCKETS: &[f64] =
+    &[256.0, 1024.0, 4096.0, 16_384.0, 65_536.0, 262_144.0, 1_048_576.0, 4_194_304.0, 16_777_216.0];
 
 impl Metrics {
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
@@ -30,6 +41,10 @@ impl Metrics {
                 Opts::new("hookline_gateway_verified_total", "Verified requests by the secret that matched."),
                 &["source", "secret_id"],
             )?,
+            verification_failures: IntCounterVec::new(
+                Opts::new("hookline_gateway_verification_failures_total", "Requests that failed verification."),
+                &["source", "reason"],
+            )?,
             request_duration: HistogramVec::new(
                 HistogramOpts::new("hookline_gateway_request_duration_seconds", "Time from request to response.")
                     .buckets(LATENCY_BUCKETS.to_vec()),
@@ -40,13 +55,30 @@ impl Metrics {
                     .buckets(LATENCY_BUCKETS.to_vec()),
                 &["outcome"],
             )?,
+            body_size: HistogramVec::new(
+                HistogramOpts::new("hookline_gateway_body_size_bytes", "Sizes of request bodies read in full.")
+                    .buckets(SIZE_BUCKETS.to_vec()),
+                &["source"],
+            )?,
             in_flight: IntGauge::new("hookline_gateway_in_flight_requests", "Requests being handled.")?,
+            producer_queue_depth: IntGauge::new(
+                "hookline_gateway_producer_queue_depth",
+                "Records queued in the producer or awaiting the broker's acknowledgement.",
+            )?,
+            reloads: IntCounterVec::new(
+                Opts::new("hookline_gateway_config_reloads_total", "Config reloads by outcome."),
+                &["outcome"],
+            )?,
         };
         registry.register(Box::new(metrics.requests.clone()))?;
         registry.register(Box::new(metrics.verified.clone()))?;
+        registry.register(Box::new(metrics.verification_failures.clone()))?;
         registry.register(Box::new(metrics.request_duration.clone()))?;
         registry.register(Box::new(metrics.produce_duration.clone()))?;
+        registry.register(Box::new(metrics.body_size.clone()))?;
         registry.register(Box::new(metrics.in_flight.clone()))?;
+        registry.register(Box::new(metrics.producer_queue_depth.clone()))?;
+        registry.register(Box::new(metrics.reloads.clone()))?;
         Ok(metrics)
     }
 }

@@ -14,6 +14,7 @@ use hookline_common::{
 };
 use rdkafka::{
     error::{KafkaError, RDKafkaErrorCode},
+    message::{Header, OwnedHeaders},
     producer::{FutureProducer, FutureRecord, Producer},
     util::Timeout,
 };
@@ -23,17 +24,38 @@ use rdkafka::{
 pub struct VerifiedWebhook {
     meta: EventMeta,
     body: Bytes,
+    topic: String,
+    /// Allowlisted request headers, already named `http-<lowercase name>`.
+    forwarded: Vec<(String, Vec<u8>)>,
 }
 
 impl VerifiedWebhook {
     /// `proof` must be the result of verifying exactly this body; the secret id comes from it.
-    pub fn new(proof: Verified, mut meta: EventMeta, body: Bytes) -> Self {
+    pub fn new(proof: Verified, mut meta: EventMeta, body: Bytes, topic: impl Into<String>) -> Self {
         meta.secret_id = proof.secret_id().to_owned();
-        Self { meta, body }
+        Self { meta, body, topic: topic.into(), forwarded: Vec::new() }
+    }
+
+    /// Carries these request headers into the record (names already prefixed).
+    pub fn with_forwarded_headers(mut self, forwarded: Vec<(String, Vec<u8>)>) -> Self {
+        self.forwarded = forwarded;
+        self
     }
 
     pub fn meta(&self) -> &EventMeta {
         &self.meta
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    fn headers(&self) -> OwnedHeaders {
+        let mut headers = self.meta.to_headers();
+        for (name, value) in &self.forwarded {
+            headers = headers.insert(Header { key: name.as_str(), value: Some(value.as_slice()) });
+        }
+        headers
     }
 }
 
@@ -79,18 +101,19 @@ impl EventProducer {
         })
     }
 
-    /// Produces the record and resolves once the broker acknowledged it (all in-sync replicas), or failed.
+    /// Produces the record and resolves once the broker acknowledged it (all in-sync replicas), or failed, or
+    /// `deadline` (capped at the produce timeout) passed.
     ///
     /// After a timeout the record may still be delivered later; the provider's retry then produces a second
     /// copy with the same event id, which the consumer's dedupe absorbs. Duplicates are safe, losses are not.
-    pub async fn produce(&self, webhook: &VerifiedWebhook) -> Result<Delivery, ProduceError> {
-        let record = FutureRecord::to(&self.topic)
+    pub async fn produce(&self, webhook: &VerifiedWebhook, deadline: Duration) -> Result<Delivery, ProduceError> {
+        let record = FutureRecord::to(&webhook.topic)
             .key(webhook.meta.event_id.as_bytes())
             .payload(webhook.body.as_ref())
-            .headers(webhook.meta.to_headers());
+            .headers(webhook.headers());
         // A zero queue timeout: a full local queue is an immediate 503, not a wait.
         let delivery = self.producer.send(record, Timeout::After(Duration::ZERO));
-        match tokio::time::timeout(self.deadline, delivery).await {
+        match tokio::time::timeout(deadline.min(self.deadline), delivery).await {
             Err(_elapsed) => Err(ProduceError::Timeout),
             Ok(Ok(delivered)) => Ok(Delivery { partition: delivered.partition, offset: delivered.offset }),
             Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))) => Err(ProduceError::QueueFull),
@@ -99,6 +122,11 @@ impl EventProducer {
             }
             Ok(Err((error, _))) => Err(ProduceError::Kafka(error)),
         }
+    }
+
+    /// Records in the producer's local queue or awaiting an acknowledgement.
+    pub fn queue_depth(&self) -> i32 {
+        self.producer.in_flight_count()
     }
 
     /// Whether the broker answers a metadata request for the inbound topic. Blocking: call off the runtime.

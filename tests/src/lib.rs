@@ -163,6 +163,8 @@ pub struct TestStackBuilder {
     gateway_brokers: Option<String>,
     produce_timeout_ms: Option<u64>,
     consumer_tweak: Option<ConfigTweak>,
+    gateway_sources: Vec<SourceConfig>,
+    gateway_limits: Option<Limits>,
 }
 
 impl std::fmt::Debug for TestStackBuilder {
@@ -206,6 +208,18 @@ impl TestStackBuilder {
         self
     }
 
+    /// Serve this source too, next to the default `github` one (its topic defaults to the stack's inbound topic).
+    pub fn gateway_source(mut self, source: SourceConfig) -> Self {
+        self.gateway_sources.push(source);
+        self
+    }
+
+    /// The gateway's limits (default: [`Limits::default`] with a 2 s body read timeout).
+    pub fn gateway_limits(mut self, limits: Limits) -> Self {
+        self.gateway_limits = Some(limits);
+        self
+    }
+
     pub async fn build(self) -> TestStack {
         let run_id = uuid::Uuid::new_v4().simple().to_string();
         let kafka = KafkaConfig {
@@ -237,17 +251,17 @@ impl TestStackBuilder {
             listen_addr: "127.0.0.1:0".to_owned(),
             admin_addr: "127.0.0.1:0".to_owned(),
             kafka: gateway_kafka,
-            limits: Limits { body_read_timeout_ms: 2_000, ..Limits::default() },
-            sources: vec![SourceConfig {
-                name: "github".to_owned(),
-                scheme: "github".to_owned(),
-                secrets: vec![SecretRef {
-                    id: "primary".to_owned(),
-                    env: None,
-                    file: Some(secret_file.display().to_string()),
-                }],
+            limits: self.gateway_limits.unwrap_or(Limits { body_read_timeout_ms: 2_000, ..Limits::default() }),
+            sources: std::iter::once(SourceConfig {
                 max_body_bytes: 64 * 1024,
-            }],
+                ..SourceConfig::new(
+                    "github",
+                    "github",
+                    vec![SecretRef::from_file("primary", secret_file.display().to_string())],
+                )
+            })
+            .chain(self.gateway_sources)
+            .collect(),
         };
         gateway_config.validate().expect("valid gateway config");
         let public = TcpListener::bind("127.0.0.1:0").await.expect("bind");

@@ -1,28 +1,77 @@
 //! Signature schemes: each proves that a request's raw body bytes came from the provider holding a secret.
 //!
-//! A scheme only ever looks at the raw bytes and the request headers; it never parses the body to decide
-//! authenticity, and no field inside a payload is ever proof of origin. Comparisons are constant-time
-//! (`Mac::verify_slice`). Each source has a list of secrets (rotation): a request is authentic when any matches,
-//! and the id of the one that matched is reported so operators can see when a retiring secret stops being used.
+//! A scheme decides authenticity from the raw bytes, the request headers and, for the few providers that sign
+//! them, the method and the public URL; it never parses the body before the signature matched, and no field inside
+//! a payload is ever proof of origin. (Linear's timestamp lives in its signed body, so it is read after the
+//! signature matched.) Comparisons are constant-time (`Mac::verify_slice` or `subtle`).
+//!
+//! Each source has a list of secrets (rotation): a request is authentic when any *active* secret matches
+//! (`not_before`/`not_after`, see [`Secret::with_validity`]), and the id of the one that matched is reported so
+//! operators can see when a retiring secret stops being used. Signature first, freshness second: a stale or future
+//! timestamp is only reported for a request that was genuinely signed, so the reason tells clock skew or replay
+//! apart from forgery.
+//!
+//! One module per provider; [`build`] maps a config name to a scheme.
 
+pub mod discord;
+pub mod generic;
 pub mod github;
+pub mod gitlab;
+pub mod hubspot;
+pub mod identity;
+pub mod intercom;
+pub mod linear;
+pub mod paddle;
+pub mod pagerduty;
+pub mod sendgrid;
+pub mod shopify;
+pub mod slack;
+pub mod square;
+pub mod standard_webhooks;
+pub mod stripe;
+mod support;
+pub mod twilio;
+pub mod twitch;
+pub mod typeform;
+pub mod unsigned;
+pub mod woocommerce;
+pub mod zoom;
 
-use std::fmt;
+use std::{borrow::Cow, fmt};
 
-use http::HeaderMap;
+use http::{HeaderMap, Method};
 use secrecy::{ExposeSecret, SecretSlice};
 
+pub use generic::GenericHmacOptions;
 pub use github::GitHub;
+pub use identity::{FieldSource, Identity, IdentityRule};
 
-/// A configured secret: an id (for rotation and telemetry) and the key bytes, which are never printed.
+/// A configured secret: an id (for rotation and telemetry), the key bytes (never printed), and the window in which
+/// it is accepted.
 pub struct Secret {
     pub id: String,
     key: SecretSlice<u8>,
+    not_before_ms: Option<i64>,
+    not_after_ms: Option<i64>,
 }
 
 impl Secret {
+    /// A secret accepted at any time. `key` is what the scheme uses: for most providers the secret string's
+    /// UTF-8 bytes, see [`Scheme::decode_secret`].
     pub fn new(id: impl Into<String>, key: impl Into<Vec<u8>>) -> Self {
-        Self { id: id.into(), key: SecretSlice::from(key.into()) }
+        Self { id: id.into(), key: SecretSlice::from(key.into()), not_before_ms: None, not_after_ms: None }
+    }
+
+    /// Accepted only from `not_before_ms` and up to and including `not_after_ms` (ms since the Unix epoch), so
+    /// that a rotation's overlap window can be planned and a retired secret stops working by itself.
+    pub fn with_validity(mut self, not_before_ms: Option<i64>, not_after_ms: Option<i64>) -> Self {
+        self.not_before_ms = not_before_ms;
+        self.not_after_ms = not_after_ms;
+        self
+    }
+
+    pub fn is_active_at(&self, now_ms: i64) -> bool {
+        self.not_before_ms.is_none_or(|start| now_ms >= start) && self.not_after_ms.is_none_or(|end| now_ms <= end)
     }
 
     pub(crate) fn key(&self) -> &[u8] {
@@ -32,15 +81,40 @@ impl Secret {
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Secret").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("Secret")
+            .field("id", &self.id)
+            .field("not_before_ms", &self.not_before_ms)
+            .field("not_after_ms", &self.not_after_ms)
+            .finish_non_exhaustive()
     }
 }
 
 /// A request as it came off the socket: nothing in it is trusted yet.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct UnverifiedRequest<'a> {
+    pub method: &'a Method,
+    /// The URL the provider sent the request to, as the provider saw it (the source's configured `public_url`
+    /// plus the request's query string). Only Twilio, Square and HubSpot sign it; `None` when not configured.
+    pub url: Option<&'a str>,
     pub headers: &'a HeaderMap,
     pub body: &'a [u8],
+    /// The gateway's clock when the request arrived, ms since the Unix epoch: timestamps are judged against it.
+    pub now_ms: i64,
+}
+
+impl<'a> UnverifiedRequest<'a> {
+    /// A `POST` without a public URL, received at `now_ms`.
+    pub fn new(headers: &'a HeaderMap, body: &'a [u8], now_ms: i64) -> Self {
+        Self { method: &Method::POST, url: None, headers, body, now_ms }
+    }
+
+    pub fn with_url(self, url: &'a str) -> Self {
+        Self { url: Some(url), ..self }
+    }
+
+    pub fn with_method(self, method: &'a Method) -> Self {
+        Self { method, ..self }
+    }
 }
 
 /// Proof that a request verified: which secret matched. Only a scheme can make one.
@@ -62,44 +136,195 @@ impl Verified {
 /// Why a request is not authentic. Every variant is the sender's problem (4xx), never ours.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum VerifyError {
+    /// A header the scheme needs (signature, timestamp or message id) is absent.
     #[error("signature header `{0}` is missing")]
-    MissingSignature(&'static str),
+    MissingSignature(Cow<'static, str>),
+    /// A header the scheme needs is present but cannot be parsed.
     #[error("signature header `{0}` is malformed")]
-    MalformedSignature(&'static str),
+    MalformedSignature(Cow<'static, str>),
     #[error("no configured secret produces this signature")]
     Mismatch,
+    /// The signed timestamp is older than the tolerance allows (a replay, or a very late retry).
+    #[error("the signed timestamp is too old")]
+    TimestampStale,
+    /// The signed timestamp is further in the future than the tolerance allows (clock skew, or a forged clock).
+    #[error("the signed timestamp is in the future")]
+    TimestampFuture,
+    /// The scheme signs a timestamp that this request does not carry where it should (Linear: in the body).
+    #[error("the signed timestamp `{0}` is missing")]
+    MissingTimestamp(&'static str),
+    /// The scheme can only verify requests of a content type this one is not (Twilio: form-encoded, or JSON
+    /// with a `bodySHA256` query parameter).
+    #[error("this source needs a `{0}` body")]
+    UnsupportedContentType(&'static str),
 }
 
-/// Where the event id and type of a request come from, as the scheme knows it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Identity {
-    pub event_id: Option<String>,
-    pub event_type: Option<String>,
+impl VerifyError {
+    /// Stable reason, used as the error code and the `reason` metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::MissingSignature(_) => "signature_missing",
+            Self::MalformedSignature(_) => "signature_malformed",
+            Self::Mismatch => "signature_mismatch",
+            Self::TimestampStale => "timestamp_stale",
+            Self::TimestampFuture => "timestamp_future",
+            Self::MissingTimestamp(_) => "timestamp_missing",
+            Self::UnsupportedContentType(_) => "content_type_unsupported",
+        }
+    }
+
+    pub(crate) fn missing(header: &'static str) -> Self {
+        Self::MissingSignature(Cow::Borrowed(header))
+    }
+
+    pub(crate) fn malformed(header: &'static str) -> Self {
+        Self::MalformedSignature(Cow::Borrowed(header))
+    }
 }
 
-/// One provider's signature scheme.
+/// A reply some providers require before they deliver anything (Slack `url_verification`, Zoom
+/// `endpoint.url_validation`, Twitch `webhook_callback_verification`, Discord PING). Answered with 200 only after
+/// the request verified, and never produced to Kafka.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handshake {
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
+impl Handshake {
+    fn json(value: &serde_json::Value) -> Self {
+        Self { content_type: "application/json", body: value.to_string().into_bytes() }
+    }
+
+    fn text(value: impl Into<Vec<u8>>) -> Self {
+        Self { content_type: "text/plain; charset=utf-8", body: value.into() }
+    }
+}
+
+/// One provider's signature scheme, configured for one source.
 pub trait Scheme: Send + Sync + fmt::Debug {
     /// The scheme's config name (`scheme = "..."`).
     fn name(&self) -> &'static str;
 
-    /// Checks the signature over the raw body against each secret, in constant time per comparison.
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[Secret]) -> Result<Verified, VerifyError>;
+    /// Turns a configured secret's bytes into the key the scheme uses, or says why they cannot be one: the Standard
+    /// Webhooks family strips `whsec_` and base64-decodes, Discord and SendGrid take public keys. Called when the
+    /// config is loaded, so a bad key fails validation instead of every request.
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(raw.to_vec())
+    }
 
-    /// The event id and type, read from a request that has already verified.
-    fn identify(&self, request: &UnverifiedRequest<'_>) -> Identity;
-}
+    /// Checks the signature against each of `secrets` (already filtered to the active ones, in configured order),
+    /// in constant time per comparison, then the timestamp if the scheme signs one.
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError>;
 
-/// The scheme registered under a config name, if any.
-pub fn scheme_by_name(name: &str) -> Option<Box<dyn Scheme>> {
-    match name {
-        "github" => Some(Box::new(GitHub)),
-        _ => None,
+    /// Where this provider puts the event id and type; a source's config may override either.
+    fn identity(&self) -> IdentityRule;
+
+    /// The handshake reply this verified request asks for, if it is one. `secret` is the one that verified it.
+    fn handshake(&self, _request: &UnverifiedRequest<'_>, _secret: &Secret) -> Option<Handshake> {
+        None
+    }
+
+    /// Whether the scheme signs the URL, so the source must configure `public_url`.
+    fn signs_url(&self) -> bool {
+        false
+    }
+
+    /// Whether the scheme checks a signature at all. Only `none` says no.
+    fn is_verifying(&self) -> bool {
+        true
     }
 }
 
-/// The names [`scheme_by_name`] knows, for config validation messages.
-pub const SCHEME_NAMES: &[&str] = &["github"];
-
-fn header_value<'a>(headers: &'a HeaderMap, name: &'static str) -> Option<&'a str> {
-    headers.get(name).and_then(|value| value.to_str().ok())
+/// Verifies `request` with `scheme` against those of `secrets` that are active at `request.now_ms`.
+pub fn verify(
+    scheme: &dyn Scheme,
+    request: &UnverifiedRequest<'_>,
+    secrets: &[Secret],
+) -> Result<Verified, VerifyError> {
+    let active: Vec<&Secret> = secrets.iter().filter(|secret| secret.is_active_at(request.now_ms)).collect();
+    scheme.verify(request, &active)
 }
+
+/// Per-source options a scheme is built with.
+#[derive(Debug, Clone, Default)]
+pub struct SchemeOptions {
+    /// Overrides the scheme's timestamp tolerance (seconds, both directions). Ignored by schemes that sign no
+    /// timestamp; enables the check for Zoom, which documents none.
+    pub tolerance_s: Option<u64>,
+    /// The generic HMAC scheme's settings (required for `scheme = "hmac"`).
+    pub hmac: Option<GenericHmacOptions>,
+}
+
+/// The names [`build`] knows, for config validation messages and the README.
+pub const SCHEME_NAMES: &[&str] = &[
+    "stripe",
+    "github",
+    "shopify",
+    "slack",
+    "standard_webhooks",
+    "svix",
+    "clerk",
+    "resend",
+    "gitlab",
+    "gitlab_signing",
+    "paddle",
+    "pagerduty",
+    "linear",
+    "zoom",
+    "twitch",
+    "square",
+    "twilio",
+    "hubspot",
+    "typeform",
+    "woocommerce",
+    "intercom",
+    "discord",
+    "sendgrid",
+    "hmac",
+    "none",
+];
+
+/// The scheme registered under a config name, configured with `options`; an error names what is wrong.
+pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, String> {
+    let tolerance = options.tolerance_s.map(support::Tolerance::seconds);
+    let with_default = |default_s: u64| tolerance.or(Some(support::Tolerance::seconds(default_s)));
+    let scheme: Box<dyn Scheme> = match name {
+        "stripe" => Box::new(stripe::Stripe::new(with_default(stripe::DEFAULT_TOLERANCE_S))),
+        "github" => Box::new(GitHub),
+        "shopify" => Box::new(shopify::Shopify),
+        "slack" => Box::new(slack::Slack::new(with_default(slack::DEFAULT_TOLERANCE_S))),
+        "standard_webhooks" => Box::new(standard_webhooks::StandardWebhooks::standard(with_default(300))),
+        "svix" | "clerk" | "resend" => Box::new(standard_webhooks::StandardWebhooks::svix(name, with_default(300))),
+        "gitlab" => Box::new(gitlab::GitLabToken),
+        "gitlab_signing" => Box::new(standard_webhooks::StandardWebhooks::gitlab(with_default(300))),
+        "paddle" => Box::new(paddle::Paddle::new(with_default(paddle::DEFAULT_TOLERANCE_S))),
+        "pagerduty" => Box::new(pagerduty::PagerDuty),
+        "linear" => Box::new(linear::Linear::new(with_default(linear::DEFAULT_TOLERANCE_S))),
+        "zoom" => Box::new(zoom::Zoom::new(tolerance)),
+        "twitch" => Box::new(twitch::Twitch::new(with_default(twitch::DEFAULT_TOLERANCE_S))),
+        "square" => Box::new(square::Square),
+        "twilio" => Box::new(twilio::Twilio),
+        "hubspot" => Box::new(hubspot::HubSpot::new(with_default(hubspot::DEFAULT_TOLERANCE_S))),
+        "typeform" => Box::new(typeform::Typeform),
+        "woocommerce" => Box::new(woocommerce::WooCommerce),
+        "intercom" => Box::new(intercom::Intercom),
+        "discord" => Box::new(discord::Discord),
+        "sendgrid" => Box::new(sendgrid::SendGrid),
+        "hmac" => {
+            let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;
+            Box::new(generic::GenericHmac::new(hmac, tolerance)?)
+        }
+        "none" => Box::new(unsigned::Unsigned),
+        other => return Err(format!("unknown scheme `{other}` (known: {})", SCHEME_NAMES.join(", "))),
+    };
+    Ok(scheme)
+}
+
+/// The scheme registered under a config name with default options, if any.
+pub fn scheme_by_name(name: &str) -> Option<Box<dyn Scheme>> {
+    build(name, &SchemeOptions::default()).ok()
+}
+
+#[cfg(test)]
+mod tests;

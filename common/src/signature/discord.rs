@@ -1,0 +1,130 @@
+//! Discord interactions: `X-Signature-Ed25519: <hex>` over `X-Signature-Timestamp` + body, an Ed25519 signature
+//! checked against the application's public key (configured as hex, like the developer portal shows it). Strict
+//! verification (no malleable or small-order signatures). Discord deliberately sends bad signatures and delists
+//! endpoints that accept them. Event id and type from the body (`id`, `type`).
+//!
+//! Handshake: a PING (`"type": 1`) is answered `{"type": 1}` after it verified.
+
+use ed25519_dalek::{Signature, VerifyingKey};
+
+use super::{
+    FieldSource, Handshake, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    support::{hex_of_len, required_header},
+};
+
+const SIGNATURE: &str = "X-Signature-Ed25519";
+const TIMESTAMP: &str = "X-Signature-Timestamp";
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Discord;
+
+fn verifying_key(bytes: &[u8]) -> Option<VerifyingKey> {
+    VerifyingKey::from_bytes(bytes.try_into().ok()?).ok()
+}
+
+impl Scheme for Discord {
+    fn name(&self) -> &'static str {
+        "discord"
+    }
+
+    /// The public key, hex as shown in the developer portal.
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+        let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
+        let bytes = hex_of_len(text.trim(), 32).ok_or("the public key must be 64 hex digits")?;
+        verifying_key(&bytes).ok_or("the public key is not a valid Ed25519 point")?;
+        Ok(bytes)
+    }
+
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+        let value = required_header(request.headers, "x-signature-ed25519", SIGNATURE)?;
+        let timestamp = required_header(request.headers, "x-signature-timestamp", TIMESTAMP)?;
+        let signature = hex_of_len(value, 64).ok_or(VerifyError::malformed(SIGNATURE))?;
+        let signature = Signature::from_slice(&signature).map_err(|_| VerifyError::malformed(SIGNATURE))?;
+        let mut message = Vec::with_capacity(timestamp.len() + request.body.len());
+        message.extend_from_slice(timestamp.as_bytes());
+        message.extend_from_slice(request.body);
+        secrets
+            .iter()
+            .find(|secret| {
+                verifying_key(secret.key()).is_some_and(|key| key.verify_strict(&message, &signature).is_ok())
+            })
+            .map(|secret| Verified::by(secret))
+            .ok_or(VerifyError::Mismatch)
+    }
+
+    fn identity(&self) -> IdentityRule {
+        IdentityRule::new(vec![FieldSource::pointer("/id")], vec![FieldSource::pointer("/type")])
+    }
+
+    fn handshake(&self, request: &UnverifiedRequest<'_>, _secret: &Secret) -> Option<Handshake> {
+        let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
+        (body.get("type")?.as_u64()? == 1).then(|| Handshake::json(&serde_json::json!({ "type": 1 })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ed25519_dalek::{Signer, SigningKey};
+
+    use super::*;
+    use crate::signature::tests::{check, headers, secret};
+
+    const TIMESTAMP_VALUE: &str = "1700000000";
+    const BODY: &[u8] = br#"{"id":"1187","type":2,"application_id":"42"}"#;
+
+    fn signing_key(seed: u8) -> SigningKey {
+        SigningKey::from_bytes(&[seed; 32])
+    }
+
+    fn public_hex(seed: u8) -> String {
+        hex::encode(signing_key(seed).verifying_key().to_bytes())
+    }
+
+    fn sign(seed: u8, timestamp: &str, body: &[u8]) -> String {
+        let message = [timestamp.as_bytes(), body].concat();
+        hex::encode(signing_key(seed).sign(&message).to_bytes())
+    }
+
+    fn run(signature: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
+        check(&Discord, &headers(&[(SIGNATURE, signature), (TIMESTAMP, TIMESTAMP_VALUE)]), body, secrets, 0)
+    }
+
+    #[test]
+    fn rfc8032_test_vector_1_verifies() {
+        // RFC 8032 section 7.1, TEST 1: the empty message (empty timestamp header and body).
+        let public = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+        let signature = "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b";
+        let headers = headers(&[(SIGNATURE, signature), (TIMESTAMP, "")]);
+        assert_eq!(check(&Discord, &headers, b"", &[("app", public)], 0), Ok("app".to_owned()));
+    }
+
+    #[test]
+    fn verifies_and_refuses_tampering_other_keys_and_timestamps() {
+        let (public, other) = (public_hex(1), public_hex(2));
+        let signature = sign(1, TIMESTAMP_VALUE, BODY);
+        assert_eq!(run(&signature, BODY, &[("a", &public)]), Ok("a".to_owned()));
+        assert_eq!(run(&signature, br#"{"id":"1188","type":2}"#, &[("a", &public)]), Err(VerifyError::Mismatch));
+        assert_eq!(run(&signature, BODY, &[("a", &other)]), Err(VerifyError::Mismatch));
+        assert_eq!(run(&signature, BODY, &[("new", &other), ("old", &public)]), Ok("old".to_owned()));
+        let other_time = sign(1, "1700000001", BODY);
+        assert_eq!(run(&other_time, BODY, &[("a", &public)]), Err(VerifyError::Mismatch));
+    }
+
+    #[test]
+    fn malformed_signatures_and_bad_keys() {
+        let public = public_hex(1);
+        assert_eq!(run("00", BODY, &[("a", &public)]), Err(VerifyError::malformed(SIGNATURE)));
+        assert!(Discord.decode_secret(b"not hex").is_err());
+        assert!(Discord.decode_secret(public.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn ping_is_answered_with_type_1() {
+        let headers = headers(&[]);
+        let ping = UnverifiedRequest::new(&headers, br#"{"id":"1","type":1}"#, 0);
+        let reply = Discord.handshake(&ping, &secret("a", "k"));
+        assert_eq!(reply.map(|r| r.body), Some(br#"{"type":1}"#.to_vec()));
+        assert_eq!(Discord.handshake(&UnverifiedRequest::new(&headers, BODY, 0), &secret("a", "k")), None);
+        assert_eq!(Discord.identity().identify(&headers, BODY).event_type.as_deref(), Some("2"));
+    }
+}

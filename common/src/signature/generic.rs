@@ -1,0 +1,365 @@
+//! The generic HMAC scheme, so a provider we do not list can be added with config alone: a signature header
+//! (optional prefix, hex or base64), SHA-1/SHA-256/SHA-512, and the signed content as a template over `{id}`,
+//! `{timestamp}` and `{body}`, with optional id and timestamp headers and a timestamp tolerance.
+//!
+//! ```toml
+//! [sources.hmac]
+//! signature_header = "X-Acme-Signature"
+//! prefix = "sha256="                  # stripped before decoding; default none
+//! encoding = "hex"                    # or "base64"
+//! algorithm = "sha256"                # or "sha1", "sha512"
+//! signed_content = "{timestamp}.{body}"   # default "{body}"
+//! timestamp_header = "X-Acme-Timestamp"   # needed by {timestamp}; checked against tolerance_s (default 300)
+//! timestamp_unit = "seconds"          # or "milliseconds"
+//! id_header = "X-Acme-Delivery"       # needed by {id}; also the default event id
+//! secret_encoding = "utf8"            # or "base64", "hex": how the configured secret becomes the key
+//! ```
+
+use std::borrow::Cow;
+
+use base64::Engine;
+use http::HeaderName;
+use serde::Deserialize;
+
+pub use super::support::Algorithm;
+use super::{
+    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    support::{BASE64_LENIENT, Tolerance, first_hmac_match, parse_unix},
+};
+
+/// Default window when a timestamp header is configured (seconds).
+pub const DEFAULT_TOLERANCE_S: u64 = 300;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    #[default]
+    Hex,
+    Base64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimestampUnit {
+    #[default]
+    Seconds,
+    Milliseconds,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretEncoding {
+    #[default]
+    Utf8,
+    Base64,
+    Hex,
+}
+
+/// `[sources.hmac]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenericHmacOptions {
+    pub signature_header: String,
+    #[serde(default)]
+    pub prefix: String,
+    #[serde(default)]
+    pub encoding: Encoding,
+    #[serde(default = "default_algorithm")]
+    pub algorithm: Algorithm,
+    #[serde(default = "default_signed_content")]
+    pub signed_content: String,
+    pub id_header: Option<String>,
+    pub timestamp_header: Option<String>,
+    #[serde(default)]
+    pub timestamp_unit: TimestampUnit,
+    #[serde(default)]
+    pub secret_encoding: SecretEncoding,
+}
+
+fn default_algorithm() -> Algorithm {
+    Algorithm::Sha256
+}
+
+fn default_signed_content() -> String {
+    "{body}".to_owned()
+}
+
+/// One piece of the signed-content template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Literal(Vec<u8>),
+    Id,
+    Timestamp,
+    Body,
+}
+
+/// Parses a template such as `{id}.{timestamp}.{body}`; any other `{...}` is an error.
+pub fn parse_template(template: &str) -> Result<Vec<Part>, String> {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        if open > 0 {
+            parts.push(Part::Literal(rest.as_bytes()[..open].to_vec()));
+        }
+        let after = &rest[open + 1..];
+        let close = after.find('}').ok_or_else(|| format!("signed_content `{template}`: unclosed `{{`"))?;
+        parts.push(match &after[..close] {
+            "id" => Part::Id,
+            "timestamp" => Part::Timestamp,
+            "body" => Part::Body,
+            other => return Err(format!("signed_content `{template}`: unknown placeholder `{{{other}}}`")),
+        });
+        rest = &after[close + 1..];
+    }
+    if rest.contains('}') {
+        return Err(format!("signed_content `{template}`: stray `}}`"));
+    }
+    if !rest.is_empty() {
+        parts.push(Part::Literal(rest.as_bytes().to_vec()));
+    }
+    if !parts.contains(&Part::Body) {
+        return Err(format!("signed_content `{template}` must include {{body}}"));
+    }
+    Ok(parts)
+}
+
+#[derive(Debug, Clone)]
+pub struct GenericHmac {
+    signature_header: HeaderName,
+    prefix: String,
+    encoding: Encoding,
+    algorithm: Algorithm,
+    template: Vec<Part>,
+    id_header: Option<HeaderName>,
+    timestamp_header: Option<HeaderName>,
+    timestamp_unit: TimestampUnit,
+    secret_encoding: SecretEncoding,
+    tolerance: Option<Tolerance>,
+}
+
+fn header_name(key: &str, name: &str) -> Result<HeaderName, String> {
+    HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("hmac.{key} `{name}` is not a valid header name"))
+}
+
+impl GenericHmac {
+    /// Validates the options; `tolerance` overrides [`DEFAULT_TOLERANCE_S`] when a timestamp header is set.
+    pub fn new(options: &GenericHmacOptions, tolerance: Option<Tolerance>) -> Result<Self, String> {
+        let template = parse_template(&options.signed_content)?;
+        let id_header = options.id_header.as_deref().map(|name| header_name("id_header", name)).transpose()?;
+        let timestamp_header =
+            options.timestamp_header.as_deref().map(|name| header_name("timestamp_header", name)).transpose()?;
+        if template.contains(&Part::Id) && id_header.is_none() {
+            return Err("hmac.signed_content uses {id} but hmac.id_header is not set".to_owned());
+        }
+        if template.contains(&Part::Timestamp) && timestamp_header.is_none() {
+            return Err("hmac.signed_content uses {timestamp} but hmac.timestamp_header is not set".to_owned());
+        }
+        let tolerance = timestamp_header.as_ref().map(|_| tolerance.unwrap_or(Tolerance::seconds(DEFAULT_TOLERANCE_S)));
+        Ok(Self {
+            signature_header: header_name("signature_header", &options.signature_header)?,
+            prefix: options.prefix.clone(),
+            encoding: options.encoding,
+            algorithm: options.algorithm,
+            template,
+            id_header,
+            timestamp_header,
+            timestamp_unit: options.timestamp_unit,
+            secret_encoding: options.secret_encoding,
+            tolerance,
+        })
+    }
+
+    fn digest_len(&self) -> usize {
+        match self.algorithm {
+            Algorithm::Sha1 => 20,
+            Algorithm::Sha256 => 32,
+            Algorithm::Sha512 => 64,
+        }
+    }
+}
+
+fn text_of<'a>(request: &UnverifiedRequest<'a>, name: &HeaderName) -> Result<&'a str, VerifyError> {
+    match request.headers.get(name) {
+        None => Err(VerifyError::MissingSignature(Cow::Owned(name.as_str().to_owned()))),
+        Some(value) => {
+            value.to_str().map_err(|_| VerifyError::MalformedSignature(Cow::Owned(name.as_str().to_owned())))
+        }
+    }
+}
+
+impl Scheme for GenericHmac {
+    fn name(&self) -> &'static str {
+        "hmac"
+    }
+
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+        let text = || std::str::from_utf8(raw).map(str::trim).map_err(|_| "the secret is not UTF-8".to_owned());
+        match self.secret_encoding {
+            SecretEncoding::Utf8 => Ok(raw.to_vec()),
+            SecretEncoding::Base64 => BASE64_LENIENT.decode(text()?).map_err(|_| "the secret is not base64".to_owned()),
+            SecretEncoding::Hex => hex::decode(text()?).map_err(|_| "the secret is not hex".to_owned()),
+        }
+    }
+
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+        let malformed = || VerifyError::MalformedSignature(Cow::Owned(self.signature_header.as_str().to_owned()));
+        let value = text_of(request, &self.signature_header)?;
+        let encoded = value.trim().strip_prefix(self.prefix.as_str()).ok_or_else(malformed)?;
+        let signature = match self.encoding {
+            Encoding::Hex => hex::decode(encoded).ok(),
+            Encoding::Base64 => BASE64_LENIENT.decode(encoded).ok(),
+        }
+        .filter(|bytes| bytes.len() == self.digest_len())
+        .ok_or_else(malformed)?;
+        let id = self.id_header.as_ref().map(|name| text_of(request, name)).transpose()?;
+        let timestamp_text = self.timestamp_header.as_ref().map(|name| text_of(request, name)).transpose()?;
+        let timestamp = match (&self.timestamp_header, timestamp_text) {
+            (Some(name), Some(text)) => Some(
+                parse_unix(text)
+                    .ok_or_else(|| VerifyError::MalformedSignature(Cow::Owned(name.as_str().to_owned())))?,
+            ),
+            _ => None,
+        };
+        let parts: Vec<&[u8]> = self
+            .template
+            .iter()
+            .map(|part| match part {
+                Part::Literal(bytes) => bytes.as_slice(),
+                Part::Id => id.unwrap_or_default().as_bytes(),
+                Part::Timestamp => timestamp_text.unwrap_or_default().as_bytes(),
+                Part::Body => request.body,
+            })
+            .collect();
+        let verified = first_hmac_match(self.algorithm, secrets, &parts, &[signature])?;
+        if let (Some(tolerance), Some(timestamp)) = (self.tolerance, timestamp) {
+            let timestamp_ms = match self.timestamp_unit {
+                TimestampUnit::Seconds => timestamp.saturating_mul(1000),
+                TimestampUnit::Milliseconds => timestamp,
+            };
+            tolerance.check(timestamp_ms, request.now_ms)?;
+        }
+        Ok(verified)
+    }
+
+    fn identity(&self) -> IdentityRule {
+        let event_id = match &self.id_header {
+            Some(name) => vec![FieldSource::Header(name.as_str().to_owned())],
+            None => vec![FieldSource::BodySha256],
+        };
+        IdentityRule::new(event_id, vec![])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::{
+        support::{BASE64, hmac},
+        tests::{check, headers},
+    };
+
+    fn options(toml_text: &str) -> GenericHmacOptions {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn configured_as_github_it_verifies_githubs_official_vector() {
+        let scheme =
+            GenericHmac::new(&options("signature_header = \"X-Hub-Signature-256\"\nprefix = \"sha256=\"\n"), None)
+                .unwrap();
+        let headers = headers(&[(
+            "X-Hub-Signature-256",
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+        )]);
+        assert_eq!(
+            check(&scheme, &headers, b"Hello, World!", &[("a", "It's a Secret to Everybody")], 0),
+            Ok("a".to_owned())
+        );
+        assert_eq!(
+            check(&scheme, &headers, b"Hello, World?", &[("a", "It's a Secret to Everybody")], 0),
+            Err(VerifyError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn configured_as_standard_webhooks_it_verifies_the_official_vector() {
+        let scheme = GenericHmac::new(
+            &options(
+                r#"
+                signature_header = "webhook-signature"
+                prefix = "v1,"
+                encoding = "base64"
+                signed_content = "{id}.{timestamp}.{body}"
+                id_header = "webhook-id"
+                timestamp_header = "webhook-timestamp"
+                secret_encoding = "base64"
+                "#,
+            ),
+            None,
+        )
+        .unwrap();
+        let headers = headers(&[
+            ("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek"),
+            ("webhook-timestamp", "1614265330"),
+            ("webhook-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
+        ]);
+        let secrets = [("a", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")];
+        let body = br#"{"test": 2432232314}"#;
+        let now = 1_614_265_330_000;
+        assert_eq!(check(&scheme, &headers, body, &secrets, now), Ok("a".to_owned()));
+        assert_eq!(check(&scheme, &headers, body, &secrets, now + 301_000), Err(VerifyError::TimestampStale));
+        assert_eq!(check(&scheme, &headers, body, &secrets, now - 301_000), Err(VerifyError::TimestampFuture));
+        assert_eq!(check(&scheme, &headers, body, &[("n", "b3RoZXI="), secrets[0]], now), Ok("a".to_owned()));
+        assert_eq!(
+            scheme.identity().identify(&headers, body).event_id.as_deref(),
+            Some("msg_p5jXN8AQM9LWM0D4loKWxJek")
+        );
+    }
+
+    #[test]
+    fn sha512_and_sha1_in_base64_with_milliseconds() {
+        for (algorithm, name) in [(Algorithm::Sha512, "sha512"), (Algorithm::Sha1, "sha1")] {
+            let scheme = GenericHmac::new(
+                &options(&format!(
+                    "signature_header = \"x-sig\"\nencoding = \"base64\"\nalgorithm = \"{name}\"\nsigned_content = \"{{body}}@{{timestamp}}\"\ntimestamp_header = \"x-ts\"\ntimestamp_unit = \"milliseconds\"\n"
+                )),
+                Some(Tolerance::seconds(10)),
+            )
+            .unwrap();
+            let signature = BASE64.encode(hmac(algorithm, b"k", &[b"body", b"@", b"1700000000000"]));
+            let headers = headers(&[("x-sig", &signature), ("x-ts", "1700000000000")]);
+            assert_eq!(check(&scheme, &headers, b"body", &[("a", "k")], 1_700_000_005_000), Ok("a".to_owned()));
+            assert_eq!(
+                check(&scheme, &headers, b"body", &[("a", "k")], 1_700_000_011_000),
+                Err(VerifyError::TimestampStale)
+            );
+        }
+    }
+
+    #[test]
+    fn templates_and_options_are_validated() {
+        assert!(parse_template("{body}").is_ok());
+        assert_eq!(parse_template("v0:{timestamp}:{body}").map(|parts| parts.len()), Ok(4));
+        for bad in ["{timestamp}", "{body", "{nope}{body}", "{body}}"] {
+            assert!(parse_template(bad).is_err(), "{bad}");
+        }
+        assert!(
+            GenericHmac::new(&options("signature_header = \"x\"\nsigned_content = \"{id}{body}\"\n"), None).is_err()
+        );
+        assert!(GenericHmac::new(&options("signature_header = \"bad header\"\n"), None).is_err());
+        assert!(toml::from_str::<GenericHmacOptions>("signature_header = \"x\"\nalgorithm = \"md5\"\n").is_err());
+    }
+
+    #[test]
+    fn missing_and_malformed_headers_name_the_configured_header() {
+        let scheme = GenericHmac::new(&options("signature_header = \"X-Sig\"\nprefix = \"v=\"\n"), None).unwrap();
+        assert_eq!(
+            check(&scheme, &headers(&[]), b"b", &[("a", "k")], 0),
+            Err(VerifyError::MissingSignature("x-sig".into()))
+        );
+        assert_eq!(
+            check(&scheme, &headers(&[("X-Sig", "00")]), b"b", &[("a", "k")], 0),
+            Err(VerifyError::MalformedSignature("x-sig".into()))
+        );
+    }
+}

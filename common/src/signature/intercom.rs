@@ -1,0 +1,67 @@
+//! Intercom: `X-Hub-Signature: sha1=<hex>`, HMAC-SHA1 of the raw body with the app's client secret. (HMAC-SHA1 is
+//! still a sound MAC; it is what Intercom sends.) Event id and type from the body (`id`, `topic`).
+
+use super::{
+    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    support::{Algorithm, first_hmac_match, hex_of_len, hmac, required_header},
+};
+
+const HEADER: &str = "X-Hub-Signature";
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Intercom;
+
+impl Scheme for Intercom {
+    fn name(&self) -> &'static str {
+        "intercom"
+    }
+
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+        let value = required_header(request.headers, "x-hub-signature", HEADER)?;
+        let signature = value
+            .strip_prefix("sha1=")
+            .and_then(|digest| hex_of_len(digest, 20))
+            .ok_or(VerifyError::malformed(HEADER))?;
+        first_hmac_match(Algorithm::Sha1, secrets, &[request.body], &[signature])
+    }
+
+    fn identity(&self) -> IdentityRule {
+        IdentityRule::new(vec![FieldSource::pointer("/id")], vec![FieldSource::pointer("/topic")])
+    }
+}
+
+/// The `X-Hub-Signature` value for `body`.
+pub fn sign(key: &[u8], body: &[u8]) -> String {
+    format!("sha1={}", hex::encode(hmac(Algorithm::Sha1, key, &[body])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::tests::{check, headers};
+
+    const SECRET: &str = "It's a Secret to Everybody";
+    const BODY: &[u8] = b"Hello, World!";
+
+    fn run(value: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
+        check(&Intercom, &headers(&[(HEADER, value)]), body, secrets, 0)
+    }
+
+    #[test]
+    fn rfc2202_style_known_answer() {
+        // HMAC-SHA1 known answer (RFC 2202 test case 2): key "Jefe", "what do ya want for nothing?".
+        let value = "sha1=effcdf6ae5eb2fa2d27416d5f184df9c259a7c79";
+        assert_eq!(run(value, b"what do ya want for nothing?", &[("a", "Jefe")]), Ok("a".to_owned()));
+        assert_eq!(sign(b"Jefe", b"what do ya want for nothing?"), value);
+    }
+
+    #[test]
+    fn tampered_wrong_secret_rotation_malformed() {
+        let value = sign(SECRET.as_bytes(), BODY);
+        assert_eq!(run(&value, b"Hello, World?", &[("a", SECRET)]), Err(VerifyError::Mismatch));
+        assert_eq!(run(&value, BODY, &[("a", "x")]), Err(VerifyError::Mismatch));
+        assert_eq!(run(&value, BODY, &[("n", "x"), ("o", SECRET)]), Ok("o".to_owned()));
+        let sha256 = crate::signature::github::sign(SECRET.as_bytes(), BODY);
+        assert_eq!(run(&sha256, BODY, &[("a", SECRET)]), Err(VerifyError::malformed(HEADER)));
+    }
+}

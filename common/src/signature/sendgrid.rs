@@ -1,0 +1,101 @@
+//! SendGrid Event Webhook: `X-Twilio-Email-Event-Webhook-Signature: <base64 DER>` over
+//! `X-Twilio-Email-Event-Webhook-Timestamp` + body, an ECDSA P-256 / SHA-256 signature checked against the
+//! verification key SendGrid shows (base64 SubjectPublicKeyInfo DER). Events arrive in batches with a
+//! `sg_event_id` each and no delivery id, so the event id defaults to the body's SHA-256.
+
+use base64::Engine;
+use p256::{
+    ecdsa::{Signature, VerifyingKey, signature::Verifier},
+    pkcs8::DecodePublicKey,
+};
+
+use super::{
+    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    support::{BASE64_LENIENT, required_header},
+};
+
+const SIGNATURE: &str = "X-Twilio-Email-Event-Webhook-Signature";
+const TIMESTAMP: &str = "X-Twilio-Email-Event-Webhook-Timestamp";
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendGrid;
+
+impl Scheme for SendGrid {
+    fn name(&self) -> &'static str {
+        "sendgrid"
+    }
+
+    /// The verification key: base64 of the DER SubjectPublicKeyInfo.
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+        let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
+        let der = BASE64_LENIENT.decode(text.trim()).map_err(|_| "the public key is not base64".to_owned())?;
+        VerifyingKey::from_public_key_der(&der).map_err(|_| "the public key is not a P-256 SPKI DER key".to_owned())?;
+        Ok(der)
+    }
+
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+        let value = required_header(request.headers, "x-twilio-email-event-webhook-signature", SIGNATURE)?;
+        let timestamp = required_header(request.headers, "x-twilio-email-event-webhook-timestamp", TIMESTAMP)?;
+        let der = BASE64_LENIENT.decode(value.trim()).map_err(|_| VerifyError::malformed(SIGNATURE))?;
+        let signature = Signature::from_der(&der).map_err(|_| VerifyError::malformed(SIGNATURE))?;
+        let mut message = Vec::with_capacity(timestamp.len() + request.body.len());
+        message.extend_from_slice(timestamp.as_bytes());
+        message.extend_from_slice(request.body);
+        secrets
+            .iter()
+            .find(|secret| {
+                VerifyingKey::from_public_key_der(secret.key())
+                    .is_ok_and(|key| key.verify(&message, &signature).is_ok())
+            })
+            .map(|secret| Verified::by(secret))
+            .ok_or(VerifyError::Mismatch)
+    }
+
+    fn identity(&self) -> IdentityRule {
+        IdentityRule::new(vec![FieldSource::BodySha256], vec![])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::tests::{check, headers};
+
+    const PUBLIC_KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==";
+    const T: &str = "1600112502";
+    const SIG: &str =
+        "MEUCIGHQVtGj+Y3LkG9fLcxf3qfI10QysgDWmMOVmxG0u6ZUAiEAyBiXDWzM+uOe5W0JuG+luQAbPIqHh89M15TluLtEZtM=";
+    const BODY: &[u8] = b"[{\"email\":\"hello@world.com\",\"event\":\"dropped\",\"reason\":\"Bounced Address\",\"sg_event_id\":\"ZHJvcC0xMDk5NDkxOS1MUnpYbF9OSFN0T0doUTRrb2ZTbV9BLTA\",\"sg_message_id\":\"LRzXl_NHStOGhQ4kofSm_A.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0\",\"smtp-id\":\"<LRzXl_NHStOGhQ4kofSm_A@ismtpd0039p1iad1.sendgrid.net>\",\"timestamp\":1600112492}]\r\n";
+
+    fn run(signature: &str, timestamp: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
+        check(&SendGrid, &headers(&[(SIGNATURE, signature), (TIMESTAMP, timestamp)]), body, secrets, 0)
+    }
+
+    #[test]
+    fn sdk_vector_verifies() {
+        assert_eq!(run(SIG, T, BODY, &[("a", PUBLIC_KEY)]), Ok("a".to_owned()));
+    }
+
+    #[test]
+    fn tampered_body_timestamp_and_other_key() {
+        assert_eq!(run(SIG, T, &BODY[..BODY.len() - 2], &[("a", PUBLIC_KEY)]), Err(VerifyError::Mismatch));
+        assert_eq!(run(SIG, "1600112503", BODY, &[("a", PUBLIC_KEY)]), Err(VerifyError::Mismatch));
+        let other = {
+            // Another valid key: SendGrid's SPKI header (26 bytes) in front of a fresh uncompressed point.
+            let key = p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).unwrap();
+            let point = VerifyingKey::from(&key).to_encoded_point(false);
+            let mut der = BASE64_LENIENT.decode(PUBLIC_KEY).unwrap()[..26].to_vec();
+            der.extend_from_slice(point.as_bytes());
+            crate::signature::support::BASE64.encode(der)
+        };
+        assert_eq!(run(SIG, T, BODY, &[("a", &other)]), Err(VerifyError::Mismatch));
+        assert_eq!(run(SIG, T, BODY, &[("new", &other), ("old", PUBLIC_KEY)]), Ok("old".to_owned()));
+    }
+
+    #[test]
+    fn malformed_signature_and_bad_key() {
+        assert_eq!(run("bm90IGRlcg==", T, BODY, &[("a", PUBLIC_KEY)]), Err(VerifyError::malformed(SIGNATURE)));
+        assert!(SendGrid.decode_secret(b"bm90IGEga2V5").is_err());
+        assert!(SendGrid.decode_secret(PUBLIC_KEY.as_bytes()).is_ok());
+    }
+}

@@ -1,0 +1,179 @@
+//! What the schemes share: header access, HMAC with constant-time comparison, lenient base64, timestamp windows.
+
+use base64::{
+    Engine, alphabet,
+    engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig},
+};
+use hmac::{Hmac, Mac};
+use http::HeaderMap;
+use subtle::ConstantTimeEq;
+
+use super::{Secret, Verified, VerifyError};
+
+/// Standard-alphabet base64 that accepts padded and unpadded input (unpadded secrets and signatures occur).
+pub(crate) const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// Standard base64 with padding, as providers send it.
+pub(crate) const BASE64: GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// The value of header `name` (lowercase) as text; `None` when absent or not visible ASCII.
+pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// The value of a header the scheme cannot do without; `display` names it in the error.
+pub(crate) fn required_header<'a>(
+    headers: &'a HeaderMap,
+    name: &str,
+    display: &'static str,
+) -> Result<&'a str, VerifyError> {
+    match headers.get(name) {
+        None => Err(VerifyError::missing(display)),
+        Some(value) => value.to_str().map_err(|_| VerifyError::malformed(display)),
+    }
+}
+
+/// The hash under an HMAC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    Sha1,
+    Sha256,
+    Sha512,
+}
+
+/// HMAC of the concatenation of `parts` under `key`.
+pub(crate) fn hmac(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        #[allow(clippy::expect_used)] // HMAC accepts keys of any length; this cannot fail.
+        let mut mac = <M as hmac::digest::KeyInit>::new_from_slice(key).expect("HMAC takes any key length");
+        for part in parts {
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().to_vec()
+    }
+    match algorithm {
+        Algorithm::Sha1 => run::<Hmac<sha1::Sha1>>(key, parts),
+        Algorithm::Sha256 => run::<Hmac<sha2::Sha256>>(key, parts),
+        Algorithm::Sha512 => run::<Hmac<sha2::Sha512>>(key, parts),
+    }
+}
+
+/// Constant-time equality of two byte strings (the length is not secret: every provider's is public).
+pub(crate) fn equal(a: &[u8], b: &[u8]) -> bool {
+    bool::from(a.ct_eq(b))
+}
+
+/// The first secret whose HMAC over `parts` equals any of `candidates`, compared in constant time.
+/// Several candidates are how providers sign with more than one secret at once (Stripe, Paddle, Standard Webhooks).
+pub(crate) fn first_hmac_match(
+    algorithm: Algorithm,
+    secrets: &[&Secret],
+    parts: &[&[u8]],
+    candidates: &[Vec<u8>],
+) -> Result<Verified, VerifyError> {
+    secrets
+        .iter()
+        .find(|secret| {
+            let expected = hmac(algorithm, secret.key(), parts);
+            candidates.iter().any(|candidate| equal(&expected, candidate))
+        })
+        .map(|secret| Verified::by(secret))
+        .ok_or(VerifyError::Mismatch)
+}
+
+/// How far a signed timestamp may be from the gateway's clock, in each direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tolerance {
+    past_ms: i64,
+    future_ms: i64,
+}
+
+impl Tolerance {
+    /// The same window in both directions. A symmetric window is our choice for every scheme, including those
+    /// whose SDK checks only the past (Stripe, HubSpot): a genuine future timestamp only arises from clock skew,
+    /// which the window covers, and accepting any future time would let a captured request replay for ever.
+    pub fn seconds(seconds: u64) -> Self {
+        let ms = i64::try_from(seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        Self { past_ms: ms, future_ms: ms }
+    }
+
+    /// Whether a timestamp (ms since the epoch) is fresh at `now_ms`.
+    pub(crate) fn check(&self, timestamp_ms: i64, now_ms: i64) -> Result<(), VerifyError> {
+        let age_ms = i128::from(now_ms) - i128::from(timestamp_ms);
+        if age_ms > i128::from(self.past_ms) {
+            Err(VerifyError::TimestampStale)
+        } else if -age_ms > i128::from(self.future_ms) {
+            Err(VerifyError::TimestampFuture)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Checks a timestamp in seconds when a tolerance is configured.
+pub(crate) fn check_seconds(tolerance: Option<Tolerance>, timestamp_s: i64, now_ms: i64) -> Result<(), VerifyError> {
+    match tolerance {
+        Some(tolerance) => tolerance.check(timestamp_s.saturating_mul(1000), now_ms),
+        None => Ok(()),
+    }
+}
+
+/// A decimal Unix timestamp as providers send it: ASCII digits only (no sign, no spaces, no `+`).
+pub(crate) fn parse_unix(text: &str) -> Option<i64> {
+    if text.is_empty() || text.len() > 18 || !text.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Decodes hex (either case) of exactly `len` bytes.
+pub(crate) fn hex_of_len(text: &str, len: usize) -> Option<Vec<u8>> {
+    hex::decode(text).ok().filter(|bytes| bytes.len() == len)
+}
+
+/// Decodes base64 (padded or not) of exactly `len` bytes.
+pub(crate) fn base64_of_len(text: &str, len: usize) -> Option<Vec<u8>> {
+    BASE64_LENIENT.decode(text.trim()).ok().filter(|bytes| bytes.len() == len)
+}
+
+/// The first string at a JSON pointer in `body`, for the few schemes that must read their signed body after
+/// verification (handshakes, Linear's timestamp). Never used to decide authenticity.
+pub(crate) fn json_field(body: &[u8], pointer: &str) -> Option<serde_json::Value> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    value.pointer(pointer).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerance_is_symmetric_and_inclusive() {
+        let tolerance = Tolerance::seconds(300);
+        let now = 1_700_000_000_000;
+        assert_eq!(tolerance.check(now - 300_000, now), Ok(()));
+        assert_eq!(tolerance.check(now + 300_000, now), Ok(()));
+        assert_eq!(tolerance.check(now - 300_001, now), Err(VerifyError::TimestampStale));
+        assert_eq!(tolerance.check(now + 300_001, now), Err(VerifyError::TimestampFuture));
+        assert_eq!(tolerance.check(i64::MIN, i64::MAX), Err(VerifyError::TimestampStale));
+        assert_eq!(tolerance.check(i64::MAX, i64::MIN), Err(VerifyError::TimestampFuture));
+    }
+
+    #[test]
+    fn unix_timestamps_are_digits_only() {
+        assert_eq!(parse_unix("1614265330"), Some(1_614_265_330));
+        for bad in ["", "+1", "-1", " 1", "1 ", "1e9", "99999999999999999999", "0x10"] {
+            assert_eq!(parse_unix(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn lenient_base64_accepts_missing_padding() {
+        assert_eq!(BASE64_LENIENT.decode("YWI=").ok(), Some(b"ab".to_vec()));
+        assert_eq!(BASE64_LENIENT.decode("YWI").ok(), Some(b"ab".to_vec()));
+    }
+}

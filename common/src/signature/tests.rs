@@ -1,0 +1,295 @@
+//! Helpers shared by the schemes' unit tests, and the property tests every header parser must pass: no input, however
+//! hostile, makes a scheme panic.
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use proptest::prelude::*;
+
+use super::*;
+
+/// Headers from `(name, value)` pairs; panics on a pair that is not a valid header (test input only).
+pub(crate) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        let name = HeaderName::from_bytes(name.as_bytes()).expect("valid header name");
+        map.append(name, HeaderValue::from_str(value).expect("valid header value"));
+    }
+    map
+}
+
+/// A secret whose configured text `key` is decoded the plain way (UTF-8 bytes).
+pub(crate) fn secret(id: &str, key: &str) -> Secret {
+    Secret::new(id, key.as_bytes().to_vec())
+}
+
+/// Verifies a `POST` without a URL; returns the matching secret's id.
+pub(crate) fn check(
+    scheme: &dyn Scheme,
+    headers: &HeaderMap,
+    body: &[u8],
+    secrets: &[(&str, &str)],
+    now_ms: i64,
+) -> Result<String, VerifyError> {
+    check_at(scheme, &Method::POST, None, headers, body, secrets, now_ms)
+}
+
+/// Verifies a request; each secret's text goes through the scheme's `decode_secret` as config loading does.
+pub(crate) fn check_at(
+    scheme: &dyn Scheme,
+    method: &Method,
+    url: Option<&str>,
+    headers: &HeaderMap,
+    body: &[u8],
+    secrets: &[(&str, &str)],
+    now_ms: i64,
+) -> Result<String, VerifyError> {
+    let secrets: Vec<Secret> = secrets
+        .iter()
+        .map(|(id, text)| Secret::new(*id, scheme.decode_secret(text.as_bytes()).expect("decodable test secret")))
+        .collect();
+    let mut request = UnverifiedRequest::new(headers, body, now_ms).with_method(method);
+    if let Some(url) = url {
+        request = request.with_url(url);
+    }
+    verify(scheme, &request, &secrets).map(|verified| verified.secret_id().to_owned())
+}
+
+#[test]
+fn secrets_outside_their_window_are_not_tried() {
+    let body = b"Hello, World!";
+    let signature = github::sign(b"old", body);
+    let headers = headers(&[("X-Hub-Signature-256", &signature)]);
+    let secrets = [
+        Secret::new("new", b"new".to_vec()).with_validity(Some(1_000), None),
+        Secret::new("old", b"old".to_vec()).with_validity(None, Some(2_000)),
+    ];
+    let at = |now_ms| {
+        verify(&GitHub, &UnverifiedRequest::new(&headers, body, now_ms), &secrets).map(|v| v.secret_id().to_owned())
+    };
+    assert_eq!(at(2_000), Ok("old".to_owned()), "not_after is inclusive");
+    assert_eq!(at(2_001), Err(VerifyError::Mismatch), "a secret past not_after is no longer accepted");
+    let new_signature = github::sign(b"new", body);
+    let headers = self::headers(&[("X-Hub-Signature-256", &new_signature)]);
+    let at = |now_ms| {
+        verify(&GitHub, &UnverifiedRequest::new(&headers, body, now_ms), &secrets).map(|v| v.secret_id().to_owned())
+    };
+    assert_eq!(at(999), Err(VerifyError::Mismatch), "a secret before not_before is not accepted yet");
+    assert_eq!(at(1_000), Ok("new".to_owned()));
+}
+
+#[test]
+fn every_listed_name_builds_and_unknown_names_do_not() {
+    let generic: GenericHmacOptions = toml::from_str("signature_header = \"x-sig\"").expect("options");
+    let options = SchemeOptions { tolerance_s: None, hmac: Some(generic) };
+    for name in SCHEME_NAMES {
+        let scheme = build(name, &options).unwrap_or_else(|problem| panic!("{name}: {problem}"));
+        assert_eq!(scheme.name(), *name);
+    }
+    assert!(build("nope", &options).is_err_and(|problem| problem.contains("unknown scheme `nope`")));
+    assert!(build("hmac", &SchemeOptions::default()).is_err());
+    assert!(!build("none", &options).is_ok_and(|scheme| scheme.is_verifying()));
+}
+
+#[test]
+fn error_reasons_are_stable() {
+    let all = [
+        VerifyError::missing("h"),
+        VerifyError::malformed("h"),
+        VerifyError::Mismatch,
+        VerifyError::TimestampStale,
+        VerifyError::TimestampFuture,
+        VerifyError::MissingTimestamp("t"),
+        VerifyError::UnsupportedContentType("x"),
+    ];
+    let reasons: Vec<&str> = all.iter().map(VerifyError::reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            "signature_missing",
+            "signature_malformed",
+            "signature_mismatch",
+            "timestamp_stale",
+            "timestamp_future",
+            "timestamp_missing",
+            "content_type_unsupported"
+        ]
+    );
+}
+
+/// Every header any scheme reads.
+const HEADER_NAMES: &[&str] = &[
+    "stripe-signature",
+    "x-hub-signature-256",
+    "x-hub-signature",
+    "x-shopify-hmac-sha256",
+    "x-slack-signature",
+    "x-slack-request-timestamp",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "svix-id",
+    "svix-timestamp",
+    "svix-signature",
+    "x-gitlab-token",
+    "paddle-signature",
+    "x-pagerduty-signature",
+    "linear-signature",
+    "x-zm-signature",
+    "x-zm-request-timestamp",
+    "twitch-eventsub-message-signature",
+    "twitch-eventsub-message-id",
+    "twitch-eventsub-message-timestamp",
+    "twitch-eventsub-message-type",
+    "x-square-hmacsha256-signature",
+    "x-twilio-signature",
+    "x-twilio-webhooks-signature-settings",
+    "content-type",
+    "x-hubspot-signature-v3",
+    "x-hubspot-request-timestamp",
+    "typeform-signature",
+    "x-wc-webhook-signature",
+    "x-signature-ed25519",
+    "x-signature-timestamp",
+    "x-twilio-email-event-webhook-signature",
+    "x-twilio-email-event-webhook-timestamp",
+    "x-sig",
+    "x-ts",
+    "x-id",
+];
+
+fn all_schemes() -> Vec<Box<dyn Scheme>> {
+    let generic: GenericHmacOptions = toml::from_str(
+        "signature_header = \"x-sig\"\nprefix = \"v1=\"\nsigned_content = \"{id}:{timestamp}:{body}\"\nid_header = \"x-id\"\ntimestamp_header = \"x-ts\"\n",
+    )
+    .expect("options");
+    let options = SchemeOptions { tolerance_s: Some(300), hmac: Some(generic) };
+    SCHEME_NAMES.iter().map(|name| build(name, &options).expect("builds")).collect()
+}
+
+/// Header values shaped like the real ones (so parsers get past their first check) and arbitrary visible ASCII.
+fn header_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[ -~]{0,80}",
+        "(t|v0|v1|ts|h1|sha256|sha1|v1a|algorithm|key)[=,][0-9a-fA-Z+/=]{0,70}",
+        "((t|v1|ts|h1)=[0-9a-f]{0,66}[,; ]{1,2}){0,4}",
+        "(v1,[A-Za-z0-9+/]{42,44}={0,2} ?){0,3}",
+        "[0-9]{1,20}",
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?Z?",
+        "application/(json|x-www-form-urlencoded)(; ?charset=[a-z0-9-]{0,8})?",
+    ]
+}
+
+fn request_headers() -> impl Strategy<Value = Vec<(usize, String)>> {
+    proptest::collection::vec((0..HEADER_NAMES.len(), header_value()), 0..12)
+}
+
+fn body() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..256),
+        "[{}\\[\\]\":,a-z0-9 =&%+]{0,200}".prop_map(String::into_bytes),
+        Just(br#"{"type":"url_verification","challenge":"c"}"#.to_vec()),
+        Just(br#"{"event":"endpoint.url_validation","payload":{"plainToken":"p"}}"#.to_vec()),
+        Just(br#"{"type":1,"challenge":"c","webhookTimestamp":1}"#.to_vec()),
+    ]
+}
+
+fn url() -> impl Strategy<Value = Option<String>> {
+    proptest::option::of(prop_oneof![
+        "https?://[a-z.:\\[\\]@0-9]{0,20}(/[a-z%0-9A-F]{0,10})?(\\?[a-zA-Z0-9=&%]{0,30})?",
+        "[ -~]{0,40}",
+    ])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_scheme_panics_on_any_request(
+        pairs in request_headers(),
+        body in body(),
+        url in url(),
+        now_ms in any::<i64>(),
+    ) {
+        let mut map = HeaderMap::new();
+        for (index, value) in &pairs {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                map.append(HeaderName::from_static(HEADER_NAMES[*index]), value);
+            }
+        }
+        let key = Secret::new("k", b"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a".to_vec());
+        for scheme in all_schemes() {
+            let mut request = UnverifiedRequest::new(&map, &body, now_ms);
+            if let Some(url) = &url {
+                request = request.with_url(url);
+            }
+            let secrets = [Secret::new("a", b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_vec())];
+            let _ = verify(scheme.as_ref(), &request, &secrets);
+            let _ = scheme.handshake(&request, &key);
+            let _ = scheme.identity().identify(&map, &body);
+        }
+    }
+
+    #[test]
+    fn header_parsers_never_panic(text in "\\PC{0,120}") {
+        let _ = stripe::parse_header(&text);
+        let _ = paddle::parse_header(&text);
+        let _ = pagerduty::parse_header(&text);
+        let _ = standard_webhooks::parse_signatures(&text);
+        let _ = standard_webhooks::decode_secret(text.as_bytes());
+        let _ = twilio::settings_algorithm(&text);
+        let _ = twilio::toggle_default_port(&text);
+        let _ = twilio::signed_params(text.as_bytes());
+        let _ = twilio::signed_params_deduplicated(text.as_bytes());
+        let _ = hubspot::signed_uri(&text);
+        let _ = twitch::parse_rfc3339_ms(&text);
+        let _ = generic::parse_template(&text);
+        let _ = discord::Discord.decode_secret(text.as_bytes());
+        let _ = sendgrid::SendGrid.decode_secret(text.as_bytes());
+    }
+
+    #[test]
+    fn stripe_accepts_its_own_signature_among_any_others(
+        body in proptest::collection::vec(any::<u8>(), 0..200),
+        decoys in proptest::collection::vec("[0-9a-f]{64}", 0..4),
+        position in 0usize..5,
+        timestamp in 1_000_000_000i64..4_000_000_000,
+    ) {
+        let genuine = stripe::sign(b"whsec_k", &body, timestamp);
+        let v1 = genuine.split_once(",v1=").map(|(_, v1)| v1.to_owned()).unwrap_or_default();
+        let mut entries: Vec<String> = decoys.iter().map(|decoy| format!("v1={decoy}")).collect();
+        entries.insert(position.min(entries.len()), format!("v1={v1}"));
+        let value = format!("t={timestamp},{}", entries.join(","));
+        let headers = headers(&[("Stripe-Signature", &value)]);
+        let scheme = stripe::Stripe::new(Some(support::Tolerance::seconds(300)));
+        prop_assert_eq!(check(&scheme, &headers, &body, &[("a", "whsec_k")], timestamp * 1000), Ok("a".to_owned()));
+    }
+
+    #[test]
+    fn standard_webhooks_accepts_its_own_signature_among_any_others(
+        body in proptest::collection::vec(any::<u8>(), 0..200),
+        id in "msg_[A-Za-z0-9]{1,30}",
+        decoys in proptest::collection::vec("v1a?,[A-Za-z0-9+/]{43}=", 0..4),
+    ) {
+        let key = standard_webhooks::decode_secret(b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("key");
+        let mut entries = decoys;
+        entries.push(standard_webhooks::sign(&key, &id, 1_614_265_330, &body));
+        entries.reverse();
+        let value = entries.join(" ");
+        let headers = headers(&[("webhook-id", &id), ("webhook-timestamp", "1614265330"), ("webhook-signature", &value)]);
+        let scheme = standard_webhooks::StandardWebhooks::standard(Some(support::Tolerance::seconds(300)));
+        let result = check(&scheme, &headers, &body, &[("a", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")], 1_614_265_330_000);
+        prop_assert_eq!(result, Ok("a".to_owned()));
+    }
+
+    #[test]
+    fn one_flipped_body_bit_is_always_a_mismatch(
+        body in proptest::collection::vec(any::<u8>(), 1..200),
+        bit in 0usize..1600,
+    ) {
+        let value = github::sign(b"k", &body);
+        let mut tampered = body.clone();
+        let bit = bit % (tampered.len() * 8);
+        tampered[bit / 8] ^= 1 << (bit % 8);
+        let headers = headers(&[("X-Hub-Signature-256", &value)]);
+        prop_assert_eq!(check(&GitHub, &headers, &tampered, &[("a", "k")], 0), Err(VerifyError::Mismatch));
+    }
+}

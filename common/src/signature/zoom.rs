@@ -1,0 +1,130 @@
+//! Zoom: `x-zm-signature: v0=<hex>` over `"v0:<x-zm-request-timestamp>:" + body`, HMAC-SHA256 with the app's
+//! secret token. Zoom documents no timestamp window, so none is applied unless the source sets `tolerance_s`.
+//! Zoom sends no delivery id either: the event id defaults to the body's SHA-256; type from the body's `event`.
+//!
+//! Handshake: `endpoint.url_validation` is answered with `{"plainToken", "encryptedToken"}`, the latter the hex
+//! HMAC-SHA256 of the plain token under the secret that verified the request.
+
+use super::{
+    FieldSource, Handshake, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    support::{Algorithm, Tolerance, check_seconds, first_hmac_match, hex_of_len, hmac, parse_unix, required_header},
+};
+
+const SIGNATURE: &str = "x-zm-signature";
+const TIMESTAMP: &str = "x-zm-request-timestamp";
+
+#[derive(Debug, Clone, Copy)]
+pub struct Zoom {
+    tolerance: Option<Tolerance>,
+}
+
+impl Zoom {
+    pub fn new(tolerance: Option<Tolerance>) -> Self {
+        Self { tolerance }
+    }
+}
+
+impl Scheme for Zoom {
+    fn name(&self) -> &'static str {
+        "zoom"
+    }
+
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+        let value = required_header(request.headers, SIGNATURE, SIGNATURE)?;
+        let timestamp_text = required_header(request.headers, TIMESTAMP, TIMESTAMP)?;
+        let signature = value
+            .strip_prefix("v0=")
+            .and_then(|digest| hex_of_len(digest, 32))
+            .ok_or(VerifyError::malformed(SIGNATURE))?;
+        let timestamp = parse_unix(timestamp_text).ok_or(VerifyError::malformed(TIMESTAMP))?;
+        let parts: [&[u8]; 4] = [b"v0:", timestamp_text.as_bytes(), b":", request.body];
+        let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &[signature])?;
+        check_seconds(self.tolerance, timestamp, request.now_ms)?;
+        Ok(verified)
+    }
+
+    fn identity(&self) -> IdentityRule {
+        IdentityRule::new(vec![FieldSource::BodySha256], vec![FieldSource::pointer("/event")])
+    }
+
+    fn handshake(&self, request: &UnverifiedRequest<'_>, secret: &Secret) -> Option<Handshake> {
+        let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
+        if body.get("event")?.as_str()? != "endpoint.url_validation" {
+            return None;
+        }
+        let plain_token = body.pointer("/payload/plainToken")?.as_str()?;
+        let encrypted = hex::encode(hmac(Algorithm::Sha256, secret.key(), &[plain_token.as_bytes()]));
+        Some(Handshake::json(&serde_json::json!({ "plainToken": plain_token, "encryptedToken": encrypted })))
+    }
+}
+
+/// The `x-zm-signature` value for `body` at `timestamp`.
+pub fn sign(key: &[u8], body: &[u8], timestamp: i64) -> String {
+    let t = timestamp.to_string();
+    format!("v0={}", hex::encode(hmac(Algorithm::Sha256, key, &[b"v0:", t.as_bytes(), b":", body])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::tests::{check, headers, secret};
+
+    const SECRET: &str = "zoom_secret_token";
+    const T: i64 = 1_700_000_000;
+    const BODY: &[u8] = br#"{"event":"meeting.started","event_ts":1700000000000,"payload":{}}"#;
+
+    fn run(
+        zoom: &Zoom,
+        signature: &str,
+        body: &[u8],
+        secrets: &[(&str, &str)],
+        now_s: i64,
+    ) -> Result<String, VerifyError> {
+        let t = T.to_string();
+        check(zoom, &headers(&[(SIGNATURE, signature), (TIMESTAMP, &t)]), body, secrets, now_s * 1000)
+    }
+
+    #[test]
+    fn slacks_official_vector_is_a_zoom_vector() {
+        // Zoom's `v0=hex(HMAC("v0:<ts>:" + body))` is Slack's construction byte for byte, so Slack's official
+        // vector checks ours.
+        let body = b"token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+        let headers = headers(&[
+            (SIGNATURE, "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"),
+            (TIMESTAMP, "1531420618"),
+        ]);
+        let secrets = [("a", "8f742231b10e8888abcd99yyyzzz85a5")];
+        assert_eq!(check(&Zoom::new(None), &headers, body, &secrets, 0), Ok("a".to_owned()));
+    }
+
+    #[test]
+    fn verifies_and_tampered_wrong_secret_rotation() {
+        let value = sign(SECRET.as_bytes(), BODY, T);
+        let zoom = Zoom::new(None);
+        assert_eq!(run(&zoom, &value, BODY, &[("a", SECRET)], T + 100_000), Ok("a".to_owned()), "no window by default");
+        assert_eq!(run(&zoom, &value, b"{}", &[("a", SECRET)], T), Err(VerifyError::Mismatch));
+        assert_eq!(run(&zoom, &value, BODY, &[("a", "x")], T), Err(VerifyError::Mismatch));
+        assert_eq!(run(&zoom, &value, BODY, &[("n", "x"), ("o", SECRET)], T), Ok("o".to_owned()));
+    }
+
+    #[test]
+    fn configured_tolerance_refuses_stale_and_future() {
+        let value = sign(SECRET.as_bytes(), BODY, T);
+        let zoom = Zoom::new(Some(Tolerance::seconds(300)));
+        assert_eq!(run(&zoom, &value, BODY, &[("a", SECRET)], T + 301), Err(VerifyError::TimestampStale));
+        assert_eq!(run(&zoom, &value, BODY, &[("a", SECRET)], T - 301), Err(VerifyError::TimestampFuture));
+    }
+
+    #[test]
+    fn url_validation_is_answered_with_the_hmac_of_the_plain_token() {
+        let body = br#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680,"event":"endpoint.url_validation"}"#;
+        let headers = headers(&[]);
+        let request = UnverifiedRequest::new(&headers, body, 0);
+        let reply = Zoom::new(None).handshake(&request, &secret("a", SECRET)).expect("a handshake");
+        let reply: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        let expected = hex::encode(hmac(Algorithm::Sha256, SECRET.as_bytes(), &[b"qgg8vlvZRS6UYooatFL8Aw"]));
+        assert_eq!(reply["plainToken"], "qgg8vlvZRS6UYooatFL8Aw");
+        assert_eq!(reply["encryptedToken"], expected.as_str());
+        assert_eq!(Zoom::new(None).handshake(&UnverifiedRequest::new(&headers, BODY, 0), &secret("a", SECRET)), None);
+    }
+}

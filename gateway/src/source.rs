@@ -1,0 +1,287 @@
+//! A configured source, ready to verify requests: its scheme, its loaded secrets, and what to do with what
+//! verifies (topic, identity, forwarded headers). A [`SourceTable`] is every source of one config; reloads swap
+//! whole tables, so a request always sees one consistent config.
+
+use std::collections::{HashMap, HashSet};
+
+use hookline_common::{
+    signature::{self, IdentityRule, Scheme, SchemeOptions, Secret},
+    wire::now_ms,
+};
+use http::HeaderName;
+
+use crate::config::{GatewayConfig, SourceConfig};
+
+#[derive(Debug)]
+pub struct Source {
+    pub name: String,
+    pub scheme: Box<dyn Scheme>,
+    pub secrets: Vec<Secret>,
+    pub max_body_bytes: usize,
+    pub topic: String,
+    pub identity: IdentityRule,
+    pub forward_headers: Vec<HeaderName>,
+    pub public_url: Option<String>,
+}
+
+impl Source {
+    /// Builds a source, loading and decoding its secrets; every problem is returned at once.
+    pub fn from_config(config: &SourceConfig, default_topic: &str) -> Result<Self, Vec<String>> {
+        let mut problems = Vec::new();
+        let options = SchemeOptions { tolerance_s: config.tolerance_s, hmac: config.hmac.clone() };
+        let scheme = signature::build(&config.scheme, &options).map_err(|problem| problems.push(problem)).ok();
+        if config.hmac.is_some() && config.scheme != "hmac" {
+            problems.push("a [sources.hmac] table is only read by scheme = \"hmac\"".to_owned());
+        }
+        if config.tolerance_s == Some(0) {
+            problems.push("tolerance_s must be at least 1 (timestamp checks cannot be turned off)".to_owned());
+        }
+        let secrets = match scheme.as_deref() {
+            Some(scheme) => load_secrets(config, scheme, &mut problems),
+            None if config.secrets.is_empty() => {
+                problems.push("has no secrets: it would accept nothing, or worse".to_owned());
+                Vec::new()
+            }
+            None => {
+                // The scheme is unknown, but the secrets can still be checked: every problem at once.
+                for secret_ref in &config.secrets {
+                    problems.extend(secret_ref.load().err());
+                    problems.extend(secret_ref.validity_ms().err());
+                }
+                Vec::new()
+            }
+        };
+        if config.max_body_bytes == 0 {
+            problems.push("max_body_bytes must be positive".to_owned());
+        }
+        let topic = config.topic.clone().unwrap_or_else(|| default_topic.to_owned());
+        if topic.is_empty() {
+            problems.push("topic is empty".to_owned());
+        }
+        for field in config.event_id.iter().chain(&config.event_type) {
+            problems.extend(field.problem());
+        }
+        let mut forward_headers = Vec::new();
+        for name in &config.forward_headers {
+            match HeaderName::from_bytes(name.as_bytes()) {
+                Ok(header) => forward_headers.push(header),
+                Err(_) => problems.push(format!("forward_headers: `{name}` is not a valid header name")),
+            }
+        }
+        if let Some(scheme) = &scheme {
+            match &config.public_url {
+                None if scheme.signs_url() => {
+                    problems.push(format!("scheme `{}` signs the URL: set public_url", scheme.name()));
+                }
+                Some(url) if !(url.starts_with("https://") || url.starts_with("http://")) || url.contains('?') => {
+                    problems.push(format!("public_url `{url}` must be an http(s) URL without a query string"));
+                }
+                _ => {}
+            }
+        }
+        let Some(scheme) = scheme.filter(|_| problems.is_empty()) else { return Err(problems) };
+        let mut identity = scheme.identity();
+        if let Some(event_id) = &config.event_id {
+            identity.event_id = vec![event_id.clone()];
+        }
+        if let Some(event_type) = &config.event_type {
+            identity.event_type = vec![event_type.clone()];
+        }
+        Ok(Self {
+            name: config.name.clone(),
+            scheme,
+            secrets,
+            max_body_bytes: config.max_body_bytes,
+            topic,
+            identity,
+            forward_headers,
+            public_url: config.public_url.clone(),
+        })
+    }
+
+    /// The URL the provider signed: `public_url` plus the request's query string.
+    pub fn signed_url(&self, query: Option<&str>) -> Option<String> {
+        let base = self.public_url.as_deref()?;
+        Some(match query {
+            Some(query) => format!("{base}?{query}"),
+            None => base.to_owned(),
+        })
+    }
+}
+
+fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<String>) -> Vec<Secret> {
+    if !scheme.is_verifying() {
+        if !config.secrets.is_empty() {
+            problems.push("scheme `none` verifies nothing and takes no secrets".to_owned());
+        }
+        return Vec::new();
+    }
+    if config.secrets.is_empty() {
+        problems.push("has no secrets: it would accept nothing, or worse".to_owned());
+    }
+    let mut ids = HashSet::new();
+    let mut secrets = Vec::new();
+    for secret_ref in &config.secrets {
+        if secret_ref.id.is_empty() {
+            problems.push("a secret has an empty id".to_owned());
+        } else if !ids.insert(secret_ref.id.as_str()) {
+            problems.push(format!("secret id `{}` is used twice", secret_ref.id));
+        }
+        let validity = secret_ref.validity_ms().map_err(|problem| problems.push(problem)).ok();
+        let key = secret_ref.load().map_err(|problem| problems.push(problem)).ok().and_then(|raw| {
+            scheme
+                .decode_secret(&raw)
+                .map_err(|problem| problems.push(format!("secret `{}`: {problem}", secret_ref.id)))
+                .ok()
+        });
+        if let (Some(key), Some((not_before, not_after))) = (key, validity) {
+            secrets.push(Secret::new(&secret_ref.id, key).with_validity(not_before, not_after));
+        }
+    }
+    let now = now_ms();
+    if !secrets.is_empty() && secrets.len() == config.secrets.len() && !secrets.iter().any(|s| s.is_active_at(now)) {
+        problems.push("no secret is active now (check not_before / not_after)".to_owned());
+    }
+    secrets
+}
+
+/// Every source of one config, by name.
+#[derive(Debug, Default)]
+pub struct SourceTable {
+    sources: HashMap<String, Source>,
+}
+
+impl SourceTable {
+    /// Builds every source of `config`, or returns every problem.
+    pub fn build(config: &GatewayConfig) -> Result<Self, Vec<String>> {
+        let mut sources = HashMap::new();
+        let mut problems = Vec::new();
+        for source_config in &config.sources {
+            match Source::from_config(source_config, &config.kafka.inbound_topic) {
+                Ok(source) => {
+                    sources.insert(source.name.clone(), source);
+                }
+                Err(found) => {
+                    problems
+                        .extend(found.into_iter().map(|problem| format!("source `{}`: {problem}", source_config.name)));
+                }
+            }
+        }
+        if problems.is_empty() { Ok(Self { sources }) } else { Err(problems) }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Source> {
+        self.sources.get(name)
+    }
+
+    /// The configured name equal to `name`, borrowed from the table (a bounded metric label).
+    pub fn name_of(&self, name: &str) -> Option<&str> {
+        self.sources.get_key_value(name).map(|(key, _)| key.as_str())
+    }
+
+    pub fn len(&self) -> usize {
+        self.sources.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+
+    /// Logs what operators must know about a table about to serve: unsigned sources, and secrets that are not
+    /// (or no longer) accepted.
+    pub fn log_warnings(&self) {
+        let now = now_ms();
+        for source in self.sources.values() {
+            if !source.scheme.is_verifying() {
+                tracing::warn!(
+                    source = %source.name,
+                    "source accepts UNVERIFIED requests (scheme = \"none\"): only for trusted internal senders"
+                );
+            }
+            for secret in source.secrets.iter().filter(|secret| !secret.is_active_at(now)) {
+                tracing::info!(source = %source.name, secret_id = %secret.id, "secret is outside its not_before/not_after window");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hookline_common::config::SecretRef;
+
+    use super::*;
+
+    fn secret_file(contents: &str) -> String {
+        let path = std::env::temp_dir().join(format!("hookline-source-test-{}", uuid_like()));
+        std::fs::write(&path, contents).unwrap();
+        path.display().to_string()
+    }
+
+    fn uuid_like() -> String {
+        format!("{}-{:?}", std::process::id(), std::time::SystemTime::now())
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect()
+    }
+
+    fn problems_of(config: &SourceConfig) -> String {
+        Source::from_config(config, "inbound").err().unwrap_or_default().join("\n")
+    }
+
+    #[test]
+    fn schemes_that_sign_the_url_need_public_url() {
+        let file = secret_file("token");
+        let mut config = SourceConfig::new("sms", "twilio", vec![SecretRef::from_file("a", &file)]);
+        assert!(problems_of(&config).contains("set public_url"));
+        config.public_url = Some("https://hooks.example.com/twilio?x=1".into());
+        assert!(problems_of(&config).contains("without a query string"));
+        config.public_url = Some("https://hooks.example.com/twilio".into());
+        let source = Source::from_config(&config, "inbound").unwrap();
+        assert_eq!(source.signed_url(Some("a=1")).as_deref(), Some("https://hooks.example.com/twilio?a=1"));
+        assert_eq!(source.topic, "inbound");
+    }
+
+    #[test]
+    fn none_takes_no_secrets_and_everything_else_needs_one() {
+        assert!(Source::from_config(&SourceConfig::new("internal", "none", vec![]), "t").is_ok());
+        let file = secret_file("x");
+        assert!(
+            problems_of(&SourceConfig::new("internal", "none", vec![SecretRef::from_file("a", &file)]))
+                .contains("takes no secrets")
+        );
+        assert!(problems_of(&SourceConfig::new("gh", "github", vec![])).contains("has no secrets"));
+        assert!(problems_of(&SourceConfig::new("gh", "githup", vec![])).contains("unknown scheme `githup`"));
+    }
+
+    #[test]
+    fn secrets_are_decoded_by_the_scheme_and_checked() {
+        let bad = secret_file("whsec_***");
+        let problems =
+            problems_of(&SourceConfig::new("sw", "standard_webhooks", vec![SecretRef::from_file("a", &bad)]));
+        assert!(problems.contains("secret `a`: the secret is not base64"), "{problems}");
+        let good = secret_file("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let twice = vec![SecretRef::from_file("a", &good), SecretRef::from_file("a", &good)];
+        assert!(problems_of(&SourceConfig::new("sw", "standard_webhooks", twice)).contains("used twice"));
+        let expired =
+            SecretRef { not_after: Some("2001-01-01T00:00:00Z".into()), ..SecretRef::from_file("old", &good) };
+        assert!(problems_of(&SourceConfig::new("sw", "svix", vec![expired.clone()])).contains("no secret is active"));
+        let current = SecretRef::from_file("new", &good);
+        assert!(Source::from_config(&SourceConfig::new("sw", "svix", vec![current, expired]), "t").is_ok());
+    }
+
+    #[test]
+    fn overrides_replace_the_schemes_identity() {
+        let file = secret_file("k");
+        let config = SourceConfig {
+            event_id: Some(signature::FieldSource::pointer("/delivery")),
+            event_type: Some(signature::FieldSource::header("x-kind")),
+            forward_headers: vec!["User-Agent".into(), "bad header".into()],
+            ..SourceConfig::new("gh", "github", vec![SecretRef::from_file("a", &file)])
+        };
+        assert!(problems_of(&config).contains("`bad header` is not a valid header name"));
+        let config = SourceConfig { forward_headers: vec!["User-Agent".into()], ..config };
+        let source = Source::from_config(&config, "t").unwrap();
+        assert_eq!(source.identity.event_id, vec![signature::FieldSource::pointer("/delivery")]);
+        assert_eq!(source.forward_headers[0].as_str(), "user-agent");
+    }
+}

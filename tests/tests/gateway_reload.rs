@@ -1,0 +1,108 @@
+//! Secret rotation without a restart, against the real broker: `POST /admin/reload` and SIGHUP re-read the secrets,
+//! swap them in atomically, and a bad config is rejected while the old one keeps serving.
+//!
+//! One test in this binary: it sends SIGHUP to its own process, which every gateway in the process would see.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use hookline_common::{config::SecretRef, signature::github};
+use hookline_gateway::config::SourceConfig;
+use hookline_tests::{Reply, TestStack, eventually};
+use http::{Request, StatusCode};
+use http_body_util::Full;
+
+async fn post_signed(stack: &TestStack, secret: &str, delivery_id: &str) -> Reply {
+    let body = Bytes::from(format!(r#"{{"delivery":"{delivery_id}"}}"#));
+    let request = Request::post(format!("http://{}/webhooks/rotating", stack.gateway_addr))
+        .header("x-github-delivery", delivery_id)
+        .header("x-hub-signature-256", github::sign(secret.as_bytes(), &body))
+        .body(Full::new(body))
+        .expect("request");
+    stack.send(request).await
+}
+
+async fn admin(stack: &TestStack, method: http::Method) -> Reply {
+    let request = Request::builder()
+        .method(method)
+        .uri(format!("http://{}/admin/reload", stack.gateway_admin_addr))
+        .body(Full::default())
+        .expect("request");
+    stack.send(request).await
+}
+
+#[tokio::test]
+async fn secrets_rotate_without_restart_and_a_bad_reload_keeps_the_old_config() {
+    let secret_path = std::env::temp_dir().join(format!("hookline-reload-{}.secret", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&secret_path, "first-secret\n").expect("write");
+    let stack = TestStack::builder()
+        .gateway_source(SourceConfig::new(
+            "rotating",
+            "github",
+            vec![SecretRef::from_file("current", secret_path.display().to_string())],
+        ))
+        .build()
+        .await;
+    assert_eq!(post_signed(&stack, "first-secret", "d-1").await.status, StatusCode::ACCEPTED);
+
+    // The secret file is rotated; the admin endpoint swaps it in.
+    std::fs::write(&secret_path, "second-secret\n").expect("write");
+    assert_eq!(post_signed(&stack, "second-secret", "d-2").await.status, StatusCode::UNAUTHORIZED, "not yet reloaded");
+    let reply = admin(&stack, http::Method::POST).await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    let answer: serde_json::Value = serde_json::from_slice(&reply.body).expect("json");
+    assert_eq!((answer["status"].as_str(), answer["sources"].as_u64()), (Some("reloaded"), Some(2)));
+    assert_eq!(post_signed(&stack, "second-secret", "d-3").await.status, StatusCode::ACCEPTED);
+    assert_eq!(post_signed(&stack, "first-secret", "d-4").await.status, StatusCode::UNAUTHORIZED);
+
+    // A broken secret (empty file) is rejected with the reason; the running secret keeps working.
+    std::fs::write(&secret_path, "").expect("write");
+    let reply = admin(&stack, http::Method::POST).await;
+    assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: serde_json::Value = serde_json::from_slice(&reply.body).expect("json");
+    assert_eq!(answer["error"]["code"], "reload_rejected");
+    assert!(answer["error"]["problems"].to_string().contains("secret `current` is empty"), "{answer}");
+    assert_eq!(post_signed(&stack, "second-secret", "d-5").await.status, StatusCode::ACCEPTED);
+    assert_eq!(admin(&stack, http::Method::GET).await.status, StatusCode::METHOD_NOT_ALLOWED);
+
+    // SIGHUP does the same.
+    std::fs::write(&secret_path, "third-secret").expect("write");
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .expect("send SIGHUP");
+    assert!(status.success());
+    eventually(Duration::from_secs(10), "SIGHUP reloads the secret", || async {
+        post_signed(&stack, "third-secret", &uuid::Uuid::new_v4().to_string()).await.status == StatusCode::ACCEPTED
+    })
+    .await;
+    assert_eq!(post_signed(&stack, "second-secret", "d-6").await.status, StatusCode::UNAUTHORIZED);
+
+    let metrics =
+        Request::get(format!("http://{}/metrics", stack.gateway_admin_addr)).body(Full::default()).expect("get");
+    let text = String::from_utf8_lossy(&stack.send(metrics).await.body).into_owned();
+    assert!(
+        text.lines().any(|l| l.starts_with("hookline_gateway_config_reloads_total{outcome=\"applied\"} 2")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("hookline_gateway_config_reloads_total{outcome=\"rejected\"} 1")),
+        "{text}"
+    );
+
+    // Every acknowledged delivery is in Kafka; none of the refused ones are.
+    let keys: Vec<String> = stack
+        .inbound_records()
+        .await
+        .iter()
+        .filter_map(|record| rdkafka::Message::key(record).map(|key| String::from_utf8_lossy(key).into_owned()))
+        .collect();
+    for acknowledged in ["d-1", "d-3", "d-5"] {
+        assert!(keys.contains(&acknowledged.to_owned()), "{acknowledged} in {keys:?}");
+    }
+    for refused in ["d-2", "d-4", "d-6"] {
+        assert!(!keys.contains(&refused.to_owned()), "{refused} must not be in Kafka");
+    }
+    let _ = std::fs::remove_file(&secret_path);
+    stack.shutdown().await;
+}
