@@ -139,7 +139,7 @@ impl Pipeline {
             let token = self.dedupe.token(source, event_id);
             let token = match self.claim(&token).await? {
                 Claim::AlreadyDone => {
-                    tracing::info!(source, event_id, "duplicate skipped");
+                    tracing::info!(source = %source, event_id = %event_id, "duplicate skipped");
                     return Some(Outcome::Duplicate);
                 }
                 Claim::HeldByOther => {
@@ -200,8 +200,8 @@ impl Pipeline {
             };
             let backoff = self.retry_backoff(attempts).max(retry_after.unwrap_or_default());
             tracing::warn!(
-                source,
-                event_id,
+                source = %source,
+                event_id = %event_id,
                 attempts,
                 backoff_ms = backoff.as_millis() as u64,
                 error = error.message(),
@@ -279,8 +279,8 @@ impl Pipeline {
                 Ok(entry_id) => {
                     // The alert: an error line here, `hookline_consumer_dead_lettered_total`, and the webhook.
                     tracing::error!(
-                        source,
-                        event_id = event_id.unwrap_or(""),
+                        source = %source,
+                        event_id = %event_id.unwrap_or(""),
                         entry_id = %entry_id,
                         error_class = failure.class.as_str(),
                         attempts = failure.attempts,
@@ -297,7 +297,7 @@ impl Pipeline {
                 }
                 Err(error) => {
                     self.metrics.dlq_produce_errors.inc();
-                    tracing::warn!(source, error = %error, "dead-letter produce failed; retrying");
+                    tracing::warn!(source = %source, error = %error, "dead-letter produce failed; retrying");
                 }
             }
             self.pause(&mut backoff).await?;
@@ -310,7 +310,7 @@ impl Pipeline {
         loop {
             match self.dead_letters.record_status(entry_id, record).await {
                 Ok(()) => return true,
-                Err(error) => tracing::warn!(entry_id, error = %error, "status produce failed; retrying"),
+                Err(error) => tracing::warn!(entry_id = %entry_id, error = %error, "status produce failed; retrying"),
             }
             if self.pause(&mut backoff).await.is_none() {
                 return false;
