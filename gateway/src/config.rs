@@ -50,6 +50,8 @@ pub struct Limits {
     /// Bound on a whole request, socket to answer: a body still arriving then is a 408, a produce still
     /// unacknowledged a 503. Keep it below the providers' timeouts (Slack 3 s, GitHub 10 s) where you can.
     pub request_deadline_ms: u64,
+    /// Largest request head a client may send (HTTP/1.1 headers, HTTP/2 header list), at least 8192.
+    pub max_header_bytes: usize,
 }
 
 impl Default for Limits {
@@ -61,6 +63,7 @@ impl Default for Limits {
             drain_deadline_ms: 15_000,
             retry_after_s: 5,
             request_deadline_ms: 9_000,
+            max_header_bytes: 64 * 1024,
         }
     }
 }
@@ -153,6 +156,7 @@ impl GatewayConfig {
             (1_000..=120_000).contains(&self.limits.request_deadline_ms),
             "limits.request_deadline_ms must be between 1000 and 120000",
         );
+        problems.check(self.limits.max_header_bytes >= 8192, "limits.max_header_bytes must be at least 8192");
         let mut seen = std::collections::HashSet::new();
         for source in &self.sources {
             let name = &source.name;

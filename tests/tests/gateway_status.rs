@@ -271,6 +271,16 @@ async fn each_bad_request_gets_its_own_status_and_code_and_changes_nothing() {
     let chunked = raw_chunked_post(stack.gateway_addr, "/webhooks/github", 70 * 1024).await;
     assert!(chunked.starts_with("HTTP/1.1 413"), "streamed body over the limit: {chunked}");
 
+    // A request head over `limits.max_header_bytes` (64 KiB) is refused by the HTTP layer.
+    let mut stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
+    let huge = format!(
+        "POST /webhooks/github HTTP/1.1\r\nHost: test\r\nX-Padding: {}\r\nContent-Length: 2\r\n\r\n{{}}",
+        "p".repeat(80 * 1024)
+    );
+    let _ = stream.write_all(huge.as_bytes()).await;
+    let answer = read_answer(&mut stream).await;
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 431"), "oversized head: {answer}");
+
     assert!(records_of(&stripe_topic).await.is_empty(), "no rejected request reached Kafka");
     assert!(stack.inbound_records().await.is_empty(), "no rejected request reached Kafka");
     stack.shutdown().await;
