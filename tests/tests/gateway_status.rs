@@ -325,6 +325,22 @@ async fn a_body_that_does_not_arrive_in_time_is_408() {
 }
 
 #[tokio::test]
+async fn the_request_deadline_bounds_a_slow_body_below_the_body_timeout() {
+    let stack = TestStack::builder()
+        .gateway_limits(Limits { body_read_timeout_ms: 30_000, request_deadline_ms: 1_000, ..Limits::default() })
+        .build()
+        .await;
+    let started = std::time::Instant::now();
+    let mut stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
+    let head = "POST /webhooks/github HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{";
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let answer = read_answer(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5), "answered at the request deadline: {:?}", started.elapsed());
+    stack.shutdown().await;
+}
+
+#[tokio::test]
 async fn past_the_concurrency_limit_the_answer_is_503_at_once() {
     let stack = TestStack::builder()
         .gateway_limits(Limits { max_in_flight: 1, body_read_timeout_ms: 5_000, ..Limits::default() })
