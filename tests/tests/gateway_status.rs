@@ -312,6 +312,49 @@ async fn read_answer(stream: &mut TcpStream) -> String {
 }
 
 #[tokio::test]
+async fn http2_and_http1_keep_alive_are_served() {
+    let stack = TestStack::builder().build().await;
+    // HTTP/2 with prior knowledge (h2c), as a TLS-terminating proxy in front of the gateway would speak it.
+    let stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(connection);
+    for n in 0..2 {
+        let delivery = hookline_tests::Delivery::new(format!(r#"{{"h2":{n}}}"#).into_bytes());
+        let request = Request::post(format!("http://{}/webhooks/github", stack.gateway_addr))
+            .header("x-github-delivery", &delivery.delivery_id)
+            .header("x-hub-signature-256", delivery.signature(hookline_tests::TEST_SECRET))
+            .body(Full::new(delivery.body.clone()))
+            .expect("request");
+        let response = sender.send_request(request).await.expect("h2 response");
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        assert_eq!(response.status(), StatusCode::ACCEPTED, "request {n} on one HTTP/2 connection");
+    }
+
+    // HTTP/1.1: two requests on one kept-alive connection.
+    let stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.expect("h1 handshake");
+    tokio::spawn(connection);
+    for n in 0..2 {
+        let delivery = hookline_tests::Delivery::new(format!(r#"{{"h1":{n}}}"#).into_bytes());
+        let request = Request::post("/webhooks/github")
+            .header("host", "test")
+            .header("x-github-delivery", &delivery.delivery_id)
+            .header("x-hub-signature-256", delivery.signature(hookline_tests::TEST_SECRET))
+            .body(Full::new(delivery.body.clone()))
+            .expect("request");
+        let response = sender.send_request(request).await.expect("h1 response");
+        assert_eq!(response.status(), StatusCode::ACCEPTED, "request {n} on one kept-alive connection");
+        http_body_util::BodyExt::collect(response.into_body()).await.expect("drain the body");
+    }
+    assert_eq!(stack.inbound_records().await.len(), 4);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_body_that_does_not_arrive_in_time_is_408() {
     let stack = TestStack::builder().build().await; // body_read_timeout_ms = 2000
     let mut stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
