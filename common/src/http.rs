@@ -33,11 +33,17 @@ pub struct ServeLimits {
     pub header_read_timeout: Duration,
     /// How long in-flight requests may take to finish once shutdown starts.
     pub drain_deadline: Duration,
+    /// Largest request head (HTTP/1.1 read buffer; HTTP/2 header list) a client may send; at least 8192.
+    pub max_header_bytes: usize,
 }
 
 impl Default for ServeLimits {
     fn default() -> Self {
-        Self { header_read_timeout: Duration::from_secs(10), drain_deadline: Duration::from_secs(15) }
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            drain_deadline: Duration::from_secs(15),
+            max_header_bytes: 64 * 1024,
+        }
     }
 }
 
@@ -49,7 +55,14 @@ where
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    // hyper panics on a read buffer under 8192 bytes.
+    let max_header_bytes = limits.max_header_bytes.max(8192);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(max_header_bytes);
+    builder.http2().timer(TokioTimer::new()).max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX));
     let graceful = GracefulShutdown::new();
     loop {
         let (stream, _peer) = tokio::select! {

@@ -81,6 +81,7 @@ pub async fn run_with_origin(
     let limits = ServeLimits {
         header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
         drain_deadline: Duration::from_millis(config.limits.drain_deadline_ms),
+        max_header_bytes: config.limits.max_header_bytes,
     };
     let handler = move |request| ingest.clone().handle(request);
     serve(listeners.public, handler, limits, shutdown.clone()).await;

@@ -99,7 +99,8 @@ fn problems_of(error: ConfigError) -> Vec<String> {
     match error {
         ConfigError::Invalid(problems) => problems,
         ConfigError::Read { path, source } => vec![format!("cannot read {path}: {source}")],
-        ConfigError::Parse { path, source } => vec![format!("{path} is not valid: {source}")],
+        // The message only, not the parser's excerpt of the file: a misplaced inline secret would be in it.
+        ConfigError::Parse { path, source } => vec![format!("{path} is not valid TOML: {}", source.message())],
     }
 }
 
@@ -168,8 +169,10 @@ mod tests {
         assert!(problems.contains("HOOKLINE_SURELY_UNSET_VAR"), "{problems}");
         assert_eq!(ingest.sources().len(), 2);
 
-        std::fs::write(&config_path, "this is [not toml").unwrap();
-        assert!(reloader.reload().await.unwrap_err().join("").contains("is not valid"));
+        std::fs::write(&config_path, "secret = \"sk_live_do_not_echo\"\n").unwrap();
+        let problems = reloader.reload().await.unwrap_err().join("");
+        assert!(problems.contains("is not valid TOML"), "{problems}");
+        assert!(!problems.contains("sk_live_do_not_echo"), "a misplaced secret is not echoed: {problems}");
         assert_eq!(ingest.sources().len(), 2);
         assert_eq!(ingest.metrics().reloads.with_label_values(&["rejected"]).get(), 2);
         assert_eq!(ingest.metrics().reloads.with_label_values(&["applied"]).get(), 1);

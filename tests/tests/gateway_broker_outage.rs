@@ -83,10 +83,24 @@ async fn broker_stopped_mid_traffic_gives_503_then_202_and_every_acknowledged_ev
         count(StatusCode::SERVICE_UNAVAILABLE) >= 3
     })
     .await;
+    // A load balancer stops sending traffic: readiness fails while the broker is unreachable.
+    let readyz = format!("http://{}/readyz", stack.gateway_admin_addr);
+    let ready = || async {
+        let request = http::Request::get(&readyz).body(http_body_util::Full::default()).expect("request");
+        stack.send(request).await.status
+    };
+    eventually(Duration::from_secs(30), "/readyz fails while the broker is down", || async {
+        ready().await == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
     let accepted_before_restart = count(StatusCode::ACCEPTED);
     tokio::task::spawn_blocking(move || drop(guard)).await.expect("start"); // waits until the broker answers
     eventually(Duration::from_secs(60), "202s again after the broker is back", || async {
         count(StatusCode::ACCEPTED) >= accepted_before_restart + 10
+    })
+    .await;
+    eventually(Duration::from_secs(30), "/readyz recovers with the broker", || async {
+        ready().await == StatusCode::OK
     })
     .await;
     stop_sending.cancel();

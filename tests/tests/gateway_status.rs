@@ -271,6 +271,16 @@ async fn each_bad_request_gets_its_own_status_and_code_and_changes_nothing() {
     let chunked = raw_chunked_post(stack.gateway_addr, "/webhooks/github", 70 * 1024).await;
     assert!(chunked.starts_with("HTTP/1.1 413"), "streamed body over the limit: {chunked}");
 
+    // A request head over `limits.max_header_bytes` (64 KiB) is refused by the HTTP layer.
+    let mut stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
+    let huge = format!(
+        "POST /webhooks/github HTTP/1.1\r\nHost: test\r\nX-Padding: {}\r\nContent-Length: 2\r\n\r\n{{}}",
+        "p".repeat(80 * 1024)
+    );
+    let _ = stream.write_all(huge.as_bytes()).await;
+    let answer = read_answer(&mut stream).await;
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 431"), "oversized head: {answer}");
+
     assert!(records_of(&stripe_topic).await.is_empty(), "no rejected request reached Kafka");
     assert!(stack.inbound_records().await.is_empty(), "no rejected request reached Kafka");
     stack.shutdown().await;
@@ -302,6 +312,49 @@ async fn read_answer(stream: &mut TcpStream) -> String {
 }
 
 #[tokio::test]
+async fn http2_and_http1_keep_alive_are_served() {
+    let stack = TestStack::builder().build().await;
+    // HTTP/2 with prior knowledge (h2c), as a TLS-terminating proxy in front of the gateway would speak it.
+    let stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(connection);
+    for n in 0..2 {
+        let delivery = hookline_tests::Delivery::new(format!(r#"{{"h2":{n}}}"#).into_bytes());
+        let request = Request::post(format!("http://{}/webhooks/github", stack.gateway_addr))
+            .header("x-github-delivery", &delivery.delivery_id)
+            .header("x-hub-signature-256", delivery.signature(hookline_tests::TEST_SECRET))
+            .body(Full::new(delivery.body.clone()))
+            .expect("request");
+        let response = sender.send_request(request).await.expect("h2 response");
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        assert_eq!(response.status(), StatusCode::ACCEPTED, "request {n} on one HTTP/2 connection");
+    }
+
+    // HTTP/1.1: two requests on one kept-alive connection.
+    let stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.expect("h1 handshake");
+    tokio::spawn(connection);
+    for n in 0..2 {
+        let delivery = hookline_tests::Delivery::new(format!(r#"{{"h1":{n}}}"#).into_bytes());
+        let request = Request::post("/webhooks/github")
+            .header("host", "test")
+            .header("x-github-delivery", &delivery.delivery_id)
+            .header("x-hub-signature-256", delivery.signature(hookline_tests::TEST_SECRET))
+            .body(Full::new(delivery.body.clone()))
+            .expect("request");
+        let response = sender.send_request(request).await.expect("h1 response");
+        assert_eq!(response.status(), StatusCode::ACCEPTED, "request {n} on one kept-alive connection");
+        http_body_util::BodyExt::collect(response.into_body()).await.expect("drain the body");
+    }
+    assert_eq!(stack.inbound_records().await.len(), 4);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_body_that_does_not_arrive_in_time_is_408() {
     let stack = TestStack::builder().build().await; // body_read_timeout_ms = 2000
     let mut stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
@@ -311,6 +364,22 @@ async fn a_body_that_does_not_arrive_in_time_is_408() {
     let answer = read_answer(&mut stream).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("body_timeout"), "{answer}");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_request_deadline_bounds_a_slow_body_below_the_body_timeout() {
+    let stack = TestStack::builder()
+        .gateway_limits(Limits { body_read_timeout_ms: 30_000, request_deadline_ms: 1_000, ..Limits::default() })
+        .build()
+        .await;
+    let started = std::time::Instant::now();
+    let mut stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
+    let head = "POST /webhooks/github HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{";
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let answer = read_answer(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5), "answered at the request deadline: {:?}", started.elapsed());
     stack.shutdown().await;
 }
 
@@ -489,5 +558,60 @@ async fn metrics_show_outcomes_failure_reasons_secret_ids_and_sizes() {
         stack.send(request).await.status == StatusCode::OK
     })
     .await;
+    stack.shutdown().await;
+}
+
+/// Fixtures made once with `openssl` (Ed25519 and ECDSA P-256 keys whose private halves were then discarded):
+/// signatures over `"1700000000" + body`. Neither scheme checks a timestamp, so they stay valid.
+const DISCORD_PUBLIC_KEY: &str = "ca802e5fb83e56e90d70c9ce8894a6a216807dafe885a079219403b8ffc44a64";
+const DISCORD_PING: &str = r#"{"id":"1","type":1}"#;
+const DISCORD_PING_SIGNATURE: &str = "16dd49e0c65a39582ab93fa9c2f1f315a40da57ac0a763da42de8e43a661d0729e152d99b38cb13b49205a4f009ef7b62df9c4faf3798caf4b02f0770262b30c";
+const DISCORD_COMMAND: &str = r#"{"id":"1187","type":2,"data":{"name":"hello"}}"#;
+const DISCORD_COMMAND_SIGNATURE: &str = "fa3aa196bc6401e4597b5849d53e89eeaf8f7bd61b8147db63bb883e22e8f88aa6233983dc0d6e4108550401707afcd7a14ed7095aab0967e38864dcd1db600b";
+const SENDGRID_PUBLIC_KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEw77YPmcfvEJVSpkN9xM8uuy2/9jsrUfUhfqAo7/1B1XoEUjVjlSD2b1UAv7lm9rprTug1TTNGNdpdb2kc4SUyg==";
+const SENDGRID_BATCH: &str = r#"[{"email":"a@example.com","event":"delivered","sg_event_id":"ev-1"}]"#;
+const SENDGRID_SIGNATURE: &str =
+    "MEYCIQCcybh3rXEv206Oilfjs2o2wTukCX4f7W68iv4BOsijAwIhAJvhltuDoBV3j5o+tQT6Cl7UOX5vqP93R0MZIStfcrCI";
+
+#[tokio::test]
+async fn public_key_schemes_discord_and_sendgrid_end_to_end() {
+    let stack = TestStack::builder()
+        .gateway_source(source("discord", "discord", vec![secret("app", DISCORD_PUBLIC_KEY)]))
+        .gateway_source(source("sendgrid", "sendgrid", vec![secret("events", SENDGRID_PUBLIC_KEY)]))
+        .build()
+        .await;
+    let stack_ref = &stack;
+    let discord = |body: &'static str, signature: &'static str| async move {
+        let headers = [("X-Signature-Ed25519", signature), ("X-Signature-Timestamp", "1700000000")];
+        post(stack_ref, "/webhooks/discord", &headers, body).await
+    };
+
+    // PING is answered after verification; Discord's deliberately bad signatures are refused.
+    let reply = discord(DISCORD_PING, DISCORD_PING_SIGNATURE).await;
+    assert_eq!((reply.status, &reply.body[..]), (StatusCode::OK, &br#"{"type":1}"#[..]));
+    let reply = discord(DISCORD_PING, DISCORD_COMMAND_SIGNATURE).await;
+    assert_eq!((reply.status, reply.error_code().as_deref()), (StatusCode::UNAUTHORIZED, Some("signature_mismatch")));
+    let reply = discord(DISCORD_COMMAND, DISCORD_COMMAND_SIGNATURE).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+
+    let headers = [
+        ("X-Twilio-Email-Event-Webhook-Signature", SENDGRID_SIGNATURE),
+        ("X-Twilio-Email-Event-Webhook-Timestamp", "1700000000"),
+    ];
+    assert_eq!(post(&stack, "/webhooks/sendgrid", &headers, SENDGRID_BATCH).await.status, StatusCode::ACCEPTED);
+    let tampered = SENDGRID_BATCH.replace("delivered", "bounce");
+    assert_eq!(post(&stack, "/webhooks/sendgrid", &headers, tampered).await.status, StatusCode::UNAUTHORIZED);
+
+    let records: HashMap<String, OwnedMessage> = stack
+        .inbound_records()
+        .await
+        .into_iter()
+        .map(|record| (header_of(&record, header::SOURCE).expect("source"), record))
+        .collect();
+    assert_eq!(records.len(), 2, "the PING and the refused requests produced nothing");
+    assert_eq!(records["discord"].key(), Some(&b"1187"[..]));
+    assert_eq!(header_of(&records["discord"], header::EVENT_TYPE).as_deref(), Some("2"));
+    let sendgrid_key = String::from_utf8_lossy(records["sendgrid"].key().expect("key")).into_owned();
+    assert!(sendgrid_key.starts_with("sha256:"), "a batch is keyed by its body's SHA-256: {sendgrid_key}");
     stack.shutdown().await;
 }
