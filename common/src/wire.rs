@@ -34,6 +34,11 @@ pub mod header {
     pub const FORMAT_VERSION: &str = "hookline-format-version";
     /// Set by the replayer on a re-driven record: the DLQ entry id it came from.
     pub const REPLAY_OF: &str = "hookline-replay-of";
+    /// Prefix of the provider request headers a source forwards into Kafka (its `forward_headers` allowlist):
+    /// `http-` + the lowercase header name, one record header per value. Never collides with `hookline-*`.
+    pub const FORWARDED_PREFIX: &str = "http-";
+    /// Set by the replayer with [`REPLAY_OF`]: how many times that entry has been re-driven, this time included.
+    pub const REPLAY_COUNT: &str = "hookline-replay-count";
 
     /// Dead-letter headers, added to the original headers (which are kept unchanged).
     pub mod dlq {
@@ -81,8 +86,11 @@ pub struct EntryStatusRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryStatus {
-    /// The replayer re-produced the entry to the inbound topic.
+    /// The replayer is re-producing the entry to the inbound topic. Written *before* the produce, so the
+    /// consumer's outcome record (which can follow within milliseconds) is always the later one.
     Replayed,
+    /// The re-drive could not be produced (`note` says why); the entry is as it was before.
+    ReplayFailed,
     /// A consumer processed the re-driven event (or found it already processed).
     Succeeded,
     /// The re-driven event failed again and landed in a new entry (`new_entry`).
@@ -196,6 +204,8 @@ pub struct InboundEvent {
     pub offset: i64,
     /// Set when the replayer re-drove this record from a DLQ entry.
     pub replay_of: Option<String>,
+    /// With `replay_of`: how many times that entry has been re-driven.
+    pub replay_count: Option<u32>,
 }
 
 impl InboundEvent {
@@ -208,6 +218,7 @@ impl InboundEvent {
             partition: message.partition(),
             offset: message.offset(),
             replay_of: header_str(headers, header::REPLAY_OF).transpose()?,
+            replay_count: header_str(headers, header::REPLAY_COUNT).and_then(Result::ok).and_then(|n| n.parse().ok()),
         })
     }
 }

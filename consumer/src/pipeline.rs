@@ -118,7 +118,8 @@ impl Pipeline {
                 event_id: Some(event.meta.event_id.clone()),
                 new_entry,
                 note,
-                replays: None,
+                // Carried so that the count survives compaction of the entry's earlier `replayed` record.
+                replays: event.replay_count,
             };
             if !self.record_status(entry_id, &record).await {
                 return Interrupted;

@@ -2,20 +2,34 @@
 
 use std::path::Path;
 
-use hookline_common::config::{self, ConfigError, KafkaConfig, Problems, env};
+use hookline_common::config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReplayerConfig {
-    /// Admin listener for `/livez`, `/readyz`, `/metrics` (`serve`).
+    /// Admin listener (`serve`): the HTTP API under `/v1/`, and `/livez`, `/readyz`, `/metrics`.
     pub admin_addr: String,
     pub kafka: KafkaConfig,
+    /// Bearer token the HTTP API requires (`Authorization: Bearer <token>`); read from an env var or a file.
+    /// Required by `serve`; the CLI does not use it.
+    pub api_token: Option<SecretRef>,
+    /// An entry whose event has already failed again this many times after replays is flagged: replaying it
+    /// needs `force`, because something other than a transient fault is wrong.
+    pub max_failed_again: u32,
+    /// How often `serve` refreshes the `hookline_dlq_entries` gauges.
+    pub refresh_interval_s: u64,
 }
 
 impl Default for ReplayerConfig {
     fn default() -> Self {
-        Self { admin_addr: "127.0.0.1:9092".to_owned(), kafka: KafkaConfig::default() }
+        Self {
+            admin_addr: "127.0.0.1:9092".to_owned(),
+            kafka: KafkaConfig::default(),
+            api_token: None,
+            max_failed_again: 3,
+            refresh_interval_s: 15,
+        }
     }
 }
 
@@ -29,6 +43,8 @@ impl ReplayerConfig {
         config::env_override(env::ADMIN_ADDR, &mut config.admin_addr);
         let mut problems = Problems::default();
         config.kafka.validate(&mut problems);
+        problems.check(config.max_failed_again >= 1, "max_failed_again must be at least 1");
+        problems.check(config.refresh_interval_s >= 1, "refresh_interval_s must be at least 1");
         problems.into_result()?;
         Ok(config)
     }

@@ -1,55 +1,84 @@
-//! The dead-letter replayer: reads the DLQ topic to list and inspect entries. Re-driving and discarding
-//! entries, with each entry's fate recorded in the DLQ status topic, are not built yet.
+//! The dead-letter replayer: a CLI and an HTTP admin API, with the same semantics, to list, inspect, re-drive
+//! and discard dead-letter entries. An entry's id is `<dlq topic>:<partition>:<offset>`; its fate lives in the
+//! compacted status topic. The replayer keeps nothing that Kafka does not hold ([`view`]).
 //!
-//! [`serve`] runs the admin listener (`/livez`, `/readyz`, `/metrics`); [`entries::read_all`] backs `list`.
+//! Re-driving produces the entry's raw body and headers back to the inbound topic; the consumer takes it through
+//! its normal dedupe and handler path, so a replay is processed at most once however often it is sent.
 
+pub mod api;
 pub mod config;
-pub mod entries;
+pub mod filter;
+pub mod metrics;
+pub mod ops;
+pub mod view;
 
 use std::{
     sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
-use hookline_common::http::{Readiness, serve_admin};
-use prometheus::{IntGauge, Registry};
+use hookline_common::http::{Readiness, ServeLimits, serve};
+use prometheus::Registry;
+use secrecy::SecretSlice;
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use crate::config::ReplayerConfig;
+use crate::{api::Api, metrics::Metrics, ops::Replayer};
 
-const REFRESH_INTERVAL: Duration = Duration::from_secs(15);
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("kafka")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("cannot register metrics")]
+    Metrics(#[from] prometheus::Error),
+}
 
-/// Serves the admin listener until `shutdown`; `/readyz` is true while the DLQ topic can be read, and
-/// `hookline_dlq_entries` reports how many entries it holds.
-pub async fn serve(
+/// Serves the admin API until `shutdown`. `/readyz` is true while the DLQ and status topics can be read.
+pub async fn serve_api(
     config: ReplayerConfig,
     admin: TcpListener,
     shutdown: CancellationToken,
-) -> Result<(), prometheus::Error> {
+) -> Result<(), ServeError> {
+    let token = config
+        .api_token
+        .as_ref()
+        .ok_or_else(|| ServeError::Config("`api_token` is required to serve the admin API".to_owned()))?
+        .load()
+        .map_err(ServeError::Config)?;
     let registry = Registry::new();
-    let entries_gauge = IntGauge::new("hookline_dlq_entries", "Entries in the dead-letter topic.")?;
-    registry.register(Box::new(entries_gauge.clone()))?;
+    let metrics = Metrics::register(&registry)?;
     let readiness = Arc::new(Readiness::default());
     let kafka_ready = readiness.check("kafka");
+    let replayer = Replayer::new(config.clone())?;
+    let api = Arc::new(Api {
+        replayer: replayer.clone(),
+        token: SecretSlice::from(token),
+        registry,
+        readiness,
+        metrics: metrics.clone(),
+    });
     let tasks = TaskTracker::new();
-    tasks.spawn(serve_admin(admin, registry, readiness, shutdown.child_token()));
+    let handler = move |request| api.clone().handle(request);
+    tasks.spawn(serve(admin, handler, ServeLimits::default(), shutdown.child_token()));
+
+    let interval = Duration::from_secs(config.refresh_interval_s);
     loop {
-        let kafka = config.kafka.clone();
-        match tokio::task::spawn_blocking(move || entries::read_all(&kafka)).await {
-            Ok(Ok(entries)) => {
+        match replayer.view().await {
+            Ok(view) => {
                 kafka_ready.store(true, Ordering::Relaxed);
-                entries_gauge.set(i64::try_from(entries.len()).unwrap_or(i64::MAX));
+                metrics.set_entries(&view.entries);
             }
-            Ok(Err(error)) => {
+            Err(error) => {
                 kafka_ready.store(false, Ordering::Relaxed);
-                tracing::warn!(error = %error, "cannot read the dead-letter topic");
+                tracing::warn!(error = %error, "cannot read the dead-letter topics");
             }
-            Err(error) => tracing::error!(error = %error, "dead-letter reader panicked"),
         }
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = tokio::time::sleep(REFRESH_INTERVAL) => {}
+            () = tokio::time::sleep(interval) => {}
         }
     }
     tasks.close();

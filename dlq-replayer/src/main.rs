@@ -1,12 +1,17 @@
-use std::path::PathBuf;
+use std::{io::Write, path::PathBuf};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args as ClapArgs, Parser, Subcommand};
 use hookline_common::{config::env, telemetry};
-use hookline_dlq_replayer::{ReplayerConfig, entries};
+use hookline_dlq_replayer::{
+    ReplayerConfig,
+    filter::Filter,
+    ops::{DiscardRequest, ReplayRequest, Replayer, Report},
+    view::Entry,
+};
 use tokio::net::TcpListener;
 
-/// Inspect the hookline dead-letter topic.
+/// Inspect, re-drive and discard hookline dead-letter entries.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
@@ -17,15 +22,102 @@ struct Args {
     command: Command,
 }
 
+#[derive(Debug, ClapArgs)]
+struct FilterArgs {
+    /// Only entries of this source.
+    #[arg(long)]
+    source: Option<String>,
+    #[arg(long)]
+    event_type: Option<String>,
+    /// `poison` or `retryable_exhausted`.
+    #[arg(long)]
+    error_class: Option<String>,
+    /// `new`, `replayed`, `succeeded`, `failed_again` or `discarded`.
+    #[arg(long)]
+    status: Option<String>,
+    /// Failed at or after: ms since the epoch, an RFC 3339 time, or an age such as `2h`.
+    #[arg(long)]
+    since: Option<String>,
+    /// Failed before (same forms as --since).
+    #[arg(long)]
+    until: Option<String>,
+    /// Text to find in the error message (case-insensitive).
+    #[arg(long)]
+    text: Option<String>,
+}
+
+impl From<FilterArgs> for Filter {
+    fn from(args: FilterArgs) -> Self {
+        Self {
+            source: args.source,
+            event_type: args.event_type,
+            error_class: args.error_class,
+            status: args.status,
+            since: args.since,
+            until: args.until,
+            text: args.text,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print every entry of the dead-letter topic.
+    /// List entries (all, or those matching the filter).
     List {
-        /// One JSON object per line instead of a table.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// One JSON object per line.
         #[arg(long)]
         json: bool,
     },
-    /// Run the admin listener (/livez, /readyz, /metrics).
+    /// Count entries by source, error class and status.
+    Stats {
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Everything about one entry: headers, attempts, error, timestamps and the raw body.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-drive entries to the inbound topic; the consumer processes each at most once.
+    Replay {
+        /// Entry ids (`<dlq topic>:<partition>:<offset>`).
+        ids: Vec<String>,
+        /// Every entry the filter matches (without --status: only `new` ones).
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Show what would be replayed; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// At most this many replays per second.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Also replay flagged entries (and discarded ones named by id).
+        #[arg(long)]
+        force: bool,
+        /// Who is replaying (recorded); default: $USER.
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Record entries as discarded (they stay in Kafka; `replay --all` skips them).
+    Discard {
+        ids: Vec<String>,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the HTTP admin API (and /livez, /readyz, /metrics) on `admin_addr`.
     Serve,
 }
 
@@ -34,15 +126,11 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
     let config = ReplayerConfig::load(args.config.as_deref())?;
+    let operator = |by: Option<String>| by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".to_owned());
+    let mut out = std::io::stdout().lock();
     match args.command {
-        Command::List { json } => {
-            let kafka = config.kafka.clone();
-            let entries = tokio::task::spawn_blocking(move || entries::read_all(&kafka))
-                .await?
-                .with_context(|| format!("cannot read dead-letter topic {}", config.kafka.dlq_topic))?;
-            print_entries(&entries, json)?;
-        }
         Command::Serve => {
+            drop(out);
             let admin =
                 TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
             tracing::info!(
@@ -52,34 +140,130 @@ async fn main() -> anyhow::Result<()> {
                 topic = %config.kafka.dlq_topic,
                 "dlq-replayer starting"
             );
-            hookline_dlq_replayer::serve(config, admin, hookline_common::signals::shutdown_on_signals()).await?;
+            hookline_dlq_replayer::serve_api(config, admin, hookline_common::signals::shutdown_on_signals()).await?;
+        }
+        Command::List { filter, json } => {
+            let entries = replayer(config)?.list(&filter.into()).await?;
+            if json {
+                for entry in &entries {
+                    writeln!(out, "{}", serde_json::to_string(entry)?)?;
+                }
+            } else {
+                print_table(&mut out, &entries)?;
+            }
+        }
+        Command::Stats { filter, json } => {
+            let stats = replayer(config)?.stats(&filter.into()).await?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&stats)?)?;
+            } else {
+                writeln!(out, "{} entries", stats.total)?;
+                for (title, counts) in [
+                    ("by source", &stats.by_source),
+                    ("by error class", &stats.by_error_class),
+                    ("by status", &stats.by_status),
+                ] {
+                    writeln!(out, "{title}:")?;
+                    for (name, count) in counts {
+                        writeln!(out, "  {name:<24} {count}")?;
+                    }
+                }
+            }
+        }
+        Command::Show { id, json } => {
+            let detail = replayer(config)?.show(&id).await?.with_context(|| format!("no entry `{id}`"))?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&detail)?)?;
+            } else {
+                let entry = &detail.entry;
+                writeln!(out, "entry      {}", entry.entry.id)?;
+                writeln!(out, "status     {}{}", entry.status.as_str(), if entry.flagged { " (flagged)" } else { "" })?;
+                writeln!(out, "replays    {}   failed again: {}", entry.replays, entry.failed_again)?;
+                if let Some(last) = &entry.last_status {
+                    writeln!(out, "last       {:?} at {} by {}", last.status, format_ms(last.at_ms), last.by)?;
+                }
+                writeln!(out, "headers")?;
+                for (key, value) in &detail.headers {
+                    writeln!(out, "  {key}: {}", printable(value))?;
+                }
+                match (&detail.body, &detail.body_base64) {
+                    (Some(text), _) => {
+                        writeln!(out, "body ({} bytes, text)\n{}", entry.entry.body_bytes, printable(text))?
+                    }
+                    (None, Some(b64)) => {
+                        writeln!(out, "body ({} bytes, binary, base64)\n{b64}", entry.entry.body_bytes)?
+                    }
+                    (None, None) => writeln!(out, "body (empty)")?,
+                }
+            }
+        }
+        Command::Replay { ids, all, filter, dry_run, rate, force, by, json } => {
+            let request = ReplayRequest { ids, all, filter: filter.into(), dry_run, rate, force, by: operator(by) };
+            let report = replayer(config)?.replay(&request).await?;
+            print_report(&mut out, &report, if dry_run { "would replay" } else { "replayed" }, json)?;
+        }
+        Command::Discard { ids, reason, by, json } => {
+            let request = DiscardRequest { ids, reason, by: operator(by) };
+            let report = replayer(config)?.discard(&request).await?;
+            print_report(&mut out, &report, "discarded", json)?;
         }
     }
     Ok(())
 }
 
-fn print_entries(entries: &[hookline_common::wire::DeadLetterEntry], json: bool) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    if json {
-        for entry in entries {
-            writeln!(out, "{}", serde_json::to_string(entry)?)?;
-        }
-        return Ok(());
-    }
+fn replayer(config: ReplayerConfig) -> anyhow::Result<Replayer> {
+    Replayer::new(config).context("cannot create the Kafka producer")
+}
+
+fn print_table(out: &mut impl Write, entries: &[Entry]) -> anyhow::Result<()> {
     writeln!(out, "{} dead-letter entries", entries.len())?;
     let dash = || "-".to_owned();
     for entry in entries {
+        let e = &entry.entry;
         writeln!(
             out,
-            "{}  source={}  event_id={}  class={}  attempts={}  error={}",
-            entry.id,
-            entry.source.clone().unwrap_or_else(dash),
-            entry.event_id.clone().unwrap_or_else(dash),
-            entry.error_class.clone().unwrap_or_else(dash),
-            entry.attempts.map_or_else(dash, |n| n.to_string()),
-            entry.error.clone().unwrap_or_else(dash),
+            "{}  {}{}  source={}  event_id={}  type={}  class={}  attempts={}  failed={}  error={}",
+            e.id,
+            entry.status.as_str(),
+            if entry.flagged { "(flagged)" } else { "" },
+            e.source.clone().unwrap_or_else(dash),
+            e.event_id.clone().unwrap_or_else(dash),
+            e.event_type.clone().unwrap_or_else(dash),
+            e.error_class.clone().unwrap_or_else(dash),
+            e.attempts.map_or_else(dash, |n| n.to_string()),
+            e.last_failure_at_ms.map_or_else(dash, format_ms),
+            printable(e.error.as_deref().unwrap_or("-")),
         )?;
     }
     Ok(())
+}
+
+fn print_report(out: &mut impl Write, report: &Report, verb: &str, json: bool) -> anyhow::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(report)?)?;
+        return Ok(());
+    }
+    writeln!(out, "{verb} {} entries", report.done.len())?;
+    for id in &report.done {
+        writeln!(out, "  {id}")?;
+    }
+    if !report.skipped.is_empty() {
+        writeln!(out, "skipped {}", report.skipped.len())?;
+        for skipped in &report.skipped {
+            writeln!(out, "  {}: {}", skipped.id, skipped.reason)?;
+        }
+    }
+    Ok(())
+}
+
+/// Text safe to print on a terminal: control characters (escape sequences) are shown escaped.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() && c != '\n' && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
+}
+
+fn format_ms(ms: i64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(time).to_string()
 }

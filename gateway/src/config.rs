@@ -113,7 +113,7 @@ pub struct SourceConfig {
 
 /// Prefix of the Kafka record headers that carry allowlisted request headers: `http-` + lowercase header name.
 /// Distinct from the gateway's own `hookline-` headers, so a provider header can never impersonate one of ours.
-pub const FORWARDED_HEADER_PREFIX: &str = "http-";
+pub const FORWARDED_HEADER_PREFIX: &str = hookline_common::wire::header::FORWARDED_PREFIX;
 
 impl SourceConfig {
     /// A source with the given name, scheme and secrets and every other setting at its default.

@@ -199,6 +199,7 @@ mod tests {
             partition: 0,
             offset: 0,
             replay_of: None,
+            replay_count: None,
         }
     }
 

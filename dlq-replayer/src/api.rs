@@ -1,0 +1,200 @@
+//! The HTTP admin API: the CLI's operations with the same semantics, under `/v1/`, behind a bearer token
+//! (compared in constant time). `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
+//!
+//! - `GET  /v1/entries?source=&event_type=&error_class=&status=&since=&until=&text=` — list (JSON array)
+//! - `GET  /v1/stats?<same filter>` — counts by source, error class and status
+//! - `GET  /v1/entries/{id}` — one entry with every header and its body (text, or base64)
+//! - `POST /v1/replay`  body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `dry_run`, `rate`,
+//!   `force`, `by`
+//! - `POST /v1/discard` body: `{"ids": [...], "reason": "...", "by": "..."}`
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hookline_common::http::{Body, Readiness, admin_response};
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use prometheus::Registry;
+use secrecy::{ExposeSecret, SecretSlice};
+use serde::Serialize;
+use subtle::ConstantTimeEq;
+
+use crate::{
+    filter::Filter,
+    metrics::Metrics,
+    ops::{DiscardRequest, OpError, ReplayRequest, Replayer},
+};
+
+const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
+#[derive(Debug)]
+pub struct Api {
+    pub replayer: Replayer,
+    pub token: SecretSlice<u8>,
+    pub registry: Registry,
+    pub readiness: Arc<Readiness>,
+    pub metrics: Metrics,
+}
+
+impl Api {
+    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        let path = request.uri().path().to_owned();
+        if !path.starts_with("/v1/") {
+            return admin_response(&request, &self.registry, &self.readiness);
+        }
+        if !self.authorized(request.headers()) {
+            let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required");
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+            return response;
+        }
+        let method = request.method().clone();
+        let query = request.uri().query().unwrap_or("").to_owned();
+        let result = match (method, path.as_str()) {
+            (Method::GET, "/v1/entries") => match parse_query(&query) {
+                Ok(filter) => self.replayer.list(&filter).await.map(|entries| json(StatusCode::OK, &entries)),
+                Err(problem) => Err(OpError::BadRequest(problem)),
+            },
+            (Method::GET, "/v1/stats") => match parse_query(&query) {
+                Ok(filter) => self.replayer.stats(&filter).await.map(|stats| json(StatusCode::OK, &stats)),
+                Err(problem) => Err(OpError::BadRequest(problem)),
+            },
+            (Method::GET, path) if path.starts_with("/v1/entries/") => {
+                let id = percent_decode(&path["/v1/entries/".len()..]);
+                self.replayer.show(&id).await.map(|detail| match detail {
+                    Some(detail) => json(StatusCode::OK, &detail),
+                    None => error(StatusCode::NOT_FOUND, "no_such_entry", &format!("no entry `{id}`")),
+                })
+            }
+            (Method::POST, "/v1/replay") => match read_json::<ReplayRequest>(request).await {
+                Ok(mut replay) => {
+                    if replay.by.is_empty() {
+                        replay.by = "api".to_owned();
+                    }
+                    self.replayer.replay(&replay).await.map(|report| {
+                        if !report.dry_run {
+                            self.metrics.replays.inc_by(report.done.len() as u64);
+                        }
+                        json(StatusCode::OK, &report)
+                    })
+                }
+                Err(response) => return response,
+            },
+            (Method::POST, "/v1/discard") => match read_json::<DiscardRequest>(request).await {
+                Ok(mut discard) => {
+                    if discard.by.is_empty() {
+                        discard.by = "api".to_owned();
+                    }
+                    self.replayer.discard(&discard).await.map(|report| {
+                        self.metrics.discards.inc_by(report.done.len() as u64);
+                        json(StatusCode::OK, &report)
+                    })
+                }
+                Err(response) => return response,
+            },
+            _ => Ok(error(StatusCode::NOT_FOUND, "not_found", "no such API route")),
+        };
+        result.unwrap_or_else(|op_error| match op_error {
+            OpError::BadRequest(problem) => error(StatusCode::BAD_REQUEST, "bad_request", &problem),
+            other => {
+                tracing::warn!(error = %other, cause = ?std::error::Error::source(&other), "admin API operation failed");
+                error(StatusCode::SERVICE_UNAVAILABLE, "kafka_unavailable", "Kafka could not be read or written")
+            }
+        })
+    }
+
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim)
+            .unwrap_or("");
+        let expected = self.token.expose_secret();
+        // `ct_eq` on slices of different lengths is false without comparing contents; the length of the token is
+        // not the secret.
+        !presented.is_empty() && bool::from(presented.as_bytes().ct_eq(expected))
+    }
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(request: Request<Incoming>) -> Result<T, Response<Body>> {
+    let body = Limited::new(request.into_body(), MAX_REQUEST_BYTES)
+        .collect()
+        .await
+        .map_err(|_| error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "request body too large or unreadable"))?
+        .to_bytes();
+    serde_json::from_slice(&body).map_err(|problem| error(StatusCode::BAD_REQUEST, "bad_request", &problem.to_string()))
+}
+
+/// The filter from query parameters named like its fields.
+fn parse_query(query: &str) -> Result<Filter, String> {
+    let mut filter = Filter::default();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = Some(percent_decode(value));
+        match key {
+            "source" => filter.source = value,
+            "event_type" => filter.event_type = value,
+            "error_class" => filter.error_class = value,
+            "status" => filter.status = value,
+            "since" => filter.since = value,
+            "until" => filter.until = value,
+            "text" => filter.text = value,
+            other => return Err(format!("unknown query parameter `{other}`")),
+        }
+    }
+    Ok(filter)
+}
+
+/// `%XX` and `+` decoding for query values and path segments.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        match bytes[index] {
+            b'+' => out.push(b' '),
+            b'%' if index + 2 < bytes.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&bytes[index + 1..index + 3]).unwrap_or("zz"), 16) {
+                    Ok(byte) => {
+                        out.push(byte);
+                        index += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        index += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    let mut response = Response::new(Body::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    response
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    json(status, &serde_json::json!({ "error": { "code": code, "message": message } }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_and_path_decoding() {
+        assert_eq!(percent_decode("webhooks.dlq%3A0%3A5"), "webhooks.dlq:0:5");
+        assert_eq!(percent_decode("a+b%20c"), "a b c");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        let filter = parse_query("source=github&status=new&text=time%20out").unwrap();
+        assert_eq!(filter.source.as_deref(), Some("github"));
+        assert_eq!(filter.text.as_deref(), Some("time out"));
+        assert!(parse_query("colour=red").is_err());
+    }
+}

@@ -1,0 +1,118 @@
+//! Which entries an operation applies to. The CLI flags and the HTTP query parameters are the same names.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::view::{Entry, Status};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Filter {
+    pub source: Option<String>,
+    pub event_type: Option<String>,
+    /// `poison` or `retryable_exhausted`.
+    pub error_class: Option<String>,
+    /// `new`, `replayed`, `succeeded`, `failed_again`, `discarded`.
+    pub status: Option<String>,
+    /// Last failure at or after this time: ms since the epoch, an RFC 3339 time, or an age such as `2h`.
+    pub since: Option<String>,
+    /// Last failure before this time (same forms as `since`).
+    pub until: Option<String>,
+    /// Case-insensitive text to find in the error message.
+    pub text: Option<String>,
+}
+
+/// A filter whose times and status are parsed.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    filter: Filter,
+    status: Option<Status>,
+    since_ms: Option<i64>,
+    until_ms: Option<i64>,
+    text: Option<String>,
+}
+
+impl Filter {
+    pub fn compile(&self) -> Result<Compiled, String> {
+        let status = self
+            .status
+            .as_deref()
+            .map(|text| {
+                Status::parse(text).ok_or_else(|| {
+                    let known: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
+                    format!("unknown status `{text}` (known: {})", known.join(", "))
+                })
+            })
+            .transpose()?;
+        Ok(Compiled {
+            status,
+            since_ms: self.since.as_deref().map(parse_time_ms).transpose()?,
+            until_ms: self.until.as_deref().map(parse_time_ms).transpose()?,
+            text: self.text.as_ref().map(|text| text.to_lowercase()),
+            filter: self.clone(),
+        })
+    }
+}
+
+impl Compiled {
+    pub fn matches(&self, entry: &Entry) -> bool {
+        let same = |wanted: &Option<String>, actual: &Option<String>| {
+            wanted.as_ref().is_none_or(|wanted| actual.as_ref() == Some(wanted))
+        };
+        let failed_at = entry.entry.last_failure_at_ms.unwrap_or(0);
+        same(&self.filter.source, &entry.entry.source)
+            && same(&self.filter.event_type, &entry.entry.event_type)
+            && same(&self.filter.error_class, &entry.entry.error_class)
+            && self.status.is_none_or(|status| status == entry.status)
+            && self.since_ms.is_none_or(|since| failed_at >= since)
+            && self.until_ms.is_none_or(|until| failed_at < until)
+            && self
+                .text
+                .as_ref()
+                .is_none_or(|text| entry.entry.error.as_ref().is_some_and(|error| error.to_lowercase().contains(text)))
+    }
+
+    /// Whether the filter names a status explicitly (`replay --all` otherwise takes only `new` entries).
+    pub fn has_status(&self) -> bool {
+        self.status.is_some()
+    }
+}
+
+/// `1700000000000` (ms), `2026-12-02T10:00:00Z`, or an age before now: `90s`, `15m`, `2h`, `3d`.
+fn parse_time_ms(text: &str) -> Result<i64, String> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    let to_ms = |time: SystemTime| {
+        time.duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
+    };
+    if let Ok(time) = humantime::parse_rfc3339_weak(text) {
+        return Ok(to_ms(time));
+    }
+    if let Ok(age) = humantime::parse_duration(text) {
+        return Ok(to_ms(SystemTime::now().checked_sub(age).unwrap_or(UNIX_EPOCH)));
+    }
+    Err(format!("`{text}` is not a time: give ms since the epoch, an RFC 3339 time, or an age such as 2h"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_in_every_form() {
+        assert_eq!(parse_time_ms("1700000000000"), Ok(1_700_000_000_000));
+        assert_eq!(parse_time_ms("2023-11-14T22:13:20Z"), Ok(1_700_000_000_000));
+        let two_hours_ago = parse_time_ms("2h").unwrap();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+        assert!((now - two_hours_ago - 7_200_000).abs() < 5_000);
+        assert!(parse_time_ms("yesterday-ish").is_err());
+    }
+
+    #[test]
+    fn unknown_status_is_refused() {
+        let filter = Filter { status: Some("gone".into()), ..Filter::default() };
+        assert!(filter.compile().unwrap_err().contains("unknown status"));
+    }
+}
