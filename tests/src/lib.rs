@@ -54,6 +54,25 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".to_owned())
 }
 
+/// Runs `scripts/stack <verb>` (the fault tests stop and start the shared broker and Redis) and asserts it
+/// succeeded.
+pub fn stack_script(verb: &str) {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack");
+    let status = std::process::Command::new(script).arg(verb).status().expect("run scripts/stack");
+    assert!(status.success(), "scripts/stack {verb} failed");
+}
+
+/// Runs `scripts/stack <verb>` when dropped: brings a stopped service back even when an assertion fails
+/// mid-test, so later test binaries find it running. `StackRestore("start-kafka")`.
+#[derive(Debug)]
+pub struct StackRestore(pub &'static str);
+
+impl Drop for StackRestore {
+    fn drop(&mut self) {
+        stack_script(self.0);
+    }
+}
+
 /// Waits until `condition` holds, checking every 100 ms; panics with `what` after `deadline`.
 pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut condition: F)
 where

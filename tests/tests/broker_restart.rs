@@ -2,26 +2,11 @@
 //! `scripts/stack`, so it holds a single test: cargo runs test binaries one after another, and no other test
 //! runs while the broker is down.
 
-use std::{collections::HashSet, path::PathBuf, process::Command, time::Duration};
+use std::{collections::HashSet, time::Duration};
 
-use hookline_tests::{Delivery, TestStack, eventually};
+use hookline_tests::{Delivery, StackRestore, TestStack, eventually, stack_script};
 use http::StatusCode;
 use rdkafka::Message;
-
-fn stack_script(verb: &str) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack");
-    let status = Command::new(script).arg(verb).status().expect("run scripts/stack");
-    assert!(status.success(), "scripts/stack {verb} failed");
-}
-
-/// Restarts the broker even when an assertion fails mid-test, so later test binaries find it running.
-struct BrokerBack;
-
-impl Drop for BrokerBack {
-    fn drop(&mut self) {
-        stack_script("start-kafka");
-    }
-}
 
 #[tokio::test]
 async fn broker_outage_gives_503_never_2xx_and_loses_nothing_acknowledged() {
@@ -32,7 +17,7 @@ async fn broker_outage_gives_503_never_2xx_and_loses_nothing_acknowledged() {
     assert_eq!(stack.post(&before).await.status, StatusCode::ACCEPTED);
     acknowledged.insert(before.delivery_id.clone());
 
-    let guard = BrokerBack;
+    let guard = StackRestore("start-kafka");
     stack_script("stop-kafka");
     let mut refused = Vec::new();
     for _ in 0..3 {

@@ -7,31 +7,14 @@
 
 use std::{
     collections::HashSet,
-    path::PathBuf,
-    process::Command,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use hookline_tests::{Delivery, TestStack, eventually};
+use hookline_tests::{Delivery, StackRestore, TestStack, eventually, stack_script};
 use http::StatusCode;
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
-
-fn stack_script(verb: &str) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack");
-    let status = Command::new(script).arg(verb).status().expect("run scripts/stack");
-    assert!(status.success(), "scripts/stack {verb} failed");
-}
-
-/// Restarts the broker even when an assertion fails mid-test, so later test binaries find it running.
-struct BrokerBack;
-
-impl Drop for BrokerBack {
-    fn drop(&mut self) {
-        stack_script("start-kafka");
-    }
-}
 
 /// What the senders saw: each delivery with the status it got.
 #[derive(Debug, Default)]
@@ -77,7 +60,7 @@ async fn broker_stopped_mid_traffic_gives_503_then_202_and_every_acknowledged_ev
     })
     .await;
 
-    let guard = BrokerBack;
+    let guard = StackRestore("start-kafka");
     tokio::task::spawn_blocking(|| stack_script("stop-kafka")).await.expect("stop");
     eventually(Duration::from_secs(30), "503s while the broker is down", || async {
         count(StatusCode::SERVICE_UNAVAILABLE) >= 3

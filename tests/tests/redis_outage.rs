@@ -2,24 +2,9 @@
 //! resumes when Redis returns. This binary stops the shared Redis with `scripts/stack`, so it holds a single
 //! test: cargo runs test binaries one after another.
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::time::Duration;
 
-use hookline_tests::{Delivery, TestStack, eventually};
-
-fn stack_script(verb: &str) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack");
-    let status = Command::new(script).arg(verb).status().expect("run scripts/stack");
-    assert!(status.success(), "scripts/stack {verb} failed");
-}
-
-/// Restarts Redis even when an assertion fails mid-test, so later test binaries find it running.
-struct RedisBack;
-
-impl Drop for RedisBack {
-    fn drop(&mut self) {
-        stack_script("start-redis");
-    }
-}
+use hookline_tests::{Delivery, StackRestore, TestStack, eventually, stack_script};
 
 #[tokio::test]
 async fn redis_stopped_mid_stream_processes_nothing_without_dedupe_then_resumes() {
@@ -28,7 +13,7 @@ async fn redis_stopped_mid_stream_processes_nothing_without_dedupe_then_resumes(
     stack.post_accepted(&first).await;
     stack.wait_until_handled(1).await;
 
-    let guard = RedisBack;
+    let guard = StackRestore("start-redis");
     stack_script("stop-redis");
     let during: Vec<Delivery> = (1..=3).map(|n| Delivery::new(format!("{{\"n\":{n}}}").into_bytes())).collect();
     for delivery in &during {
