@@ -135,7 +135,9 @@ pub async fn run(
             message = consumer.recv() => match message {
                 Ok(message) => message.detach(),
                 Err(error) => {
+                    // Transient (a broker restarting): librdkafka retries by itself; don't spin or flood the log.
                     tracing::warn!(error = %error, "fetch failed");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
                 }
             },
