@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -22,6 +23,7 @@ var defaultPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/u
 
 type serviceConfig struct {
 	svc        types.ServiceConfig
+	df         *dockerfile
 	configPath string // inside the container
 	hostPath   string // on this machine
 	data       map[string]any
@@ -104,10 +106,12 @@ func checkServiceCommand(r *reporter, p *types.Project, s types.ServiceConfig, d
 		return nil
 	}
 	r.ok("service %s: runs %s (%s) --config %s (%s %s)", s.Name, bin, from, cfgPath, how, rel(host))
-	return &serviceConfig{svc: s, configPath: cfgPath, hostPath: host}
+	return &serviceConfig{svc: s, df: df, configPath: cfgPath, hostPath: host}
 }
 
-func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func(string) string) {
+// checkConfigs returns, per service with a config, the ports it listens on (port -> config key).
+func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func(string) string) map[string]map[string]string {
+	listening := map[string]map[string]string{}
 	hosts := map[string]string{} // DNS names on the compose network -> service
 	for _, name := range p.ServiceNames() {
 		s := p.Services[name]
@@ -237,6 +241,10 @@ func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func
 				r.fail("service %s: publishes container port %s, but %s listens on %s", s.Name, t, rel(sc.hostPath), keys(listen))
 			}
 		}
+		listening[s.Name] = listen
+		if f := checkHealthcheck(r, sc, listen); f != "" {
+			facts = append(facts, f)
+		}
 		if r.fails == before {
 			r.ok("service %s: %s agrees with the compose file: %s", s.Name, rel(sc.hostPath), strings.Join(facts, "; "))
 		}
@@ -272,6 +280,64 @@ func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func
 	if len(created) > 0 {
 		r.ok("kafka topics named in the configs agree across services and are created at startup: %s", strings.Join(created, ", "))
 	}
+	return listening
+}
+
+// checkHealthcheck: a service built from our Dockerfile that has an admin
+// listener has a healthcheck, the program it runs is one the Dockerfile
+// installs (the base image's programs cannot be seen without an engine), and
+// a port it names is the admin port of the service's config.
+func checkHealthcheck(r *reporter, sc *serviceConfig, listen map[string]string) string {
+	s := sc.svc
+	adminPort := ""
+	for port, key := range listen {
+		if key == "admin_addr" {
+			adminPort = port
+		}
+	}
+	hc := s.HealthCheck
+	if hc == nil || hc.Disable || len(hc.Test) == 0 || hc.Test[0] == "NONE" {
+		if adminPort != "" {
+			r.fail("service %s: no healthcheck, though it serves /readyz on admin port %s", s.Name, adminPort)
+		}
+		return ""
+	}
+	argv := hc.Test
+	switch argv[0] {
+	case "CMD":
+		argv = argv[1:]
+	case "CMD-SHELL":
+		r.note("service %s: CMD-SHELL healthcheck is not followed", s.Name)
+		return ""
+	}
+	if len(argv) == 0 {
+		r.fail("service %s: empty healthcheck", s.Name)
+		return ""
+	}
+	bin := argv[0]
+	if !strings.Contains(bin, "/") {
+		for _, d := range defaultPath {
+			if _, ok := sc.df.Installed[path.Join(d, bin)]; ok {
+				bin = path.Join(d, bin)
+				break
+			}
+		}
+	}
+	if _, ok := sc.df.Installed[bin]; !ok {
+		r.fail("service %s: healthcheck runs %q, which %s does not COPY into its final stage", s.Name, argv[0], filepath.Base(sc.df.Path))
+		return ""
+	}
+	for _, a := range argv[1:] {
+		if _, err := strconv.Atoi(a); err == nil {
+			if key, ok := listen[a]; !ok || key != "admin_addr" {
+				r.fail("service %s: healthcheck probes port %s, but the admin port (admin_addr) is %s", s.Name, a, adminPort)
+				return ""
+			}
+			return fmt.Sprintf("healthcheck %s on admin port %s", path.Base(bin), a)
+		}
+	}
+	r.fail("service %s: healthcheck %v names no port (want the admin port %s)", s.Name, hc.Test, adminPort)
+	return ""
 }
 
 func keys(m map[string]string) string {

@@ -17,7 +17,12 @@
 //     --config file (TOML) parses and agrees with the compose file: broker
 //     and redis hosts are services, secret env vars are set, published ports
 //     are the ones it listens on, Kafka topic names agree across services and
-//     some service creates them.
+//     some service creates them;
+//   - each such service with an admin listener has a healthcheck that runs a
+//     program its Dockerfile installs and probes the admin port;
+//   - a Prometheus service's prometheus.yml: its rule files are mounted, every
+//     scrape target is a service's admin port, a service with replicas is
+//     discovered per replica (DNS A records), and no admin port goes unscraped.
 //
 // What it cannot see: anything only an engine or a registry knows (that an
 // image tag exists, what a base image contains, whether the build compiles).
@@ -201,7 +206,8 @@ func run(r *reporter, composeFile string, wantBinaries []string, bindir string) 
 	if len(dfs) == 0 && len(wantBinaries) > 0 {
 		r.fail("no service is built from a Dockerfile, but binaries %s were expected", strings.Join(wantBinaries, ", "))
 	}
-	checkConfigs(r, project, cfgs, rel)
+	listening := checkConfigs(r, project, cfgs, rel)
+	checkPrometheus(r, project, listening, rel)
 }
 
 // checkVariables: every ${VAR} in the file has a default (${VAR:-x}, ${VAR-x})

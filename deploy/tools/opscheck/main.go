@@ -1,0 +1,104 @@
+// opscheck validates hookline's operations artifacts without a cluster or a
+// running Prometheus. Two modes:
+//
+//	opscheck kubernetes [flags] RENDERED.yaml
+//
+// RENDERED.yaml is `kustomize build deploy/kubernetes` (schemas are checked
+// separately, by kubernetes-validate). This checks what a schema cannot: that
+// the pieces fit together and fit the services' configs. Every container has
+// resource requests and limits and runs as non-root; each hookline container's
+// --config file is in a mounted ConfigMap and parses; its probes hit /readyz
+// and /livez on the admin port of that config; terminationGracePeriodSeconds
+// outlasts the drain (gateway: preStop + drain_deadline_ms + produce_timeout_ms;
+// consumer: handler.timeout_ms + produce_timeout_ms); every secret file a
+// source reads is in the mounted Secret (and in its example manifest); every
+// referenced ConfigMap exists; Services, PodDisruptionBudgets and the
+// HorizontalPodAutoscaler select or target something real; the autoscaled
+// Deployment leaves replicas to the autoscaler; the topic Job creates exactly
+// the topics the configs name, with at least as many inbound partitions as
+// consumer replicas; images are pinned; the gateway's memory limit holds
+// max_in_flight bodies of max_body_bytes.
+//
+//	opscheck observability [flags]
+//
+// Alert rules (deploy/prometheus/alerts.yml): every alert has a severity, a
+// summary, a description and a runbook_url into docs/runbook.md (whose anchor
+// must exist once the runbook does), fires in at least one unit test of
+// alerts.test.yml, and every expression parses with the Prometheus PromQL
+// parser and names only metrics and labels the services export (read from
+// their Rust sources), plus the ones listed as -pending. Dashboards
+// (deploy/grafana/dashboards/*.json): well-formed JSON, unique panel ids,
+// non-overlapping panels, every query on the datasource variable, every
+// variable defined, and every expression parsed and checked the same way.
+// -emit-rules writes the dashboard expressions as a rule file, so that
+// `promtool check rules` parses them too.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+)
+
+type reporter struct {
+	prefix string
+	fails  int
+}
+
+func (r *reporter) ok(format string, a ...any) {
+	fmt.Printf("%s: ok %s\n", r.prefix, fmt.Sprintf(format, a...))
+}
+
+func (r *reporter) note(format string, a ...any) {
+	fmt.Printf("%s: note %s\n", r.prefix, fmt.Sprintf(format, a...))
+}
+
+func (r *reporter) fail(format string, a ...any) {
+	r.fails++
+	fmt.Printf("%s: FAIL %s\n", r.prefix, fmt.Sprintf(format, a...))
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: opscheck kubernetes [-prefix p] [-secret-example file] RENDERED.yaml")
+	fmt.Fprintln(os.Stderr, "       opscheck observability [-prefix p] [-root dir] [-src dir] [-pending list] [-emit-rules file]")
+	os.Exit(2)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	prefix := fs.String("prefix", "opscheck", "prefix of every output line")
+	r := &reporter{}
+	switch os.Args[1] {
+	case "kubernetes":
+		secretExample := fs.String("secret-example", "", "the example manifest of the webhook Secret, which the base leaves out")
+		_ = fs.Parse(os.Args[2:])
+		if fs.NArg() != 1 {
+			usage()
+		}
+		r.prefix = *prefix
+		checkKubernetes(r, fs.Arg(0), *secretExample)
+	case "observability":
+		root := fs.String("root", ".", "the tree holding deploy/prometheus, deploy/grafana and docs/runbook.md")
+		src := fs.String("src", "", "the tree holding the services' Rust sources (default: -root)")
+		pending := fs.String("pending", "", "metrics in flight in other work: name:label,label or name:* (any labels), space-separated")
+		emit := fs.String("emit-rules", "", "write the dashboards' expressions to this file as recording rules")
+		_ = fs.Parse(os.Args[2:])
+		if fs.NArg() != 0 {
+			usage()
+		}
+		if *src == "" {
+			*src = *root
+		}
+		r.prefix = *prefix
+		checkObservability(r, *root, *src, *pending, *emit)
+	default:
+		usage()
+	}
+	if r.fails > 0 {
+		fmt.Printf("%s: %d check(s) failed\n", r.prefix, r.fails)
+		os.Exit(1)
+	}
+}
