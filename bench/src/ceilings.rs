@@ -15,7 +15,10 @@ use bytes::Bytes;
 use hookline_common::{
     config::{KafkaConfig, RedisConfig},
     kafka::{QuietContext, producer_config},
-    wire::{EventMeta, now_ms},
+    wire::{
+        EventMeta, now_ms,
+        redis_key::{DEDUPE_CLAIM_PREFIX, DEDUPE_DONE},
+    },
 };
 use hookline_consumer::dedupe::{CLAIM_SCRIPT, Claim, DONE_SCRIPT, Dedupe};
 use http::{Request, Response, StatusCode};
@@ -172,7 +175,7 @@ fn gateway_record(event_id: &str, message_bytes: usize) -> (Vec<u8>, rdkafka::me
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RedisCeilingRow {
-    /// `sequential`, `concurrent` or `pipelined`.
+    /// `sequential`, `concurrent`, `pipelined` or `batched_script`.
     pub mode: String,
     /// Tasks issuing claim/done pairs at once.
     pub concurrency: usize,
@@ -244,7 +247,86 @@ pub async fn redis_ceiling(
         });
     }
     rows.push(pipelined(&config, duration, batch).await?);
+    rows.push(batched_scripts(&config, duration, batch).await?);
     Ok(rows)
+}
+
+/// The claim rule of [`CLAIM_SCRIPT`], applied to every key of one call: what a batched claim could look like.
+/// Not what the consumer runs today; measured to size the fix (and on a Redis Cluster its keys would need one
+/// hash slot, which the current key layout does not give).
+const BATCH_CLAIM_SCRIPT: &str = r"
+local replies = {}
+for i, key in ipairs(KEYS) do
+  local token = ARGV[i]
+  if redis.call('SET', key, token, 'NX', 'PX', ARGV[#KEYS + 1]) then
+    replies[i] = 'acquired'
+  else
+    local current = redis.call('GET', key)
+    if current == token then replies[i] = 'acquired'
+    elseif current == ARGV[#KEYS + 2] then replies[i] = 'done'
+    elseif current == false then redis.call('SET', key, token, 'PX', ARGV[#KEYS + 1]); replies[i] = 'acquired'
+    else replies[i] = 'held' end
+  end
+end
+return replies
+";
+
+/// The done rule of [`DONE_SCRIPT`] for every key of one call.
+const BATCH_DONE_SCRIPT: &str = r"
+local replies = {}
+for i, key in ipairs(KEYS) do
+  local current = redis.call('GET', key)
+  redis.call('SET', key, ARGV[#KEYS + 1], 'PX', ARGV[#KEYS + 2])
+  if current == ARGV[i] or current == ARGV[#KEYS + 1] then replies[i] = 1 else replies[i] = 0 end
+end
+return replies
+";
+
+/// One task: one script call claiming `batch` keys, then one marking them done, per round.
+async fn batched_scripts(
+    config: &RedisConfig,
+    duration: Duration,
+    batch: usize,
+) -> Result<RedisCeilingRow, hookline_consumer::dedupe::DedupeError> {
+    let client = redis::Client::open(config.url.as_str())?;
+    let mut connection = client.get_multiplexed_async_connection().await?;
+    let (claim, done) = (Script::new(BATCH_CLAIM_SCRIPT), Script::new(BATCH_DONE_SCRIPT));
+    let mut histogram = new_histogram();
+    let mut events = 0_u64;
+    let start = Instant::now();
+    let end = start + duration;
+    while Instant::now() < end {
+        let keys: Vec<String> =
+            (0..batch).map(|i| format!("{}:bench:batched-{events}-{i}", config.key_prefix)).collect();
+        let tokens: Vec<String> =
+            (0..batch).map(|_| format!("{DEDUPE_CLAIM_PREFIX}{}", uuid::Uuid::new_v4().simple())).collect();
+        let started = Instant::now();
+        let mut invocation = claim.prepare_invoke();
+        for (key, token) in keys.iter().zip(&tokens) {
+            invocation.key(key).arg(token);
+        }
+        let replies: Vec<String> =
+            invocation.arg(config.claim_lease_ms).arg(DEDUPE_DONE).invoke_async(&mut connection).await?;
+        assert!(replies.iter().all(|reply| reply == "acquired"), "fresh keys are free");
+        let mut invocation = done.prepare_invoke();
+        for (key, token) in keys.iter().zip(&tokens) {
+            invocation.key(key).arg(token);
+        }
+        let _: Vec<i64> =
+            invocation.arg(DEDUPE_DONE).arg(config.dedupe_ttl_s * 1000).invoke_async(&mut connection).await?;
+        histogram.saturating_record(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+        events += batch as u64;
+    }
+    let duration_s = start.elapsed().as_secs_f64();
+    Ok(RedisCeilingRow {
+        mode: "batched_script".to_owned(),
+        concurrency: 1,
+        batch,
+        duration_s,
+        events,
+        events_per_s: events as f64 / duration_s,
+        claim_done_latency: Percentiles::from_micros(&histogram),
+    })
 }
 
 /// One task: a pipeline of `batch` claim scripts, then a pipeline of `batch` done scripts, per round.
@@ -270,20 +352,20 @@ async fn pipelined(
             .map(|i| {
                 (
                     format!("{}:bench:pipelined-{events}-{i}", config.key_prefix),
-                    format!("claim:{}", uuid::Uuid::new_v4().simple()),
+                    format!("{DEDUPE_CLAIM_PREFIX}{}", uuid::Uuid::new_v4().simple()),
                 )
             })
             .collect();
         let started = Instant::now();
         let mut claims = redis::pipe();
         for (key, token) in &keys {
-            claims.invoke_script(claim.key(key).arg(token).arg(lease_ms).arg("done"));
+            claims.invoke_script(claim.key(key).arg(token).arg(lease_ms).arg(DEDUPE_DONE));
         }
         let replies: Vec<String> = claims.query_async(&mut connection).await?;
         assert!(replies.iter().all(|reply| reply == "acquired"), "fresh keys are free");
         let mut dones = redis::pipe();
         for (key, token) in &keys {
-            dones.invoke_script(done.key(key).arg(token).arg("done").arg(done_ttl_ms));
+            dones.invoke_script(done.key(key).arg(token).arg(DEDUPE_DONE).arg(done_ttl_ms));
         }
         let _: Vec<i64> = dones.query_async(&mut connection).await?;
         histogram.saturating_record(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));

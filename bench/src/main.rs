@@ -196,7 +196,9 @@ async fn main() -> anyhow::Result<()> {
                 "kafka-ceiling: {:.0} acks/s, ack p50 {:.2} ms p99 {:.2} ms ({} failed)",
                 report.messages_per_s, report.ack_latency.p50_ms, report.ack_latency.p99_ms, report.failed
             );
-            write_json(json.as_deref(), &report)
+            let mut output = serde_json::to_value(&report)?;
+            output["producer_cpu_s"] = serde_json::json!(own_cpu_seconds());
+            write_json(json.as_deref(), &output)
         }
         Command::RedisCeiling { redis_url, duration_s, concurrency, batch, json } => {
             let rows =
@@ -307,12 +309,27 @@ async fn loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
             eprintln!("loadgen:   {example}");
         }
     }
-    let output = serde_json::json!({ "label": args.label, "load": report, "topic_check": check });
+    let output = serde_json::json!({
+        "label": args.label,
+        "load": report,
+        "topic_check": check,
+        "generator_cpu_s": own_cpu_seconds(),
+    });
     write_json(args.json.as_deref(), &output)?;
     if check.is_some_and(|check| !check.passed) {
         anyhow::bail!("the topic check failed: this benchmark lost or invented data");
     }
     Ok(())
+}
+
+/// User + system CPU seconds this process has used (Linux `/proc/self/stat`, in USER_HZ = 100 ticks per second
+/// on every mainstream architecture); `None` elsewhere.
+fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th of the whole line.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
 }
 
 async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {

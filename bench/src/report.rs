@@ -27,6 +27,7 @@ fn f(value: &Value) -> f64 {
 pub fn render(results: &Path, criterion: &Path) -> anyhow::Result<String> {
     let mut loads: BTreeMap<String, Value> = BTreeMap::new();
     let mut rss: BTreeMap<String, u64> = BTreeMap::new();
+    let mut cpu: BTreeMap<String, Value> = BTreeMap::new();
     for entry in std::fs::read_dir(results)? {
         let path = entry?.path();
         let Some(stem) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else { continue };
@@ -36,6 +37,9 @@ pub fn render(results: &Path, criterion: &Path) -> anyhow::Result<String> {
                 if value.get("load").is_some() {
                     loads.insert(stem, value);
                 }
+            }
+            Some("cpu") => {
+                cpu.insert(stem, read_json(&path)?);
             }
             Some("rss") => {
                 if let Ok(kib) = std::fs::read_to_string(&path)?.trim().parse() {
@@ -67,9 +71,9 @@ pub fn render(results: &Path, criterion: &Path) -> anyhow::Result<String> {
     writeln!(out, "### Load runs (time to 2xx, from the intended send time in open loop)\n")?;
     writeln!(
         out,
-        "| run | mode | proto | scheme | body | conc. | target/s | 2xx/s | p50 ms | p99 ms | p99.9 ms | max ms | statuses | topic check | gateway peak RSS |"
+        "| run | mode | proto | scheme | body | conc. | target/s | 2xx/s | p50 ms | p99 ms | p99.9 ms | max ms | statuses | topic check | gateway peak RSS | CPU µs/req server / broker / generator |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     for (label, value) in &loads {
         let load = &value["load"];
         let p = &load["time_to_2xx"];
@@ -88,7 +92,7 @@ pub fn render(results: &Path, criterion: &Path) -> anyhow::Result<String> {
         };
         writeln!(
             out,
-            "| {label} | {mode} | {proto} | {scheme} | {body} | {c} | {target} | {ack:.0} | {p50:.2} | {p99:.2} | {p999:.2} | {max:.2} | {statuses} | {check} | {rss} |",
+            "| {label} | {mode} | {proto} | {scheme} | {body} | {c} | {target} | {ack:.0} | {p50:.2} | {p99:.2} | {p999:.2} | {max:.2} | {statuses} | {check} | {rss} | {cpu} |",
             mode = load["mode"].as_str().unwrap_or(""),
             proto = load["protocol"].as_str().unwrap_or(""),
             scheme = load["scheme"].as_str().unwrap_or(""),
@@ -102,6 +106,19 @@ pub fn render(results: &Path, criterion: &Path) -> anyhow::Result<String> {
             max = f(&p["max_ms"]),
             statuses = statuses.join(", "),
             rss = rss.get(label).map_or("-".to_owned(), |kib| format!("{:.1} MiB", *kib as f64 / 1024.0)),
+            cpu = {
+                let requests = f(&load["requests"]);
+                let per_request = |seconds: f64| {
+                    if seconds.is_nan() { "-".to_owned() } else { format!("{:.0}", seconds * 1e6 / requests) }
+                };
+                let run_cpu = cpu.get(label);
+                format!(
+                    "{} / {} / {}",
+                    per_request(run_cpu.map_or(f64::NAN, |c| f(&c["gateway_cpu_s"]))),
+                    per_request(run_cpu.map_or(f64::NAN, |c| f(&c["broker_cpu_s"]))),
+                    per_request(f(&value["generator_cpu_s"])),
+                )
+            },
         )?;
     }
     writeln!(out)?;
@@ -124,6 +141,14 @@ pub fn render(results: &Path, criterion: &Path) -> anyhow::Result<String> {
             f(&p["p99_ms"]),
             f(&p["p999_ms"]),
             f(&p["max_ms"])
+        )?;
+        let acks = f(&kafka["acknowledged"]);
+        let broker_cpu = cpu.get("kafka-ceiling").map_or(f64::NAN, |c| f(&c["broker_cpu_s"]));
+        writeln!(
+            out,
+            "CPU per acknowledged record: producer {:.0} µs, broker {:.0} µs (including the process's start-up).\n",
+            f(&kafka["producer_cpu_s"]) * 1e6 / acks,
+            broker_cpu * 1e6 / acks
         )?;
     }
 
