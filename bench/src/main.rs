@@ -11,6 +11,7 @@ use hookline_bench::{
     loadgen::{LoadConfig, Mode, Protocol},
     report,
     signing::{SchemeKind, Signer},
+    topic_check,
 };
 use hookline_common::kafka::{TopicSpec, ensure_topics};
 use tokio_util::sync::CancellationToken;
@@ -144,6 +145,11 @@ struct LoadgenArgs {
     http2: bool,
     #[arg(long, default_value_t = 10.0)]
     duration_s: f64,
+    /// Before the measured run, this many seconds of closed-loop load with 16 workers, not measured (the topic
+    /// check still covers it): the first requests to a fresh gateway and topic wait for the producer id and the
+    /// partition leaders, which is start-up, not steady state.
+    #[arg(long, default_value_t = 0.0)]
+    warm_up_s: f64,
     #[arg(long, default_value_t = 0.0)]
     duplicates: f64,
     #[arg(long, default_value_t = 0.0)]
@@ -282,13 +288,35 @@ async fn loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
         progress: !args.quiet,
         ..LoadConfig::new(args.target, source, signer)
     };
-    let (report, check) = match (&args.topic, &args.brokers) {
+    if args.topic.is_some() && args.brokers.is_none() {
+        anyhow::bail!("--topic needs --brokers (or KAFKA_BROKERS)");
+    }
+    let mut warm_up_deliveries = Vec::new();
+    if args.warm_up_s > 0.0 {
+        let warm_up = LoadConfig {
+            mode: Mode::Closed,
+            concurrency: config.concurrency.min(16),
+            duration: Duration::from_secs_f64(args.warm_up_s),
+            progress: false,
+            ..config.clone()
+        };
+        let warm_up = hookline_bench::loadgen::run(warm_up).await?;
+        eprintln!("loadgen: warm-up (not measured): {}", warm_up.summary());
+        warm_up_deliveries = warm_up.deliveries;
+    }
+    let report = hookline_bench::loadgen::run(config).await?;
+    let check = match (&args.topic, &args.brokers) {
         (Some(topic), Some(brokers)) => {
-            let (report, check) = hookline_bench::run_and_check(config, brokers, topic).await?;
-            (report, Some(check))
+            let deliveries: Vec<_> = warm_up_deliveries.into_iter().chain(report.deliveries.iter().cloned()).collect();
+            let (brokers, topic) = (brokers.clone(), topic.clone());
+            Some(
+                tokio::task::spawn_blocking(move || {
+                    topic_check::check_topic(&brokers, &topic, &deliveries, Duration::from_secs(60))
+                })
+                .await??,
+            )
         }
-        (Some(_), None) => anyhow::bail!("--topic needs --brokers (or KAFKA_BROKERS)"),
-        (None, _) => (hookline_bench::loadgen::run(config).await?, None),
+        _ => None,
     };
     eprintln!("loadgen: {}", report.summary());
     if let Some(check) = &check {
