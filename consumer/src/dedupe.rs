@@ -48,7 +48,7 @@ pub struct DedupeError(#[from] redis::RedisError);
 
 /// Returns `acquired`, `done` or `held`. `SET NX` first; if the key exists, our own value (a re-sent claim whose
 /// first reply was lost) counts as acquired, and a key that expired in between is claimed anew.
-const CLAIM_SCRIPT: &str = r"
+pub const CLAIM_SCRIPT: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 'acquired' end
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then return 'acquired' end
@@ -62,7 +62,7 @@ return 'held'
 
 /// Marks the key done with the long TTL whatever it holds, and says whether our claim was still there (or the
 /// key already done: a re-sent mark whose first reply was lost).
-const DONE_SCRIPT: &str = r"
+pub const DONE_SCRIPT: &str = r"
 local current = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if current == ARGV[1] or current == ARGV[2] then return 1 end

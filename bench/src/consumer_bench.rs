@@ -1,0 +1,276 @@
+//! Consumer throughput: a topic is filled with gateway-shaped records, read once raw (a consumer-group member that
+//! only fetches and detaches, the floor of what any consumer can do), then processed end to end by 1, 2, 4, ...
+//! instances of the real `consumer` binary (two-phase Redis dedupe and the `log` handler, whose lines go to
+//! `/dev/null`), each set in a fresh group with a fresh dedupe key prefix. Throughput is read from the
+//! instances' own `hookline_consumer_events_total`, sampled every 100 ms.
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener as StdTcpListener, TcpStream},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use hookline_common::{
+    config::KafkaConfig,
+    kafka::{QuietContext, consumer_config},
+};
+use rdkafka::{
+    Message,
+    consumer::{Consumer, StreamConsumer},
+};
+
+use crate::ceilings::{KafkaCeilingConfig, kafka_ceiling};
+
+#[derive(Debug, Clone)]
+pub struct ConsumerBenchConfig {
+    pub brokers: String,
+    pub redis_url: String,
+    /// A fresh, existing topic; its partition count bounds the useful number of instances.
+    pub topic: String,
+    /// Existing topics for the consumer's dead letters and statuses (none are expected).
+    pub dlq_topic: String,
+    pub dlq_status_topic: String,
+    /// How long to fill the topic for (with the Kafka-ceiling producer).
+    pub fill: Duration,
+    pub body_bytes: usize,
+    pub consumer_bin: PathBuf,
+    pub instances: Vec<usize>,
+    /// Where the consumers' config files go.
+    pub work_dir: PathBuf,
+    /// Give up on one measurement after this long.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConsumerRow {
+    /// `raw` or `end_to_end`.
+    pub kind: String,
+    pub instances: usize,
+    pub events: u64,
+    pub duration_s: f64,
+    pub events_per_s: f64,
+    /// End to end: events processed / skipped as duplicates / dead-lettered (must be all / 0 / 0).
+    pub processed: u64,
+    pub duplicates: u64,
+    pub dead_lettered: u64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConsumerReport {
+    pub topic: String,
+    pub events: u64,
+    pub body_bytes: usize,
+    pub fill_per_s: f64,
+    pub rows: Vec<ConsumerRow>,
+    /// Each end-to-end row's events/s over the raw row's.
+    pub ratios: Vec<(usize, f64)>,
+}
+
+pub async fn run(config: &ConsumerBenchConfig) -> anyhow::Result<ConsumerReport> {
+    let fill = kafka_ceiling(&KafkaCeilingConfig {
+        brokers: config.brokers.clone(),
+        topic: config.topic.clone(),
+        message_bytes: config.body_bytes,
+        concurrency: 256,
+        duration: config.fill,
+    })
+    .await?;
+    let n_events = fill.acknowledged + fill.warm_up_records;
+    eprintln!("consumer-bench: filled {} with {n_events} records ({:.0}/s)", config.topic, fill.messages_per_s);
+    let mut rows = vec![raw_consume(config, n_events).await?];
+    eprintln!("consumer-bench: raw consume {:.0} events/s", rows[0].events_per_s);
+    for &instances in &config.instances {
+        let row = end_to_end(config, instances, n_events).await?;
+        eprintln!("consumer-bench: {instances} consumer(s) {:.0} events/s", row.events_per_s);
+        rows.push(row);
+    }
+    let raw = rows[0].events_per_s;
+    let ratios = rows.iter().skip(1).map(|row| (row.instances, row.events_per_s / raw)).collect();
+    Ok(ConsumerReport {
+        topic: config.topic.clone(),
+        events: n_events,
+        body_bytes: config.body_bytes,
+        fill_per_s: fill.messages_per_s,
+        rows,
+        ratios,
+    })
+}
+
+/// A group member with the consumer's settings that fetches and detaches every record and does nothing else.
+/// Timed from the first record to the last, so joining the group is not counted.
+async fn raw_consume(config: &ConsumerBenchConfig, n_events: u64) -> anyhow::Result<ConsumerRow> {
+    let kafka = KafkaConfig { brokers: config.brokers.clone(), ..KafkaConfig::default() };
+    let group = format!("hookline-bench-raw-{}", uuid::Uuid::new_v4().simple());
+    let consumer: StreamConsumer<QuietContext> =
+        consumer_config(&kafka, &group).create_with_context(QuietContext::new("bench-raw-consumer"))?;
+    consumer.subscribe(&[&config.topic])?;
+    let deadline = Instant::now() + config.timeout;
+    let mut first = None;
+    let mut seen = 0_u64;
+    let mut bytes = 0_usize;
+    while seen < n_events {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let message = tokio::time::timeout(remaining, consumer.recv())
+            .await
+            .map_err(|_| anyhow::anyhow!("raw consume: timed out after {seen} of {n_events}"))??;
+        let owned = message.detach();
+        bytes += owned.payload().map_or(0, <[u8]>::len);
+        first.get_or_insert_with(Instant::now);
+        seen += 1;
+    }
+    // Counted so the detach cannot be optimised away.
+    debug_assert!(bytes > 0);
+    let duration_s = first.map_or(0.0, |first| first.elapsed().as_secs_f64());
+    Ok(ConsumerRow {
+        kind: "raw".to_owned(),
+        instances: 1,
+        events: n_events,
+        duration_s,
+        events_per_s: (n_events.saturating_sub(1)) as f64 / duration_s,
+        processed: 0,
+        duplicates: 0,
+        dead_lettered: 0,
+    })
+}
+
+struct Instance {
+    child: Child,
+    admin: SocketAddr,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // SIGTERM: the consumer drains and commits. Then wait a bounded time, and kill what is still there.
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn end_to_end(config: &ConsumerBenchConfig, n_instances: usize, n_events: u64) -> anyhow::Result<ConsumerRow> {
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let mut instances = Vec::new();
+    for instance_idx in 0..n_instances {
+        let admin = free_port()?;
+        let path = config.work_dir.join(format!("consumer-{run_id}-{instance_idx}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                r#"admin_addr = "{admin}"
+[kafka]
+brokers = "{brokers}"
+inbound_topic = "{topic}"
+dlq_topic = "{dlq}"
+dlq_status_topic = "{dlq_status}"
+group_id = "hookline-bench-{run_id}"
+[redis]
+url = "{redis}"
+key_prefix = "hookline-bench:{run_id}"
+dedupe_ttl_s = 600
+[handler]
+kind = "log"
+"#,
+                brokers = config.brokers,
+                topic = config.topic,
+                dlq = config.dlq_topic,
+                dlq_status = config.dlq_status_topic,
+                redis = config.redis_url,
+            ),
+        )?;
+        let child = Command::new(&config.consumer_bin)
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        instances.push(Instance { child, admin });
+    }
+    let deadline = Instant::now() + config.timeout;
+    let mut first: Option<(Instant, u64)> = None;
+    let totals = loop {
+        anyhow::ensure!(Instant::now() < deadline, "{n_instances} consumer(s): not done within {:?}", config.timeout);
+        let mut totals = Totals::default();
+        for instance in &instances {
+            if let Some(sample) = scrape(instance.admin) {
+                totals.add(&sample);
+            }
+        }
+        let handled = totals.handled();
+        let now = Instant::now();
+        if handled > 0 && first.is_none() {
+            first = Some((now, handled));
+        }
+        if handled >= n_events {
+            break (totals, now);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let ((totals, done_at), (first_at, first_count)) = (totals, first.expect("set before done"));
+    let duration_s = done_at.duration_since(first_at).as_secs_f64();
+    drop(instances);
+    Ok(ConsumerRow {
+        kind: "end_to_end".to_owned(),
+        instances: n_instances,
+        events: n_events,
+        duration_s,
+        events_per_s: (n_events - first_count) as f64 / duration_s.max(1e-3),
+        processed: totals.processed,
+        duplicates: totals.duplicates,
+        dead_lettered: totals.dead_lettered,
+    })
+}
+
+fn free_port() -> std::io::Result<SocketAddr> {
+    StdTcpListener::bind("127.0.0.1:0")?.local_addr()
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    processed: u64,
+    duplicates: u64,
+    dead_lettered: u64,
+}
+
+impl Totals {
+    fn add(&mut self, other: &Totals) {
+        self.processed += other.processed;
+        self.duplicates += other.duplicates;
+        self.dead_lettered += other.dead_lettered;
+    }
+
+    fn handled(&self) -> u64 {
+        self.processed + self.duplicates + self.dead_lettered
+    }
+}
+
+/// `hookline_consumer_events_total` by outcome, from one instance's `/metrics`; `None` while it is not up.
+fn scrape(admin: SocketAddr) -> Option<Totals> {
+    let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(200)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let mut totals = Totals::default();
+    for line in text.lines().filter(|line| line.starts_with("hookline_consumer_events_total{")) {
+        let value = line.rsplit(' ').next()?.parse::<f64>().ok()? as u64;
+        if line.contains("outcome=\"processed\"") {
+            totals.processed += value;
+        } else if line.contains("outcome=\"duplicate\"") {
+            totals.duplicates += value;
+        } else if line.contains("outcome=\"dead_lettered\"") {
+            totals.dead_lettered += value;
+        }
+    }
+    Some(totals)
+}

@@ -1,0 +1,377 @@
+//! `hookline-bench <command>`: the load generator, the ceilings and the report, as one binary (one link of
+//! librdkafka instead of one per tool). Every command stops by itself.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use hookline_bench::{
+    ceilings::{self, KafkaCeilingConfig},
+    consumer_bench::{self, ConsumerBenchConfig},
+    loadgen::{LoadConfig, Mode, Protocol},
+    report,
+    signing::{SchemeKind, Signer},
+    topic_check,
+};
+use hookline_common::kafka::{TopicSpec, ensure_topics};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(version, about = "hookline benchmarks: load generator, ceilings, report")]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Signed webhooks against a gateway (or the HTTP ceiling), then the topic check.
+    Loadgen(LoadgenArgs),
+    /// A minimal hyper server answering 202 at once, for `--max-s` at most.
+    HttpCeiling {
+        #[arg(long, default_value = "127.0.0.1:48080")]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 900)]
+        max_s: u64,
+    },
+    /// An rdkafka producer alone, with the gateway's settings and record layout.
+    KafkaCeiling {
+        #[arg(long, env = "KAFKA_BROKERS")]
+        brokers: String,
+        /// Created if missing (6 partitions, like the inbound topic).
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 1024)]
+        message_bytes: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 10.0)]
+        duration_s: f64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The consumer's claim and done scripts against Redis: sequential, concurrent, pipelined.
+    RedisCeiling {
+        #[arg(long, env = "REDIS_URL")]
+        redis_url: String,
+        #[arg(long, default_value_t = 5.0)]
+        duration_s: f64,
+        #[arg(long, default_value_t = 6)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Raw consume versus the real consumer binary end to end, with 1, 2, 4 ... instances.
+    Consumer {
+        #[arg(long, env = "KAFKA_BROKERS")]
+        brokers: String,
+        #[arg(long, env = "REDIS_URL")]
+        redis_url: String,
+        /// Created (6 partitions) and filled.
+        #[arg(long)]
+        topic: String,
+        #[arg(long, env = "DLQ_TOPIC", default_value = "webhooks.dlq")]
+        dlq_topic: String,
+        #[arg(long, env = "DLQ_STATUS_TOPIC", default_value = "webhooks.dlq-status")]
+        dlq_status_topic: String,
+        #[arg(long, default_value_t = 6)]
+        partitions: i32,
+        #[arg(long, default_value_t = 5.0)]
+        fill_s: f64,
+        #[arg(long, default_value_t = 1024)]
+        body_bytes: usize,
+        /// The `consumer` binary (a release build).
+        #[arg(long)]
+        consumer_bin: PathBuf,
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        instances: Vec<usize>,
+        #[arg(long)]
+        work_dir: PathBuf,
+        #[arg(long, default_value_t = 120)]
+        timeout_s: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Creates a topic (replication 1) if it does not exist.
+    CreateTopic {
+        #[arg(long, env = "KAFKA_BROKERS")]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 6)]
+        partitions: i32,
+    },
+    /// Turns a results directory into the tables of docs/benchmarks.md (stdout) and `summary.json`.
+    Report {
+        #[arg(long)]
+        results: PathBuf,
+        /// Criterion's output directory (`target/criterion`).
+        #[arg(long)]
+        criterion: PathBuf,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct LoadgenArgs {
+    /// The gateway's (or HTTP ceiling's) public address.
+    #[arg(long)]
+    target: SocketAddr,
+    #[arg(long, value_enum, default_value = "github")]
+    scheme: SchemeKind,
+    /// Source name; default: the bench gateway's source for the scheme (`bench-github`, ...).
+    #[arg(long)]
+    source: Option<String>,
+    /// File holding the source's secret (as the gateway reads it).
+    #[arg(long)]
+    secret_file: PathBuf,
+    #[arg(long, default_value_t = 1024)]
+    body_bytes: usize,
+    /// Open loop at this many requests/s; closed loop without it (and without --peak-from).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Open loop at `--fraction` of the 2xx/s measured in this earlier loadgen JSON.
+    #[arg(long)]
+    peak_from: Option<PathBuf>,
+    #[arg(long, default_value_t = 0.7)]
+    fraction: f64,
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// HTTP/2 only: connections shared by the workers.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    #[arg(long)]
+    http2: bool,
+    #[arg(long, default_value_t = 10.0)]
+    duration_s: f64,
+    /// Before the measured run, this many seconds of closed-loop load with 16 workers, not measured (the topic
+    /// check still covers it): the first requests to a fresh gateway and topic wait for the producer id and the
+    /// partition leaders, which is start-up, not steady state.
+    #[arg(long, default_value_t = 0.0)]
+    warm_up_s: f64,
+    #[arg(long, default_value_t = 0.0)]
+    duplicates: f64,
+    #[arg(long, default_value_t = 0.0)]
+    bad_signatures: f64,
+    /// Check this topic afterwards (it must be fresh: only this run's records).
+    #[arg(long)]
+    topic: Option<String>,
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: Option<String>,
+    /// A label carried into the JSON (`gateway-closed`, `http-ceiling`, ...).
+    #[arg(long, default_value = "")]
+    label: String,
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    match args.command {
+        Command::Loadgen(args) => loadgen(args).await,
+        Command::HttpCeiling { listen, max_s } => {
+            let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("bind {listen}"))?;
+            eprintln!("http-ceiling: listening on {listen} for at most {max_s}s");
+            let shutdown = CancellationToken::new();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    () = tokio::time::sleep(Duration::from_secs(max_s)) => {}
+                }
+                stop.cancel();
+            });
+            ceilings::serve_http_ceiling(listener, shutdown).await;
+            Ok(())
+        }
+        Command::KafkaCeiling { brokers, topic, message_bytes, concurrency, duration_s, json } => {
+            create_topic(&brokers, &topic, 6).await?;
+            let report = ceilings::kafka_ceiling(&KafkaCeilingConfig {
+                brokers,
+                topic,
+                message_bytes,
+                concurrency,
+                duration: Duration::from_secs_f64(duration_s),
+            })
+            .await?;
+            eprintln!(
+                "kafka-ceiling: {:.0} acks/s, ack p50 {:.2} ms p99 {:.2} ms ({} failed)",
+                report.messages_per_s, report.ack_latency.p50_ms, report.ack_latency.p99_ms, report.failed
+            );
+            let mut output = serde_json::to_value(&report)?;
+            output["producer_cpu_s"] = serde_json::json!(own_cpu_seconds());
+            write_json(json.as_deref(), &output)
+        }
+        Command::RedisCeiling { redis_url, duration_s, concurrency, batch, json } => {
+            let rows =
+                ceilings::redis_ceiling(&redis_url, Duration::from_secs_f64(duration_s), concurrency, batch).await?;
+            for row in &rows {
+                eprintln!(
+                    "redis-ceiling: {} c={} batch={}: {:.0} claim+done/s",
+                    row.mode, row.concurrency, row.batch, row.events_per_s
+                );
+            }
+            write_json(json.as_deref(), &rows)
+        }
+        Command::Consumer {
+            brokers,
+            redis_url,
+            topic,
+            dlq_topic,
+            dlq_status_topic,
+            partitions,
+            fill_s,
+            body_bytes,
+            consumer_bin,
+            instances,
+            work_dir,
+            timeout_s,
+            json,
+        } => {
+            create_topic(&brokers, &topic, partitions).await?;
+            std::fs::create_dir_all(&work_dir)?;
+            let report = consumer_bench::run(&ConsumerBenchConfig {
+                brokers,
+                redis_url,
+                topic,
+                dlq_topic,
+                dlq_status_topic,
+                fill: Duration::from_secs_f64(fill_s),
+                body_bytes,
+                consumer_bin,
+                instances,
+                work_dir,
+                timeout: Duration::from_secs(timeout_s),
+            })
+            .await?;
+            write_json(json.as_deref(), &report)
+        }
+        Command::CreateTopic { brokers, topic, partitions } => create_topic(&brokers, &topic, partitions).await,
+        Command::Report { results, criterion } => {
+            let tables = report::render(&results, &criterion)?;
+            print!("{tables}");
+            Ok(())
+        }
+    }
+}
+
+async fn loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
+    let secret = std::fs::read_to_string(&args.secret_file)
+        .with_context(|| format!("read {}", args.secret_file.display()))?
+        .trim_end_matches(['\r', '\n'])
+        .to_owned();
+    let signer = Signer::new(args.scheme, &secret, args.body_bytes).map_err(anyhow::Error::msg)?;
+    let mode = match (args.rate, &args.peak_from) {
+        (Some(rate_per_s), _) => Mode::Open { rate_per_s },
+        (None, Some(path)) => {
+            let earlier: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
+            let peak = earlier["load"]["acknowledged_per_s"]
+                .as_f64()
+                .with_context(|| format!("{}: no load.acknowledged_per_s", path.display()))?;
+            Mode::Open { rate_per_s: peak * args.fraction }
+        }
+        (None, None) => Mode::Closed,
+    };
+    let source = args.source.unwrap_or_else(|| args.scheme.source_name().to_owned());
+    let config = LoadConfig {
+        mode,
+        protocol: if args.http2 { Protocol::Http2 } else { Protocol::Http1 },
+        concurrency: args.concurrency,
+        connections: args.connections,
+        duration: Duration::from_secs_f64(args.duration_s),
+        duplicate_share: args.duplicates,
+        bad_signature_share: args.bad_signatures,
+        progress: !args.quiet,
+        ..LoadConfig::new(args.target, source, signer)
+    };
+    if args.topic.is_some() && args.brokers.is_none() {
+        anyhow::bail!("--topic needs --brokers (or KAFKA_BROKERS)");
+    }
+    let mut warm_up_deliveries = Vec::new();
+    if args.warm_up_s > 0.0 {
+        let warm_up = LoadConfig {
+            mode: Mode::Closed,
+            concurrency: config.concurrency.min(16),
+            duration: Duration::from_secs_f64(args.warm_up_s),
+            progress: false,
+            ..config.clone()
+        };
+        let warm_up = hookline_bench::loadgen::run(warm_up).await?;
+        eprintln!("loadgen: warm-up (not measured): {}", warm_up.summary());
+        warm_up_deliveries = warm_up.deliveries;
+    }
+    let report = hookline_bench::loadgen::run(config).await?;
+    let check = match (&args.topic, &args.brokers) {
+        (Some(topic), Some(brokers)) => {
+            let deliveries: Vec<_> = warm_up_deliveries.into_iter().chain(report.deliveries.iter().cloned()).collect();
+            let (brokers, topic) = (brokers.clone(), topic.clone());
+            Some(
+                tokio::task::spawn_blocking(move || {
+                    topic_check::check_topic(&brokers, &topic, &deliveries, Duration::from_secs(60))
+                })
+                .await??,
+            )
+        }
+        _ => None,
+    };
+    eprintln!("loadgen: {}", report.summary());
+    if let Some(check) = &check {
+        eprintln!(
+            "loadgen: topic check {}: {} records, {} acknowledged, {} refused, {} uncertain, lost {}, \
+             refused-but-stored {}, unexpected {}, unknown {}",
+            if check.passed { "PASSED" } else { "FAILED" },
+            check.records_in_topic,
+            check.acknowledged_deliveries,
+            check.refused_deliveries,
+            check.uncertain_deliveries,
+            check.lost,
+            check.refused_but_stored,
+            check.unexpected_copies,
+            check.unknown_records,
+        );
+        for example in &check.examples {
+            eprintln!("loadgen:   {example}");
+        }
+    }
+    let output = serde_json::json!({
+        "label": args.label,
+        "load": report,
+        "topic_check": check,
+        "generator_cpu_s": own_cpu_seconds(),
+    });
+    write_json(args.json.as_deref(), &output)?;
+    if check.is_some_and(|check| !check.passed) {
+        anyhow::bail!("the topic check failed: this benchmark lost or invented data");
+    }
+    Ok(())
+}
+
+/// User + system CPU seconds this process has used (Linux `/proc/self/stat`, in USER_HZ = 100 ticks per second
+/// on every mainstream architecture); `None` elsewhere.
+fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th of the whole line.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let spec = TopicSpec { name: topic.to_owned(), partitions, compacted: false };
+    ensure_topics(brokers, &[spec], 1).await.with_context(|| format!("create topic {topic}"))
+}
+
+fn write_json(path: Option<&std::path::Path>, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    match path {
+        Some(path) => std::fs::write(path, text + "\n").with_context(|| format!("write {}", path.display())),
+        None => {
+            println!("{text}");
+            Ok(())
+        }
+    }
+}

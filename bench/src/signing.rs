@@ -1,0 +1,146 @@
+//! Requests exactly as the providers send them: a unique event id, a JSON body of the configured size, and a real
+//! signature made with the scheme's own `sign` function from `hookline-common` (the same code the scheme's unit
+//! tests and the official-SDK cross-checks pin down). A "bad" request carries a signature over other bytes, so the
+//! gateway must refuse it with 401 and never produce it.
+
+use bytes::Bytes;
+use hookline_common::signature::{github, standard_webhooks, stripe};
+use http::{HeaderName, HeaderValue};
+
+/// The signature schemes the generator speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemeKind {
+    /// `X-Hub-Signature-256`; event id in `X-GitHub-Delivery`.
+    Github,
+    /// `Stripe-Signature: t=,v1=`; event id in the body's `/id`.
+    Stripe,
+    /// `webhook-id`/`-timestamp`/`-signature`; secret `whsec_<base64>`.
+    StandardWebhooks,
+}
+
+impl SchemeKind {
+    /// The gateway's config name of the scheme.
+    pub fn config_name(self) -> &'static str {
+        match self {
+            Self::Github => "github",
+            Self::Stripe => "stripe",
+            Self::StandardWebhooks => "standard_webhooks",
+        }
+    }
+
+    /// The source name the bench gateway serves this scheme under (`POST /webhooks/<name>`).
+    pub fn source_name(self) -> &'static str {
+        match self {
+            Self::Github => "bench-github",
+            Self::Stripe => "bench-stripe",
+            Self::StandardWebhooks => "bench-standard",
+        }
+    }
+}
+
+/// A request ready to send: everything but the connection.
+#[derive(Debug, Clone)]
+pub struct SignedRequest {
+    pub event_id: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Bytes,
+}
+
+/// Builds signed requests for one scheme and secret.
+#[derive(Debug, Clone)]
+pub struct Signer {
+    scheme: SchemeKind,
+    /// The key the scheme signs with (for Standard Webhooks: the decoded `whsec_` secret).
+    key: Vec<u8>,
+    body_bytes: usize,
+}
+
+impl Signer {
+    /// `secret` as it would appear in the gateway's secret file.
+    pub fn new(scheme: SchemeKind, secret: &str, body_bytes: usize) -> Result<Self, String> {
+        let key = match scheme {
+            SchemeKind::StandardWebhooks => standard_webhooks::decode_secret(secret.as_bytes())?,
+            SchemeKind::Github | SchemeKind::Stripe => secret.as_bytes().to_vec(),
+        };
+        Ok(Self { scheme, key, body_bytes })
+    }
+
+    pub fn scheme(&self) -> SchemeKind {
+        self.scheme
+    }
+
+    pub fn body_bytes(&self) -> usize {
+        self.body_bytes
+    }
+
+    /// A request for a new event `event_id`, signed now; with `valid_signature = false` the signature is over
+    /// different bytes (a forgery, refused with 401).
+    pub fn request(&self, event_id: &str, now_s: i64, signature: SignatureKind) -> SignedRequest {
+        let body = Bytes::from(json_body(event_id, self.body_bytes));
+        let signed_body: &[u8] = match signature {
+            SignatureKind::Valid => &body,
+            SignatureKind::Forged => b"not the body that was sent",
+        };
+        let mut headers = vec![(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"))];
+        let value = |text: String| HeaderValue::try_from(text).expect("signature header values are ASCII");
+        match self.scheme {
+            SchemeKind::Github => {
+                headers.push((HeaderName::from_static("x-github-delivery"), value(event_id.to_owned())));
+                headers.push((HeaderName::from_static("x-github-event"), HeaderValue::from_static("push")));
+                headers.push((
+                    HeaderName::from_static("x-hub-signature-256"),
+                    value(github::sign(&self.key, signed_body)),
+                ));
+            }
+            SchemeKind::Stripe => {
+                headers.push((
+                    HeaderName::from_static("stripe-signature"),
+                    value(stripe::sign(&self.key, signed_body, now_s)),
+                ));
+            }
+            SchemeKind::StandardWebhooks => {
+                headers.push((HeaderName::from_static("webhook-id"), value(event_id.to_owned())));
+                headers.push((HeaderName::from_static("webhook-timestamp"), value(now_s.to_string())));
+                headers.push((
+                    HeaderName::from_static("webhook-signature"),
+                    value(standard_webhooks::sign(&self.key, event_id, now_s, signed_body)),
+                ));
+            }
+        }
+        SignedRequest { event_id: event_id.to_owned(), headers, body }
+    }
+}
+
+/// Whether a request's signature is genuine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureKind {
+    Valid,
+    Forged,
+}
+
+/// A JSON event of exactly `size` bytes (or the smallest possible, if `size` is smaller): `id` and `type` where
+/// Stripe's identity rule looks, padded with a filler string.
+pub fn json_body(event_id: &str, size: usize) -> Vec<u8> {
+    let head = format!(r#"{{"id":"{event_id}","type":"bench.event","data":{{"pad":""#);
+    let tail = r#""}}"#;
+    let pad = size.saturating_sub(head.len() + tail.len());
+    let mut body = Vec::with_capacity(head.len() + pad + tail.len());
+    body.extend_from_slice(head.as_bytes());
+    body.resize(head.len() + pad, b'x');
+    body.extend_from_slice(tail.as_bytes());
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_json_of_the_requested_size() {
+        let body = json_body("evt_1", 1024);
+        assert_eq!(body.len(), 1024);
+        let value: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(value["id"], "evt_1");
+    }
+}
