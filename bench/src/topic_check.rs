@@ -11,18 +11,10 @@
 //! The topic is read by assignment up to each partition's high watermark, keys only (the gateway keys each
 //! record by its event id).
 
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, time::Duration};
 
-use hookline_common::kafka::QuietContext;
-use rdkafka::{
-    ClientConfig, Message, Offset, TopicPartitionList,
-    config::RDKafkaLogLevel,
-    consumer::{BaseConsumer, Consumer},
-    error::{KafkaError, RDKafkaErrorCode},
-};
+use hookline_common::kafka::visit_topic;
+use rdkafka::{Message, error::KafkaError};
 
 use crate::loadgen::{Delivery, Outcome};
 
@@ -117,55 +109,11 @@ pub fn compare(topic: &str, deliveries: &[Delivery], copies: &HashMap<String, u6
 
 /// How many records of `topic` carry each key, from the start of every partition to its high watermark now.
 pub fn count_keys(brokers: &str, topic: &str, timeout: Duration) -> Result<HashMap<String, u64>, KafkaError> {
-    let consumer: BaseConsumer<QuietContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        // Required by librdkafka even for assign(); nothing is committed to it.
-        .set("group.id", format!("hookline-bench-check-{}", uuid::Uuid::new_v4()))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("fetch.message.max.bytes", "16777216")
-        .set_log_level(RDKafkaLogLevel::Warning)
-        .create_with_context(QuietContext::new("bench-topic-check"))?;
-    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic && t.error().is_none())
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition));
-    }
-    let mut last_offsets: HashMap<i32, i64> = HashMap::new();
-    let mut assignment = TopicPartitionList::new();
-    for partition in partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
-        if high > low {
-            last_offsets.insert(partition, high - 1);
-            assignment.add_partition_offset(topic, partition, Offset::Offset(low))?;
-        }
-    }
     let mut copies: HashMap<String, u64> = HashMap::new();
-    if last_offsets.is_empty() {
-        return Ok(copies);
-    }
-    consumer.assign(&assignment)?;
-    let deadline = Instant::now() + timeout;
-    while !last_offsets.is_empty() {
-        if Instant::now() >= deadline {
-            return Err(KafkaError::NoMessageReceived);
-        }
-        let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
-        let message = message?;
-        let Some(&last) = last_offsets.get(&message.partition()) else { continue };
-        if message.offset() <= last {
-            let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
-            *copies.entry(key).or_insert(0) += 1;
-        }
-        if message.offset() >= last {
-            last_offsets.remove(&message.partition());
-        }
-    }
+    visit_topic(brokers, topic, timeout, |record| {
+        let key = String::from_utf8_lossy(record.key().unwrap_or_default()).into_owned();
+        *copies.entry(key).or_insert(0) += 1;
+    })?;
     Ok(copies)
 }
 

@@ -14,7 +14,7 @@ use rdkafka::{
     config::RDKafkaLogLevel,
     consumer::{BaseConsumer, Consumer, ConsumerContext},
     error::{KafkaError, RDKafkaErrorCode},
-    message::OwnedMessage,
+    message::{BorrowedMessage, OwnedMessage},
     producer::ProducerContext,
 };
 
@@ -179,6 +179,21 @@ pub async fn ensure_topics(brokers: &str, topics: &[TopicSpec], replication: i32
 /// in partition then offset order. Reads by assignment: joins no group and commits nothing.
 /// Blocking: call off the runtime.
 pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<OwnedMessage>, KafkaError> {
+    let mut records = Vec::new();
+    visit_topic(brokers, topic, timeout, |record| records.push(record.detach()))?;
+    records.sort_by_key(|record| (record.partition(), record.offset()));
+    Ok(records)
+}
+
+/// Calls `visit` with every record of `topic` up to each partition's high watermark at the moment of the call
+/// (in offset order within a partition), without keeping them: for topics too large to hold in memory.
+/// Reads by assignment: joins no group and commits nothing. Blocking: call off the runtime.
+pub fn visit_topic(
+    brokers: &str,
+    topic: &str,
+    timeout: Duration,
+    mut visit: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<(), KafkaError> {
     let consumer: BaseConsumer<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         // Required by librdkafka even for assign(); nothing is committed to it.
@@ -186,6 +201,7 @@ pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<O
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("isolation.level", "read_committed")
+        .set("fetch.message.max.bytes", "16777216")
         .set_log_level(RDKafkaLogLevel::Warning)
         .create_with_context(QuietContext::new("topic-reader"))?;
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
@@ -208,9 +224,8 @@ pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<O
             assignment.add_partition_offset(topic, partition, Offset::Offset(low))?;
         }
     }
-    let mut records = Vec::new();
     if last_offsets.is_empty() {
-        return Ok(records);
+        return Ok(());
     }
     consumer.assign(&assignment)?;
     let deadline = Instant::now() + timeout;
@@ -220,16 +235,13 @@ pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<O
         }
         let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
         let message = message?;
-        let partition = message.partition();
-        if let Some(&last) = last_offsets.get(&partition) {
-            if message.offset() <= last {
-                records.push(message.detach());
-            }
-            if message.offset() >= last {
-                last_offsets.remove(&partition);
-            }
+        let Some(&last) = last_offsets.get(&message.partition()) else { continue };
+        if message.offset() <= last {
+            visit(&message);
+        }
+        if message.offset() >= last {
+            last_offsets.remove(&message.partition());
         }
     }
-    records.sort_by_key(|record| (record.partition(), record.offset()));
-    Ok(records)
+    Ok(())
 }
