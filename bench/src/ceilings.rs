@@ -169,6 +169,7 @@ fn gateway_record(event_id: &str, message_bytes: usize) -> (Vec<u8>, rdkafka::me
         received_at_ms: now_ms(),
         content_type: Some("application/json".to_owned()),
         secret_id: "bench".to_owned(),
+        ordering_key: None,
     };
     (json_body(event_id, message_bytes), meta.to_headers())
 }

@@ -3,7 +3,8 @@
 //! documents the same constants. Changing a name here is a wire-format change: bump [`FORMAT_VERSION`].
 //!
 //! Inbound record (topic role [`TopicRole::Inbound`]):
-//! - key: the event id (so every delivery of one event lands on one partition, in order);
+//! - key: the source's ordering key when it has one (version 2), otherwise the event id, so every delivery of
+//!   one event (and, with an ordering key, every event of one key) lands on one partition;
 //! - value: the raw request body, byte for byte as received (never re-serialized);
 //! - headers: [`header`] constants below. Only the gateway writes them, and only after verification.
 
@@ -13,7 +14,14 @@ use bytes::Bytes;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 
 /// Version of the record layout described here, carried in [`header::FORMAT_VERSION`].
-pub const FORMAT_VERSION: &str = "1";
+///
+/// - `1`: key = event id; no ordering key.
+/// - `2`: adds [`header::ORDERING_KEY`]; when present, the record's key is that value instead of the event id.
+///   The dedupe id is always [`header::EVENT_ID`], never the key. Readers accept both versions.
+pub const FORMAT_VERSION: &str = "2";
+
+/// Every record format version this build reads.
+pub const READABLE_FORMAT_VERSIONS: &[&str] = &["1", "2"];
 
 /// Kafka header names. Every name is prefixed `hookline-` so that provider headers carried into Kafka
 /// (issue: header allowlist) can never collide with, or impersonate, ours.
@@ -30,6 +38,10 @@ pub mod header {
     pub const CONTENT_TYPE: &str = "hookline-content-type";
     /// Id of the configured secret whose signature matched (for rotation: see when an old secret stops matching).
     pub const SECRET_ID: &str = "hookline-secret-id";
+    /// Set when the source has an `ordering_key` (format version 2): the value the record is keyed by.
+    /// Records of one partition with the same ordering key are handled in offset order; records without one
+    /// are independent events and are handled concurrently.
+    pub const ORDERING_KEY: &str = "hookline-ordering-key";
     /// [`super::FORMAT_VERSION`] of the record.
     pub const FORMAT_VERSION: &str = "hookline-format-version";
     /// Set by the replayer on a re-driven record: the DLQ entry id it came from.
@@ -152,6 +164,8 @@ pub struct EventMeta {
     pub received_at_ms: i64,
     pub content_type: Option<String>,
     pub secret_id: String,
+    /// The source's ordering key for this event, when it has one ([`header::ORDERING_KEY`]).
+    pub ordering_key: Option<String>,
 }
 
 impl EventMeta {
@@ -170,7 +184,15 @@ impl EventMeta {
         if let Some(content_type) = &self.content_type {
             headers = headers.insert(str_header(header::CONTENT_TYPE, content_type));
         }
+        if let Some(ordering_key) = &self.ordering_key {
+            headers = headers.insert(str_header(header::ORDERING_KEY, ordering_key));
+        }
         headers
+    }
+
+    /// The Kafka record key: the ordering key when the source has one, otherwise the event id.
+    pub fn record_key(&self) -> &str {
+        self.ordering_key.as_deref().unwrap_or(&self.event_id)
     }
 
     /// Reads the metadata back from an inbound record's headers. Fails on a record that no gateway wrote
@@ -179,7 +201,7 @@ impl EventMeta {
         let get = |name: &'static str| header_str(headers, name).transpose();
         let required = |name: &'static str| get(name)?.ok_or(WireError::MissingHeader(name));
         let version = required(header::FORMAT_VERSION)?;
-        if version != FORMAT_VERSION {
+        if !READABLE_FORMAT_VERSIONS.contains(&version.as_str()) {
             return Err(WireError::UnsupportedVersion(version));
         }
         let received_at = required(header::RECEIVED_AT_MS)?;
@@ -190,6 +212,7 @@ impl EventMeta {
             received_at_ms: received_at.parse().map_err(|_| WireError::BadHeader(header::RECEIVED_AT_MS))?,
             content_type: get(header::CONTENT_TYPE)?,
             secret_id: required(header::SECRET_ID)?,
+            ordering_key: get(header::ORDERING_KEY)?,
         })
     }
 }
@@ -262,6 +285,7 @@ mod tests {
             received_at_ms: 1_700_000_000_123,
             content_type: Some("application/json".into()),
             secret_id: "primary".into(),
+            ordering_key: Some("cus_1".into()),
         };
         let headers = meta.to_headers();
         let names: Vec<&str> = headers.iter().map(|h| h.key).collect();
@@ -273,9 +297,11 @@ mod tests {
             header::CONTENT_TYPE,
             header::SECRET_ID,
             header::FORMAT_VERSION,
+            header::ORDERING_KEY,
         ] {
             assert!(names.contains(&expected), "missing {expected}");
         }
+        assert_eq!(meta.record_key(), "cus_1");
     }
 }
 

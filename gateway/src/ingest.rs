@@ -167,6 +167,7 @@ impl Ingest {
             received_at_ms,
             content_type: parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
             secret_id: String::new(),
+            ordering_key: None,
         };
         let webhook = VerifiedWebhook::new(proof, meta, body, &source.topic)
             .with_forwarded_headers(forwarded_headers(source, &parts.headers));

@@ -108,7 +108,7 @@ impl EventProducer {
     /// copy with the same event id, which the consumer's dedupe absorbs. Duplicates are safe, losses are not.
     pub async fn produce(&self, webhook: &VerifiedWebhook, deadline: Duration) -> Result<Delivery, ProduceError> {
         let record = FutureRecord::to(&webhook.topic)
-            .key(webhook.meta.event_id.as_bytes())
+            .key(webhook.meta.record_key().as_bytes())
             .payload(webhook.body.as_ref())
             .headers(webhook.headers());
         // A zero queue timeout: a full local queue is an immediate 503, not a wait.

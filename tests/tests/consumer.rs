@@ -24,6 +24,7 @@ fn meta(event_id: &str) -> EventMeta {
         received_at_ms: 1_700_000_000_000,
         content_type: Some("application/json".into()),
         secret_id: "primary".into(),
+        ordering_key: None,
     }
 }
 
@@ -84,7 +85,7 @@ async fn poison_event_lands_in_the_dlq_with_its_metadata_and_the_alert_fires() {
     expect(header::dlq::HANDLER, "test");
     expect(header::dlq::ATTEMPTS, "1");
     expect(header::dlq::ERROR_CLASS, "poison");
-    expect(header::dlq::FORMAT_VERSION, "1");
+    expect(header::dlq::FORMAT_VERSION, hookline_common::wire::FORMAT_VERSION);
     assert!(header_of(entry, header::dlq::ERROR).is_some_and(|e| e.contains("test poison")));
     for name in [header::dlq::FIRST_FAILURE_AT_MS, header::dlq::LAST_FAILURE_AT_MS, header::dlq::CONSUMER_VERSION] {
         assert!(header_of(entry, name).is_some(), "{name}");

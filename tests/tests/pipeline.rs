@@ -34,7 +34,7 @@ async fn signed_webhook_is_acknowledged_stored_verbatim_and_processed_once() {
     assert_eq!(header_of(record, header::EVENT_TYPE).as_deref(), Some("push"));
     assert_eq!(header_of(record, header::SECRET_ID).as_deref(), Some("primary"));
     assert_eq!(header_of(record, header::CONTENT_TYPE).as_deref(), Some("application/json"));
-    assert_eq!(header_of(record, header::FORMAT_VERSION).as_deref(), Some("1"));
+    assert_eq!(header_of(record, header::FORMAT_VERSION).as_deref(), Some(hookline_common::wire::FORMAT_VERSION));
     assert!(header_of(record, header::RECEIVED_AT_MS).is_some_and(|ms| ms.parse::<i64>().is_ok()));
 
     stack.wait_until_handled(1).await;

@@ -193,6 +193,7 @@ mod tests {
                 received_at_ms: 0,
                 content_type: None,
                 secret_id: "s".into(),
+                ordering_key: None,
             },
             body: Bytes::from_static(body),
             topic: "t".into(),
