@@ -36,15 +36,17 @@ use crate::{
     metrics::Metrics,
 };
 
-/// How processing a record ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    /// Processed, skipped as a duplicate, or acknowledged by the DLQ: store the offset.
-    Handled,
-    /// Shutdown came first: do not store the offset.
-    Interrupted,
+/// How processing a record ended (see [`Completion`]): `Handled` means processed, skipped as a duplicate, or
+/// acknowledged by the DLQ, so the offset may be stored; `Interrupted` means shutdown came first.
+pub use crate::schedule::Completion::{self as Disposition, Handled, Interrupted, RetryAt};
+
+/// Handler attempts already made for an event, carried into its next attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempts {
+    pub attempts: u32,
+    pub first_failure_at_ms: i64,
+    pub last_error: String,
 }
-pub use Disposition::{Handled, Interrupted};
 
 /// Pause after a Redis or Kafka error, and between checks of a claim held by another consumer.
 const INFRA_BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -69,11 +71,19 @@ pub struct Pipeline {
 enum Outcome {
     Processed,
     Duplicate,
-    DeadLettered { new_entry: String },
+    DeadLettered {
+        new_entry: String,
+    },
+    /// An ordered record: retry it at this time, in memory, still at the head of its key.
+    RetryLater {
+        due_at_ms: i64,
+        attempts: Attempts,
+    },
 }
 
 impl Pipeline {
-    pub async fn process(&self, message: &OwnedMessage) -> Disposition {
+    /// Processes one record; `prior` carries the attempts of an ordered record retried in memory.
+    pub async fn process(&self, message: &OwnedMessage, prior: Option<Attempts>) -> Disposition {
         let event = match InboundEvent::from_message(message) {
             Ok(event) => event,
             Err(error) => {
@@ -97,12 +107,17 @@ impl Pipeline {
                 };
             }
         };
-        let Some(outcome) = self.handle(message, &event).await else { return Interrupted };
+        let outcome = match self.handle(message, &event, prior).await {
+            Some(Outcome::RetryLater { due_at_ms, attempts }) => return RetryAt { due_at_ms, attempts },
+            Some(outcome) => outcome,
+            None => return Interrupted,
+        };
         let source = event.meta.source.as_str();
         let outcome_label = match &outcome {
             Outcome::Processed => "processed",
             Outcome::Duplicate => "duplicate",
             Outcome::DeadLettered { .. } => "dead_lettered",
+            Outcome::RetryLater { .. } => "retry_later",
         };
         self.metrics.events.with_label_values(&[source, outcome_label]).inc();
         if let Some(entry_id) = &event.replay_of {
@@ -110,6 +125,7 @@ impl Pipeline {
                 Outcome::Processed => (EntryStatus::Succeeded, None, None),
                 Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
                 Outcome::DeadLettered { new_entry } => (EntryStatus::FailedAgain, Some(new_entry), None),
+                Outcome::RetryLater { .. } => return Handled,
             };
             let record = EntryStatusRecord {
                 status,
@@ -129,12 +145,12 @@ impl Pipeline {
     }
 
     /// Dedupe, handler and retries for a well-formed event. `None` on shutdown.
-    async fn handle(&self, message: &OwnedMessage, event: &InboundEvent) -> Option<Outcome> {
+    async fn handle(&self, message: &OwnedMessage, event: &InboundEvent, prior: Option<Attempts>) -> Option<Outcome> {
         let source = event.meta.source.as_str();
         let event_id = event.meta.event_id.as_str();
         let handler_name = self.handler.name_for(event);
-        let mut attempts = 0_u32;
-        let mut first_failure: Option<(Instant, i64)> = None;
+        let mut attempts = prior.as_ref().map_or(0, |prior| prior.attempts);
+        let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
         loop {
             let token = self.dedupe.token(source, event_id);
@@ -171,12 +187,12 @@ impl Pipeline {
             };
             let class_label = if matches!(error, HandlerError::Poison(_)) { "poison" } else { "retryable" };
             self.metrics.handler_failures.with_label_values(&[source, class_label]).inc();
-            let (first_instant, first_at_ms) = *first_failure.get_or_insert((Instant::now(), now_ms()));
+            let first_at_ms = *first_failure_at_ms.get_or_insert_with(now_ms);
             // Release before anything else: a retry, or a replay of the dead-lettered event, must be able to claim
             // it again. If the release is lost, the lease expires.
             self.release(&token).await;
-            let exhausted = attempts >= self.retry.max_attempts
-                || first_instant.elapsed() >= Duration::from_millis(self.retry.max_total_ms);
+            let elapsed_ms = u64::try_from(now_ms() - first_at_ms).unwrap_or(0);
+            let exhausted = attempts >= self.retry.max_attempts || elapsed_ms >= self.retry.max_total_ms;
             let dead_letter_class = match &error {
                 HandlerError::Poison(_) => Some(ErrorClass::Poison),
                 HandlerError::Retryable { .. } if exhausted => Some(ErrorClass::RetryableExhausted),
@@ -199,7 +215,16 @@ impl Pipeline {
                 HandlerError::Retryable { retry_after, .. } => *retry_after,
                 HandlerError::Poison(_) => None,
             };
-            let backoff = self.retry_backoff(attempts).max(retry_after.unwrap_or_default());
+            // `Retry-After` lengthens the backoff, but never past the retry budget: then one last attempt runs.
+            let remaining = Duration::from_millis(self.retry.max_total_ms.saturating_sub(elapsed_ms));
+            let backoff = self.retry_backoff(attempts).max(retry_after.unwrap_or_default().min(remaining));
+            if event.meta.ordering_key.is_some() {
+                // Later records with the same key wait behind this one; hold no capacity while it waits.
+                let due_at_ms = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
+                let attempts =
+                    Attempts { attempts, first_failure_at_ms: first_at_ms, last_error: error.message().to_owned() };
+                return Some(Outcome::RetryLater { due_at_ms, attempts });
+            }
             tracing::warn!(
                 source = %source,
                 event_id = %event_id,
