@@ -17,6 +17,7 @@ pub mod dlq;
 pub mod handler;
 pub mod metrics;
 pub mod pipeline;
+pub mod retry;
 pub mod schedule;
 pub mod window;
 
@@ -50,6 +51,7 @@ use crate::{
     dlq::DeadLetters,
     metrics::Metrics,
     pipeline::Pipeline,
+    retry::RetryHeaders,
     schedule::{Admission, PartitionKey, Scheduler},
 };
 pub use crate::{config::ConsumerConfig, handler::Handler};
@@ -81,6 +83,7 @@ pub async fn run(
     let redis_ready = readiness.check("redis");
     let kafka_ready = readiness.check("kafka");
     let assigned_ready = readiness.check("partitions_assigned");
+    let retry_topic_ready = readiness.check("retry_topic");
     let tasks = TaskTracker::new();
     tasks.spawn(serve_admin(admin, registry, readiness.clone(), shutdown.child_token()));
 
@@ -111,8 +114,14 @@ pub async fn run(
     let context = GroupContext { quiet: QuietContext::new("consumer"), shared: shared.clone() };
     let consumer: Arc<GroupConsumer> =
         Arc::new(consumer_config(&config.kafka, &config.kafka.group_id).create_with_context(context)?);
-    consumer.subscribe(&[&config.kafka.inbound_topic])?;
-    tracing::info!(group = %config.kafka.group_id, topic = %config.kafka.inbound_topic, "consumer joined");
+    // The retry topic is read like the inbound one: a parked event comes back through the same path when due.
+    consumer.subscribe(&[&config.kafka.inbound_topic, &config.kafka.retry_topic])?;
+    tracing::info!(
+        group = %config.kafka.group_id,
+        topic = %config.kafka.inbound_topic,
+        retry_topic = %config.kafka.retry_topic,
+        "consumer joined"
+    );
 
     let pipeline = Pipeline {
         dedupe: dedupe.clone(),
@@ -129,7 +138,8 @@ pub async fn run(
         consumer.clone(),
         dedupe,
         metrics.clone(),
-        Flags { kafka: kafka_ready, redis: redis_ready, assigned: assigned_ready },
+        Flags { kafka: kafka_ready, redis: redis_ready, assigned: assigned_ready, retry_topic: retry_topic_ready },
+        Topics { inbound: config.kafka.inbound_topic.clone(), retry: config.kafka.retry_topic.clone() },
         shutdown.clone(),
     ));
 
@@ -146,7 +156,7 @@ pub async fn run(
                 Ok(message) => {
                     metrics.consumed.inc();
                     let message = message.detach();
-                    let admission = admission_of(&message);
+                    let admission = admission_of(&message, &config.kafka.retry_topic);
                     if !shared.lock().admit(message, admission, now_ms()) {
                         metrics.dropped.inc();
                     }
@@ -234,15 +244,19 @@ fn apply_pauses(shared: &Shared, consumer: &GroupConsumer) {
 
 /// What the scheduler needs from a record's headers. A record no gateway wrote gets no source (it is
 /// dead-lettered as poison by the pipeline, on the `unknown` route).
-fn admission_of(message: &OwnedMessage) -> Admission {
+/// A record of the retry topic waits until its due time.
+fn admission_of(message: &OwnedMessage, retry_topic: &str) -> Admission {
+    let due_at_ms = (message.topic() == retry_topic)
+        .then(|| RetryHeaders::read(message).map(|headers| headers.due_at_ms))
+        .flatten();
     match EventMeta::from_headers(message.headers()) {
         Ok(meta) => Admission {
             source: Some(meta.source),
             event_type: meta.event_type,
             ordering_key: meta.ordering_key,
-            due_at_ms: None,
+            due_at_ms,
         },
-        Err(_) => Admission { source: None, event_type: None, ordering_key: None, due_at_ms: None },
+        Err(_) => Admission { source: None, event_type: None, ordering_key: None, due_at_ms },
     }
 }
 
@@ -328,6 +342,13 @@ struct Flags {
     kafka: Arc<AtomicBool>,
     redis: Arc<AtomicBool>,
     assigned: Arc<AtomicBool>,
+    /// The retry topic exists: without it a retryable failure could not be parked (the record would wait).
+    retry_topic: Arc<AtomicBool>,
+}
+
+struct Topics {
+    inbound: String,
+    retry: String,
 }
 
 /// Keeps `/readyz` and the lag gauges true: broker and Redis reachable, partitions assigned, lag per partition.
@@ -336,19 +357,28 @@ async fn watch(
     dedupe: Dedupe,
     metrics: Metrics,
     flags: Flags,
+    topics: Topics,
     shutdown: CancellationToken,
 ) {
+    let topics = Arc::new(topics);
     loop {
         let probe = consumer.clone();
         let lag_metrics = metrics.clone();
-        let (reachable, n_assigned) = tokio::task::spawn_blocking(move || {
-            let reachable = probe.fetch_metadata(None, WATCH_INTERVAL).is_ok();
-            let n_assigned = record_lag(&probe, &lag_metrics);
-            (reachable, n_assigned)
+        let probe_topics = topics.clone();
+        let (reachable, retry_topic_exists, n_assigned) = tokio::task::spawn_blocking(move || {
+            let metadata = probe.fetch_metadata(Some(&probe_topics.retry), WATCH_INTERVAL);
+            let retry_topic_exists = metadata.as_ref().is_ok_and(|metadata| {
+                metadata.topics().iter().any(|topic| {
+                    topic.name() == probe_topics.retry && topic.error().is_none() && !topic.partitions().is_empty()
+                })
+            });
+            let n_assigned = record_lag(&probe, &lag_metrics, &probe_topics.inbound);
+            (metadata.is_ok(), retry_topic_exists, n_assigned)
         })
         .await
-        .unwrap_or((false, 0));
+        .unwrap_or((false, false, 0));
         flags.kafka.store(reachable, Ordering::Relaxed);
+        flags.retry_topic.store(retry_topic_exists, Ordering::Relaxed);
         flags.assigned.store(n_assigned > 0, Ordering::Relaxed);
         metrics.assigned_partitions.set(i64::try_from(n_assigned).unwrap_or(i64::MAX));
         flags.redis.store(dedupe.ping().await.is_ok(), Ordering::Relaxed);
@@ -359,12 +389,13 @@ async fn watch(
     }
 }
 
-/// Sets `hookline_consumer_lag_records` for each assigned partition; returns how many are assigned. Blocking.
-fn record_lag(consumer: &GroupConsumer, metrics: &Metrics) -> usize {
+/// Sets `hookline_consumer_lag_records` for each assigned partition of the inbound topic; returns how many
+/// partitions are assigned (of both topics). Blocking.
+fn record_lag(consumer: &GroupConsumer, metrics: &Metrics, inbound_topic: &str) -> usize {
     let Ok(assignment) = consumer.assignment() else { return 0 };
     metrics.lag.reset();
     let Ok(positions) = consumer.position() else { return assignment.count() };
-    for element in positions.elements() {
+    for element in positions.elements().iter().filter(|element| element.topic() == inbound_topic) {
         let Ok((_, high)) = consumer.fetch_watermarks(element.topic(), element.partition(), WATCH_INTERVAL) else {
             continue;
         };

@@ -8,8 +8,10 @@
 //! - a claim held by another consumer is waited on, never skipped;
 //! - Redis unreachable or uncertain: fail closed, pause and retry; never process without the dedupe gate;
 //! - a retryable handler failure releases the claim, backs off with jitter (at least the downstream's
-//!   `Retry-After`), and tries again, until the attempt or time budget is spent; then, like a poison failure,
-//!   the event is dead-lettered;
+//!   `Retry-After`, capped by what remains of the budget) and tries again, until the attempt or time budget is
+//!   spent; then, like a poison failure, the event is dead-lettered with every attempt counted. Nothing sleeps
+//!   in the record's path: an unordered event is parked in the retry topic ([`crate::retry`]) and its offset
+//!   stored once that record is acknowledged; an ordered one waits in the scheduler, holding its key's turn;
 //! - a dead-letter or status produce that fails is retried; the offset is stored only once Kafka acknowledged.
 //! - a re-driven event (`hookline-replay-of`) takes exactly this path; its DLQ entry is then recorded as
 //!   `succeeded` (processed now or before) or `failed_again` (with the new entry's id).
@@ -34,6 +36,7 @@ use crate::{
     dlq::{DeadLetters, ErrorClass, Failure},
     handler::{Handler, HandlerError},
     metrics::Metrics,
+    retry::RetryHeaders,
 };
 
 /// How processing a record ended (see [`Completion`]): `Handled` means processed, skipped as a duplicate, or
@@ -79,6 +82,8 @@ enum Outcome {
         due_at_ms: i64,
         attempts: Attempts,
     },
+    /// Parked in the retry topic (acknowledged): this record is done with.
+    RetryScheduled,
 }
 
 impl Pipeline {
@@ -118,6 +123,7 @@ impl Pipeline {
             Outcome::Duplicate => "duplicate",
             Outcome::DeadLettered { .. } => "dead_lettered",
             Outcome::RetryLater { .. } => "retry_later",
+            Outcome::RetryScheduled => "retry_scheduled",
         };
         self.metrics.events.with_label_values(&[source, outcome_label]).inc();
         if let Some(entry_id) = &event.replay_of {
@@ -125,7 +131,7 @@ impl Pipeline {
                 Outcome::Processed => (EntryStatus::Succeeded, None, None),
                 Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
                 Outcome::DeadLettered { new_entry } => (EntryStatus::FailedAgain, Some(new_entry), None),
-                Outcome::RetryLater { .. } => return Handled,
+                Outcome::RetryLater { .. } | Outcome::RetryScheduled => return Handled,
             };
             let record = EntryStatusRecord {
                 status,
@@ -149,6 +155,8 @@ impl Pipeline {
         let source = event.meta.source.as_str();
         let event_id = event.meta.event_id.as_str();
         let handler_name = self.handler.name_for(event);
+        // Attempts so far: carried in memory for an ordered record, in the retry headers for a parked one.
+        let prior = prior.or_else(|| RetryHeaders::read(message).map(|headers| headers.attempts));
         let mut attempts = prior.as_ref().map_or(0, |prior| prior.attempts);
         let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
@@ -215,25 +223,42 @@ impl Pipeline {
                 HandlerError::Retryable { retry_after, .. } => *retry_after,
                 HandlerError::Poison(_) => None,
             };
-            // `Retry-After` lengthens the backoff, but never past the retry budget: then one last attempt runs.
+            // `Retry-After` lengthens the backoff, but nothing waits past the retry budget: at its end one last
+            // attempt runs, and its failure is dead-lettered.
             let remaining = Duration::from_millis(self.retry.max_total_ms.saturating_sub(elapsed_ms));
-            let backoff = self.retry_backoff(attempts).max(retry_after.unwrap_or_default().min(remaining));
-            if event.meta.ordering_key.is_some() {
-                // Later records with the same key wait behind this one; hold no capacity while it waits.
-                let due_at_ms = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
-                let attempts =
-                    Attempts { attempts, first_failure_at_ms: first_at_ms, last_error: error.message().to_owned() };
-                return Some(Outcome::RetryLater { due_at_ms, attempts });
-            }
+            let backoff = self.retry_backoff(attempts).max(retry_after.unwrap_or_default()).min(remaining);
+            let due_at_ms = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
+            let so_far =
+                Attempts { attempts, first_failure_at_ms: first_at_ms, last_error: error.message().to_owned() };
             tracing::warn!(
                 source = %source,
                 event_id = %event_id,
                 attempts,
                 backoff_ms = backoff.as_millis() as u64,
                 error = error.message(),
-                "retrying"
+                "will retry"
             );
-            self.sleep(backoff).await?;
+            if event.meta.ordering_key.is_some() {
+                // Later records with the same key wait behind this one; hold no capacity while it waits.
+                return Some(Outcome::RetryLater { due_at_ms, attempts: so_far });
+            }
+            self.park(message, &so_far, due_at_ms).await?;
+            return Some(Outcome::RetryScheduled);
+        }
+    }
+
+    /// Parks the record in the retry topic, retrying until Kafka acknowledges. `None` on shutdown.
+    async fn park(&self, message: &OwnedMessage, attempts: &Attempts, due_at_ms: i64) -> Option<()> {
+        let mut backoff = INFRA_BACKOFF_MIN;
+        loop {
+            match self.dead_letters.schedule_retry(message, attempts, due_at_ms).await {
+                Ok(()) => return Some(()),
+                Err(error) => {
+                    self.metrics.dlq_produce_errors.inc();
+                    tracing::warn!(error = %error, "retry produce failed; retrying");
+                }
+            }
+            self.pause(&mut backoff).await?;
         }
     }
 

@@ -431,6 +431,18 @@ impl TestStack {
         }
     }
 
+    /// Aborts consumer `index`'s main task without any drain, as a crash would (then cancels its token, so its
+    /// helper tasks let go of the Kafka client and the member leaves the group instead of lingering until
+    /// `max.poll.interval.ms`).
+    pub async fn kill_consumer(&mut self, index: usize) {
+        let consumer = &mut self.consumers[index];
+        if let Some(task) = consumer.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        consumer.shutdown.cancel();
+    }
+
     /// Sends `delivery` to the `github` source with this `X-Hub-Signature-256` value.
     pub async fn post_signed(&self, delivery: &Delivery, signature: &str) -> Reply {
         let request = Request::post(format!("http://{}/webhooks/github", self.gateway_addr))

@@ -3,10 +3,18 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use hookline_common::wire::EventMeta;
+use hookline_common::wire::{EventMeta, header};
 use hookline_consumer::handler::HandlerError;
 use hookline_tests::{TestStack, eventually};
-use rdkafka::message::OwnedHeaders;
+use rdkafka::{
+    Message,
+    message::{Headers, OwnedHeaders, OwnedMessage},
+};
+
+fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
+    let headers = record.headers()?;
+    headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
+}
 
 fn meta(source: &str, event_id: &str, ordering_key: Option<&str>) -> EventMeta {
     EventMeta {
@@ -144,5 +152,49 @@ async fn rebalance_with_full_windows_neither_loses_nor_double_processes() {
     for n in 0..N_EVENTS {
         assert_eq!(stack.handler.count(&format!("rb-{n}")), 1, "rb-{n} processed once");
     }
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn retry_records_survive_a_consumer_crash_and_the_dlq_record_counts_every_attempt() {
+    let mut stack = TestStack::builder()
+        .partitions(1)
+        .consumer_config(|config| {
+            config.retry.max_attempts = 4;
+            config.retry.initial_backoff_ms = 1_500;
+            config.retry.max_backoff_ms = 1_500;
+        })
+        .consumer()
+        .build()
+        .await;
+    stack.handler.fail_with("parked", (0..10).map(|n| HandlerError::retryable(format!("503 number {n}"))));
+    stack.produce_raw_batch(vec![record(0, &meta("github", "parked", None))]).await;
+    eventually(Duration::from_secs(60), "the first attempt failed and the event is parked", || async {
+        stack.handler.attempts("parked") == 1 && stack.records(&stack.kafka.retry_topic).await.len() == 1
+    })
+    .await;
+    // The consumer dies before the retry is due; its successor finds the parked record and keeps counting.
+    stack.kill_consumer(0).await;
+    stack.start_consumer().await;
+    eventually(Duration::from_secs(60), "the event is dead-lettered after its last attempt", || async {
+        !stack.records(&stack.kafka.dlq_topic).await.is_empty()
+    })
+    .await;
+    assert_eq!(stack.handler.attempts("parked"), 4, "every attempt ran once, across the crash");
+    let retries = stack.records(&stack.kafka.retry_topic).await;
+    assert_eq!(retries.len(), 3, "parked after attempts 1, 2 and 3");
+    let attempts: Vec<Option<String>> = retries.iter().map(|r| header_of(r, header::retry::ATTEMPTS)).collect();
+    assert_eq!(attempts, vec![Some("1".into()), Some("2".into()), Some("3".into())]);
+    let dlq = stack.records(&stack.kafka.dlq_topic).await;
+    assert_eq!(dlq.len(), 1);
+    let entry = &dlq[0];
+    assert_eq!(header_of(entry, header::dlq::ATTEMPTS).as_deref(), Some("4"));
+    assert_eq!(header_of(entry, header::dlq::ERROR_CLASS).as_deref(), Some("retryable_exhausted"));
+    assert_eq!(header_of(entry, header::dlq::ERROR).as_deref(), Some("503 number 3"));
+    assert_eq!(header_of(entry, header::dlq::ORIGINAL_TOPIC).as_deref(), Some(stack.kafka.inbound_topic.as_str()));
+    assert_eq!(header_of(entry, header::dlq::ORIGINAL_OFFSET).as_deref(), Some("0"));
+    assert!(header_of(entry, header::retry::ATTEMPTS).is_none(), "no retry header leaks into the DLQ record");
+    assert_eq!(header_of(entry, header::EVENT_ID).as_deref(), Some("parked"), "original headers kept");
+    assert_eq!(entry.key(), Some(&b"parked"[..]));
     stack.shutdown().await;
 }
