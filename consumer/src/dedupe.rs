@@ -75,6 +75,12 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 ";
 
+/// Extends the lease of our claim; 0 when the key no longer holds it (done, released, expired, or taken over).
+const RENEW_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+";
+
 /// A single Redis (reconnecting) or a Redis Cluster (routing each key to its slot's node).
 #[derive(Clone)]
 enum Connection {
@@ -91,6 +97,7 @@ pub struct Dedupe {
     claim: std::sync::Arc<Script>,
     done: std::sync::Arc<Script>,
     release: std::sync::Arc<Script>,
+    renew: std::sync::Arc<Script>,
 }
 
 impl std::fmt::Debug for Dedupe {
@@ -127,6 +134,7 @@ impl Dedupe {
             claim: std::sync::Arc::new(Script::new(CLAIM_SCRIPT)),
             done: std::sync::Arc::new(Script::new(DONE_SCRIPT)),
             release: std::sync::Arc::new(Script::new(RELEASE_SCRIPT)),
+            renew: std::sync::Arc::new(Script::new(RENEW_SCRIPT)),
         })
     }
 
@@ -161,6 +169,17 @@ impl Dedupe {
     pub async fn release(&self, token: &ClaimToken) -> Result<(), DedupeError> {
         let _: i64 = self.invoke(self.release.key(&token.key).arg(&token.value)).await?;
         Ok(())
+    }
+
+    /// Extends our claim's lease by a full lease from now, if the key still holds it. Returns whether it did.
+    pub async fn renew(&self, token: &ClaimToken) -> Result<bool, DedupeError> {
+        let renewed: i64 = self.invoke(self.renew.key(&token.key).arg(&token.value).arg(self.lease_ms)).await?;
+        Ok(renewed == 1)
+    }
+
+    /// How long a claim lives without renewal.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
     }
 
     /// A PING, for readiness.

@@ -177,6 +177,9 @@ impl Pipeline {
             };
 
             attempts += 1;
+            // Renews the claim while the handler runs and while the done marker is retried, so that a long
+            // `mark_done` retry (Redis failing) cannot let the claim lapse under a processed event.
+            let _renewal = self.renew_while_held(&token);
             let started = Instant::now();
             let result = match tokio::time::timeout(self.handler_timeout, self.handler.handle(event)).await {
                 Ok(result) => result,
@@ -245,6 +248,27 @@ impl Pipeline {
             self.park(message, &so_far, due_at_ms).await?;
             return Some(Outcome::RetryScheduled);
         }
+    }
+
+    /// Starts renewing `token`'s lease every third of a lease; the renewal stops when the guard is dropped.
+    fn renew_while_held(&self, token: &ClaimToken) -> RenewalGuard {
+        let (dedupe, token, shutdown) = (self.dedupe.clone(), token.clone(), self.shutdown.clone());
+        let period = self.dedupe.lease() / 3;
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(period) => {}
+                }
+                match dedupe.renew(&token).await {
+                    Ok(true) => {}
+                    // Done, released, or lost: nothing left to renew.
+                    Ok(false) => return,
+                    Err(error) => tracing::warn!(error = %error, "claim renewal failed; will try again"),
+                }
+            }
+        });
+        RenewalGuard(task)
     }
 
     /// Parks the record in the retry topic, retrying until Kafka acknowledges. `None` on shutdown.
@@ -400,5 +424,15 @@ impl Pipeline {
             () = self.shutdown.cancelled() => None,
             () = tokio::time::sleep(duration) => Some(()),
         }
+    }
+}
+
+/// Stops a claim's renewal when dropped.
+#[derive(Debug)]
+struct RenewalGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for RenewalGuard {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
