@@ -311,6 +311,8 @@ pub struct HttpRow {
     pub sink_max_in_flight: usize,
     /// max_in_flight / D (no bound at D = 0).
     pub concurrency_bound_per_s: Option<f64>,
+    /// The consumer process's peak resident memory (`VmHWM`), KiB.
+    pub consumer_peak_rss_kib: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -498,6 +500,7 @@ handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let consumer_peak_rss_kib = peak_rss_kib(instance.child.id());
     drop(instance);
     sink_task.abort();
     let duration_s = done_at.duration_since(first_at).as_secs_f64().max(1e-3);
@@ -510,7 +513,15 @@ handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
         events_per_s: (n_events - first_count) as f64 / duration_s,
         sink_max_in_flight: sink.max_in_flight.load(std::sync::atomic::Ordering::Relaxed),
         concurrency_bound_per_s: (delay_ms > 0).then(|| config.max_in_flight as f64 * 1000.0 / delay_ms as f64),
+        consumer_peak_rss_kib,
     })
+}
+
+/// `VmHWM` of a process, KiB (Linux).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// `hookline_consumer_events_total{source, outcome="processed"}` of one source, from one instance.
