@@ -293,8 +293,10 @@ pub struct HttpBenchConfig {
     pub partitions: Vec<i32>,
     /// `processing.max_in_flight` (and the healthy route's limit).
     pub max_in_flight: usize,
-    /// The delay of the isolation runs (healthy alone, then beside the 503 source), on 6 partitions.
-    pub isolation_delay_ms: u64,
+    /// The delays of the isolation runs (healthy alone, then beside the 503 source), on 6 partitions.
+    pub isolation_delays_ms: Vec<u64>,
+    /// Extra librdkafka properties for the consumer (`[kafka.properties]`), `key=value`.
+    pub kafka_properties: Vec<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -402,10 +404,12 @@ pub async fn run_http(config: &HttpBenchConfig) -> anyhow::Result<Vec<HttpRow>> 
             rows.push(row);
         }
     }
-    for (kind, with_failing) in [("healthy_alone", false), ("healthy_beside_503", true)] {
-        let row = http_run(config, kind, 6, config.isolation_delay_ms, with_failing).await?;
-        eprintln!("consumer-bench http: {kind}: {:.0} healthy events/s", row.events_per_s);
-        rows.push(row);
+    for &delay_ms in &config.isolation_delays_ms {
+        for (kind, with_failing) in [("healthy_alone", false), ("healthy_beside_503", true)] {
+            let row = http_run(config, kind, 6, delay_ms, with_failing).await?;
+            eprintln!("consumer-bench http: {kind}, D = {delay_ms} ms: {:.0} healthy events/s", row.events_per_s);
+            rows.push(row);
+        }
     }
     Ok(rows)
 }
@@ -453,6 +457,8 @@ retry_topic = "{retry_topic}"
 dlq_topic = "{dlq}"
 dlq_status_topic = "{dlq_status}"
 group_id = "hookline-bench-{run_id}"
+[kafka.properties]
+{properties}
 [redis]
 url = "{redis}"
 key_prefix = "hookline-bench:{run_id}"
@@ -474,6 +480,12 @@ handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
             redis = config.redis_url,
             max_in_flight = config.max_in_flight,
             failing_limit = (config.max_in_flight / 4).max(1),
+            properties = config
+                .kafka_properties
+                .iter()
+                .filter_map(|property| property.split_once('='))
+                .map(|(key, value)| format!("{key:?} = {value:?}\n"))
+                .collect::<String>(),
         ),
     )?;
     let child = Command::new(&config.consumer_bin)

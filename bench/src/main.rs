@@ -111,8 +111,11 @@ enum Command {
         partitions: Vec<i32>,
         #[arg(long, default_value_t = 256)]
         max_in_flight: usize,
-        #[arg(long, default_value_t = 20)]
-        isolation_delay_ms: u64,
+        #[arg(long, value_delimiter = ',', default_value = "20,100")]
+        isolation_delays_ms: Vec<u64>,
+        /// Extra librdkafka properties for the consumer, `key=value,...`.
+        #[arg(long, value_delimiter = ',')]
+        kafka_properties: Vec<String>,
         #[arg(long, default_value_t = 1024)]
         body_bytes: usize,
         /// The `consumer` binary (a release build).
@@ -289,7 +292,8 @@ async fn main() -> anyhow::Result<()> {
             delays_ms,
             partitions,
             max_in_flight,
-            isolation_delay_ms,
+            isolation_delays_ms,
+            kafka_properties,
             body_bytes,
             consumer_bin,
             work_dir,
@@ -309,7 +313,8 @@ async fn main() -> anyhow::Result<()> {
                 delays_ms,
                 partitions,
                 max_in_flight,
-                isolation_delay_ms,
+                isolation_delays_ms,
+                kafka_properties,
             })
             .await?;
             write_json(json.as_deref(), &rows)

@@ -352,18 +352,20 @@ impl Scheduler {
         }
     }
 
-    /// Partitions to pause (window full) and to resume (room again); marks them so.
+    /// Partitions to pause (window full) and to resume (window down to half); marks them so. The gap between the
+    /// two matters: librdkafka drops what it had prefetched for a paused partition and fetches again from the
+    /// position on resume, so resuming at the first free slot would pay a fetch round trip per few records.
     pub fn pause_changes(&mut self) -> (Vec<PartitionKey>, Vec<PartitionKey>) {
         let (mut pause, mut resume) = (Vec::new(), Vec::new());
         for (partition, state) in &mut self.partitions {
             if state.revoked {
                 continue;
             }
-            let full = state.window.len() >= self.partition_window;
-            if full && !state.paused {
+            let len = state.window.len();
+            if len >= self.partition_window && !state.paused {
                 state.paused = true;
                 pause.push(partition.clone());
-            } else if !full && state.paused {
+            } else if len <= self.partition_window / 2 && state.paused {
                 state.paused = false;
                 resume.push(partition.clone());
             }
