@@ -14,8 +14,25 @@ use std::{
 use hookline_common::wire::EventMeta;
 use hookline_tests::{Delivery, TestStack, eventually};
 
+/// A consumer process, killed when dropped: a failed assertion must not leave it running.
+struct ConsumerProcess(Child);
+
+impl ConsumerProcess {
+    fn kill(&mut self) {
+        self.0.kill().expect("SIGKILL");
+        self.0.wait().expect("reaped");
+    }
+}
+
+impl Drop for ConsumerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `test-consumer` in `mode` on the stack's topics and group; its stdout lines are collected.
-fn spawn_consumer_process(stack: &TestStack, mode: &str) -> (Child, Arc<Mutex<Vec<String>>>) {
+fn spawn_consumer_process(stack: &TestStack, mode: &str) -> (ConsumerProcess, Arc<Mutex<Vec<String>>>) {
     let config = &stack.consumer_config;
     let config_file = std::env::temp_dir().join(format!("hookline-killed-{}.toml", uuid::Uuid::new_v4()));
     std::fs::write(
@@ -53,7 +70,7 @@ fn spawn_consumer_process(stack: &TestStack, mode: &str) -> (Child, Arc<Mutex<Ve
             collected.lock().expect("lines").push(line);
         }
     });
-    (child, lines)
+    (ConsumerProcess(child), lines)
 }
 
 /// The event ids the process announced with `what` (`handling` or `done`).
@@ -98,8 +115,7 @@ async fn consumer_killed_between_claim_and_done_loses_nothing() {
         announced(&lines, "handling").contains(&delivery.delivery_id)
     })
     .await;
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
+    child.kill();
 
     // Another member takes over once the group notices (session timeout) and the claim's lease has expired.
     stack.start_consumer().await;
@@ -130,8 +146,7 @@ async fn consumer_killed_with_hundreds_in_flight_on_one_partition_loses_nothing_
         done >= 50 && handling - done >= 200
     })
     .await;
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
+    child.kill();
     let done_by_killed = announced(&lines, "done");
     let handling_by_killed = announced(&lines, "handling");
     assert!(handling_by_killed.len() - done_by_killed.len() >= 200, "hundreds were in flight at the kill");
@@ -173,8 +188,7 @@ async fn slow_head_record_does_not_hold_back_later_ones_yet_holds_back_the_commi
         announced(&lines, "handling").contains("head-test-0") && announced(&lines, "done").len() == N_LATER
     })
     .await;
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
+    child.kill();
 
     // The committed offset stayed at the head: the survivor gets every record again, processes the head (once
     // its claim expired) and skips the rest by their done markers.
