@@ -198,3 +198,53 @@ async fn retry_records_survive_a_consumer_crash_and_the_dlq_record_counts_every_
     assert_eq!(entry.key(), Some(&b"parked"[..]));
     stack.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_ordering_key_events_stay_in_offset_order_across_a_rebalance() {
+    const N_KEYS: usize = 6;
+    const N_PER_KEY: usize = 25;
+    let mut stack = TestStack::builder()
+        .partitions(2)
+        .consumer_config(|config| {
+            config.processing.max_in_flight = 4;
+            config.processing.partition_window = 16;
+        })
+        .consumer()
+        .build()
+        .await;
+    stack.handler.set_delay(Duration::from_millis(100));
+    let mut records = Vec::new();
+    for n in 0..N_PER_KEY {
+        for key in 0..N_KEYS {
+            let partition = i32::try_from(key % 2).expect("partition");
+            records.push(record(partition, &meta("github", &format!("rk-{key}-{n}"), Some(&format!("rk-{key}")))));
+        }
+    }
+    stack.produce_raw_batch(records).await;
+    let n_events = N_KEYS * N_PER_KEY;
+    eventually(Duration::from_secs(60), "a first part processed", || async {
+        stack.handler.successes().len() >= n_events / 4
+    })
+    .await;
+    stack.start_consumer().await;
+    stack.wait_until_assigned().await;
+    eventually(Duration::from_secs(60), "more processed by two members", || async {
+        stack.handler.successes().len() >= n_events / 2
+    })
+    .await;
+    stack.stop_consumer(0).await;
+    eventually(Duration::from_secs(90), "every event processed", || async {
+        stack.handler.successes().len() >= n_events
+    })
+    .await;
+
+    let mut offsets_by_key: HashMap<String, Vec<i64>> = HashMap::new();
+    for event in stack.handler.successes() {
+        offsets_by_key.entry(event.meta.ordering_key.clone().expect("key")).or_default().push(event.offset);
+    }
+    for (key, offsets) in &offsets_by_key {
+        assert_eq!(offsets.len(), N_PER_KEY, "{key}: every event processed once");
+        assert!(offsets.windows(2).all(|pair| pair[0] < pair[1]), "{key} in offset order: {offsets:?}");
+    }
+    stack.shutdown().await;
+}
