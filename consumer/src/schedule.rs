@@ -294,15 +294,25 @@ impl Scheduler {
             {
                 continue;
             }
-            let job = route.queue.pop_front()?;
+            let mut started = None;
+            while let Some(job) = route.queue.pop_front() {
+                let current = self
+                    .partitions
+                    .get_mut(&job.partition)
+                    .filter(|state| state.generation == job.generation && !state.revoked);
+                if let Some(state) = current {
+                    state.running += 1;
+                    started = Some(job);
+                    break;
+                }
+                // Otherwise it was queued for an assignment that has ended: its next owner fetches it again.
+            }
+            let Some(job) = started else { continue };
             if let Some(bucket) = &mut route.bucket {
                 bucket.take();
             }
             route.running += 1;
             self.running += 1;
-            if let Some(state) = self.partitions.get_mut(&job.partition) {
-                state.running += 1;
-            }
             self.cursor = (index + 1) % n_routes;
             return Some(job);
         }
@@ -328,6 +338,7 @@ impl Scheduler {
                 prefix_end
             }
             Completion::Interrupted => None,
+            Completion::RetryAt { .. } if state.revoked => None,
             Completion::RetryAt { due_at_ms, attempts } => {
                 let job = Job { prior: Some(attempts), ..job };
                 self.delay(job, due_at_ms, true);
