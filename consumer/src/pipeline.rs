@@ -177,11 +177,11 @@ impl Pipeline {
             };
 
             attempts += 1;
-            // Renews the claim while the handler runs and while the done marker is retried, so that a long
+            // The claim is renewed while the handler runs and while the done marker is retried, so that a long
             // `mark_done` retry (Redis failing) cannot let the claim lapse under a processed event.
-            let _renewal = self.renew_while_held(&token);
             let started = Instant::now();
-            let result = match tokio::time::timeout(self.handler_timeout, self.handler.handle(event)).await {
+            let call = tokio::time::timeout(self.handler_timeout, self.handler.handle(event));
+            let result = match self.renewing(&token, call).await {
                 Ok(result) => result,
                 Err(_) => Err(HandlerError::retryable(format!(
                     "handler timed out after {} ms",
@@ -191,7 +191,7 @@ impl Pipeline {
             let error = match result {
                 Ok(()) => {
                     self.metrics.handle_duration.with_label_values(&[source]).observe(started.elapsed().as_secs_f64());
-                    self.mark_done(&token, event).await?;
+                    self.renewing(&token, self.mark_done(&token, event)).await?;
                     return Some(Outcome::Processed);
                 }
                 Err(error) => error,
@@ -250,25 +250,23 @@ impl Pipeline {
         }
     }
 
-    /// Starts renewing `token`'s lease every third of a lease; the renewal stops when the guard is dropped.
-    fn renew_while_held(&self, token: &ClaimToken) -> RenewalGuard {
-        let (dedupe, token, shutdown) = (self.dedupe.clone(), token.clone(), self.shutdown.clone());
+    /// Runs `work` while renewing `token`'s lease every third of a lease. No task is spawned: most calls end
+    /// long before the first renewal is due.
+    async fn renewing<F: std::future::Future>(&self, token: &ClaimToken, work: F) -> F::Output {
         let period = self.dedupe.lease() / 3;
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(period) => {}
-                }
-                match dedupe.renew(&token).await {
-                    Ok(true) => {}
-                    // Done, released, or lost: nothing left to renew.
-                    Ok(false) => return,
-                    Err(error) => tracing::warn!(error = %error, "claim renewal failed; will try again"),
-                }
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                output = &mut work => return output,
+                () = tokio::time::sleep(period) => {}
             }
-        });
-        RenewalGuard(task)
+            match self.dedupe.renew(token).await {
+                Ok(true) => {}
+                // Done, released, or lost: the work decides what follows; keep waiting for it.
+                Ok(false) => return work.await,
+                Err(error) => tracing::warn!(error = %error, "claim renewal failed; will try again"),
+            }
+        }
     }
 
     /// Parks the record in the retry topic, retrying until Kafka acknowledges. `None` on shutdown.
@@ -424,15 +422,5 @@ impl Pipeline {
             () = self.shutdown.cancelled() => None,
             () = tokio::time::sleep(duration) => Some(()),
         }
-    }
-}
-
-/// Stops a claim's renewal when dropped.
-#[derive(Debug)]
-struct RenewalGuard(tokio::task::JoinHandle<()>);
-
-impl Drop for RenewalGuard {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
