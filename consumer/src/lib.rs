@@ -69,8 +69,9 @@ type GroupConsumer = StreamConsumer<GroupContext>;
 const REDIS_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Runs the consumer until `shutdown`: then it stops fetching, lets each partition worker finish the event in
-/// hand (claims of events not finished are released, or expire), commits the stored offsets and leaves the group.
+/// Runs the consumer until `shutdown`: then it stops fetching and starting records, lets the records in the
+/// handler finish (claims of events not finished are released, or expire), commits the stored prefixes and leaves
+/// the group.
 pub async fn run(
     config: ConsumerConfig,
     admin: TcpListener,

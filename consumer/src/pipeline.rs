@@ -55,7 +55,7 @@ pub struct Attempts {
 const INFRA_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const INFRA_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-/// Everything one record's processing needs; shared by all partition workers.
+/// Everything one record's processing needs; shared by all record tasks.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     pub dedupe: Dedupe,
