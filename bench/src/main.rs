@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use hookline_bench::{
     ceilings::{self, KafkaCeilingConfig},
-    consumer_bench::{self, ConsumerBenchConfig},
+    consumer_bench::{self, ConsumerBenchConfig, HttpBenchConfig},
     loadgen::{LoadConfig, Mode, Protocol},
     report,
     signing::{SchemeKind, Signer},
@@ -90,6 +90,40 @@ enum Command {
         #[arg(long)]
         work_dir: PathBuf,
         #[arg(long, default_value_t = 120)]
+        timeout_s: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The consumer with the `http` handler against a local sink answering after D ms, for each D and partition
+    /// count, then a healthy source alone and beside a source whose downstream always answers 503.
+    ConsumerHttp {
+        #[arg(long, env = "KAFKA_BROKERS")]
+        brokers: String,
+        #[arg(long, env = "REDIS_URL")]
+        redis_url: String,
+        #[arg(long, env = "DLQ_TOPIC", default_value = "webhooks.dlq")]
+        dlq_topic: String,
+        #[arg(long, env = "DLQ_STATUS_TOPIC", default_value = "webhooks.dlq-status")]
+        dlq_status_topic: String,
+        #[arg(long, value_delimiter = ',', default_value = "0,5,20,100")]
+        delays_ms: Vec<u64>,
+        #[arg(long, value_delimiter = ',', default_value = "1,6")]
+        partitions: Vec<i32>,
+        #[arg(long, default_value_t = 256)]
+        max_in_flight: usize,
+        #[arg(long, value_delimiter = ',', default_value = "20,100")]
+        isolation_delays_ms: Vec<u64>,
+        /// Extra librdkafka properties for the consumer, `key=value,...`.
+        #[arg(long, value_delimiter = ',')]
+        kafka_properties: Vec<String>,
+        #[arg(long, default_value_t = 1024)]
+        body_bytes: usize,
+        /// The `consumer` binary (a release build).
+        #[arg(long)]
+        consumer_bin: PathBuf,
+        #[arg(long)]
+        work_dir: PathBuf,
+        #[arg(long, default_value_t = 180)]
         timeout_s: u64,
         #[arg(long)]
         json: Option<PathBuf>,
@@ -249,6 +283,41 @@ async fn main() -> anyhow::Result<()> {
             })
             .await?;
             write_json(json.as_deref(), &report)
+        }
+        Command::ConsumerHttp {
+            brokers,
+            redis_url,
+            dlq_topic,
+            dlq_status_topic,
+            delays_ms,
+            partitions,
+            max_in_flight,
+            isolation_delays_ms,
+            kafka_properties,
+            body_bytes,
+            consumer_bin,
+            work_dir,
+            timeout_s,
+            json,
+        } => {
+            std::fs::create_dir_all(&work_dir)?;
+            let rows = consumer_bench::run_http(&HttpBenchConfig {
+                brokers,
+                redis_url,
+                dlq_topic,
+                dlq_status_topic,
+                consumer_bin,
+                work_dir,
+                timeout: Duration::from_secs(timeout_s),
+                body_bytes,
+                delays_ms,
+                partitions,
+                max_in_flight,
+                isolation_delays_ms,
+                kafka_properties,
+            })
+            .await?;
+            write_json(json.as_deref(), &rows)
         }
         Command::CreateTopic { brokers, topic, partitions } => create_topic(&brokers, &topic, partitions).await,
         Command::Report { results, criterion } => {

@@ -26,6 +26,8 @@ pub struct KafkaConfig {
     pub inbound_topic: String,
     pub dlq_topic: String,
     pub dlq_status_topic: String,
+    /// Where the consumer parks events between retries (written and read by the consumers only).
+    pub retry_topic: String,
     /// How long the gateway waits for the broker's acknowledgement before answering 503.
     /// Keep it below the providers' HTTP timeouts (GitHub: 10 s).
     pub produce_timeout_ms: u64,
@@ -42,6 +44,7 @@ impl Default for KafkaConfig {
             inbound_topic: default_topic::INBOUND.to_owned(),
             dlq_topic: default_topic::DEAD_LETTER.to_owned(),
             dlq_status_topic: default_topic::DEAD_LETTER_STATUS.to_owned(),
+            retry_topic: default_topic::RETRY.to_owned(),
             produce_timeout_ms: 5_000,
             group_id: "hookline-consumer".to_owned(),
             properties: Default::default(),
@@ -56,6 +59,7 @@ impl KafkaConfig {
             ("kafka.inbound_topic", &self.inbound_topic),
             ("kafka.dlq_topic", &self.dlq_topic),
             ("kafka.dlq_status_topic", &self.dlq_status_topic),
+            ("kafka.retry_topic", &self.retry_topic),
         ] {
             problems.check(!topic.is_empty(), format!("{key} is empty"));
         }

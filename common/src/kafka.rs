@@ -59,6 +59,10 @@ pub fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {
         // Bounds prefetch memory when processing is slower than producing (rust-rdkafka #650).
         .set("queued.max.messages.kbytes", "65536")
         .set("fetch.message.max.bytes", "16777216")
+        // A consumer reading two topics (inbound and retry) where one is idle otherwise waits the broker's
+        // default 500 ms on the idle one between fetches of the busy one: measured, it capped one busy
+        // partition at about 2,000 records/s.
+        .set("fetch.wait.max.ms", "50")
         .set("isolation.level", "read_committed")
         .set_log_level(RDKafkaLogLevel::Warning);
     apply_properties(&mut config, kafka);

@@ -69,6 +69,27 @@ pub mod header {
         pub const CONSUMER_VERSION: &str = "hookline-dlq-consumer-version";
         pub const FORMAT_VERSION: &str = "hookline-dlq-format-version";
     }
+
+    /// Retry headers: a record of the retry topic (topic role [`super::TopicRole::Retry`]) is the original
+    /// record (key, body and headers unchanged) plus these, which say when to try again and what happened so
+    /// far. Each retry record replaces the previous one's `hookline-retry-*` headers.
+    pub mod retry {
+        /// Every retry header starts with this.
+        pub const PREFIX: &str = "hookline-retry-";
+        /// Handler attempts made so far (all failed retryably).
+        pub const ATTEMPTS: &str = "hookline-retry-attempts";
+        /// When the first attempt failed, ms since the epoch: the retry budget (`retry.max_total_ms`) counts
+        /// from here.
+        pub const FIRST_FAILURE_AT_MS: &str = "hookline-retry-first-failure-at-ms";
+        /// Not to be handled before this time, ms since the epoch.
+        pub const DUE_AT_MS: &str = "hookline-retry-due-at-ms";
+        /// The last error message, truncated like the DLQ's.
+        pub const ERROR: &str = "hookline-retry-error";
+        /// Where the event first was: kept through every retry, and copied into the DLQ record.
+        pub const ORIGINAL_TOPIC: &str = "hookline-retry-original-topic";
+        pub const ORIGINAL_PARTITION: &str = "hookline-retry-original-partition";
+        pub const ORIGINAL_OFFSET: &str = "hookline-retry-original-offset";
+    }
 }
 
 /// The fate of a dead-letter entry, as recorded in the compacted status topic (topic role
@@ -123,6 +144,8 @@ pub enum TopicRole {
     DeadLetter,
     /// Compacted; keyed by DLQ entry id; the fate of each entry (replayed, succeeded, discarded).
     DeadLetterStatus,
+    /// Events waiting for their next handler attempt: written and read by the consumers only.
+    Retry,
 }
 
 /// Default topic names, matching `scripts/stack` and the deploy configs.
@@ -130,6 +153,7 @@ pub mod default_topic {
     pub const INBOUND: &str = "webhooks.inbound";
     pub const DEAD_LETTER: &str = "webhooks.dlq";
     pub const DEAD_LETTER_STATUS: &str = "webhooks.dlq-status";
+    pub const RETRY: &str = "webhooks.retry";
 }
 
 /// Redis key layout.

@@ -71,6 +71,11 @@ pub struct RouteConfig {
     /// Only these event types; absent: every type of the source.
     pub event_types: Option<Vec<String>>,
     pub handler: HandlerConfig,
+    /// Records of this route in the handler stage at once (default `processing.route_max_in_flight`): what its
+    /// downstream can take, and all a slow or failing downstream can hold of the consumer's capacity.
+    pub max_in_flight: Option<usize>,
+    /// Handler calls started per second, at most (default: unlimited).
+    pub rate_per_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -88,15 +93,24 @@ pub struct SourceRulesConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProcessingConfig {
-    /// Events being handled at once, across partitions. Events of one partition are always handled in order.
+    /// Records in the handler stage at once, across partitions and within one: records of one partition run
+    /// concurrently, except those sharing an ordering key.
     pub max_in_flight: usize,
-    /// Records fetched ahead per partition; when a partition's queue is full, fetching waits.
-    pub partition_queue: usize,
+    /// Records per partition fetched and not yet committed (running, queued, or handled above an unhandled
+    /// one); when full, the partition is paused while the others keep flowing. Bounds memory and redelivery.
+    #[serde(alias = "partition_queue")]
+    pub partition_window: usize,
+    /// Default per-route limit of records in the handler stage (see `[[routes]] max_in_flight`), for routes and
+    /// sources without their own.
+    pub route_max_in_flight: usize,
+    /// On revoke, how long to wait for the revoked partitions' records in the handler before giving them up
+    /// (their next owner waits for the claim, then skips them as duplicates).
+    pub revoke_wait_ms: u64,
 }
 
 impl Default for ProcessingConfig {
     fn default() -> Self {
-        Self { max_in_flight: 16, partition_queue: 64 }
+        Self { max_in_flight: 256, partition_window: 1024, route_max_in_flight: 128, revoke_wait_ms: 10_000 }
     }
 }
 
@@ -175,7 +189,15 @@ impl ConsumerConfig {
             "retry.max_backoff_ms must be at least retry.initial_backoff_ms",
         );
         problems.check(self.processing.max_in_flight > 0, "processing.max_in_flight must be positive");
-        problems.check(self.processing.partition_queue > 0, "processing.partition_queue must be positive");
+        problems.check(self.processing.partition_window > 0, "processing.partition_window must be positive");
+        problems.check(self.processing.route_max_in_flight > 0, "processing.route_max_in_flight must be positive");
+        for (index, route) in self.routes.iter().enumerate() {
+            problems.check(route.max_in_flight != Some(0), format!("routes[{index}].max_in_flight must be positive"));
+            problems.check(
+                route.rate_per_s.is_none_or(|rate| rate.is_finite() && rate > 0.0),
+                format!("routes[{index}].rate_per_s must be positive"),
+            );
+        }
         problems.check(self.alert.interval_s > 0, "alert.interval_s must be positive");
         if let Some(url) = &self.alert.url
             && let Err(why) = hookline_common::http_client::check_url(url)

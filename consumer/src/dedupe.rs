@@ -10,6 +10,12 @@
 //! A key held by another owner is not a duplicate (a rebalance race): the caller waits and tries again.
 //! A Redis error or timeout is never read as "not a duplicate": the caller fails closed and retries. Because
 //! claiming is one script that also accepts our own token, re-sending a claim whose reply was lost is safe.
+//!
+//! Round trips are coalesced on a single Redis: every script call (claim, done, release, renew) of any record goes
+//! through one batching task, which sends whatever calls are waiting as one pipeline (up to [`MAX_BATCH`], a few
+//! pipelines in flight at once) and hands each caller its own reply. Each call is still the same single-key
+//! script with the same reply, so the rules above hold call by call; a failed pipeline fails every call in it,
+//! and each caller retries on its own. On a Redis Cluster, calls go one by one to their slot's node.
 
 use std::time::Duration;
 
@@ -75,6 +81,34 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 ";
 
+/// Extends the lease of our claim; 0 when the key no longer holds it (done, released, expired, or taken over).
+const RENEW_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+";
+
+/// Script calls sent in one pipeline, at most.
+pub const MAX_BATCH: usize = 256;
+/// Pipelines in flight at once; while they are, new calls gather into the next one.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// Which script a batched call runs.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Claim,
+    Done,
+    Release,
+    Renew,
+}
+
+/// One script call waiting for the batching task.
+#[derive(Debug)]
+struct Call {
+    op: Op,
+    token: ClaimToken,
+    reply: tokio::sync::oneshot::Sender<RedisResult<redis::Value>>,
+}
+
 /// A single Redis (reconnecting) or a Redis Cluster (routing each key to its slot's node).
 #[derive(Clone)]
 enum Connection {
@@ -91,6 +125,9 @@ pub struct Dedupe {
     claim: std::sync::Arc<Script>,
     done: std::sync::Arc<Script>,
     release: std::sync::Arc<Script>,
+    renew: std::sync::Arc<Script>,
+    /// The batching task's queue, on a single Redis.
+    batcher: Option<tokio::sync::mpsc::UnboundedSender<Call>>,
 }
 
 impl std::fmt::Debug for Dedupe {
@@ -119,7 +156,7 @@ impl Dedupe {
                 .set_max_delay(Duration::from_secs(2));
             Connection::Single(client.get_connection_manager_with_config(manager_config).await?)
         };
-        Ok(Self {
+        let mut dedupe = Self {
             connection,
             prefix: config.key_prefix.clone(),
             lease_ms: config.claim_lease_ms,
@@ -127,7 +164,51 @@ impl Dedupe {
             claim: std::sync::Arc::new(Script::new(CLAIM_SCRIPT)),
             done: std::sync::Arc::new(Script::new(DONE_SCRIPT)),
             release: std::sync::Arc::new(Script::new(RELEASE_SCRIPT)),
-        })
+            renew: std::sync::Arc::new(Script::new(RENEW_SCRIPT)),
+            batcher: None,
+        };
+        if let Connection::Single(connection) = &dedupe.connection {
+            let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(batch_calls(receiver, connection.clone(), dedupe.clone()));
+            dedupe.batcher = Some(sender);
+        }
+        Ok(dedupe)
+    }
+
+    /// The invocation of `op` for `token`, with this dedupe's lease and TTL.
+    fn invocation<'a>(&'a self, op: Op, token: &'a ClaimToken) -> ScriptInvocation<'a> {
+        match op {
+            Op::Claim => {
+                let mut invocation = self.claim.key(&token.key);
+                invocation.arg(&token.value).arg(self.lease_ms).arg(DEDUPE_DONE);
+                invocation
+            }
+            Op::Done => {
+                let mut invocation = self.done.key(&token.key);
+                invocation.arg(&token.value).arg(DEDUPE_DONE).arg(self.done_ttl_ms);
+                invocation
+            }
+            Op::Release => {
+                let mut invocation = self.release.key(&token.key);
+                invocation.arg(&token.value);
+                invocation
+            }
+            Op::Renew => {
+                let mut invocation = self.renew.key(&token.key);
+                invocation.arg(&token.value).arg(self.lease_ms);
+                invocation
+            }
+        }
+    }
+
+    /// Runs one script call: through the batching task on a single Redis, directly on a cluster.
+    async fn call<T: FromRedisValue>(&self, op: Op, token: &ClaimToken) -> RedisResult<T> {
+        let Some(batcher) = &self.batcher else { return self.invoke(&mut self.invocation(op, token)).await };
+        let (reply, receiver) = tokio::sync::oneshot::channel();
+        let gone = || redis::RedisError::from(std::io::Error::other("dedupe batcher stopped"));
+        batcher.send(Call { op, token: token.clone(), reply }).map_err(|_| gone())?;
+        let value = receiver.await.map_err(|_| gone())??;
+        Ok(redis::from_redis_value(value)?)
     }
 
     /// A new claim token for this event: unique per processing attempt.
@@ -140,8 +221,7 @@ impl Dedupe {
 
     /// Tries to claim with `token`. Safe to call again with the same token after an error.
     pub async fn claim(&self, token: &ClaimToken) -> Result<Claim, DedupeError> {
-        let reply: String =
-            self.invoke(self.claim.key(&token.key).arg(&token.value).arg(self.lease_ms).arg(DEDUPE_DONE)).await?;
+        let reply: String = self.call(Op::Claim, token).await?;
         Ok(match reply.as_str() {
             "acquired" => Claim::Acquired(token.clone()),
             "done" => Claim::AlreadyDone,
@@ -152,15 +232,25 @@ impl Dedupe {
     /// Records the event as processed for the dedupe TTL. Returns false when our claim had expired (another
     /// consumer may have processed the event too: the handler ran longer than the lease).
     pub async fn mark_done(&self, token: &ClaimToken) -> Result<bool, DedupeError> {
-        let still_ours: i64 =
-            self.invoke(self.done.key(&token.key).arg(&token.value).arg(DEDUPE_DONE).arg(self.done_ttl_ms)).await?;
+        let still_ours: i64 = self.call(Op::Done, token).await?;
         Ok(still_ours == 1)
     }
 
     /// Gives the claim up so the event can be processed again (a retry, a replay).
     pub async fn release(&self, token: &ClaimToken) -> Result<(), DedupeError> {
-        let _: i64 = self.invoke(self.release.key(&token.key).arg(&token.value)).await?;
+        let _: i64 = self.call(Op::Release, token).await?;
         Ok(())
+    }
+
+    /// Extends our claim's lease by a full lease from now, if the key still holds it. Returns whether it did.
+    pub async fn renew(&self, token: &ClaimToken) -> Result<bool, DedupeError> {
+        let renewed: i64 = self.call(Op::Renew, token).await?;
+        Ok(renewed == 1)
+    }
+
+    /// How long a claim lives without renewal.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
     }
 
     /// A PING, for readiness.
@@ -179,5 +269,54 @@ impl Dedupe {
             Connection::Single(mut connection) => invocation.invoke_async(&mut connection).await,
             Connection::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
         }
+    }
+}
+
+/// The batching task: takes every call waiting, sends them as one pipeline, answers each. Ends when every
+/// [`Dedupe`] clone is gone. The pipeline starts by loading the scripts, so a Redis that restarted (and lost its
+/// script cache) needs no special case.
+async fn batch_calls(
+    mut receiver: tokio::sync::mpsc::UnboundedReceiver<Call>,
+    connection: ConnectionManager,
+    dedupe: Dedupe,
+) {
+    // The task's own clone must not keep the queue open.
+    let dedupe = Dedupe { batcher: None, ..dedupe };
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
+    while let Some(first) = receiver.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        // Calls that arrived while waiting for a slot join this batch.
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(call) => batch.push(call),
+                Err(_) => break,
+            }
+        }
+        let (mut connection, dedupe) = (connection.clone(), dedupe.clone());
+        tokio::spawn(async move {
+            let mut pipeline = redis::pipe();
+            pipeline.ignore_errors();
+            for script in [&dedupe.claim, &dedupe.done, &dedupe.release, &dedupe.renew] {
+                pipeline.load_script(script);
+            }
+            for call in &batch {
+                pipeline.invoke_script(&dedupe.invocation(call.op, &call.token));
+            }
+            let result: RedisResult<Vec<redis::Value>> = pipeline.query_async(&mut connection).await;
+            match result {
+                Ok(values) if values.len() == batch.len() + 4 => {
+                    for (call, value) in batch.into_iter().zip(values.into_iter().skip(4)) {
+                        let _ = call.reply.send(value.extract_error());
+                    }
+                }
+                Ok(_) => {
+                    let error = redis::RedisError::from(std::io::Error::other("pipeline reply count mismatch"));
+                    batch.into_iter().for_each(|call| drop(call.reply.send(Err(error.clone()))));
+                }
+                Err(error) => batch.into_iter().for_each(|call| drop(call.reply.send(Err(error.clone())))),
+            }
+            drop(slot);
+        });
     }
 }

@@ -4,15 +4,20 @@
 
 use std::time::Duration;
 
+use crate::{pipeline::Attempts, retry::RetryHeaders};
+
 use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, producer_config},
-    wire::{DeadLetterEntry, EntryStatusRecord, FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, header::dlq},
+    wire::{
+        DeadLetterEntry, EntryStatusRecord, FORMAT_VERSION, MAX_DLQ_ERROR_BYTES,
+        header::{dlq, retry},
+    },
 };
 use rdkafka::{
     Message,
     error::KafkaError,
-    message::{Header, Headers, OwnedHeaders, OwnedMessage},
+    message::{Header, OwnedHeaders, OwnedMessage},
     producer::{FutureProducer, FutureRecord, Producer},
     util::Timeout,
 };
@@ -51,6 +56,7 @@ pub struct DeadLetters {
     producer: FutureProducer<QuietContext>,
     topic: String,
     status_topic: String,
+    retry_topic: String,
     group_id: String,
     deadline: Duration,
 }
@@ -67,6 +73,7 @@ impl DeadLetters {
             producer: producer_config(kafka).create_with_context(QuietContext::new("consumer-dlq-producer"))?,
             topic: kafka.dlq_topic.clone(),
             status_topic: kafka.dlq_status_topic.clone(),
+            retry_topic: kafka.retry_topic.clone(),
             group_id: kafka.group_id.clone(),
             deadline: Duration::from_millis(kafka.produce_timeout_ms) + Duration::from_secs(1),
         })
@@ -74,22 +81,23 @@ impl DeadLetters {
 
     /// Produces the dead-letter record for `original` and waits for the broker's acknowledgement; returns the
     /// new entry's id. Keyed like the original (the event id), so all failures of one event land on one DLQ
-    /// partition.
+    /// partition. A record read back from the retry topic is dead-lettered as the original event: its retry
+    /// headers are left out and the DLQ record names the inbound position the event first had.
     pub async fn publish(&self, original: &OwnedMessage, failure: &Failure<'_>) -> Result<String, KafkaError> {
         let mut headers = OwnedHeaders::new();
-        if let Some(original_headers) = original.headers() {
-            for header in original_headers.iter() {
-                headers = headers.insert(Header { key: header.key, value: header.value });
-            }
+        let kept = crate::retry::original_headers(original);
+        for (key, value) in &kept {
+            headers = headers.insert(Header { key: key.as_str(), value: value.as_deref() });
         }
-        let partition = original.partition().to_string();
-        let offset = original.offset().to_string();
+        let origin = RetryHeaders::origin_of(original);
+        let partition = origin.partition.to_string();
+        let offset = origin.offset.to_string();
         let attempts = failure.attempts.to_string();
         let first = failure.first_failure_at_ms.to_string();
         let last = failure.last_failure_at_ms.to_string();
         let error = truncate_utf8(failure.error, MAX_DLQ_ERROR_BYTES);
         for (key, value) in [
-            (dlq::ORIGINAL_TOPIC, original.topic()),
+            (dlq::ORIGINAL_TOPIC, origin.topic.as_str()),
             (dlq::ORIGINAL_PARTITION, partition.as_str()),
             (dlq::ORIGINAL_OFFSET, offset.as_str()),
             (dlq::CONSUMER_GROUP, self.group_id.as_str()),
@@ -113,6 +121,45 @@ impl DeadLetters {
         }
         let delivery = self.send(record).await?;
         Ok(DeadLetterEntry::entry_id(&self.topic, delivery.partition, delivery.offset))
+    }
+
+    /// Parks `original` in the retry topic until `due_at_ms`, with the attempts so far, and waits for the
+    /// broker's acknowledgement: only then may the original offset be stored. Keyed like the original.
+    pub async fn schedule_retry(
+        &self,
+        original: &OwnedMessage,
+        attempts: &Attempts,
+        due_at_ms: i64,
+    ) -> Result<(), KafkaError> {
+        let mut headers = OwnedHeaders::new();
+        let kept = crate::retry::original_headers(original);
+        for (key, value) in &kept {
+            headers = headers.insert(Header { key: key.as_str(), value: value.as_deref() });
+        }
+        let origin = RetryHeaders::origin_of(original);
+        let (partition, offset) = (origin.partition.to_string(), origin.offset.to_string());
+        let (count, first) = (attempts.attempts.to_string(), attempts.first_failure_at_ms.to_string());
+        let due = due_at_ms.to_string();
+        let error = truncate_utf8(&attempts.last_error, MAX_DLQ_ERROR_BYTES);
+        for (key, value) in [
+            (retry::ATTEMPTS, count.as_str()),
+            (retry::FIRST_FAILURE_AT_MS, first.as_str()),
+            (retry::DUE_AT_MS, due.as_str()),
+            (retry::ERROR, error),
+            (retry::ORIGINAL_TOPIC, origin.topic.as_str()),
+            (retry::ORIGINAL_PARTITION, partition.as_str()),
+            (retry::ORIGINAL_OFFSET, offset.as_str()),
+        ] {
+            headers = headers.insert(Header { key, value: Some(value) });
+        }
+        let mut record = FutureRecord::<[u8], [u8]>::to(&self.retry_topic).headers(headers);
+        if let Some(key) = original.key() {
+            record = record.key(key);
+        }
+        if let Some(payload) = original.payload() {
+            record = record.payload(payload);
+        }
+        self.send(record).await.map(|_| ())
     }
 
     /// Records an entry's fate in the status topic (keyed by entry id, compacted) and waits for the ack.

@@ -3,8 +3,9 @@
 //! record's offset only once the event is fully handled. Delivery into the handler is at least once; through
 //! dedupe, the effect is at most once.
 //!
-//! Records of one partition are handled in order by that partition's worker; partitions are handled
-//! concurrently, with at most `processing.max_in_flight` events in the handler stage at once.
+//! Records are handled concurrently, many from one partition, at most `processing.max_in_flight` at once
+//! ([`schedule`]); a partition's offset is stored only up to the contiguous prefix of handled records
+//! ([`window`]). Records sharing an ordering key are handled in offset order.
 //!
 //! [`run`] takes a bound admin listener and a [`Handler`], so tests (and users building their own consumer
 //! binary on this library) run the real consumer in-process.
@@ -16,31 +17,32 @@ pub mod dlq;
 pub mod handler;
 pub mod metrics;
 pub mod pipeline;
+pub mod retry;
+pub mod schedule;
+pub mod window;
 
 use std::{
-    collections::HashMap,
     sync::{
-        Arc,
+        Arc, Mutex, MutexGuard,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use hookline_common::{
     http::{Readiness, serve_admin},
     kafka::{QuietContext, consumer_config},
+    wire::{EventMeta, now_ms},
 };
 use prometheus::Registry;
 use rdkafka::{
-    Message, Offset,
-    consumer::{CommitMode, Consumer, StreamConsumer},
+    ClientContext, Message, Offset, TopicPartitionList,
+    config::RDKafkaLogLevel,
+    consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer},
     error::KafkaError,
     message::OwnedMessage,
 };
-use tokio::{
-    net::TcpListener,
-    sync::{Semaphore, mpsc},
-};
+use tokio::{net::TcpListener, sync::Notify};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
@@ -48,7 +50,9 @@ use crate::{
     dedupe::Dedupe,
     dlq::DeadLetters,
     metrics::Metrics,
-    pipeline::{Disposition, Pipeline},
+    pipeline::Pipeline,
+    retry::RetryHeaders,
+    schedule::{Admission, PartitionKey, Scheduler},
 };
 pub use crate::{config::ConsumerConfig, handler::Handler};
 
@@ -60,13 +64,14 @@ pub enum ConsumerError {
     Metrics(#[from] prometheus::Error),
 }
 
-type GroupConsumer = StreamConsumer<QuietContext>;
+type GroupConsumer = StreamConsumer<GroupContext>;
 
 const REDIS_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Runs the consumer until `shutdown`: then it stops fetching, lets each partition worker finish the event in
-/// hand (claims of events not finished are released, or expire), commits the stored offsets and leaves the group.
+/// Runs the consumer until `shutdown`: then it stops fetching and starting records, lets the records in the
+/// handler finish (claims of events not finished are released, or expire), commits the stored prefixes and leaves
+/// the group.
 pub async fn run(
     config: ConsumerConfig,
     admin: TcpListener,
@@ -79,6 +84,7 @@ pub async fn run(
     let redis_ready = readiness.check("redis");
     let kafka_ready = readiness.check("kafka");
     let assigned_ready = readiness.check("partitions_assigned");
+    let retry_topic_ready = readiness.check("retry_topic");
     let tasks = TaskTracker::new();
     tasks.spawn(serve_admin(admin, registry, readiness.clone(), shutdown.child_token()));
 
@@ -101,11 +107,22 @@ pub async fn run(
     };
     redis_ready.store(true, Ordering::Relaxed);
 
-    let consumer: Arc<GroupConsumer> = Arc::new(
-        consumer_config(&config.kafka, &config.kafka.group_id).create_with_context(QuietContext::new("consumer"))?,
+    let shared = Arc::new(Shared {
+        scheduler: Mutex::new(Scheduler::new(&config.processing, &config.routes)),
+        notify: Notify::new(),
+        revoke_wait: Duration::from_millis(config.processing.revoke_wait_ms),
+    });
+    let context = GroupContext { quiet: QuietContext::new("consumer"), shared: shared.clone() };
+    let consumer: Arc<GroupConsumer> =
+        Arc::new(consumer_config(&config.kafka, &config.kafka.group_id).create_with_context(context)?);
+    // The retry topic is read like the inbound one: a parked event comes back through the same path when due.
+    consumer.subscribe(&[&config.kafka.inbound_topic, &config.kafka.retry_topic])?;
+    tracing::info!(
+        group = %config.kafka.group_id,
+        topic = %config.kafka.inbound_topic,
+        retry_topic = %config.kafka.retry_topic,
+        "consumer joined"
     );
-    consumer.subscribe(&[&config.kafka.inbound_topic])?;
-    tracing::info!(group = %config.kafka.group_id, topic = %config.kafka.inbound_topic, "consumer joined");
 
     let pipeline = Pipeline {
         dedupe: dedupe.clone(),
@@ -122,46 +139,42 @@ pub async fn run(
         consumer.clone(),
         dedupe,
         metrics.clone(),
-        Flags { kafka: kafka_ready, redis: redis_ready, assigned: assigned_ready },
+        Flags { kafka: kafka_ready, redis: redis_ready, assigned: assigned_ready, retry_topic: retry_topic_ready },
+        Topics { inbound: config.kafka.inbound_topic.clone(), retry: config.kafka.retry_topic.clone() },
         shutdown.clone(),
     ));
 
-    let in_flight = Arc::new(Semaphore::new(config.processing.max_in_flight));
     let workers = TaskTracker::new();
-    let mut partitions: HashMap<i32, mpsc::Sender<OwnedMessage>> = HashMap::new();
     loop {
-        let message = tokio::select! {
+        start_ready(&shared, &consumer, &pipeline, &workers);
+        apply_pauses(&shared, &consumer);
+        let wake = shared.lock().next_wake(Instant::now(), now_ms()).unwrap_or(IDLE_WAKE);
+        tokio::select! {
             () = shutdown.cancelled() => break,
+            () = shared.notify.notified() => {}
+            () = tokio::time::sleep(wake) => {}
             message = consumer.recv() => match message {
-                Ok(message) => message.detach(),
+                Ok(message) => {
+                    metrics.consumed.inc();
+                    let message = message.detach();
+                    let admission = admission_of(&message, &config.kafka.retry_topic);
+                    if !shared.lock().admit(message, admission, now_ms()) {
+                        metrics.dropped.inc();
+                    }
+                }
                 Err(error) => {
                     // Transient (a broker restarting): librdkafka retries by itself; don't spin or flood the log.
                     tracing::warn!(error = %error, "fetch failed");
                     tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
                 }
             },
-        };
-        metrics.consumed.inc();
-        let partition = message.partition();
-        let sender = partitions.entry(partition).or_insert_with(|| {
-            let (sender, receiver) = mpsc::channel(config.processing.partition_queue);
-            workers.spawn(partition_worker(receiver, pipeline.clone(), consumer.clone(), in_flight.clone()));
-            sender
-        });
-        // A full queue makes fetching wait: backpressure instead of unbounded prefetch.
-        let sent = tokio::select! {
-            () = shutdown.cancelled() => break,
-            sent = sender.send(message) => sent,
-        };
-        if sent.is_err() {
-            // The worker stopped (shutdown is under way): stop fetching too.
-            break;
         }
+        let scheduler = shared.lock();
+        metrics.in_flight.set(i64::try_from(scheduler.running()).unwrap_or(i64::MAX));
+        metrics.windowed.set(i64::try_from(scheduler.windowed()).unwrap_or(i64::MAX));
     }
 
     shutdown.cancel();
-    drop(partitions);
     workers.close();
     workers.wait().await;
     if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
@@ -176,29 +189,153 @@ pub async fn run(
     Ok(())
 }
 
-/// Handles one partition's records in order, storing each offset once its record is handled.
-async fn partition_worker(
-    mut receiver: mpsc::Receiver<OwnedMessage>,
-    pipeline: Pipeline,
-    consumer: Arc<GroupConsumer>,
-    in_flight: Arc<Semaphore>,
-) {
-    while let Some(message) = receiver.recv().await {
-        if pipeline.shutdown.is_cancelled() {
-            // Not started: leave it for redelivery.
-            return;
-        }
-        let Ok(_permit) = in_flight.acquire().await else { return };
-        match pipeline.process(&message).await {
-            Disposition::Handled => {
-                if let Err(error) = consumer.store_offset(message.topic(), message.partition(), message.offset()) {
+/// How long the fetch loop sleeps when nothing waits on time (it wakes on every record and completion anyway).
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
+/// Starts every job the scheduler allows, each in its own task. A task reports back to the scheduler, which
+/// stores the partition's new prefix, and wakes the fetch loop to start the next jobs.
+fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &Pipeline, workers: &TaskTracker) {
+    if pipeline.shutdown.is_cancelled() {
+        // Not started: left for redelivery.
+        return;
+    }
+    loop {
+        let job = {
+            let mut scheduler = shared.lock();
+            scheduler.release_due(now_ms());
+            scheduler.next_job(Instant::now())
+        };
+        let Some(job) = job else { return };
+        let (shared, consumer, pipeline) = (shared.clone(), consumer.clone(), pipeline.clone());
+        workers.spawn(async move {
+            let completion = pipeline.process(&job.message, job.prior.clone()).await;
+            let (topic, partition) = job.partition.clone();
+            let mut scheduler = shared.lock();
+            if let Some(prefix_end) = scheduler.complete(job, completion) {
+                // Under the lock, so prefixes are stored in order and never move backwards.
+                if let Err(error) = consumer.store_offset(&topic, partition, prefix_end) {
                     // Expected after a revoke: the partition is no longer ours, and its new owner will see the
                     // record again (and skip it as a duplicate if we got as far as marking it done).
-                    tracing::debug!(error = %error, partition = message.partition(), "cannot store offset");
+                    tracing::debug!(error = %error, partition, "cannot store offset");
                 }
             }
-            Disposition::Interrupted => return,
+            drop(scheduler);
+            shared.notify.notify_one();
+        });
+    }
+}
+
+/// Pauses partitions whose window is full and resumes those with room again.
+fn apply_pauses(shared: &Shared, consumer: &GroupConsumer) {
+    let (pause, resume) = shared.lock().pause_changes();
+    for (partitions, paused) in [(pause, true), (resume, false)] {
+        if partitions.is_empty() {
+            continue;
         }
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in &partitions {
+            list.add_partition(topic, *partition);
+        }
+        let result = if paused { consumer.pause(&list) } else { consumer.resume(&list) };
+        if let Err(error) = result {
+            tracing::warn!(error = %error, paused, "cannot pause or resume partitions");
+        }
+    }
+}
+
+/// What the scheduler needs from a record's headers. A record no gateway wrote gets no source (it is
+/// dead-lettered as poison by the pipeline, on the `unknown` route).
+/// A record of the retry topic waits until its due time.
+fn admission_of(message: &OwnedMessage, retry_topic: &str) -> Admission {
+    let due_at_ms = (message.topic() == retry_topic)
+        .then(|| RetryHeaders::read(message).map(|headers| headers.due_at_ms))
+        .flatten();
+    match EventMeta::from_headers(message.headers()) {
+        Ok(meta) => Admission {
+            source: Some(meta.source),
+            event_type: meta.event_type,
+            ordering_key: meta.ordering_key,
+            due_at_ms,
+        },
+        Err(_) => Admission { source: None, event_type: None, ordering_key: None, due_at_ms },
+    }
+}
+
+/// The scheduler, shared by the fetch loop, the record tasks and the rebalance callbacks.
+#[derive(Debug)]
+struct Shared {
+    scheduler: Mutex<Scheduler>,
+    /// Wakes the fetch loop: a job completed, or partitions were assigned.
+    notify: Notify,
+    revoke_wait: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Scheduler> {
+        self.scheduler.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The consumer's client context: librdkafka logs through [`QuietContext`], and rebalances through the
+/// scheduler. On revoke: nothing of the revoked partitions starts any more, their queued records are dropped,
+/// the ones in the handler get a bounded wait, and the stored prefix is committed before the partitions go.
+/// On assign: each partition starts with an empty window, resumed (a pause from an earlier assignment must not
+/// survive it).
+struct GroupContext {
+    quiet: QuietContext,
+    shared: Arc<Shared>,
+}
+
+impl ClientContext for GroupContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        self.quiet.log(level, facility, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.quiet.error(error, reason);
+    }
+}
+
+fn partitions_of(list: &TopicPartitionList) -> Vec<PartitionKey> {
+    list.elements().iter().map(|element| (element.topic().to_owned(), element.partition())).collect()
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(list) = rebalance else { return };
+        let partitions = partitions_of(list);
+        self.shared.lock().revoke(&partitions);
+        // This callback runs inside the fetch loop's poll. Record tasks run on the other worker threads; on a
+        // current-thread runtime they cannot run until this returns, so waiting would only delay.
+        let can_wait = tokio::runtime::Handle::try_current()
+            .is_ok_and(|handle| handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread);
+        let started = Instant::now();
+        while can_wait && started.elapsed() < self.shared.revoke_wait {
+            if self.shared.lock().running_in(&partitions) == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let abandoned = self.shared.lock().running_in(&partitions);
+        self.shared.lock().forget(&partitions);
+        tracing::info!(partitions = partitions.len(), abandoned, "partitions revoked");
+        // Offsets are stored as each prefix grows; commit them now, before the new owner fetches.
+        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
+            tracing::debug!(error = %error, "commit on revoke");
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Assign(list) = rebalance else { return };
+        if list.count() == 0 {
+            return;
+        }
+        self.shared.lock().assign(partitions_of(list));
+        if let Err(error) = consumer.resume(list) {
+            tracing::debug!(error = %error, "resume on assign");
+        }
+        tracing::info!(partitions = list.count(), "partitions assigned");
+        self.shared.notify.notify_one();
     }
 }
 
@@ -206,6 +343,13 @@ struct Flags {
     kafka: Arc<AtomicBool>,
     redis: Arc<AtomicBool>,
     assigned: Arc<AtomicBool>,
+    /// The retry topic exists: without it a retryable failure could not be parked (the record would wait).
+    retry_topic: Arc<AtomicBool>,
+}
+
+struct Topics {
+    inbound: String,
+    retry: String,
 }
 
 /// Keeps `/readyz` and the lag gauges true: broker and Redis reachable, partitions assigned, lag per partition.
@@ -214,19 +358,28 @@ async fn watch(
     dedupe: Dedupe,
     metrics: Metrics,
     flags: Flags,
+    topics: Topics,
     shutdown: CancellationToken,
 ) {
+    let topics = Arc::new(topics);
     loop {
         let probe = consumer.clone();
         let lag_metrics = metrics.clone();
-        let (reachable, n_assigned) = tokio::task::spawn_blocking(move || {
-            let reachable = probe.fetch_metadata(None, WATCH_INTERVAL).is_ok();
-            let n_assigned = record_lag(&probe, &lag_metrics);
-            (reachable, n_assigned)
+        let probe_topics = topics.clone();
+        let (reachable, retry_topic_exists, n_assigned) = tokio::task::spawn_blocking(move || {
+            let metadata = probe.fetch_metadata(Some(&probe_topics.retry), WATCH_INTERVAL);
+            let retry_topic_exists = metadata.as_ref().is_ok_and(|metadata| {
+                metadata.topics().iter().any(|topic| {
+                    topic.name() == probe_topics.retry && topic.error().is_none() && !topic.partitions().is_empty()
+                })
+            });
+            let n_assigned = record_lag(&probe, &lag_metrics, &probe_topics.inbound);
+            (metadata.is_ok(), retry_topic_exists, n_assigned)
         })
         .await
-        .unwrap_or((false, 0));
+        .unwrap_or((false, false, 0));
         flags.kafka.store(reachable, Ordering::Relaxed);
+        flags.retry_topic.store(retry_topic_exists, Ordering::Relaxed);
         flags.assigned.store(n_assigned > 0, Ordering::Relaxed);
         metrics.assigned_partitions.set(i64::try_from(n_assigned).unwrap_or(i64::MAX));
         flags.redis.store(dedupe.ping().await.is_ok(), Ordering::Relaxed);
@@ -237,12 +390,13 @@ async fn watch(
     }
 }
 
-/// Sets `hookline_consumer_lag_records` for each assigned partition; returns how many are assigned. Blocking.
-fn record_lag(consumer: &GroupConsumer, metrics: &Metrics) -> usize {
+/// Sets `hookline_consumer_lag_records` for each assigned partition of the inbound topic; returns how many
+/// partitions are assigned (of both topics). Blocking.
+fn record_lag(consumer: &GroupConsumer, metrics: &Metrics, inbound_topic: &str) -> usize {
     let Ok(assignment) = consumer.assignment() else { return 0 };
     metrics.lag.reset();
     let Ok(positions) = consumer.position() else { return assignment.count() };
-    for element in positions.elements() {
+    for element in positions.elements().iter().filter(|element| element.topic() == inbound_topic) {
         let Ok((_, high)) = consumer.fetch_watermarks(element.topic(), element.partition(), WATCH_INTERVAL) else {
             continue;
         };

@@ -30,6 +30,12 @@ pub struct Metrics {
     pub lag: IntGaugeVec,
     /// `hookline_consumer_assigned_partitions`.
     pub assigned_partitions: IntGauge,
+    /// `hookline_consumer_in_flight_records`: records in the handler stage.
+    pub in_flight: IntGauge,
+    /// `hookline_consumer_window_records`: records fetched and not yet committed, across partitions.
+    pub windowed: IntGauge,
+    /// `hookline_consumer_records_dropped_total`: fetched records of a revoked partition, or re-fetched ones.
+    pub dropped: IntCounter,
 }
 
 impl Metrics {
@@ -76,7 +82,16 @@ impl Metrics {
                 &["partition"],
             )?,
             assigned_partitions: IntGauge::new("hookline_consumer_assigned_partitions", "Partitions assigned.")?,
+            in_flight: IntGauge::new("hookline_consumer_in_flight_records", "Records in the handler stage.")?,
+            windowed: IntGauge::new("hookline_consumer_window_records", "Records fetched and not yet committed.")?,
+            dropped: IntCounter::new(
+                "hookline_consumer_records_dropped_total",
+                "Fetched records dropped: their partition was revoked, or they were fetched before.",
+            )?,
         };
+        registry.register(Box::new(metrics.in_flight.clone()))?;
+        registry.register(Box::new(metrics.windowed.clone()))?;
+        registry.register(Box::new(metrics.dropped.clone()))?;
         registry.register(Box::new(metrics.consumed.clone()))?;
         registry.register(Box::new(metrics.retries.clone()))?;
         registry.register(Box::new(metrics.redis_duration.clone()))?;

@@ -8,8 +8,10 @@
 //! - a claim held by another consumer is waited on, never skipped;
 //! - Redis unreachable or uncertain: fail closed, pause and retry; never process without the dedupe gate;
 //! - a retryable handler failure releases the claim, backs off with jitter (at least the downstream's
-//!   `Retry-After`), and tries again, until the attempt or time budget is spent; then, like a poison failure,
-//!   the event is dead-lettered;
+//!   `Retry-After`, capped by what remains of the budget) and tries again, until the attempt or time budget is
+//!   spent; then, like a poison failure, the event is dead-lettered with every attempt counted. Nothing sleeps
+//!   in the record's path: an unordered event is parked in the retry topic ([`crate::retry`]) and its offset
+//!   stored once that record is acknowledged; an ordered one waits in the scheduler, holding its key's turn;
 //! - a dead-letter or status produce that fails is retried; the offset is stored only once Kafka acknowledged.
 //! - a re-driven event (`hookline-replay-of`) takes exactly this path; its DLQ entry is then recorded as
 //!   `succeeded` (processed now or before) or `failed_again` (with the new entry's id).
@@ -34,23 +36,26 @@ use crate::{
     dlq::{DeadLetters, ErrorClass, Failure},
     handler::{Handler, HandlerError},
     metrics::Metrics,
+    retry::RetryHeaders,
 };
 
-/// How processing a record ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    /// Processed, skipped as a duplicate, or acknowledged by the DLQ: store the offset.
-    Handled,
-    /// Shutdown came first: do not store the offset.
-    Interrupted,
+/// How processing a record ended (see [`Completion`]): `Handled` means processed, skipped as a duplicate, or
+/// acknowledged by the DLQ, so the offset may be stored; `Interrupted` means shutdown came first.
+pub use crate::schedule::Completion::{self as Disposition, Handled, Interrupted, RetryAt};
+
+/// Handler attempts already made for an event, carried into its next attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempts {
+    pub attempts: u32,
+    pub first_failure_at_ms: i64,
+    pub last_error: String,
 }
-pub use Disposition::{Handled, Interrupted};
 
 /// Pause after a Redis or Kafka error, and between checks of a claim held by another consumer.
 const INFRA_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const INFRA_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-/// Everything one record's processing needs; shared by all partition workers.
+/// Everything one record's processing needs; shared by all record tasks.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     pub dedupe: Dedupe,
@@ -69,11 +74,21 @@ pub struct Pipeline {
 enum Outcome {
     Processed,
     Duplicate,
-    DeadLettered { new_entry: String },
+    DeadLettered {
+        new_entry: String,
+    },
+    /// An ordered record: retry it at this time, in memory, still at the head of its key.
+    RetryLater {
+        due_at_ms: i64,
+        attempts: Attempts,
+    },
+    /// Parked in the retry topic (acknowledged): this record is done with.
+    RetryScheduled,
 }
 
 impl Pipeline {
-    pub async fn process(&self, message: &OwnedMessage) -> Disposition {
+    /// Processes one record; `prior` carries the attempts of an ordered record retried in memory.
+    pub async fn process(&self, message: &OwnedMessage, prior: Option<Attempts>) -> Disposition {
         let event = match InboundEvent::from_message(message) {
             Ok(event) => event,
             Err(error) => {
@@ -97,12 +112,18 @@ impl Pipeline {
                 };
             }
         };
-        let Some(outcome) = self.handle(message, &event).await else { return Interrupted };
+        let outcome = match self.handle(message, &event, prior).await {
+            Some(Outcome::RetryLater { due_at_ms, attempts }) => return RetryAt { due_at_ms, attempts },
+            Some(outcome) => outcome,
+            None => return Interrupted,
+        };
         let source = event.meta.source.as_str();
         let outcome_label = match &outcome {
             Outcome::Processed => "processed",
             Outcome::Duplicate => "duplicate",
             Outcome::DeadLettered { .. } => "dead_lettered",
+            Outcome::RetryLater { .. } => "retry_later",
+            Outcome::RetryScheduled => "retry_scheduled",
         };
         self.metrics.events.with_label_values(&[source, outcome_label]).inc();
         if let Some(entry_id) = &event.replay_of {
@@ -110,6 +131,7 @@ impl Pipeline {
                 Outcome::Processed => (EntryStatus::Succeeded, None, None),
                 Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
                 Outcome::DeadLettered { new_entry } => (EntryStatus::FailedAgain, Some(new_entry), None),
+                Outcome::RetryLater { .. } | Outcome::RetryScheduled => return Handled,
             };
             let record = EntryStatusRecord {
                 status,
@@ -129,12 +151,14 @@ impl Pipeline {
     }
 
     /// Dedupe, handler and retries for a well-formed event. `None` on shutdown.
-    async fn handle(&self, message: &OwnedMessage, event: &InboundEvent) -> Option<Outcome> {
+    async fn handle(&self, message: &OwnedMessage, event: &InboundEvent, prior: Option<Attempts>) -> Option<Outcome> {
         let source = event.meta.source.as_str();
         let event_id = event.meta.event_id.as_str();
         let handler_name = self.handler.name_for(event);
-        let mut attempts = 0_u32;
-        let mut first_failure: Option<(Instant, i64)> = None;
+        // Attempts so far: carried in memory for an ordered record, in the retry headers for a parked one.
+        let prior = prior.or_else(|| RetryHeaders::read(message).map(|headers| headers.attempts));
+        let mut attempts = prior.as_ref().map_or(0, |prior| prior.attempts);
+        let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
         loop {
             let token = self.dedupe.token(source, event_id);
@@ -153,8 +177,11 @@ impl Pipeline {
             };
 
             attempts += 1;
+            // The claim is renewed while the handler runs and while the done marker is retried, so that a long
+            // `mark_done` retry (Redis failing) cannot let the claim lapse under a processed event.
             let started = Instant::now();
-            let result = match tokio::time::timeout(self.handler_timeout, self.handler.handle(event)).await {
+            let call = tokio::time::timeout(self.handler_timeout, self.handler.handle(event));
+            let result = match self.renewing(&token, call).await {
                 Ok(result) => result,
                 Err(_) => Err(HandlerError::retryable(format!(
                     "handler timed out after {} ms",
@@ -164,19 +191,19 @@ impl Pipeline {
             let error = match result {
                 Ok(()) => {
                     self.metrics.handle_duration.with_label_values(&[source]).observe(started.elapsed().as_secs_f64());
-                    self.mark_done(&token, event).await?;
+                    self.renewing(&token, self.mark_done(&token, event)).await?;
                     return Some(Outcome::Processed);
                 }
                 Err(error) => error,
             };
             let class_label = if matches!(error, HandlerError::Poison(_)) { "poison" } else { "retryable" };
             self.metrics.handler_failures.with_label_values(&[source, class_label]).inc();
-            let (first_instant, first_at_ms) = *first_failure.get_or_insert((Instant::now(), now_ms()));
+            let first_at_ms = *first_failure_at_ms.get_or_insert_with(now_ms);
             // Release before anything else: a retry, or a replay of the dead-lettered event, must be able to claim
             // it again. If the release is lost, the lease expires.
             self.release(&token).await;
-            let exhausted = attempts >= self.retry.max_attempts
-                || first_instant.elapsed() >= Duration::from_millis(self.retry.max_total_ms);
+            let elapsed_ms = u64::try_from(now_ms() - first_at_ms).unwrap_or(0);
+            let exhausted = attempts >= self.retry.max_attempts || elapsed_ms >= self.retry.max_total_ms;
             let dead_letter_class = match &error {
                 HandlerError::Poison(_) => Some(ErrorClass::Poison),
                 HandlerError::Retryable { .. } if exhausted => Some(ErrorClass::RetryableExhausted),
@@ -199,16 +226,61 @@ impl Pipeline {
                 HandlerError::Retryable { retry_after, .. } => *retry_after,
                 HandlerError::Poison(_) => None,
             };
-            let backoff = self.retry_backoff(attempts).max(retry_after.unwrap_or_default());
+            // `Retry-After` lengthens the backoff, but nothing waits past the retry budget: at its end one last
+            // attempt runs, and its failure is dead-lettered.
+            let remaining = Duration::from_millis(self.retry.max_total_ms.saturating_sub(elapsed_ms));
+            let backoff = self.retry_backoff(attempts).max(retry_after.unwrap_or_default()).min(remaining);
+            let due_at_ms = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
+            let so_far =
+                Attempts { attempts, first_failure_at_ms: first_at_ms, last_error: error.message().to_owned() };
             tracing::warn!(
                 source = %source,
                 event_id = %event_id,
                 attempts,
                 backoff_ms = backoff.as_millis() as u64,
                 error = error.message(),
-                "retrying"
+                "will retry"
             );
-            self.sleep(backoff).await?;
+            if event.meta.ordering_key.is_some() {
+                // Later records with the same key wait behind this one; hold no capacity while it waits.
+                return Some(Outcome::RetryLater { due_at_ms, attempts: so_far });
+            }
+            self.park(message, &so_far, due_at_ms).await?;
+            return Some(Outcome::RetryScheduled);
+        }
+    }
+
+    /// Runs `work` while renewing `token`'s lease every third of a lease. No task is spawned: most calls end
+    /// long before the first renewal is due.
+    async fn renewing<F: std::future::Future>(&self, token: &ClaimToken, work: F) -> F::Output {
+        let period = self.dedupe.lease() / 3;
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                output = &mut work => return output,
+                () = tokio::time::sleep(period) => {}
+            }
+            match self.dedupe.renew(token).await {
+                Ok(true) => {}
+                // Done, released, or lost: the work decides what follows; keep waiting for it.
+                Ok(false) => return work.await,
+                Err(error) => tracing::warn!(error = %error, "claim renewal failed; will try again"),
+            }
+        }
+    }
+
+    /// Parks the record in the retry topic, retrying until Kafka acknowledges. `None` on shutdown.
+    async fn park(&self, message: &OwnedMessage, attempts: &Attempts, due_at_ms: i64) -> Option<()> {
+        let mut backoff = INFRA_BACKOFF_MIN;
+        loop {
+            match self.dead_letters.schedule_retry(message, attempts, due_at_ms).await {
+                Ok(()) => return Some(()),
+                Err(error) => {
+                    self.metrics.dlq_produce_errors.inc();
+                    tracing::warn!(error = %error, "retry produce failed; retrying");
+                }
+            }
+            self.pause(&mut backoff).await?;
         }
     }
 

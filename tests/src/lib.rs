@@ -101,6 +101,11 @@ struct TestHandlerState {
     /// Event ids that always fail as poison.
     poison: HashSet<String>,
     delay: Duration,
+    /// Per event id: how long its calls take, instead of `delay`.
+    event_delays: HashMap<String, Duration>,
+    /// Calls in the handler right now, and the most seen at once.
+    in_handler: usize,
+    max_in_handler: usize,
 }
 
 impl TestHandler {
@@ -147,6 +152,16 @@ impl TestHandler {
     pub fn set_delay(&self, delay: Duration) {
         self.lock().delay = delay;
     }
+
+    /// Calls for `event_id` take this long (instead of the common delay).
+    pub fn delay_event(&self, event_id: &str, delay: Duration) {
+        self.lock().event_delays.insert(event_id.to_owned(), delay);
+    }
+
+    /// The most calls that were in the handler at the same time.
+    pub fn max_concurrent_calls(&self) -> usize {
+        self.lock().max_in_handler
+    }
 }
 
 impl Handler for TestHandler {
@@ -159,10 +174,13 @@ impl Handler for TestHandler {
             let delay = {
                 let mut state = self.lock();
                 state.calls.push(event.clone());
-                state.delay
+                state.in_handler += 1;
+                state.max_in_handler = state.max_in_handler.max(state.in_handler);
+                state.event_delays.get(&event.meta.event_id).copied().unwrap_or(state.delay)
             };
             tokio::time::sleep(delay).await;
             let mut state = self.lock();
+            state.in_handler -= 1;
             let id = &event.meta.event_id;
             if state.poison.contains(id) {
                 return Err(HandlerError::poison(format!("test poison for {id}")));
@@ -251,6 +269,7 @@ impl TestStackBuilder {
             inbound_topic: format!("test-{run_id}-inbound"),
             dlq_topic: format!("test-{run_id}-dlq"),
             dlq_status_topic: format!("test-{run_id}-dlq-status"),
+            retry_topic: format!("test-{run_id}-retry"),
             produce_timeout_ms: self.produce_timeout_ms.unwrap_or(5_000),
             group_id: format!("test-{run_id}-consumer"),
             properties: Default::default(),
@@ -259,6 +278,7 @@ impl TestStackBuilder {
             TopicSpec { name: kafka.inbound_topic.clone(), partitions: self.partitions.unwrap_or(3), compacted: false },
             TopicSpec { name: kafka.dlq_topic.clone(), partitions: 1, compacted: false },
             TopicSpec { name: kafka.dlq_status_topic.clone(), partitions: 1, compacted: true },
+            TopicSpec { name: kafka.retry_topic.clone(), partitions: 2, compacted: false },
         ];
         ensure_topics(&kafka.brokers, &topics, 1).await.expect("create test topics (is `scripts/stack up` running?)");
 
@@ -411,6 +431,18 @@ impl TestStack {
         }
     }
 
+    /// Aborts consumer `index`'s main task without any drain, as a crash would (then cancels its token, so its
+    /// helper tasks let go of the Kafka client and the member leaves the group instead of lingering until
+    /// `max.poll.interval.ms`).
+    pub async fn kill_consumer(&mut self, index: usize) {
+        let consumer = &mut self.consumers[index];
+        if let Some(task) = consumer.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        consumer.shutdown.cancel();
+    }
+
     /// Sends `delivery` to the `github` source with this `X-Hub-Signature-256` value.
     pub async fn post_signed(&self, delivery: &Delivery, signature: &str) -> Reply {
         let request = Request::post(format!("http://{}/webhooks/github", self.gateway_addr))
@@ -462,6 +494,27 @@ impl TestStack {
         let record =
             FutureRecord::to(&self.kafka.inbound_topic).partition(partition).key(key).payload(body).headers(headers);
         producer.send(record, Duration::from_secs(10)).await.expect("produced");
+    }
+
+    /// Produces many records straight to the inbound topic with one producer, waiting for every acknowledgement:
+    /// `(partition, key, headers, body)`.
+    pub async fn produce_raw_batch(&self, records: Vec<(i32, String, OwnedHeaders, Vec<u8>)>) {
+        let producer: FutureProducer = producer_config(&self.kafka).create().expect("producer");
+        // Enqueued all at once (in order, so offsets follow the input), then every acknowledgement awaited.
+        let deliveries: Vec<_> = records
+            .iter()
+            .map(|(partition, key, headers, body)| {
+                let record = FutureRecord::to(&self.kafka.inbound_topic)
+                    .partition(*partition)
+                    .key(key.as_str())
+                    .payload(body.as_slice())
+                    .headers(headers.clone());
+                producer.send_result(record).map_err(|(error, _)| error).expect("enqueued")
+            })
+            .collect();
+        for delivery in deliveries {
+            delivery.await.expect("delivery report").map_err(|(error, _)| error).expect("produced");
+        }
     }
 
     /// Scrapes one consumer's `/metrics` and sums the samples of `metric` whose labels contain `label`.

@@ -244,6 +244,8 @@ mod tests {
             source: "github".into(),
             event_types: None,
             handler: HandlerConfig { kind: "http".into(), url: None, ..HandlerConfig::default() },
+            max_in_flight: None,
+            rate_per_s: None,
         }];
         let rules = HashMap::from([(
             "github".to_owned(),
@@ -267,6 +269,8 @@ mod tests {
                 url: Some("http://127.0.0.1:9/x".into()),
                 ..HandlerConfig::default()
             },
+            max_in_flight: None,
+            rate_per_s: None,
         }];
         let router = Router::new(&HandlerConfig::default(), &routes, &HashMap::new(), Path::new(".")).unwrap();
         assert_eq!(router.name_for(&event("github", Some("push"), b"{}")), "http");
