@@ -52,6 +52,21 @@ pub struct Limits {
     pub request_deadline_ms: u64,
     /// Largest request head a client may send (HTTP/1.1 headers, HTTP/2 header list), at least 8192.
     pub max_header_bytes: usize,
+    /// A connection with no request in progress for this long after its last one is closed. A new connection
+    /// gets `header_read_timeout_ms` to start its first request.
+    pub idle_timeout_ms: u64,
+    /// Public connections open at once; more are closed on accept. Lowered at start-up, with a warning, to what
+    /// the process's open-file limit leaves after a reserve for the admin listener, Kafka and files.
+    pub max_connections: usize,
+    /// Public connections open at once from one IP address. Behind a proxy or load balancer every client shares
+    /// its address: raise it to `max_connections` there.
+    pub max_connections_per_peer: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Bytes of request bodies held at once, over all requests (read buffers included, being read or in flight):
+    /// past it a request is answered 503 with `Retry-After`. With `max_connections x max_header_bytes` this
+    /// bounds the gateway's memory (see the README).
+    pub max_body_buffer_bytes: usize,
 }
 
 impl Default for Limits {
@@ -64,6 +79,11 @@ impl Default for Limits {
             retry_after_s: 5,
             request_deadline_ms: 9_000,
             max_header_bytes: 64 * 1024,
+            idle_timeout_ms: 30_000,
+            max_connections: 4096,
+            max_connections_per_peer: 1024,
+            max_concurrent_streams: 100,
+            max_body_buffer_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -157,6 +177,21 @@ impl GatewayConfig {
             "limits.request_deadline_ms must be between 1000 and 120000",
         );
         problems.check(self.limits.max_header_bytes >= 8192, "limits.max_header_bytes must be at least 8192");
+        problems.check(self.limits.max_connections > 0, "limits.max_connections must be positive");
+        problems.check(self.limits.max_connections_per_peer > 0, "limits.max_connections_per_peer must be positive");
+        problems.check(self.limits.max_concurrent_streams > 0, "limits.max_concurrent_streams must be positive");
+        problems.check(
+            self.limits.header_read_timeout_ms > 0 && self.limits.idle_timeout_ms > 0,
+            "limits.header_read_timeout_ms and limits.idle_timeout_ms must be positive",
+        );
+        let largest_body = self.sources.iter().map(|source| source.max_body_bytes).max().unwrap_or(0);
+        problems.check(
+            self.limits.max_body_buffer_bytes >= largest_body,
+            format!(
+                "limits.max_body_buffer_bytes ({}) is below the largest source max_body_bytes ({largest_body})",
+                self.limits.max_body_buffer_bytes
+            ),
+        );
         let mut seen = std::collections::HashSet::new();
         for source in &self.sources {
             let name = &source.name;

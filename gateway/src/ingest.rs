@@ -1,6 +1,10 @@
-//! The hot path: `POST /webhooks/{source}` → find the source → read the body within its limits → verify the
-//! signature over the raw bytes → answer a handshake, or produce → 202 once the broker acknowledged.
-//! Nothing else happens here.
+//! The hot path: `POST /webhooks/{source}` → find the source → read the body within its limits → take an
+//! in-flight permit → verify the signature over the raw bytes → answer a handshake, or produce → 202 once the
+//! broker acknowledged. Nothing else happens here.
+//!
+//! The in-flight permit is taken only once the body is complete, so clients that send slowly (or, over HTTP/2,
+//! declare a body and never send it) hold no permit and cannot starve fast ones; what they can hold is bounded
+//! by the connection caps, the body timeout and the shared body buffer budget ([`BodyBudget`]).
 
 use std::{
     sync::Arc,
@@ -15,9 +19,9 @@ use hookline_common::{
     wire::{EventMeta, now_ms},
 };
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{
     config::{FORWARDED_HEADER_PREFIX, GatewayConfig, Limits},
@@ -36,6 +40,7 @@ pub struct Ingest {
     metrics: Metrics,
     limits: Limits,
     in_flight: Semaphore,
+    body_budget: BodyBudget,
 }
 
 const ROUTE_PREFIX: &str = "/webhooks/";
@@ -68,6 +73,7 @@ impl Ingest {
             metrics,
             limits: config.limits.clone(),
             in_flight: Semaphore::new(config.limits.max_in_flight),
+            body_budget: BodyBudget::new(config.limits.max_body_buffer_bytes),
         })
     }
 
@@ -90,26 +96,17 @@ impl Ingest {
         let started = Instant::now();
         let sources = self.sources.load_full();
         let source_label = source_label(&sources, request.uri().path()).to_owned();
-        let (outcome, response) = match self.in_flight.try_acquire() {
-            Err(_) => {
-                let failure = Failure::from(Rejection::Overloaded);
+        let result = {
+            // A guard, not inc/dec around the await: hyper drops this future when the client goes away.
+            let _in_flight = InFlight::enter(&self.metrics.in_flight);
+            self.accept(&sources, request, started).await
+        };
+        let (outcome, response) = match result {
+            Ok(Answer::Accepted(response)) => ("accepted", response),
+            Ok(Answer::Handshake(response)) => ("handshake", response),
+            Err(failure) => {
                 log_rejection(&source_label, &failure);
                 (failure.rejection.code(), failure.rejection.into_response(self.limits.retry_after_s))
-            }
-            Ok(_permit) => {
-                let result = {
-                    // A guard, not inc/dec around the await: hyper drops this future when the client goes away.
-                    let _in_flight = InFlight::enter(&self.metrics.in_flight);
-                    self.accept(&sources, request, started).await
-                };
-                match result {
-                    Ok(Answer::Accepted(response)) => ("accepted", response),
-                    Ok(Answer::Handshake(response)) => ("handshake", response),
-                    Err(failure) => {
-                        log_rejection(&source_label, &failure);
-                        (failure.rejection.code(), failure.rejection.into_response(self.limits.retry_after_s))
-                    }
-                }
             }
         };
         self.metrics.requests.with_label_values(&[&source_label, outcome]).inc();
@@ -136,7 +133,12 @@ impl Ingest {
         let (parts, body) = request.into_parts();
         let body_deadline =
             Duration::from_millis(self.limits.body_read_timeout_ms).min(deadline.saturating_sub(started.elapsed()));
-        let body = read_body(body, &parts.headers, source.max_body_bytes, body_deadline).await?;
+        let declared =
+            parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        let (body, _body_reservation) =
+            read_body(body, declared, source.max_body_bytes, &self.body_budget, body_deadline).await?;
+        // Only a complete body takes a permit: slow senders hold none.
+        let _permit = self.in_flight.try_acquire().map_err(|_| Rejection::Overloaded)?;
         self.metrics.body_size.with_label_values(&[&source.name]).observe(body.len() as f64);
 
         let url = source.signed_url(parts.uri.query());
@@ -219,29 +221,78 @@ fn forwarded_headers(source: &Source, headers: &http::HeaderMap) -> Vec<(String,
         .collect()
 }
 
-/// Reads the whole body, refusing it as soon as it is known to exceed `limit_bytes`: from `Content-Length` before
-/// reading anything, and while streaming when there is none (or it lies). Memory per request is bounded by the
-/// limit.
-async fn read_body(
-    body: Incoming,
-    headers: &http::HeaderMap,
+/// The bytes of request bodies the gateway may hold at once, over all requests: each body reserves what its
+/// buffer allocates, as it grows, and gives it back when the request ends.
+#[derive(Debug)]
+pub struct BodyBudget {
+    bytes: Arc<Semaphore>,
+}
+
+impl BodyBudget {
+    pub fn new(max_bytes: usize) -> Self {
+        Self { bytes: Arc::new(Semaphore::new(max_bytes.min(Semaphore::MAX_PERMITS))) }
+    }
+
+    /// Bytes not reserved by any body now.
+    pub fn available(&self) -> usize {
+        self.bytes.available_permits()
+    }
+
+    fn reserve(&self, n_bytes: usize) -> Result<OwnedSemaphorePermit, Rejection> {
+        let n_bytes = u32::try_from(n_bytes).map_err(|_| Rejection::BodyBufferFull)?;
+        self.bytes.clone().try_acquire_many_owned(n_bytes).map_err(|_| Rejection::BodyBufferFull)
+    }
+}
+
+/// Smallest buffer a body starts with once its first bytes arrive.
+const MIN_BODY_BUFFER_BYTES: usize = 4096;
+
+/// Reads the whole body into one buffer, refusing it as soon as it is known to exceed `limit_bytes`: from
+/// `Content-Length` before reading anything, and while streaming when there is none (or it lies).
+///
+/// Memory: the buffer is sized from what has arrived (doubling, from [`MIN_BODY_BUFFER_BYTES`]), never from what
+/// the client declares, and never beyond `limit_bytes` or the declared length; each chunk is copied in and
+/// dropped, so a body of one-byte chunks costs what a body of one chunk costs. Its capacity is at most
+/// `min(limit_bytes, 2 x received + 4 KiB)` and is reserved from `budget` before it is allocated; the
+/// reservation is returned with the bytes and must live as long as they do.
+pub async fn read_body<B>(
+    mut body: B,
+    declared: Option<u64>,
     limit_bytes: usize,
+    budget: &BodyBudget,
     deadline: Duration,
-) -> Result<Bytes, Rejection> {
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+) -> Result<(Bytes, OwnedSemaphorePermit), Rejection>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     if declared.is_some_and(|length| length > limit_bytes as u64) {
         return Err(Rejection::BodyTooLarge { limit_bytes });
     }
-    let collect = Limited::new(body, limit_bytes).collect();
+    let most = declared.map_or(limit_bytes, |length| usize::try_from(length).unwrap_or(limit_bytes).min(limit_bytes));
+    let mut reservation = budget.reserve(0)?;
+    let mut buffer: Vec<u8> = Vec::new();
+    let collect = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|error| Rejection::BodyRead(error.into()))?;
+            let Ok(data) = frame.into_data() else { continue };
+            let needed = buffer.len() + data.len();
+            if needed > limit_bytes {
+                return Err(Rejection::BodyTooLarge { limit_bytes });
+            }
+            if needed > buffer.capacity() {
+                let grown = needed.max(buffer.capacity() * 2).max(MIN_BODY_BUFFER_BYTES).min(most.max(needed));
+                reservation.merge(budget.reserve(grown - buffer.capacity())?);
+                buffer.reserve_exact(grown - buffer.len());
+            }
+            buffer.extend_from_slice(&data);
+        }
+        Ok(())
+    };
     match tokio::time::timeout(deadline, collect).await {
         Err(_elapsed) => Err(Rejection::BodyTimeout),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(error)) => match error.downcast::<hyper::Error>() {
-            Ok(error) => Err(Rejection::BodyRead(*error)),
-            // The only other error `Limited` yields is its length limit.
-            Err(_) => Err(Rejection::BodyTooLarge { limit_bytes }),
-        },
+        Ok(Err(rejection)) => Err(rejection),
+        Ok(Ok(())) => Ok((Bytes::from(buffer), reservation)),
     }
 }
 
@@ -269,5 +320,84 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        pin::Pin,
+        task::{Context, Poll},
+    };
+
+    use hyper::body::Frame;
+
+    use super::*;
+
+    /// A body that arrives in one-byte chunks, as an attacker sends it.
+    struct OneByteChunks {
+        remaining: usize,
+    }
+
+    impl hyper::body::Body for OneByteChunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            if self.remaining == 0 {
+                return Poll::Ready(None);
+            }
+            self.remaining -= 1;
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+        }
+    }
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    /// The documented bound: one buffer of at most `min(limit, 2 x received + 4 KiB)` bytes, all of it reserved
+    /// from the shared budget and given back when the request ends.
+    #[tokio::test]
+    async fn one_byte_chunks_leave_memory_within_the_documented_bound() {
+        let budget = BodyBudget::new(4 * 1024 * 1024);
+        for (n_bytes, declared) in [(1, None), (5_000, None), (1_000_000, None), (777_777, Some(777_777))] {
+            let body = OneByteChunks { remaining: n_bytes };
+            let (bytes, reservation) = read_body(body, declared, 1_000_000, &budget, DEADLINE).await.unwrap();
+            assert_eq!(bytes.len(), n_bytes);
+            let reserved = reservation.num_permits();
+            assert!(reserved >= n_bytes, "the buffer is reserved: {reserved} < {n_bytes}");
+            assert!(reserved <= (2 * n_bytes + MIN_BODY_BUFFER_BYTES).min(1_000_000), "{n_bytes}: {reserved}");
+            assert_eq!(budget.available(), 4 * 1024 * 1024 - reserved);
+            drop((bytes, reservation));
+            assert_eq!(budget.available(), 4 * 1024 * 1024, "given back");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_allocates_nothing_until_bytes_arrive() {
+        let budget = BodyBudget::new(1024 * 1024);
+        let (bytes, reservation) =
+            read_body(OneByteChunks { remaining: 0 }, Some(1_000_000), 1_000_000, &budget, DEADLINE).await.unwrap();
+        assert!(bytes.is_empty());
+        assert_eq!(reservation.num_permits(), 0);
+    }
+
+    #[tokio::test]
+    async fn bodies_past_the_limit_or_the_budget_are_refused() {
+        let budget = BodyBudget::new(1024 * 1024);
+        let too_large = read_body(OneByteChunks { remaining: 2_000 }, None, 1_000, &budget, DEADLINE).await;
+        assert!(matches!(too_large, Err(Rejection::BodyTooLarge { limit_bytes: 1_000 })));
+        let declared = read_body(OneByteChunks { remaining: 0 }, Some(1_001), 1_000, &budget, DEADLINE).await;
+        assert!(matches!(declared, Err(Rejection::BodyTooLarge { .. })));
+        assert_eq!(budget.available(), 1024 * 1024);
+
+        let small = BodyBudget::new(10_000);
+        let held = read_body(OneByteChunks { remaining: 6_000 }, None, 100_000, &small, DEADLINE).await.unwrap();
+        let refused = read_body(OneByteChunks { remaining: 6_000 }, None, 100_000, &small, DEADLINE).await;
+        assert!(matches!(refused, Err(Rejection::BodyBufferFull)));
+        drop(held);
+        assert_eq!(small.available(), 10_000, "a refused body gives back what it had reserved");
     }
 }

@@ -78,11 +78,7 @@ pub async fn run_with_origin(
     tasks.spawn(watch_producer(producer.clone(), ingest.clone(), readiness, fatal.clone(), shutdown.clone()));
     tasks.spawn(reload::reload_on_sighup(reloader, shutdown.child_token()));
 
-    let limits = ServeLimits {
-        header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
-        drain_deadline: Duration::from_millis(config.limits.drain_deadline_ms),
-        max_header_bytes: config.limits.max_header_bytes,
-    };
+    let limits = public_serve_limits(&config.limits, hookline_common::http::open_files_limit());
     let handler = move |request| ingest.clone().handle(request);
     serve(listeners.public, handler, limits, shutdown.clone()).await;
 
@@ -97,6 +93,39 @@ pub async fn run_with_origin(
     match fatal {
         Some(reason) => Err(GatewayError::ProducerFatal(reason)),
         None => Ok(()),
+    }
+}
+
+/// File descriptors kept out of the public listener's reach: the admin listener's connections, the Kafka
+/// client's sockets, secret and config files.
+const RESERVED_FILE_DESCRIPTORS: usize = 256;
+
+/// The public listener's limits; `max_connections` is lowered, with a warning, to what `open_files` leaves after
+/// [`RESERVED_FILE_DESCRIPTORS`], so that silent connections cannot take the descriptors `/livez` and the producer
+/// need.
+fn public_serve_limits(limits: &config::Limits, open_files: Option<usize>) -> ServeLimits {
+    let reserve = RESERVED_FILE_DESCRIPTORS.max(ServeLimits::default().max_connections * 2);
+    let mut max_connections = limits.max_connections;
+    if let Some(open_files) = open_files {
+        let room = open_files.saturating_sub(reserve).max(1);
+        if max_connections > room {
+            tracing::warn!(
+                configured = max_connections,
+                open_files,
+                lowered_to = room,
+                "limits.max_connections is above what the open-file limit allows; raise `ulimit -n`"
+            );
+            max_connections = room;
+        }
+    }
+    ServeLimits {
+        header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),
+        drain_deadline: Duration::from_millis(limits.drain_deadline_ms),
+        max_header_bytes: limits.max_header_bytes,
+        idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
+        max_connections,
+        max_connections_per_peer: limits.max_connections_per_peer.min(max_connections),
+        max_concurrent_streams: limits.max_concurrent_streams,
     }
 }
 

@@ -479,6 +479,20 @@ impl TestStack {
             .sum()
     }
 
+    /// Scrapes the gateway's `/metrics` and sums the samples of `metric` whose labels contain `label`.
+    pub async fn gateway_metric(&self, metric: &str, label: &str) -> f64 {
+        let request =
+            Request::get(format!("http://{}/metrics", self.gateway_admin_addr)).body(Full::default()).expect("request");
+        let text = String::from_utf8_lossy(&self.send(request).await.body).into_owned();
+        text.lines()
+            .filter(|line| {
+                line.strip_prefix(metric).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                    && line.contains(label)
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// `hookline_consumer_events_total` with this outcome, summed over the running consumers.
     pub async fn consumer_events(&self, outcome: &str) -> u64 {
         let label = format!("outcome=\"{outcome}\"");
