@@ -561,46 +561,97 @@ async fn metrics_show_outcomes_failure_reasons_secret_ids_and_sizes() {
     stack.shutdown().await;
 }
 
-/// Fixtures made once with `openssl` (Ed25519 and ECDSA P-256 keys whose private halves were then discarded):
-/// signatures over `"1700000000" + body`. Neither scheme checks a timestamp, so they stay valid.
-const DISCORD_PUBLIC_KEY: &str = "ca802e5fb83e56e90d70c9ce8894a6a216807dafe885a079219403b8ffc44a64";
+/// Discord and SendGrid sign `timestamp + body` with an Ed25519 or ECDSA P-256 key; the gateway holds the public
+/// half. Keys from fixed seeds, signatures made now (both schemes check the signed timestamp).
+fn discord_key() -> ed25519_dalek::SigningKey {
+    ed25519_dalek::SigningKey::from_bytes(&[41u8; 32])
+}
+
+fn discord_sign(timestamp: &str, body: &str) -> String {
+    use ed25519_dalek::Signer;
+    hex::encode(discord_key().sign(format!("{timestamp}{body}").as_bytes()).to_bytes())
+}
+
+fn sendgrid_key() -> p256::ecdsa::SigningKey {
+    p256::ecdsa::SigningKey::from_slice(&[43u8; 32]).expect("key")
+}
+
+fn sendgrid_public_key() -> String {
+    // SubjectPublicKeyInfo DER: the fixed P-256 header, then the uncompressed point.
+    let mut der = hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").expect("hex");
+    der.extend_from_slice(p256::ecdsa::VerifyingKey::from(&sendgrid_key()).to_encoded_point(false).as_bytes());
+    base64_encode(&der)
+}
+
+fn sendgrid_sign(timestamp: &str, body: &str) -> String {
+    use p256::ecdsa::signature::Signer;
+    let signature: p256::ecdsa::Signature = sendgrid_key().sign(format!("{timestamp}{body}").as_bytes());
+    base64_encode(signature.to_der().as_bytes())
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, byte)| n | u32::from(*byte) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 const DISCORD_PING: &str = r#"{"id":"1","type":1}"#;
-const DISCORD_PING_SIGNATURE: &str = "16dd49e0c65a39582ab93fa9c2f1f315a40da57ac0a763da42de8e43a661d0729e152d99b38cb13b49205a4f009ef7b62df9c4faf3798caf4b02f0770262b30c";
 const DISCORD_COMMAND: &str = r#"{"id":"1187","type":2,"data":{"name":"hello"}}"#;
-const DISCORD_COMMAND_SIGNATURE: &str = "fa3aa196bc6401e4597b5849d53e89eeaf8f7bd61b8147db63bb883e22e8f88aa6233983dc0d6e4108550401707afcd7a14ed7095aab0967e38864dcd1db600b";
-const SENDGRID_PUBLIC_KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEw77YPmcfvEJVSpkN9xM8uuy2/9jsrUfUhfqAo7/1B1XoEUjVjlSD2b1UAv7lm9rprTug1TTNGNdpdb2kc4SUyg==";
 const SENDGRID_BATCH: &str = r#"[{"email":"a@example.com","event":"delivered","sg_event_id":"ev-1"}]"#;
-const SENDGRID_SIGNATURE: &str =
-    "MEYCIQCcybh3rXEv206Oilfjs2o2wTukCX4f7W68iv4BOsijAwIhAJvhltuDoBV3j5o+tQT6Cl7UOX5vqP93R0MZIStfcrCI";
 
 #[tokio::test]
 async fn public_key_schemes_discord_and_sendgrid_end_to_end() {
     let stack = TestStack::builder()
-        .gateway_source(source("discord", "discord", vec![secret("app", DISCORD_PUBLIC_KEY)]))
-        .gateway_source(source("sendgrid", "sendgrid", vec![secret("events", SENDGRID_PUBLIC_KEY)]))
+        .gateway_source(source(
+            "discord",
+            "discord",
+            vec![secret("app", &hex::encode(discord_key().verifying_key().to_bytes()))],
+        ))
+        .gateway_source(source("sendgrid", "sendgrid", vec![secret("events", &sendgrid_public_key())]))
         .build()
         .await;
     let stack_ref = &stack;
-    let discord = |body: &'static str, signature: &'static str| async move {
-        let headers = [("X-Signature-Ed25519", signature), ("X-Signature-Timestamp", "1700000000")];
+    let now = now_s().to_string();
+    let now_ref = &now;
+    let discord = |body: &'static str, signature: String| async move {
+        let headers = [("X-Signature-Ed25519", signature.as_str()), ("X-Signature-Timestamp", now_ref.as_str())];
         post(stack_ref, "/webhooks/discord", &headers, body).await
     };
 
     // PING is answered after verification; Discord's deliberately bad signatures are refused.
-    let reply = discord(DISCORD_PING, DISCORD_PING_SIGNATURE).await;
+    let reply = discord(DISCORD_PING, discord_sign(&now, DISCORD_PING)).await;
     assert_eq!((reply.status, &reply.body[..]), (StatusCode::OK, &br#"{"type":1}"#[..]));
-    let reply = discord(DISCORD_PING, DISCORD_COMMAND_SIGNATURE).await;
+    let reply = discord(DISCORD_PING, discord_sign(&now, DISCORD_COMMAND)).await;
     assert_eq!((reply.status, reply.error_code().as_deref()), (StatusCode::UNAUTHORIZED, Some("signature_mismatch")));
-    let reply = discord(DISCORD_COMMAND, DISCORD_COMMAND_SIGNATURE).await;
+    let reply = discord(DISCORD_COMMAND, discord_sign(&now, DISCORD_COMMAND)).await;
     assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
 
+    let sendgrid_signature = sendgrid_sign(&now, SENDGRID_BATCH);
     let headers = [
-        ("X-Twilio-Email-Event-Webhook-Signature", SENDGRID_SIGNATURE),
-        ("X-Twilio-Email-Event-Webhook-Timestamp", "1700000000"),
+        ("X-Twilio-Email-Event-Webhook-Signature", sendgrid_signature.as_str()),
+        ("X-Twilio-Email-Event-Webhook-Timestamp", now.as_str()),
     ];
     assert_eq!(post(&stack, "/webhooks/sendgrid", &headers, SENDGRID_BATCH).await.status, StatusCode::ACCEPTED);
     let tampered = SENDGRID_BATCH.replace("delivered", "bounce");
     assert_eq!(post(&stack, "/webhooks/sendgrid", &headers, tampered).await.status, StatusCode::UNAUTHORIZED);
+    // A genuine request captured and replayed later: its signed timestamp is stale.
+    let stale_signature = sendgrid_sign("1000000000", SENDGRID_BATCH);
+    let stale = [
+        ("X-Twilio-Email-Event-Webhook-Signature", stale_signature.as_str()),
+        ("X-Twilio-Email-Event-Webhook-Timestamp", "1000000000"),
+    ];
+    let reply = post(&stack, "/webhooks/sendgrid", &stale, SENDGRID_BATCH).await;
+    assert_eq!((reply.status, reply.error_code().as_deref()), (StatusCode::UNAUTHORIZED, Some("timestamp_stale")));
 
     let records: HashMap<String, OwnedMessage> = stack
         .inbound_records()

@@ -7,9 +7,10 @@
 //!
 //! Each source has a list of secrets (rotation): a request is authentic when any *active* secret matches
 //! (`not_before`/`not_after`, see [`Secret::with_validity`]), and the id of the one that matched is reported so
-//! operators can see when a retiring secret stops being used. Signature first, freshness second: a stale or future
-//! timestamp is only reported for a request that was genuinely signed, so the reason tells clock skew or replay
-//! apart from forgery.
+//! operators can see when a retiring secret stops being used. For the HMAC schemes, signature first, freshness
+//! second: a stale or future timestamp is only reported for a request that was genuinely signed, so the reason
+//! tells clock skew or replay apart from forgery. The asymmetric schemes (Discord, SendGrid) judge freshness first:
+//! a public-key verification costs 5 to 20 HMACs, and a forged flood should not get one for free.
 //!
 //! One module per provider; [`build`] maps a config name to a scheme.
 
@@ -249,8 +250,9 @@ pub fn verify(
 /// Per-source options a scheme is built with.
 #[derive(Debug, Clone, Default)]
 pub struct SchemeOptions {
-    /// Overrides the scheme's timestamp tolerance (seconds, both directions). Ignored by schemes that sign no
-    /// timestamp; enables the check for Zoom, which documents none.
+    /// Overrides the scheme's timestamp tolerance (seconds, both directions). Refused by schemes that sign no
+    /// timestamp ([`UNTIMED_SCHEMES`]) and by `hmac` without a `timestamp_header`; enables the check for Zoom,
+    /// which documents none.
     pub tolerance_s: Option<u64>,
     /// The generic HMAC scheme's settings (required for `scheme = "hmac"`).
     pub hmac: Option<GenericHmacOptions>,
@@ -285,8 +287,17 @@ pub const SCHEME_NAMES: &[&str] = &[
     "none",
 ];
 
+/// Schemes whose signed content carries no time: a `tolerance_s` for them is refused rather than ignored.
+pub const UNTIMED_SCHEMES: &[&str] =
+    &["github", "shopify", "gitlab", "pagerduty", "square", "twilio", "typeform", "woocommerce", "intercom", "none"];
+
 /// The scheme registered under a config name, configured with `options`; an error names what is wrong.
 pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, String> {
+    if options.tolerance_s.is_some() && UNTIMED_SCHEMES.contains(&name) {
+        return Err(format!(
+            "scheme `{name}` signs no timestamp, so tolerance_s cannot apply: remove it (see the README on replays)"
+        ));
+    }
     let tolerance = options.tolerance_s.map(support::Tolerance::seconds);
     let with_default = |default_s: u64| tolerance.or(Some(support::Tolerance::seconds(default_s)));
     let scheme: Box<dyn Scheme> = match name {
@@ -309,8 +320,12 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
         "typeform" => Box::new(typeform::Typeform),
         "woocommerce" => Box::new(woocommerce::WooCommerce),
         "intercom" => Box::new(intercom::Intercom),
-        "discord" => Box::new(discord::Discord),
-        "sendgrid" => Box::new(sendgrid::SendGrid),
+        "discord" => Box::new(discord::Discord::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(discord::DEFAULT_TOLERANCE_S)),
+        )),
+        "sendgrid" => Box::new(sendgrid::SendGrid::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(sendgrid::DEFAULT_TOLERANCE_S)),
+        )),
         "hmac" => {
             let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;
             Box::new(generic::GenericHmac::new(hmac, tolerance)?)
