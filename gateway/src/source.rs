@@ -62,8 +62,16 @@ impl Source {
             problems.extend(field.problem());
         }
         let mut forward_headers = Vec::new();
+        let signature_header = config.hmac.as_ref().map(|hmac| hmac.signature_header.to_ascii_lowercase());
         for name in &config.forward_headers {
             match HeaderName::from_bytes(name.as_bytes()) {
+                Ok(header)
+                    if is_credential(header.as_str()) || signature_header.as_deref() == Some(header.as_str()) =>
+                {
+                    problems.push(format!(
+                        "forward_headers: `{name}` carries a credential or signature; it must not reach Kafka"
+                    ));
+                }
                 Ok(header) => forward_headers.push(header),
                 Err(_) => problems.push(format!("forward_headers: `{name}` is not a valid header name")),
             }
@@ -107,6 +115,14 @@ impl Source {
             None => base.to_owned(),
         })
     }
+}
+
+/// Whether a header (lowercase name) may carry a credential or a signature: never forwarded into Kafka, where
+/// every consumer, the DLQ and its replays would hold it.
+fn is_credential(name: &str) -> bool {
+    const EXACT: &[&str] = &["authorization", "proxy-authorization", "cookie", "set-cookie", "x-gitlab-token"];
+    const PARTS: &[&str] = &["signature", "hmac", "token", "secret", "api-key", "apikey", "password", "auth"];
+    EXACT.contains(&name) || PARTS.iter().any(|part| name.contains(part))
 }
 
 fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<String>) -> Vec<Secret> {
@@ -279,6 +295,11 @@ mod tests {
             ..SourceConfig::new("gh", "github", vec![SecretRef::from_file("a", &file)])
         };
         assert!(problems_of(&config).contains("`bad header` is not a valid header name"));
+        for credential in ["Authorization", "Cookie", "X-Gitlab-Token", "X-Hub-Signature-256", "X-Shopify-Hmac-Sha256"]
+        {
+            let config = SourceConfig { forward_headers: vec![credential.into()], ..config.clone() };
+            assert!(problems_of(&config).contains("carries a credential or signature"), "{credential}");
+        }
         let config = SourceConfig { forward_headers: vec!["User-Agent".into()], ..config };
         let source = Source::from_config(&config, "t").unwrap();
         assert_eq!(source.identity.event_id, vec![signature::FieldSource::pointer("/delivery")]);
