@@ -160,7 +160,10 @@ impl Ingest {
             return Ok(Answer::Handshake(response));
         }
 
-        let identity = source.identity.identify(&parts.headers, &body);
+        // Dedupe and routing only on what the signature covers (a trusted `none` source vouches for everything).
+        let verifying = source.scheme.is_verifying();
+        let is_signed = |name: &str| !verifying || proof.signs_header(name);
+        let identity = source.identity.identify_signed(&parts.headers, &body, &is_signed);
         let event_id = identity.event_id.ok_or(Rejection::MissingEventId)?;
         let meta = EventMeta {
             source: source.name.clone(),
@@ -172,6 +175,7 @@ impl Ingest {
             ordering_key: None,
         };
         let webhook = VerifiedWebhook::new(proof, meta, body, &source.topic)
+            .with_provider_event_id(identity.provider_event_id)
             .with_forwarded_headers(forwarded_headers(source, &parts.headers));
 
         let produce_started = Instant::now();

@@ -364,6 +364,12 @@ impl Reply {
     }
 }
 
+/// The event id the gateway gives a body whose provider id is unsigned: `sha256:<hex>` of the body.
+pub fn body_event_id(body: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(body)))
+}
+
 /// A GitHub delivery: the headers GitHub sends, signed with `secret`.
 #[derive(Debug, Clone)]
 pub struct Delivery {
@@ -373,8 +379,12 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// A delivery of `body`. GitHub does not sign `X-GitHub-Delivery`, so the gateway's event id (the dedupe key)
+    /// is the body's SHA-256 ([`body_event_id`]); the delivery id is that same value here, so `delivery_id` is the
+    /// event id the consumer sees. Two deliveries with the same body are one event.
     pub fn new(body: impl Into<Bytes>) -> Self {
-        Self { delivery_id: uuid::Uuid::new_v4().to_string(), event: "push".to_owned(), body: body.into() }
+        let body = body.into();
+        Self { delivery_id: body_event_id(&body), event: "push".to_owned(), body }
     }
 
     pub fn signature(&self, secret: &str) -> String {

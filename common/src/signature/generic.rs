@@ -244,7 +244,10 @@ impl Scheme for GenericHmac {
                 Part::Body => request.body,
             })
             .collect();
-        let verified = first_hmac_match(self.algorithm, secrets, &parts, &[signature])?;
+        // `new` refuses an id or timestamp header that the template does not sign.
+        let covered =
+            self.id_header.iter().chain(&self.timestamp_header).map(|name| Cow::Owned(name.as_str().to_owned()));
+        let verified = first_hmac_match(self.algorithm, secrets, &parts, &[signature])?.covering(covered);
         if let (Some(tolerance), Some(timestamp)) = (self.tolerance, timestamp) {
             let timestamp_ms = match self.timestamp_unit {
                 TimestampUnit::Seconds => timestamp.saturating_mul(1000),

@@ -45,7 +45,7 @@ use secrecy::{ExposeSecret, SecretSlice};
 
 pub use generic::GenericHmacOptions;
 pub use github::GitHub;
-pub use identity::{FieldSource, Identity, IdentityRule};
+pub use identity::{FieldSource, Identity, IdentityRule, SignedIdentity};
 
 /// A configured secret: an id (for rotation and telemetry), the key bytes (never printed), and the window in which
 /// it is accepted.
@@ -118,19 +118,33 @@ impl<'a> UnverifiedRequest<'a> {
     }
 }
 
-/// Proof that a request verified: which secret matched. Only a scheme can make one.
+/// Proof that a request verified: which secret matched, and which request headers the signature covered (besides
+/// the body). Only a scheme can make one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
     secret_id: String,
+    signed_headers: Vec<Cow<'static, str>>,
 }
 
 impl Verified {
     fn by(secret: &Secret) -> Self {
-        Self { secret_id: secret.id.clone() }
+        Self { secret_id: secret.id.clone(), signed_headers: Vec::new() }
+    }
+
+    /// The signature also covered these headers (lowercase names), so their values are as trustworthy as the body.
+    fn covering(mut self, names: impl IntoIterator<Item = Cow<'static, str>>) -> Self {
+        self.signed_headers.extend(names);
+        self
     }
 
     pub fn secret_id(&self) -> &str {
         &self.secret_id
+    }
+
+    /// Whether the signature covered header `name` (case-insensitive). Every other header of the request could
+    /// have been changed by whoever relayed or captured it.
+    pub fn signs_header(&self, name: &str) -> bool {
+        self.signed_headers.iter().any(|signed| signed.eq_ignore_ascii_case(name))
     }
 }
 
