@@ -69,6 +69,25 @@ impl Default for ServeLimits {
     }
 }
 
+/// The address of the client a request came from, in every request's extensions (admin routes that only
+/// loopback callers may use read it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
+/// The token of an `Authorization: Bearer <token>` header; the scheme name is case-insensitive (RFC 9110).
+pub fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Whether a presented token equals the expected one, in constant time (the length is not the secret).
+pub fn token_matches(presented: &str, expected: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    !presented.is_empty() && bool::from(presented.as_bytes().ct_eq(expected))
+}
+
 /// How long a connection being closed for idleness may take to say goodbye (HTTP/2 GOAWAY) before it is dropped.
 const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
 
@@ -121,7 +140,8 @@ where
         let activity = Arc::new(Activity::new());
         let handler = handler.clone();
         let service_activity = activity.clone();
-        let service = service_fn(move |request| {
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(PeerAddr(peer));
             let guard = RequestGuard::enter(service_activity.clone());
             let response = handler(request);
             async move {
@@ -357,4 +377,25 @@ pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_name_is_case_insensitive() {
+        let mut headers = http::HeaderMap::new();
+        for value in ["Bearer t0k", "bearer t0k", "BEARER   t0k ", "BeArEr t0k"] {
+            headers.insert(header::AUTHORIZATION, header::HeaderValue::from_static(value));
+            assert_eq!(bearer_token(&headers), Some("t0k"), "{value}");
+        }
+        for value in ["Basic t0k", "Bearer", "Bearer ", "t0k"] {
+            headers.insert(header::AUTHORIZATION, header::HeaderValue::from_static(value));
+            assert_eq!(bearer_token(&headers), None, "{value}");
+        }
+        assert!(token_matches("t0k", b"t0k"));
+        assert!(!token_matches("t0k", b"t0K"));
+        assert!(!token_matches("", b""));
+    }
 }

@@ -19,6 +19,10 @@ pub struct GatewayConfig {
     pub admin_addr: String,
     pub kafka: KafkaConfig,
     pub limits: Limits,
+    /// Bearer token `POST /admin/reload` requires from callers other than loopback (an env var or a file, like
+    /// source secrets). Without one, only loopback callers (`kubectl exec`, `kubectl port-forward`, the host
+    /// itself) may reload; SIGHUP always works.
+    pub reload_token: Option<SecretRef>,
     pub sources: Vec<SourceConfig>,
 }
 
@@ -29,6 +33,7 @@ impl Default for GatewayConfig {
             admin_addr: "127.0.0.1:9090".to_owned(),
             kafka: KafkaConfig::default(),
             limits: Limits::default(),
+            reload_token: None,
             sources: Vec::new(),
         }
     }
@@ -192,6 +197,12 @@ impl GatewayConfig {
                 self.limits.max_body_buffer_bytes
             ),
         );
+        if let Some(token) = &self.reload_token {
+            match token.load() {
+                Ok(bytes) => problems.check(bytes.len() >= 16, "reload_token must be at least 16 bytes"),
+                Err(problem) => problems.push(format!("reload_token: {problem}")),
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         for source in &self.sources {
             let name = &source.name;

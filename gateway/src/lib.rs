@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use hookline_common::http::{Body, Readiness, ServeLimits, admin_response, serve};
+use hookline_common::http::{Body, PeerAddr, Readiness, ServeLimits, admin_response, serve};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use prometheus::Registry;
@@ -68,11 +68,18 @@ pub async fn run_with_origin(
     let tasks = TaskTracker::new();
     let fatal = Arc::new(std::sync::Mutex::new(None::<String>));
 
+    let reload_token = match &config.reload_token {
+        Some(token) => Some(secrecy::SecretSlice::from(token.load().map_err(|problem| {
+            hookline_common::config::ConfigError::Invalid(vec![format!("reload_token: {problem}")])
+        })?)),
+        None => None,
+    };
     tasks.spawn(serve_gateway_admin(
         listeners.admin,
         registry,
         readiness.clone(),
         reloader.clone(),
+        reload_token.map(Arc::new),
         shutdown.child_token(),
     ));
     tasks.spawn(watch_producer(producer.clone(), ingest.clone(), readiness, fatal.clone(), shutdown.clone()));
@@ -135,10 +142,12 @@ async fn serve_gateway_admin(
     registry: Registry,
     readiness: Arc<Readiness>,
     reloader: Arc<Reloader>,
+    reload_token: Option<Arc<secrecy::SecretSlice<u8>>>,
     shutdown: CancellationToken,
 ) {
     let handler = move |request: Request<Incoming>| {
         let (registry, readiness, reloader) = (registry.clone(), readiness.clone(), reloader.clone());
+        let reload_token = reload_token.clone();
         async move {
             if request.uri().path() != RELOAD_PATH {
                 return admin_response(&request, &registry, &readiness);
@@ -149,6 +158,10 @@ async fn serve_gateway_admin(
                     &serde_json::json!({ "error": { "code": "method_not_allowed", "message": "POST to reload" } }),
                 );
             }
+            let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0);
+            if let Some(refusal) = reload_refusal(request.headers(), peer, reload_token.as_deref()) {
+                return refusal;
+            }
             reload_response(reloader.reload().await)
         }
     };
@@ -156,16 +169,55 @@ async fn serve_gateway_admin(
     serve(listener, handler, limits, shutdown).await;
 }
 
+/// The answer refusing a reload, if this caller may not reload. Who may: a caller presenting the configured `reload_token` (`Authorization: Bearer`, any case), or,
+/// when none is configured, a loopback caller only. A reload re-reads every secret, so it must not be something
+/// anyone who reaches the admin port can trigger at will.
+fn reload_refusal(
+    headers: &http::HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+    token: Option<&secrecy::SecretSlice<u8>>,
+) -> Option<Response<Body>> {
+    use secrecy::ExposeSecret;
+    match token {
+        Some(token) => {
+            let presented = hookline_common::http::bearer_token(headers).unwrap_or("");
+            if hookline_common::http::token_matches(presented, token.expose_secret()) {
+                None
+            } else {
+                let mut response = json_response(
+                    StatusCode::UNAUTHORIZED,
+                    &serde_json::json!({ "error": { "code": "unauthorized", "message": "a valid bearer token is required" } }),
+                );
+                response.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+                Some(response)
+            }
+        }
+        None if peer.is_some_and(|peer| peer.ip().is_loopback()) => None,
+        None => Some(json_response(
+            StatusCode::FORBIDDEN,
+            &serde_json::json!({ "error": {
+                "code": "forbidden",
+                "message": "reload from loopback, send SIGHUP, or configure reload_token"
+            } }),
+        )),
+    }
+}
+
 fn reload_response(result: Result<reload::Reloaded, Vec<String>>) -> Response<Body> {
     match result {
         Ok(reloaded) => {
             json_response(StatusCode::OK, &serde_json::json!({ "status": "reloaded", "sources": reloaded.n_sources }))
         }
-        // The admin listener is internal; the problems name env variables and files, never secret values.
+        // Only a count: the problems name files and variables (paths to secrets), which the log has and the
+        // answer must not.
         Err(problems) => json_response(
             StatusCode::UNPROCESSABLE_ENTITY,
             &serde_json::json!({
-                "error": { "code": "reload_rejected", "message": "the previous config keeps serving", "problems": problems }
+                "error": {
+                    "code": "reload_rejected",
+                    "message": "the previous config keeps serving; the gateway's log names each problem",
+                    "problems": problems.len()
+                }
             }),
         ),
     }
@@ -198,5 +250,42 @@ async fn watch_producer(
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(READINESS_INTERVAL) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    async fn body_of(response: Response<Body>) -> String {
+        String::from_utf8_lossy(&response.into_body().collect().await.unwrap().to_bytes()).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_reload_needs_the_token_or_loopback_and_never_echoes_paths() {
+        let loopback = Some("127.0.0.1:5000".parse().unwrap());
+        let remote = Some("10.1.2.3:5000".parse().unwrap());
+        let none = http::HeaderMap::new();
+        assert!(reload_refusal(&none, loopback, None).is_none());
+        assert_eq!(reload_refusal(&none, remote, None).unwrap().status(), StatusCode::FORBIDDEN);
+        assert_eq!(reload_refusal(&none, None, None).unwrap().status(), StatusCode::FORBIDDEN);
+
+        let token = secrecy::SecretSlice::from(b"a-reload-token-of-length".to_vec());
+        let mut bearer = http::HeaderMap::new();
+        bearer.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("bearer a-reload-token-of-length"));
+        assert!(reload_refusal(&bearer, remote, Some(&token)).is_none());
+        assert_eq!(reload_refusal(&none, loopback, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
+        let mut wrong = http::HeaderMap::new();
+        wrong.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("Bearer a-reload-token-of-lengtH"));
+        assert_eq!(reload_refusal(&wrong, remote, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
+
+        let rejected =
+            reload_response(Err(vec!["secret `a`: cannot read /run/secrets/hookline/github: No such file".into()]));
+        assert_eq!(rejected.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body = body_of(rejected).await;
+        assert!(!body.contains("/run/secrets"), "{body}");
+        assert!(body.contains("\"problems\":1"), "{body}");
     }
 }

@@ -276,6 +276,7 @@ impl TestStackBuilder {
             admin_addr: "127.0.0.1:0".to_owned(),
             kafka: gateway_kafka,
             limits: self.gateway_limits.unwrap_or(Limits { body_read_timeout_ms: 2_000, ..Limits::default() }),
+            reload_token: None,
             sources: std::iter::once(SourceConfig {
                 max_body_bytes: 64 * 1024,
                 ..SourceConfig::new(
