@@ -28,6 +28,7 @@ use crate::{
     error::{Rejection, json_response},
     metrics::Metrics,
     produce::{EventProducer, VerifiedWebhook},
+    rejection_log::{RejectionLog, Verdict, log_summary},
     source::{Source, SourceTable},
 };
 
@@ -41,6 +42,7 @@ pub struct Ingest {
     limits: Limits,
     in_flight: Semaphore,
     body_budget: BodyBudget,
+    rejection_log: RejectionLog,
 }
 
 const ROUTE_PREFIX: &str = "/webhooks/";
@@ -74,6 +76,7 @@ impl Ingest {
             limits: config.limits.clone(),
             in_flight: Semaphore::new(config.limits.max_in_flight),
             body_budget: BodyBudget::new(config.limits.max_body_buffer_bytes),
+            rejection_log: RejectionLog::default(),
         })
     }
 
@@ -92,6 +95,10 @@ impl Ingest {
         &self.metrics
     }
 
+    pub fn rejection_log(&self) -> &RejectionLog {
+        &self.rejection_log
+    }
+
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         let sources = self.sources.load_full();
@@ -105,7 +112,11 @@ impl Ingest {
             Ok(Answer::Accepted(response)) => ("accepted", response),
             Ok(Answer::Handshake(response)) => ("handshake", response),
             Err(failure) => {
-                log_rejection(&source_label, &failure);
+                let (verdict, summary) = self.rejection_log.record(&source_label, failure.rejection.code(), started);
+                log_summary(&summary);
+                if verdict == Verdict::Log {
+                    log_rejection(&source_label, &failure);
+                }
                 (failure.rejection.code(), failure.rejection.into_response(self.limits.retry_after_s))
             }
         };
@@ -300,7 +311,8 @@ where
     }
 }
 
-/// The one log line of a rejection: source, reason, event id when known. Never the body, a signature or a secret.
+/// The log line of a rejection (when the rate-limited log allows one): source, reason, event id when known.
+/// Never the body, a signature or a secret.
 fn log_rejection(source: &str, failure: &Failure) {
     let rejection = &failure.rejection;
     let event_id = failure.event_id.as_deref().unwrap_or("");

@@ -9,6 +9,7 @@ pub mod error;
 pub mod ingest;
 pub mod metrics;
 pub mod produce;
+pub mod rejection_log;
 pub mod reload;
 pub mod source;
 
@@ -84,6 +85,7 @@ pub async fn run_with_origin(
     ));
     tasks.spawn(watch_producer(producer.clone(), ingest.clone(), readiness, fatal.clone(), shutdown.clone()));
     tasks.spawn(reload::reload_on_sighup(reloader, shutdown.child_token()));
+    tasks.spawn(summarise_rejections(ingest.clone(), shutdown.child_token()));
 
     let limits = public_serve_limits(&config.limits, hookline_common::http::open_files_limit());
     let handler = move |request| ingest.clone().handle(request);
@@ -221,6 +223,20 @@ fn reload_response(result: Result<reload::Reloaded, Vec<String>>) -> Response<Bo
             }),
         ),
     }
+}
+
+/// Writes the rate-limited rejection log's summary when an interval ends, even if no request follows.
+async fn summarise_rejections(ingest: Arc<Ingest>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(rejection_log::INTERVAL) => {}
+        }
+        rejection_log::log_summary(&ingest.rejection_log().take_summary(std::time::Instant::now()));
+    }
+    // Whatever the last interval held back.
+    let far_enough = std::time::Instant::now() + rejection_log::INTERVAL;
+    rejection_log::log_summary(&ingest.rejection_log().take_summary(far_enough));
 }
 
 /// Marks the gateway ready while the broker answers metadata requests for the inbound topic, and samples the
