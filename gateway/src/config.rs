@@ -123,6 +123,11 @@ pub struct SourceConfig {
     /// Where the event type comes from; default: the scheme's.
     #[serde(default)]
     pub event_type: Option<FieldSource>,
+    /// Where the ordering key comes from: `{ header = "..." }` or `{ json_pointer = "/data/object/id" }` into the
+    /// verified body. Events of one key are handled in order (the record is keyed by it, and it rides in
+    /// `hookline-ordering-key`); a request without the value is keyed by its event id, as if the source had none.
+    #[serde(default)]
+    pub ordering_key: Option<FieldSource>,
     /// Request headers carried into Kafka, each as a record header named [`FORWARDED_HEADER_PREFIX`] + its
     /// lowercase name.
     #[serde(default)]

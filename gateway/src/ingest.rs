@@ -183,7 +183,8 @@ impl Ingest {
             received_at_ms,
             content_type: parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
             secret_id: String::new(),
-            ordering_key: None,
+            // Absent from this request: keyed by the event id, as for a source without an ordering key.
+            ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&parts.headers, &body)),
         };
         let webhook = VerifiedWebhook::new(proof, meta, body, &source.topic)
             .with_provider_event_id(identity.provider_event_id)

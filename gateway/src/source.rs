@@ -20,6 +20,7 @@ pub struct Source {
     pub max_body_bytes: usize,
     pub topic: String,
     pub identity: IdentityRule,
+    pub ordering_key: Option<signature::FieldSource>,
     pub forward_headers: Vec<HeaderName>,
     pub public_url: Option<String>,
 }
@@ -58,8 +59,13 @@ impl Source {
         if topic.is_empty() {
             problems.push("topic is empty".to_owned());
         }
-        for field in config.event_id.iter().chain(&config.event_type) {
+        for field in config.event_id.iter().chain(&config.event_type).chain(&config.ordering_key) {
             problems.extend(field.problem());
+        }
+        if config.ordering_key.as_ref().is_some_and(|key| {
+            matches!(key, signature::FieldSource::BodySha256 | signature::FieldSource::BodySha256Without(_))
+        }) {
+            problems.push("ordering_key must be a header or a json_pointer (a body digest orders nothing)".to_owned());
         }
         let mut forward_headers = Vec::new();
         let signature_header = config.hmac.as_ref().map(|hmac| hmac.signature_header.to_ascii_lowercase());
@@ -102,6 +108,7 @@ impl Source {
             max_body_bytes: config.max_body_bytes,
             topic,
             identity,
+            ordering_key: config.ordering_key.clone(),
             forward_headers,
             public_url: config.public_url.clone(),
         })

@@ -80,3 +80,38 @@ async fn svix_takes_its_id_from_the_spelling_that_verified() {
     assert_eq!(records.len(), 1);
     stack.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_source_ordering_key_keys_the_record_and_rides_in_its_header() {
+    const SECRET: &str = "whsec_ordering_test";
+    let path = std::env::temp_dir().join(format!("hookline-ordering-{}.secret", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&path, SECRET).expect("write secret");
+    let stack = TestStack::builder()
+        .gateway_source(SourceConfig {
+            ordering_key: Some(hookline_common::signature::FieldSource::pointer("/data/object/id")),
+            ..SourceConfig::new("stripe", "stripe", vec![SecretRef::from_file("s", path.display().to_string())])
+        })
+        .build()
+        .await;
+    let now = i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs()).expect("now");
+    let send = |body: &'static [u8]| {
+        let request = Request::post(format!("http://{}/webhooks/stripe", stack.gateway_addr))
+            .header("stripe-signature", hookline_common::signature::stripe::sign(SECRET.as_bytes(), body, now))
+            .body(Full::new(body.into()))
+            .expect("request");
+        stack.send(request)
+    };
+    let ordered = br#"{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_42"}}}"#;
+    let unordered = br#"{"id":"evt_2","type":"ping","data":{}}"#;
+    assert_eq!(send(ordered).await.status, StatusCode::ACCEPTED);
+    assert_eq!(send(unordered).await.status, StatusCode::ACCEPTED);
+    let records = stack.inbound_records().await;
+    let by_id = |id: &str| {
+        records.iter().find(|record| header_of(record, header::EVENT_ID).as_deref() == Some(id)).expect("record")
+    };
+    assert_eq!(by_id("evt_1").key(), Some(&b"in_42"[..]), "keyed by the ordering key");
+    assert_eq!(header_of(by_id("evt_1"), header::ORDERING_KEY).as_deref(), Some("in_42"));
+    assert_eq!(by_id("evt_2").key(), Some(&b"evt_2"[..]), "no value: keyed by the event id");
+    assert_eq!(header_of(by_id("evt_2"), header::ORDERING_KEY), None);
+    stack.shutdown().await;
+}

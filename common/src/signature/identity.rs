@@ -41,6 +41,11 @@ impl FieldSource {
         Self::JsonPointer(pointer.to_owned())
     }
 
+    /// The value this source gives for a verified request, if any (the body is parsed here if a pointer asks).
+    pub fn value(&self, headers: &HeaderMap, body: &[u8]) -> Option<String> {
+        resolve(self, headers, body, &mut None).filter(|value| !value.is_empty())
+    }
+
     /// A problem with this source's spelling, for config validation.
     pub fn problem(&self) -> Option<String> {
         match self {
