@@ -72,6 +72,10 @@ pub struct Limits {
     /// past it a request is answered 503 with `Retry-After`. With `max_connections x max_header_bytes` this
     /// bounds the gateway's memory (see the README).
     pub max_body_buffer_bytes: usize,
+    /// Public-key verifications (Discord Ed25519, SendGrid ECDSA: 5 to 20 times an HMAC) one source may run at
+    /// once, on the blocking pool; past it that source's requests get 503 `verify_busy` with `Retry-After`, so a
+    /// forged flood on one source cannot take the CPU others need. Default: half the cores, at least 1.
+    pub max_asymmetric_verifications_per_source: usize,
 }
 
 impl Default for Limits {
@@ -89,6 +93,7 @@ impl Default for Limits {
             max_connections_per_peer: 1024,
             max_concurrent_streams: 100,
             max_body_buffer_bytes: 256 * 1024 * 1024,
+            max_asymmetric_verifications_per_source: crate::source::default_verifications_per_source(),
         }
     }
 }

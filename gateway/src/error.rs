@@ -32,6 +32,8 @@ pub enum Rejection {
     Overloaded,
     #[error("the gateway holds as many request bodies as it may")]
     BodyBufferFull,
+    #[error("this source's signature verifications are at their limit")]
+    VerifyBusy,
     #[error("the broker did not acknowledge the event")]
     Produce(#[source] ProduceError),
 }
@@ -53,7 +55,9 @@ impl Rejection {
                 | VerifyError::TimestampFuture
                 | VerifyError::MissingTimestamp(_),
             ) => StatusCode::UNAUTHORIZED,
-            Self::Overloaded | Self::BodyBufferFull | Self::Produce(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Overloaded | Self::BodyBufferFull | Self::VerifyBusy | Self::Produce(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -70,6 +74,7 @@ impl Rejection {
             Self::MissingEventId => "event_id_missing",
             Self::Overloaded => "overloaded",
             Self::BodyBufferFull => "body_buffer_full",
+            Self::VerifyBusy => "verify_busy",
             Self::Produce(ProduceError::QueueFull) => "broker_queue_full",
             Self::Produce(_) => "broker_unavailable",
         }

@@ -148,19 +148,49 @@ impl Ingest {
             parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
         let (body, _body_reservation) =
             read_body(body, declared, source.max_body_bytes, &self.body_budget, body_deadline).await?;
+        // A public-key source's own budget first, so its flood never holds the in-flight permits others need.
+        let verify_permit = match &source.verify_budget {
+            Some(budget) => Some(budget.clone().try_acquire_owned().map_err(|_| Rejection::VerifyBusy)?),
+            None => None,
+        };
         // Only a complete body takes a permit: slow senders hold none.
         let _permit = self.in_flight.try_acquire().map_err(|_| Rejection::Overloaded)?;
         self.metrics.body_size.with_label_values(&[&source.name]).observe(body.len() as f64);
 
         let url = source.signed_url(parts.uri.query());
+        let verified = match verify_permit {
+            // Off the async workers, so the other sources' requests keep being served.
+            Some(verify_permit) => {
+                let (source, headers, body, method, url) =
+                    (source.clone(), parts.headers.clone(), body.clone(), parts.method.clone(), url.clone());
+                tokio::task::spawn_blocking(move || {
+                    let _verify_permit = verify_permit;
+                    let mut unverified = UnverifiedRequest::new(&headers, &body, received_at_ms).with_method(&method);
+                    if let Some(url) = &url {
+                        unverified = unverified.with_url(url);
+                    }
+                    signature::verify(source.scheme.as_ref(), &unverified, &source.secrets)
+                })
+                .await
+                .map_err(|_| Rejection::VerifyBusy)?
+            }
+            None => {
+                let mut unverified =
+                    UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method);
+                if let Some(url) = &url {
+                    unverified = unverified.with_url(url);
+                }
+                signature::verify(source.scheme.as_ref(), &unverified, &source.secrets)
+            }
+        };
+        let proof = verified.map_err(|error| {
+            self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
+            Rejection::Verify(error)
+        })?;
         let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method);
         if let Some(url) = &url {
             unverified = unverified.with_url(url);
         }
-        let proof = signature::verify(source.scheme.as_ref(), &unverified, &source.secrets).map_err(|error| {
-            self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
-            Rejection::Verify(error)
-        })?;
         self.metrics.verified.with_label_values(&[&source.name, proof.secret_id()]).inc();
 
         let secret = source.secrets.iter().find(|secret| secret.id == proof.secret_id());

@@ -2,7 +2,10 @@
 //! verifies (topic, identity, forwarded headers). A [`SourceTable`] is every source of one config; reloads swap
 //! whole tables, so a request always sees one consistent config.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use hookline_common::{
     signature::{self, IdentityRule, Scheme, SchemeOptions, Secret},
@@ -23,11 +26,24 @@ pub struct Source {
     pub ordering_key: Option<signature::FieldSource>,
     pub forward_headers: Vec<HeaderName>,
     pub public_url: Option<String>,
+    /// For public-key schemes (Discord, SendGrid): the verifications of this source that may run at once. A
+    /// forged flood of one source then costs at most this many cores, never another source's.
+    pub verify_budget: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Source {
     /// Builds a source, loading and decoding its secrets; every problem is returned at once.
     pub fn from_config(config: &SourceConfig, default_topic: &str) -> Result<Self, Vec<String>> {
+        Self::from_config_with(config, default_topic, default_verifications_per_source())
+    }
+
+    /// [`Self::from_config`], with a public-key scheme allowed `verifications_per_source` at once.
+    pub fn from_config_with(
+        config: &SourceConfig,
+        default_topic: &str,
+        verifications_per_source: usize,
+    ) -> Result<Self, Vec<String>> {
+        let verifications_per_source = verifications_per_source.max(1);
         let mut problems = Vec::new();
         let options = SchemeOptions { tolerance_s: config.tolerance_s, hmac: config.hmac.clone() };
         let scheme = signature::build(&config.scheme, &options).map_err(|problem| problems.push(problem)).ok();
@@ -94,6 +110,7 @@ impl Source {
             }
         }
         let Some(scheme) = scheme.filter(|_| problems.is_empty()) else { return Err(problems) };
+        let scheme_is_asymmetric = scheme.is_asymmetric();
         let mut identity = scheme.identity();
         if let Some(event_id) = &config.event_id {
             identity.event_id = vec![event_id.clone()];
@@ -111,6 +128,8 @@ impl Source {
             ordering_key: config.ordering_key.clone(),
             forward_headers,
             public_url: config.public_url.clone(),
+            verify_budget: scheme_is_asymmetric
+                .then(|| Arc::new(tokio::sync::Semaphore::new(verifications_per_source))),
         })
     }
 
@@ -130,6 +149,11 @@ fn is_credential(name: &str) -> bool {
     const EXACT: &[&str] = &["authorization", "proxy-authorization", "cookie", "set-cookie", "x-gitlab-token"];
     const PARTS: &[&str] = &["signature", "hmac", "token", "secret", "api-key", "apikey", "password", "auth"];
     EXACT.contains(&name) || PARTS.iter().any(|part| name.contains(part))
+}
+
+/// Half the cores (at least one): a public-key flood on one source leaves the others the rest.
+pub fn default_verifications_per_source() -> usize {
+    std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1))
 }
 
 fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<String>) -> Vec<Secret> {
@@ -171,7 +195,7 @@ fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<S
 /// Every source of one config, by name.
 #[derive(Debug, Default)]
 pub struct SourceTable {
-    sources: HashMap<String, Source>,
+    sources: HashMap<String, Arc<Source>>,
 }
 
 impl SourceTable {
@@ -180,9 +204,10 @@ impl SourceTable {
         let mut sources = HashMap::new();
         let mut problems = Vec::new();
         for source_config in &config.sources {
-            match Source::from_config(source_config, &config.kafka.inbound_topic) {
+            let per_source = config.limits.max_asymmetric_verifications_per_source;
+            match Source::from_config_with(source_config, &config.kafka.inbound_topic, per_source) {
                 Ok(source) => {
-                    sources.insert(source.name.clone(), source);
+                    sources.insert(source.name.clone(), Arc::new(source));
                 }
                 Err(found) => {
                     problems
@@ -193,7 +218,7 @@ impl SourceTable {
         if problems.is_empty() { Ok(Self { sources }) } else { Err(problems) }
     }
 
-    pub fn get(&self, name: &str) -> Option<&Source> {
+    pub fn get(&self, name: &str) -> Option<&Arc<Source>> {
         self.sources.get(name)
     }
 

@@ -49,6 +49,10 @@ impl Scheme for Discord {
         "discord"
     }
 
+    fn is_asymmetric(&self) -> bool {
+        true
+    }
+
     /// The public key, hex as shown in the developer portal.
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
         let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;

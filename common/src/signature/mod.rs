@@ -245,6 +245,12 @@ pub trait Scheme: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether verification is public-key cryptography (Discord, SendGrid), costly enough to run on a bounded
+    /// pool with a per-source budget.
+    fn is_asymmetric(&self) -> bool {
+        false
+    }
+
     /// Whether the scheme checks a signature at all. Only `none` says no.
     fn is_verifying(&self) -> bool {
         true

@@ -47,6 +47,10 @@ impl Scheme for SendGrid {
         "sendgrid"
     }
 
+    fn is_asymmetric(&self) -> bool {
+        true
+    }
+
     /// The verification key: base64 of the DER SubjectPublicKeyInfo.
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
         let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
