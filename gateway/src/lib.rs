@@ -239,7 +239,8 @@ async fn summarise_rejections(ingest: Arc<Ingest>, shutdown: CancellationToken) 
     rejection_log::log_summary(&ingest.rejection_log().take_summary(far_enough));
 }
 
-/// Marks the gateway ready while the broker answers metadata requests for the inbound topic, and samples the
+/// Marks the gateway ready while the broker answers metadata requests and every topic the sources produce to
+/// exists (a source routed to a missing topic would answer 503 for ever), and samples the
 /// producer's queue depth; on a fatal producer error, records it and shuts the gateway down so the orchestrator
 /// restarts a clean process.
 async fn watch_producer(
@@ -251,9 +252,14 @@ async fn watch_producer(
 ) {
     let kafka_ready = readiness.check("kafka");
     loop {
+        // Every topic the current sources produce to (they can change on a reload), and the inbound topic.
+        let mut topics = ingest.sources().topics();
+        topics.push(producer.inbound_topic().to_owned());
+        topics.sort();
+        topics.dedup();
         let probe = producer.clone();
         let reachable =
-            tokio::task::spawn_blocking(move || probe.broker_reachable(READINESS_INTERVAL)).await.unwrap_or(false);
+            tokio::task::spawn_blocking(move || probe.topics_ready(&topics, READINESS_INTERVAL)).await.unwrap_or(false);
         kafka_ready.store(reachable, Ordering::Relaxed);
         ingest.metrics().producer_queue_depth.set(i64::from(producer.queue_depth()));
         if let Some(reason) = producer.fatal_error() {

@@ -141,11 +141,21 @@ impl EventProducer {
         self.producer.in_flight_count()
     }
 
-    /// Whether the broker answers a metadata request for the inbound topic. Blocking: call off the runtime.
-    pub fn broker_reachable(&self, timeout: Duration) -> bool {
-        self.producer.client().fetch_metadata(Some(&self.topic), timeout).is_ok_and(|metadata| {
-            metadata.topics().iter().any(|topic| topic.error().is_none() && !topic.partitions().is_empty())
+    /// Whether the broker answers a metadata request and each of `topics` exists with partitions. Blocking:
+    /// call off the runtime.
+    pub fn topics_ready(&self, topics: &[String], timeout: Duration) -> bool {
+        let Ok(metadata) = self.producer.client().fetch_metadata(None, timeout) else { return false };
+        topics.iter().all(|name| {
+            metadata
+                .topics()
+                .iter()
+                .any(|topic| topic.name() == name && topic.error().is_none() && !topic.partitions().is_empty())
         })
+    }
+
+    /// The inbound topic: where sources without a `topic` of their own produce.
+    pub fn inbound_topic(&self) -> &str {
+        &self.topic
     }
 
     /// A fatal producer error (for example a fenced idempotent producer): the producer cannot be used again.

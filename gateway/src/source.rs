@@ -231,6 +231,11 @@ impl SourceTable {
         self.sources.len()
     }
 
+    /// The topics these sources produce to.
+    pub fn topics(&self) -> Vec<String> {
+        self.sources.values().map(|source| source.topic.clone()).collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.sources.is_empty()
     }

@@ -115,3 +115,31 @@ async fn a_source_ordering_key_keys_the_record_and_rides_in_its_header() {
     assert_eq!(header_of(by_id("evt_2"), header::ORDERING_KEY), None);
     stack.shutdown().await;
 }
+
+/// `/readyz` covers every topic a source produces to: a source routed to a topic nothing created would answer
+/// 503 to every delivery while the gateway looked ready.
+#[tokio::test]
+async fn readyz_covers_every_topic_the_sources_produce_to() {
+    let topic = format!("test-{}-elsewhere", uuid::Uuid::new_v4().simple());
+    let stack = TestStack::builder()
+        .gateway_source(SourceConfig { topic: Some(topic.clone()), ..SourceConfig::new("elsewhere", "none", vec![]) })
+        .build()
+        .await;
+    let readyz = || async {
+        let request =
+            Request::get(format!("http://{}/readyz", stack.gateway_admin_addr)).body(Full::default()).expect("request");
+        stack.send(request).await.status
+    };
+    // Several readiness probes' worth: never ready while the topic is missing (the broker itself is up).
+    for _ in 0..40 {
+        assert_eq!(readyz().await, StatusCode::SERVICE_UNAVAILABLE, "ready without topic {topic}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let spec = hookline_common::kafka::TopicSpec { name: topic.clone(), partitions: 1, compacted: false };
+    hookline_common::kafka::ensure_topics(&hookline_tests::brokers(), &[spec], 1).await.expect("create topic");
+    hookline_tests::eventually(std::time::Duration::from_secs(30), "ready once the topic exists", || async {
+        readyz().await == StatusCode::OK
+    })
+    .await;
+    stack.shutdown().await;
+}

@@ -8,6 +8,12 @@
 //! source is built.
 //!
 //! Handshake: a PING (`"type": 1`) is answered `{"type": 1}` after it verified.
+//!
+//! Every other interaction must get an interaction response within 3 s, or Discord shows "interaction failed":
+//! once the broker acknowledged it, it is answered 200 with a *deferred* response (the handler follows up through
+//! the interaction webhook): commands and modal submits `{"type":5}` (DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE),
+//! components `{"type":6}` (DEFERRED_UPDATE_MESSAGE), autocomplete `{"type":8,"data":{"choices":[]}}` (it cannot
+//! be deferred: no suggestions).
 
 use ed25519_dalek::{Signature, VerifyingKey};
 
@@ -84,6 +90,17 @@ impl Scheme for Discord {
 
     fn identity(&self) -> IdentityRule {
         IdentityRule::new(vec![FieldSource::pointer("/id")], vec![FieldSource::pointer("/type")])
+    }
+
+    fn accepted_reply(&self, request: &UnverifiedRequest<'_>) -> Option<super::AcceptedReply> {
+        let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
+        let reply: &[u8] = match body.get("type")?.as_u64()? {
+            2 | 5 => br#"{"type":5}"#,
+            3 => br#"{"type":6}"#,
+            4 => br#"{"type":8,"data":{"choices":[]}}"#,
+            _ => return None,
+        };
+        Some(super::AcceptedReply { status: 200, content_type: "application/json", body: reply.to_vec() })
     }
 
     fn handshake(&self, request: &UnverifiedRequest<'_>, _secret: &Secret) -> Option<Handshake> {
@@ -181,6 +198,19 @@ mod tests {
         assert_eq!(run("00", BODY, &[("a", &public)]), Err(VerifyError::malformed(SIGNATURE)));
         assert!(Discord::default().decode_secret(b"not hex").is_err());
         assert!(Discord::default().decode_secret(public.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn other_interactions_get_a_deferred_response() {
+        let headers = headers(&[]);
+        let reply = |body: &[u8]| Discord::default().accepted_reply(&UnverifiedRequest::new(&headers, body, 0));
+        assert_eq!(reply(BODY).map(|r| (r.status, r.body)), Some((200, br#"{"type":5}"#.to_vec())));
+        assert_eq!(reply(br#"{"id":"1","type":3}"#).map(|r| r.body), Some(br#"{"type":6}"#.to_vec()));
+        assert_eq!(
+            reply(br#"{"id":"1","type":4}"#).map(|r| r.body),
+            Some(br#"{"type":8,"data":{"choices":[]}}"#.to_vec())
+        );
+        assert_eq!(reply(br#"{"id":"1","type":9}"#), None);
     }
 
     #[test]

@@ -216,6 +216,14 @@ impl Handshake {
     }
 }
 
+/// The answer to an accepted (verified and acknowledged) request, when a provider needs a particular one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedReply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
 /// One provider's signature scheme, configured for one source.
 pub trait Scheme: Send + Sync + fmt::Debug {
     /// The scheme's config name (`scheme = "..."`).
@@ -237,6 +245,12 @@ pub trait Scheme: Send + Sync + fmt::Debug {
 
     /// The handshake reply this verified request asks for, if it is one. `secret` is the one that verified it.
     fn handshake(&self, _request: &UnverifiedRequest<'_>, _secret: &Secret) -> Option<Handshake> {
+        None
+    }
+
+    /// The answer a verified, produced request gets instead of the default `202 {"status":"accepted",...}`, for
+    /// providers that need another one: Discord wants an interaction response body, Zoom a 200 or 204.
+    fn accepted_reply(&self, _request: &UnverifiedRequest<'_>) -> Option<AcceptedReply> {
         None
     }
 
