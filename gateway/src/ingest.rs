@@ -7,6 +7,7 @@
 //! by the connection caps, the body timeout and the shared body buffer budget ([`BodyBudget`]).
 
 use std::{
+    collections::HashMap,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -43,6 +44,40 @@ pub struct Ingest {
     in_flight: Semaphore,
     body_budget: BodyBudget,
     rejection_log: RejectionLog,
+    /// Metric handles of the hot path's fixed labels, resolved once per source table instead of per request.
+    handles: ArcSwap<HashMap<String, SourceHandles>>,
+    produce_acked: prometheus::Histogram,
+    produce_failed: prometheus::Histogram,
+}
+
+/// One source's metric handles for an accepted request.
+#[derive(Debug)]
+struct SourceHandles {
+    accepted: prometheus::IntCounter,
+    accepted_duration: prometheus::Histogram,
+    body_size: prometheus::Histogram,
+    /// By secret id.
+    verified: HashMap<String, prometheus::IntCounter>,
+}
+
+fn resolve_handles(metrics: &Metrics, sources: &SourceTable) -> HashMap<String, SourceHandles> {
+    sources
+        .iter()
+        .map(|source| {
+            let name = source.name.as_str();
+            let handles = SourceHandles {
+                accepted: metrics.requests.with_label_values(&[name, "accepted"]),
+                accepted_duration: metrics.request_duration.with_label_values(&[name, "accepted"]),
+                body_size: metrics.body_size.with_label_values(&[name]),
+                verified: source
+                    .secrets
+                    .iter()
+                    .map(|secret| (secret.id.clone(), metrics.verified.with_label_values(&[name, &secret.id])))
+                    .collect(),
+            };
+            (source.name.clone(), handles)
+        })
+        .collect()
 }
 
 const ROUTE_PREFIX: &str = "/webhooks/";
@@ -69,7 +104,11 @@ impl Ingest {
     pub fn new(config: &GatewayConfig, producer: EventProducer, metrics: Metrics) -> Result<Self, Vec<String>> {
         let sources = SourceTable::build(config)?;
         sources.log_warnings();
+        let handles = resolve_handles(&metrics, &sources);
         Ok(Self {
+            handles: ArcSwap::from_pointee(handles),
+            produce_acked: metrics.produce_duration.with_label_values(&["acked"]),
+            produce_failed: metrics.produce_duration.with_label_values(&["failed"]),
             sources: ArcSwap::from_pointee(sources),
             producer,
             metrics,
@@ -83,6 +122,7 @@ impl Ingest {
     /// Serves `sources` from the next request on; requests in flight finish with the table they started with.
     pub fn replace_sources(&self, sources: SourceTable) {
         sources.log_warnings();
+        self.handles.store(Arc::new(resolve_handles(&self.metrics, &sources)));
         self.sources.store(Arc::new(sources));
     }
 
@@ -120,11 +160,20 @@ impl Ingest {
                 (failure.rejection.code(), failure.rejection.into_response(self.limits.retry_after_s))
             }
         };
-        self.metrics.requests.with_label_values(&[&source_label, outcome]).inc();
-        self.metrics
-            .request_duration
-            .with_label_values(&[&source_label, outcome])
-            .observe(started.elapsed().as_secs_f64());
+        let handles = self.handles.load();
+        match handles.get(&source_label).filter(|_| outcome == "accepted") {
+            Some(handles) => {
+                handles.accepted.inc();
+                handles.accepted_duration.observe(started.elapsed().as_secs_f64());
+            }
+            None => {
+                self.metrics.requests.with_label_values(&[&source_label, outcome]).inc();
+                self.metrics
+                    .request_duration
+                    .with_label_values(&[&source_label, outcome])
+                    .observe(started.elapsed().as_secs_f64());
+            }
+        }
         response
     }
 
@@ -155,7 +204,11 @@ impl Ingest {
         };
         // Only a complete body takes a permit: slow senders hold none.
         let _permit = self.in_flight.try_acquire().map_err(|_| Rejection::Overloaded)?;
-        self.metrics.body_size.with_label_values(&[&source.name]).observe(body.len() as f64);
+        let handles = self.handles.load_full();
+        match handles.get(&source.name) {
+            Some(handles) => handles.body_size.observe(body.len() as f64),
+            None => self.metrics.body_size.with_label_values(&[&source.name]).observe(body.len() as f64),
+        }
 
         let url = source.signed_url(parts.uri.query());
         let verified = match verify_permit {
@@ -191,7 +244,10 @@ impl Ingest {
         if let Some(url) = &url {
             unverified = unverified.with_url(url);
         }
-        self.metrics.verified.with_label_values(&[&source.name, proof.secret_id()]).inc();
+        match handles.get(&source.name).and_then(|handles| handles.verified.get(proof.secret_id())) {
+            Some(verified) => verified.inc(),
+            None => self.metrics.verified.with_label_values(&[&source.name, proof.secret_id()]).inc(),
+        }
 
         let secret = source.secrets.iter().find(|secret| secret.id == proof.secret_id());
         if let Some(handshake) = secret.and_then(|secret| source.scheme.handshake(&unverified, secret)) {
@@ -224,11 +280,8 @@ impl Ingest {
         let produce_started = Instant::now();
         let delivery = self.producer.produce(&webhook, deadline.saturating_sub(started.elapsed())).await;
         self.metrics.producer_queue_depth.set(i64::from(self.producer.queue_depth()));
-        let produce_outcome = if delivery.is_ok() { "acked" } else { "failed" };
-        self.metrics
-            .produce_duration
-            .with_label_values(&[produce_outcome])
-            .observe(produce_started.elapsed().as_secs_f64());
+        let produce_duration = if delivery.is_ok() { &self.produce_acked } else { &self.produce_failed };
+        produce_duration.observe(produce_started.elapsed().as_secs_f64());
         let delivery =
             delivery.map_err(|error| Failure { rejection: Rejection::Produce(error), event_id: Some(event_id) })?;
 

@@ -231,6 +231,11 @@ impl SourceTable {
         self.sources.len()
     }
 
+    /// Every source.
+    pub fn iter(&self) -> impl Iterator<Item = &Source> {
+        self.sources.values().map(|source| source.as_ref())
+    }
+
     /// The topics these sources produce to.
     pub fn topics(&self) -> Vec<String> {
         self.sources.values().map(|source| source.topic.clone()).collect()
