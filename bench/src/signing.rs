@@ -135,8 +135,23 @@ impl Signer {
                 headers.push((HeaderName::from_static("x-twilio-email-event-webhook-signature"), value(encoded)));
             }
         }
-        SignedRequest { event_id: event_id.to_owned(), headers, body }
+        // The id the gateway records the event under (the record key the topic check counts): GitHub's delivery id
+        // is not signed and SendGrid sends none, so for them it is the body's SHA-256.
+        let event_id = match self.scheme {
+            SchemeKind::Github | SchemeKind::Sendgrid => body_sha256(&body),
+            SchemeKind::Stripe | SchemeKind::StandardWebhooks => event_id.to_owned(),
+        };
+        SignedRequest { event_id, headers, body }
     }
+}
+
+/// `sha256:<hex>` of a body, as the gateway computes it.
+fn body_sha256(body: &[u8]) -> String {
+    use hookline_common::signature::{FieldSource, IdentityRule};
+    IdentityRule::new(vec![FieldSource::BodySha256], vec![])
+        .identify(&http::HeaderMap::new(), body)
+        .event_id
+        .unwrap_or_default()
 }
 
 /// Whether a request's signature is genuine.
