@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod http;
+pub mod http_client;
 pub mod kafka;
 pub mod signals;
 pub mod signature;

@@ -6,9 +6,9 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use bytes::Bytes;
+use hookline_common::http_client::{self, HttpsClient};
 use http::{Request, Uri, header};
 use http_body_util::Full;
-use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -38,11 +38,32 @@ impl Alerts {
     }
 
     /// Starts the aggregator task when `config.url` is set. It posts a last summary when `shutdown` fires.
-    pub fn start(config: &AlertConfig, shutdown: CancellationToken, tasks: &tokio_util::task::TaskTracker) -> Self {
-        let Some(url) = config.url.as_deref().and_then(|url| url.parse::<Uri>().ok()) else { return Self::disabled() };
+    /// `config_dir` resolves a relative `ca_file`. A URL or CA file that `ConsumerConfig::validate` would
+    /// refuse is logged as an error and leaves alerts off (validation runs first, so this is not reached).
+    pub fn start(
+        config: &AlertConfig,
+        config_dir: &std::path::Path,
+        shutdown: CancellationToken,
+        tasks: &tokio_util::task::TaskTracker,
+    ) -> Self {
+        let Some(url) = config.url.as_deref() else { return Self::disabled() };
+        let url = match http_client::check_url(url) {
+            Ok(url) => url,
+            Err(why) => {
+                tracing::error!(error = %why, "alert.url is not usable; no alert webhook");
+                return Self::disabled();
+            }
+        };
+        let client = match http_client::client(config.ca_file.as_deref().map(|file| config_dir.join(file)).as_deref()) {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::error!(error = %error, "alert webhook client; no alert webhook");
+                return Self::disabled();
+            }
+        };
         let (sender, receiver) = mpsc::channel(QUEUE);
         let interval = Duration::from_secs(config.interval_s);
-        tasks.spawn(aggregate(url, interval, config.max_event_ids, receiver, shutdown));
+        tasks.spawn(aggregate(client, url, interval, config.max_event_ids, receiver, shutdown));
         Self { sender: Some(sender) }
     }
 
@@ -76,13 +97,13 @@ impl Pending {
 }
 
 async fn aggregate(
+    client: HttpsClient,
     url: Uri,
     interval: Duration,
     max_event_ids: usize,
     mut receiver: mpsc::Receiver<DeadLettered>,
     shutdown: CancellationToken,
 ) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut pending = Pending::default();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

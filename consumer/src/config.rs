@@ -105,16 +105,19 @@ impl Default for ProcessingConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AlertConfig {
-    /// `http://` URL to POST to; absent: no webhook (the metric and the error log line remain).
+    /// `https://` (or `http://`) URL to POST to; absent: no webhook (the metric and the error log line remain).
     pub url: Option<String>,
     pub interval_s: u64,
     /// Event ids listed per message.
     pub max_event_ids: usize,
+    /// A PEM file of CA certificates to trust besides the built-in Mozilla roots (an endpoint behind a private
+    /// CA). Relative to the config file's folder.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for AlertConfig {
     fn default() -> Self {
-        Self { url: None, interval_s: 60, max_event_ids: 5 }
+        Self { url: None, interval_s: 60, max_event_ids: 5, ca_file: None }
     }
 }
 
@@ -174,8 +177,15 @@ impl ConsumerConfig {
         problems.check(self.processing.max_in_flight > 0, "processing.max_in_flight must be positive");
         problems.check(self.processing.partition_queue > 0, "processing.partition_queue must be positive");
         problems.check(self.alert.interval_s > 0, "alert.interval_s must be positive");
-        if let Some(url) = &self.alert.url {
-            problems.check(url.starts_with("http://"), "alert.url must be an http:// URL");
+        if let Some(url) = &self.alert.url
+            && let Err(why) = hookline_common::http_client::check_url(url)
+        {
+            problems.push(format!("alert.url {why}"));
+        }
+        if let Some(ca_file) = &self.alert.ca_file
+            && let Err(error) = hookline_common::http_client::client(Some(&self.config_dir.join(ca_file)))
+        {
+            problems.push(format!("alert.ca_file: {error}"));
         }
         problems.into_result()
     }

@@ -114,7 +114,7 @@ pub async fn run(
         handler_timeout: Duration::from_millis(config.handler.timeout_ms),
         retry: config.retry.clone(),
         metrics: metrics.clone(),
-        alerts: Alerts::start(&config.alert, shutdown.clone(), &tasks),
+        alerts: Alerts::start(&config.alert, &config.config_dir, shutdown.clone(), &tasks),
         redis_ready: redis_ready.clone(),
         shutdown: shutdown.clone(),
     };
