@@ -17,6 +17,10 @@ pub enum SchemeKind {
     Stripe,
     /// `webhook-id`/`-timestamp`/`-signature`; secret `whsec_<base64>`.
     StandardWebhooks,
+    /// `X-Twilio-Email-Event-Webhook-Signature` (ECDSA P-256) over timestamp + body; the loadgen's secret file
+    /// holds the *private* key as base64 PKCS#8 DER (the gateway's holds the public key). Event id: the body's
+    /// SHA-256. For forged floods against a public-key source.
+    Sendgrid,
 }
 
 impl SchemeKind {
@@ -26,6 +30,7 @@ impl SchemeKind {
             Self::Github => "github",
             Self::Stripe => "stripe",
             Self::StandardWebhooks => "standard_webhooks",
+            Self::Sendgrid => "sendgrid",
         }
     }
 
@@ -35,6 +40,7 @@ impl SchemeKind {
             Self::Github => "bench-github",
             Self::Stripe => "bench-stripe",
             Self::StandardWebhooks => "bench-standard",
+            Self::Sendgrid => "bench-sendgrid",
         }
     }
 }
@@ -62,6 +68,16 @@ impl Signer {
         let key = match scheme {
             SchemeKind::StandardWebhooks => standard_webhooks::decode_secret(secret.as_bytes())?,
             SchemeKind::Github | SchemeKind::Stripe => secret.as_bytes().to_vec(),
+            SchemeKind::Sendgrid => {
+                use base64::Engine;
+                use p256::pkcs8::DecodePrivateKey;
+                let der = base64::engine::general_purpose::STANDARD
+                    .decode(secret.trim())
+                    .map_err(|_| "the SendGrid signing key is not base64 PKCS#8 DER".to_owned())?;
+                p256::ecdsa::SigningKey::from_pkcs8_der(&der)
+                    .map_err(|_| "the SendGrid signing key is not a P-256 PKCS#8 key".to_owned())?;
+                der
+            }
         };
         Ok(Self { scheme, key, body_bytes })
     }
@@ -107,9 +123,35 @@ impl Signer {
                     value(standard_webhooks::sign(&self.key, event_id, now_s, signed_body)),
                 ));
             }
+            SchemeKind::Sendgrid => {
+                use base64::Engine;
+                use p256::{ecdsa::signature::Signer as _, pkcs8::DecodePrivateKey};
+                #[allow(clippy::expect_used)] // Checked by `Signer::new`.
+                let key = p256::ecdsa::SigningKey::from_pkcs8_der(&self.key).expect("checked in new");
+                let timestamp = now_s.to_string();
+                let signature: p256::ecdsa::Signature = key.sign(&[timestamp.as_bytes(), signed_body].concat());
+                let encoded = base64::engine::general_purpose::STANDARD.encode(signature.to_der().as_bytes());
+                headers.push((HeaderName::from_static("x-twilio-email-event-webhook-timestamp"), value(timestamp)));
+                headers.push((HeaderName::from_static("x-twilio-email-event-webhook-signature"), value(encoded)));
+            }
         }
-        SignedRequest { event_id: event_id.to_owned(), headers, body }
+        // The id the gateway records the event under (the record key the topic check counts): GitHub's delivery id
+        // is not signed and SendGrid sends none, so for them it is the body's SHA-256.
+        let event_id = match self.scheme {
+            SchemeKind::Github | SchemeKind::Sendgrid => body_sha256(&body),
+            SchemeKind::Stripe | SchemeKind::StandardWebhooks => event_id.to_owned(),
+        };
+        SignedRequest { event_id, headers, body }
     }
+}
+
+/// `sha256:<hex>` of a body, as the gateway computes it.
+fn body_sha256(body: &[u8]) -> String {
+    use hookline_common::signature::{FieldSource, IdentityRule};
+    IdentityRule::new(vec![FieldSource::BodySha256], vec![])
+        .identify(&http::HeaderMap::new(), body)
+        .event_id
+        .unwrap_or_default()
 }
 
 /// Whether a request's signature is genuine.
@@ -135,6 +177,28 @@ pub fn json_body(event_id: &str, size: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A PKCS#8 P-256 key (`openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -outform DER | base64`)
+    /// and the gateway's SendGrid scheme agree on what the bench sends.
+    #[test]
+    fn sendgrid_requests_verify_and_forgeries_do_not() {
+        // Made with `openssl genpkey ... | openssl pkcs8 -topk8 -nocrypt -outform DER | base64` and
+        // `openssl pkey -pubout -outform DER | base64`.
+        let private = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgmz9uo59iGvMCdhjSEbJzQqNAFzh1Dxfk/9equBGYMg2hRANCAAQoSfOBJ01hSGIAXcdc2w5oxTPs2OPHOGEVekCtHU/SbqCO7QU/3MQOV45D4MpXgSS18HNcBiGKHkLV5fbkWENF";
+        let public = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEKEnzgSdNYUhiAF3HXNsOaMUz7NjjxzhhFXpArR1P0m6gju0FP9zEDleOQ+DKV4EktfBzXAYhih5C1eX25FhDRQ==";
+        let signer = Signer::new(SchemeKind::Sendgrid, private, 256).unwrap();
+        let scheme = hookline_common::signature::scheme_by_name("sendgrid").unwrap();
+        let secret = hookline_common::signature::Secret::new("k", scheme.decode_secret(public.as_bytes()).unwrap());
+        let now_s = 1_700_000_000;
+        for (kind, expected) in [(SignatureKind::Valid, true), (SignatureKind::Forged, false)] {
+            let request = signer.request("evt", now_s, kind);
+            let headers: http::HeaderMap = request.headers.into_iter().collect();
+            let unverified = hookline_common::signature::UnverifiedRequest::new(&headers, &request.body, now_s * 1000);
+            let verified =
+                hookline_common::signature::verify(scheme.as_ref(), &unverified, std::slice::from_ref(&secret));
+            assert_eq!(verified.is_ok(), expected, "{kind:?}: {verified:?}");
+        }
+    }
 
     #[test]
     fn bodies_are_json_of_the_requested_size() {

@@ -1,7 +1,7 @@
 //! What verifying one request costs, per scheme, on a 1 KiB and a 64 KiB body: the signature check plus the
 //! timestamp check, through the same `signature::verify` entry the gateway calls (filtering the active secrets
 //! included). The HMAC schemes differ mostly in how many bytes they hash and how they encode the MAC; Discord
-//! (Ed25519) and SendGrid (ECDSA P-256, key parsed per request) are the asymmetric outliers.
+//! (Ed25519) and SendGrid (ECDSA P-256, key parsed once when the source is built) are the asymmetric outliers.
 //!
 //! `cargo bench -p hookline-common --bench verify`; `scripts/bench` runs it with short measurement times.
 

@@ -33,7 +33,9 @@ pub struct KafkaConfig {
     pub produce_timeout_ms: u64,
     /// Consumer group of the consumer service.
     pub group_id: String,
-    /// Extra librdkafka properties (for example TLS or SASL settings), applied last.
+    /// Extra librdkafka properties (for example TLS or SASL settings), applied last. Keys that would break a
+    /// guarantee (`acks`, `enable.idempotence`, `enable.auto.offset.store`, ...: see
+    /// [`crate::kafka::REFUSED_PROPERTIES`]) are refused.
     pub properties: std::collections::BTreeMap<String, String>,
 }
 
@@ -68,6 +70,11 @@ impl KafkaConfig {
             "kafka.produce_timeout_ms must be between 100 and 120000",
         );
         problems.check(!self.group_id.is_empty(), "kafka.group_id is empty");
+        for key in self.properties.keys() {
+            if let Some(why) = crate::kafka::refused_property(key) {
+                problems.push(format!("kafka.properties.\"{key}\" is refused: {why}"));
+            }
+        }
     }
 
     pub fn apply_env(&mut self) {
@@ -286,5 +293,26 @@ mod tests {
         let garbage = SecretRef { not_after: Some("next tuesday".into()), ..SecretRef::from_file("s", "/f") };
         assert!(garbage.validity_ms().is_err_and(|problem| problem.contains("RFC 3339")));
         assert_eq!(SecretRef::from_file("s", "/f").validity_ms(), Ok((None, None)));
+    }
+
+    #[test]
+    fn a_refused_kafka_property_names_itself() {
+        let mut kafka = KafkaConfig::default();
+        for (key, value) in [("acks", "1"), ("Enable.Idempotence", "false"), ("enable.auto.offset.store", "true")] {
+            kafka.properties.insert(key.to_owned(), value.to_owned());
+        }
+        kafka.properties.insert("security.protocol".to_owned(), "ssl".to_owned());
+        let mut problems = Problems::default();
+        kafka.validate(&mut problems);
+        let Err(ConfigError::Invalid(problems)) = problems.into_result() else { panic!("refused") };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        for key in ["\"acks\"", "\"Enable.Idempotence\"", "\"enable.auto.offset.store\""] {
+            assert!(problems.iter().any(|problem| problem.contains(key) && problem.contains("refused")), "{key}");
+        }
+        // Never applied either, for a config that skipped validation.
+        let config = crate::kafka::producer_config(&kafka);
+        assert_eq!(config.get("acks"), Some("all"));
+        assert_eq!(config.get("enable.idempotence"), Some("true"));
+        assert_eq!(config.get("security.protocol"), Some("ssl"));
     }
 }

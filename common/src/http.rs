@@ -1,10 +1,12 @@
 //! The HTTP plumbing every service shares: an accept loop with graceful drain, and the admin listener
-//! (`/livez`, `/readyz`, `/metrics`) that each service keeps apart from its public traffic.
+//! (`/livez`, `/readyz`, `/metrics`) that each service keeps apart from its public traffic. Every connection is
+//! bounded: see [`ServeLimits`].
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     convert::Infallible,
     future::Future,
+    net::IpAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -18,33 +20,82 @@ use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{conn::auto, graceful::GracefulShutdown},
+    server::conn::auto,
 };
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub type Body = Full<Bytes>;
 
 /// Limits the accept loop applies to every connection.
+///
+/// A connection costs a file descriptor and a task whatever it sends, so none lives without doing work: a
+/// connection that has not started a request within `header_read_timeout` of opening (this covers the HTTP/1.1 vs
+/// HTTP/2 detection, which has no timer of its own) or for `idle_timeout` since its last request ended is closed;
+/// HTTP/2 peers that stop answering keep-alive pings are closed; and connections past `max_connections` (or
+/// `max_connections_per_peer` from one IP address) are closed as soon as they are accepted.
 #[derive(Debug, Clone, Copy)]
 pub struct ServeLimits {
-    /// A client that has not sent its request head by then is disconnected (slow-loris defence).
+    /// A client that has not sent its request head by then is disconnected (slow-loris defence); also the time a
+    /// new connection may stay silent.
     pub header_read_timeout: Duration,
     /// How long in-flight requests may take to finish once shutdown starts.
     pub drain_deadline: Duration,
     /// Largest request head (HTTP/1.1 read buffer; HTTP/2 header list) a client may send; at least 8192.
     pub max_header_bytes: usize,
+    /// A connection with no request in progress for this long after its last one is closed.
+    pub idle_timeout: Duration,
+    /// Connections open at once on this listener.
+    pub max_connections: usize,
+    /// Connections open at once from one IP address (behind a proxy every client shares its address).
+    pub max_connections_per_peer: usize,
+    /// HTTP/2 streams a connection may have open at once.
+    pub max_concurrent_streams: u32,
 }
 
 impl Default for ServeLimits {
+    /// The admin listeners' limits: few clients (probes, Prometheus, operators).
     fn default() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(10),
             drain_deadline: Duration::from_secs(15),
             max_header_bytes: 64 * 1024,
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 64,
+            max_connections_per_peer: 32,
+            max_concurrent_streams: 16,
         }
     }
+}
+
+/// The address of the client a request came from, in every request's extensions (admin routes that only
+/// loopback callers may use read it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
+/// The token of an `Authorization: Bearer <token>` header; the scheme name is case-insensitive (RFC 9110).
+pub fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Whether a presented token equals the expected one, in constant time (the length is not the secret).
+pub fn token_matches(presented: &str, expected: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    !presented.is_empty() && bool::from(presented.as_bytes().ct_eq(expected))
+}
+
+/// How long a connection being closed for idleness may take to say goodbye (HTTP/2 GOAWAY) before it is dropped.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// The soft limit on open file descriptors of this process (`/proc/self/limits`), when it can be read.
+pub fn open_files_limit() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|line| line.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
 }
 
 /// Serves `handler` on `listener` until `shutdown` is cancelled, then stops accepting and lets in-flight
@@ -62,10 +113,17 @@ where
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(max_header_bytes);
-    builder.http2().timer(TokioTimer::new()).max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX));
-    let graceful = GracefulShutdown::new();
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX))
+        .max_concurrent_streams(limits.max_concurrent_streams.max(1))
+        .keep_alive_interval(limits.header_read_timeout)
+        .keep_alive_timeout(limits.header_read_timeout);
+    let slots = ConnectionSlots::new(limits.max_connections, limits.max_connections_per_peer);
+    let connections = TaskTracker::new();
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -77,22 +135,179 @@ where
                 }
             },
         };
+        // Over a cap: closed at once, costing nothing further.
+        let Some(slot) = slots.take(peer.ip()) else { continue };
+        let activity = Arc::new(Activity::new());
         let handler = handler.clone();
-        let service = service_fn(move |request| {
+        let service_activity = activity.clone();
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(PeerAddr(peer));
+            let guard = RequestGuard::enter(service_activity.clone());
             let response = handler(request);
-            async move { Ok::<_, Infallible>(response.await) }
+            async move {
+                let response = response.await;
+                drop(guard);
+                Ok::<_, Infallible>(response)
+            }
         });
         let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(error = %error, "connection ended with an error");
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let mut connection = std::pin::pin!(connection);
+            let mut close_by: Option<tokio::time::Instant> = None;
+            loop {
+                let idle_check = activity.next_check(limits.header_read_timeout, limits.idle_timeout);
+                tokio::select! {
+                    result = connection.as_mut() => {
+                        if let Err(error) = result {
+                            tracing::debug!(error = %error, "connection ended with an error");
+                        }
+                        return;
+                    }
+                    () = shutdown.cancelled(), if close_by.is_none() => {
+                        connection.as_mut().graceful_shutdown();
+                        close_by = Some(tokio::time::Instant::now() + limits.drain_deadline);
+                    }
+                    () = tokio::time::sleep_until(idle_check), if close_by.is_none() => {
+                        if activity.is_idle(limits.header_read_timeout, limits.idle_timeout) {
+                            connection.as_mut().graceful_shutdown();
+                            close_by = Some(tokio::time::Instant::now() + IDLE_CLOSE_GRACE);
+                        }
+                    }
+                    () = sleep_until_some(close_by) => return,
+                }
             }
         });
     }
     drop(listener);
-    if tokio::time::timeout(limits.drain_deadline, graceful.shutdown()).await.is_err() {
+    connections.close();
+    // Each connection enforces the drain deadline itself; the margin only covers their last steps.
+    if tokio::time::timeout(limits.drain_deadline + Duration::from_secs(1), connections.wait()).await.is_err() {
         tracing::warn!(deadline_s = limits.drain_deadline.as_secs(), "drain deadline passed with requests in flight");
+    }
+}
+
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a connection is doing, for its idle timer: requests in progress, and when that last changed.
+#[derive(Debug)]
+struct Activity {
+    state: Mutex<ActivityState>,
+}
+
+#[derive(Debug)]
+struct ActivityState {
+    in_progress: usize,
+    n_requests: u64,
+    last_change: tokio::time::Instant,
+}
+
+impl Activity {
+    fn new() -> Self {
+        let now = tokio::time::Instant::now();
+        Self { state: Mutex::new(ActivityState { in_progress: 0, n_requests: 0, last_change: now }) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ActivityState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// When the connection may next have been idle too long: a new connection gets `first_request` to start one,
+    /// an open one `idle` after its last request ended. While a request runs, its own deadlines bound it.
+    fn next_check(&self, first_request: Duration, idle: Duration) -> tokio::time::Instant {
+        let state = self.lock();
+        if state.in_progress > 0 {
+            return tokio::time::Instant::now() + idle;
+        }
+        state.last_change + if state.n_requests == 0 { first_request } else { idle }
+    }
+
+    fn is_idle(&self, first_request: Duration, idle: Duration) -> bool {
+        let state = self.lock();
+        let limit = if state.n_requests == 0 { first_request } else { idle };
+        state.in_progress == 0 && state.last_change.elapsed() >= limit
+    }
+}
+
+/// Counts one request as in progress on its connection for as long as it lives (hyper drops the future when the
+/// client goes away).
+struct RequestGuard(Arc<Activity>);
+
+impl RequestGuard {
+    fn enter(activity: Arc<Activity>) -> Self {
+        {
+            let mut state = activity.lock();
+            state.in_progress += 1;
+            state.n_requests += 1;
+            state.last_change = tokio::time::Instant::now();
+        }
+        Self(activity)
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.in_progress = state.in_progress.saturating_sub(1);
+        state.last_change = tokio::time::Instant::now();
+    }
+}
+
+/// The connection caps of one listener: in total and per peer address.
+#[derive(Debug, Clone)]
+struct ConnectionSlots {
+    max_total: usize,
+    max_per_peer: usize,
+    open: Arc<Mutex<SlotCounts>>,
+}
+
+#[derive(Debug, Default)]
+struct SlotCounts {
+    total: usize,
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+impl ConnectionSlots {
+    fn new(max_total: usize, max_per_peer: usize) -> Self {
+        Self { max_total: max_total.max(1), max_per_peer: max_per_peer.max(1), open: Arc::default() }
+    }
+
+    /// A slot for a connection from `peer`, or `None` when a cap is reached.
+    fn take(&self, peer: IpAddr) -> Option<ConnectionSlot> {
+        let mut counts = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let from_peer = counts.per_peer.get(&peer).copied().unwrap_or(0);
+        if counts.total >= self.max_total || from_peer >= self.max_per_peer {
+            return None;
+        }
+        counts.total += 1;
+        counts.per_peer.insert(peer, from_peer + 1);
+        Some(ConnectionSlot { open: self.open.clone(), peer })
+    }
+}
+
+/// One open connection's place under the caps, given back when it closes.
+#[derive(Debug)]
+struct ConnectionSlot {
+    open: Arc<Mutex<SlotCounts>>,
+    peer: IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut counts = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(count) = counts.per_peer.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                counts.per_peer.remove(&self.peer);
+            }
+        }
     }
 }
 
@@ -162,4 +377,25 @@ pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_name_is_case_insensitive() {
+        let mut headers = http::HeaderMap::new();
+        for value in ["Bearer t0k", "bearer t0k", "BEARER   t0k ", "BeArEr t0k"] {
+            headers.insert(header::AUTHORIZATION, header::HeaderValue::from_static(value));
+            assert_eq!(bearer_token(&headers), Some("t0k"), "{value}");
+        }
+        for value in ["Basic t0k", "Bearer", "Bearer ", "t0k"] {
+            headers.insert(header::AUTHORIZATION, header::HeaderValue::from_static(value));
+            assert_eq!(bearer_token(&headers), None, "{value}");
+        }
+        assert!(token_matches("t0k", b"t0k"));
+        assert!(!token_matches("t0k", b"t0K"));
+        assert!(!token_matches("", b""));
+    }
 }

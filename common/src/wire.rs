@@ -28,7 +28,8 @@ pub const READABLE_FORMAT_VERSIONS: &[&str] = &["1", "2"];
 pub mod header {
     /// Name of the configured source that received the request (`POST /webhooks/{source}`).
     pub const SOURCE: &str = "hookline-source";
-    /// The event id used for dedupe (from the provider's delivery id header or body field).
+    /// The event id used for dedupe, from signed bytes only: a signed id header, a body field, or the body's
+    /// SHA-256 when the provider's id is unsigned (see [`PROVIDER_EVENT_ID`]).
     pub const EVENT_ID: &str = "hookline-event-id";
     /// The provider's event type, when the scheme knows where to find it.
     pub const EVENT_TYPE: &str = "hookline-event-type";
@@ -51,6 +52,10 @@ pub mod header {
     pub const FORWARDED_PREFIX: &str = "http-";
     /// Set by the replayer with [`REPLAY_OF`]: how many times that entry has been re-driven, this time included.
     pub const REPLAY_COUNT: &str = "hookline-replay-count";
+    /// The provider's own event id when the signature does not cover it (GitHub `X-GitHub-Delivery`, Shopify
+    /// `X-Shopify-Event-Id`, ...): metadata for handlers and operators, never a dedupe key. [`EVENT_ID`] is then
+    /// the body's SHA-256, so the same body re-sent under a fresh id is still a duplicate.
+    pub const PROVIDER_EVENT_ID: &str = "hookline-provider-event-id";
 
     /// Dead-letter headers, added to the original headers (which are kept unchanged).
     pub mod dlq {

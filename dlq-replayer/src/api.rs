@@ -18,7 +18,6 @@ use hyper::body::Incoming;
 use prometheus::Registry;
 use secrecy::{ExposeSecret, SecretSlice};
 use serde::Serialize;
-use subtle::ConstantTimeEq;
 
 use crate::{
     filter::Filter,
@@ -104,16 +103,9 @@ impl Api {
     }
 
     fn authorized(&self, headers: &HeaderMap) -> bool {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim)
-            .unwrap_or("");
-        let expected = self.token.expose_secret();
-        // `ct_eq` on slices of different lengths is false without comparing contents; the length of the token is
-        // not the secret.
-        !presented.is_empty() && bool::from(presented.as_bytes().ct_eq(expected))
+        // The scheme name is case-insensitive (RFC 9110): `bearer` and `BEARER` are accepted too.
+        let presented = hookline_common::http::bearer_token(headers).unwrap_or("");
+        hookline_common::http::token_matches(presented, self.token.expose_secret())
     }
 }
 

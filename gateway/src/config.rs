@@ -19,6 +19,10 @@ pub struct GatewayConfig {
     pub admin_addr: String,
     pub kafka: KafkaConfig,
     pub limits: Limits,
+    /// Bearer token `POST /admin/reload` requires from callers other than loopback (an env var or a file, like
+    /// source secrets). Without one, only loopback callers (`kubectl exec`, `kubectl port-forward`, the host
+    /// itself) may reload; SIGHUP always works.
+    pub reload_token: Option<SecretRef>,
     pub sources: Vec<SourceConfig>,
 }
 
@@ -29,6 +33,7 @@ impl Default for GatewayConfig {
             admin_addr: "127.0.0.1:9090".to_owned(),
             kafka: KafkaConfig::default(),
             limits: Limits::default(),
+            reload_token: None,
             sources: Vec::new(),
         }
     }
@@ -52,6 +57,25 @@ pub struct Limits {
     pub request_deadline_ms: u64,
     /// Largest request head a client may send (HTTP/1.1 headers, HTTP/2 header list), at least 8192.
     pub max_header_bytes: usize,
+    /// A connection with no request in progress for this long after its last one is closed. A new connection
+    /// gets `header_read_timeout_ms` to start its first request.
+    pub idle_timeout_ms: u64,
+    /// Public connections open at once; more are closed on accept. Lowered at start-up, with a warning, to what
+    /// the process's open-file limit leaves after a reserve for the admin listener, Kafka and files.
+    pub max_connections: usize,
+    /// Public connections open at once from one IP address. Behind a proxy or load balancer every client shares
+    /// its address: raise it to `max_connections` there.
+    pub max_connections_per_peer: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Bytes of request bodies held at once, over all requests (read buffers included, being read or in flight):
+    /// past it a request is answered 503 with `Retry-After`. With `max_connections x max_header_bytes` this
+    /// bounds the gateway's memory (see the README).
+    pub max_body_buffer_bytes: usize,
+    /// Public-key verifications (Discord Ed25519, SendGrid ECDSA: 5 to 20 times an HMAC) one source may run at
+    /// once, on the blocking pool; past it that source's requests get 503 `verify_busy` with `Retry-After`, so a
+    /// forged flood on one source cannot take the CPU others need. Default: half the cores, at least 1.
+    pub max_asymmetric_verifications_per_source: usize,
 }
 
 impl Default for Limits {
@@ -64,6 +88,12 @@ impl Default for Limits {
             retry_after_s: 5,
             request_deadline_ms: 9_000,
             max_header_bytes: 64 * 1024,
+            idle_timeout_ms: 30_000,
+            max_connections: 4096,
+            max_connections_per_peer: 1024,
+            max_concurrent_streams: 100,
+            max_body_buffer_bytes: 256 * 1024 * 1024,
+            max_asymmetric_verifications_per_source: crate::source::default_verifications_per_source(),
         }
     }
 }
@@ -98,6 +128,11 @@ pub struct SourceConfig {
     /// Where the event type comes from; default: the scheme's.
     #[serde(default)]
     pub event_type: Option<FieldSource>,
+    /// Where the ordering key comes from: `{ header = "..." }` or `{ json_pointer = "/data/object/id" }` into the
+    /// verified body. Events of one key are handled in order (the record is keyed by it, and it rides in
+    /// `hookline-ordering-key`); a request without the value is keyed by its event id, as if the source had none.
+    #[serde(default)]
+    pub ordering_key: Option<FieldSource>,
     /// Request headers carried into Kafka, each as a record header named [`FORWARDED_HEADER_PREFIX`] + its
     /// lowercase name.
     #[serde(default)]
@@ -157,6 +192,27 @@ impl GatewayConfig {
             "limits.request_deadline_ms must be between 1000 and 120000",
         );
         problems.check(self.limits.max_header_bytes >= 8192, "limits.max_header_bytes must be at least 8192");
+        problems.check(self.limits.max_connections > 0, "limits.max_connections must be positive");
+        problems.check(self.limits.max_connections_per_peer > 0, "limits.max_connections_per_peer must be positive");
+        problems.check(self.limits.max_concurrent_streams > 0, "limits.max_concurrent_streams must be positive");
+        problems.check(
+            self.limits.header_read_timeout_ms > 0 && self.limits.idle_timeout_ms > 0,
+            "limits.header_read_timeout_ms and limits.idle_timeout_ms must be positive",
+        );
+        let largest_body = self.sources.iter().map(|source| source.max_body_bytes).max().unwrap_or(0);
+        problems.check(
+            self.limits.max_body_buffer_bytes >= largest_body,
+            format!(
+                "limits.max_body_buffer_bytes ({}) is below the largest source max_body_bytes ({largest_body})",
+                self.limits.max_body_buffer_bytes
+            ),
+        );
+        if let Some(token) = &self.reload_token {
+            match token.load() {
+                Ok(bytes) => problems.check(bytes.len() >= 16, "reload_token must be at least 16 bytes"),
+                Err(problem) => problems.push(format!("reload_token: {problem}")),
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         for source in &self.sources {
             let name = &source.name;

@@ -23,13 +23,17 @@ pub enum Rejection {
     #[error("the body did not arrive in time")]
     BodyTimeout,
     #[error("the body could not be read")]
-    BodyRead(#[source] hyper::Error),
+    BodyRead(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("{0}")]
     Verify(#[source] VerifyError),
     #[error("the request carries no event id where this source expects one")]
     MissingEventId,
     #[error("the gateway is at its concurrency limit")]
     Overloaded,
+    #[error("the gateway holds as many request bodies as it may")]
+    BodyBufferFull,
+    #[error("this source's signature verifications are at their limit")]
+    VerifyBusy,
     #[error("the broker did not acknowledge the event")]
     Produce(#[source] ProduceError),
 }
@@ -51,7 +55,9 @@ impl Rejection {
                 | VerifyError::TimestampFuture
                 | VerifyError::MissingTimestamp(_),
             ) => StatusCode::UNAUTHORIZED,
-            Self::Overloaded | Self::Produce(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Overloaded | Self::BodyBufferFull | Self::VerifyBusy | Self::Produce(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -67,6 +73,8 @@ impl Rejection {
             Self::Verify(error) => error.reason(),
             Self::MissingEventId => "event_id_missing",
             Self::Overloaded => "overloaded",
+            Self::BodyBufferFull => "body_buffer_full",
+            Self::VerifyBusy => "verify_busy",
             Self::Produce(ProduceError::QueueFull) => "broker_queue_full",
             Self::Produce(_) => "broker_unavailable",
         }

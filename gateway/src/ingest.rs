@@ -1,8 +1,13 @@
-//! The hot path: `POST /webhooks/{source}` → find the source → read the body within its limits → verify the
-//! signature over the raw bytes → answer a handshake, or produce → 202 once the broker acknowledged.
-//! Nothing else happens here.
+//! The hot path: `POST /webhooks/{source}` → find the source → read the body within its limits → take an
+//! in-flight permit → verify the signature over the raw bytes → answer a handshake, or produce → 202 once the
+//! broker acknowledged. Nothing else happens here.
+//!
+//! The in-flight permit is taken only once the body is complete, so clients that send slowly (or, over HTTP/2,
+//! declare a body and never send it) hold no permit and cannot starve fast ones; what they can hold is bounded
+//! by the connection caps, the body timeout and the shared body buffer budget ([`BodyBudget`]).
 
 use std::{
+    collections::HashMap,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -15,15 +20,16 @@ use hookline_common::{
     wire::{EventMeta, now_ms},
 };
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{
     config::{FORWARDED_HEADER_PREFIX, GatewayConfig, Limits},
-    error::{Rejection, json_response},
+    error::Rejection,
     metrics::Metrics,
     produce::{EventProducer, VerifiedWebhook},
+    rejection_log::{RejectionLog, Verdict, log_summary},
     source::{Source, SourceTable},
 };
 
@@ -36,6 +42,42 @@ pub struct Ingest {
     metrics: Metrics,
     limits: Limits,
     in_flight: Semaphore,
+    body_budget: BodyBudget,
+    rejection_log: RejectionLog,
+    /// Metric handles of the hot path's fixed labels, resolved once per source table instead of per request.
+    handles: ArcSwap<HashMap<String, SourceHandles>>,
+    produce_acked: prometheus::Histogram,
+    produce_failed: prometheus::Histogram,
+}
+
+/// One source's metric handles for an accepted request.
+#[derive(Debug)]
+struct SourceHandles {
+    accepted: prometheus::IntCounter,
+    accepted_duration: prometheus::Histogram,
+    body_size: prometheus::Histogram,
+    /// By secret id.
+    verified: HashMap<String, prometheus::IntCounter>,
+}
+
+fn resolve_handles(metrics: &Metrics, sources: &SourceTable) -> HashMap<String, SourceHandles> {
+    sources
+        .iter()
+        .map(|source| {
+            let name = source.name.as_str();
+            let handles = SourceHandles {
+                accepted: metrics.requests.with_label_values(&[name, "accepted"]),
+                accepted_duration: metrics.request_duration.with_label_values(&[name, "accepted"]),
+                body_size: metrics.body_size.with_label_values(&[name]),
+                verified: source
+                    .secrets
+                    .iter()
+                    .map(|secret| (secret.id.clone(), metrics.verified.with_label_values(&[name, &secret.id])))
+                    .collect(),
+            };
+            (source.name.clone(), handles)
+        })
+        .collect()
 }
 
 const ROUTE_PREFIX: &str = "/webhooks/";
@@ -62,18 +104,25 @@ impl Ingest {
     pub fn new(config: &GatewayConfig, producer: EventProducer, metrics: Metrics) -> Result<Self, Vec<String>> {
         let sources = SourceTable::build(config)?;
         sources.log_warnings();
+        let handles = resolve_handles(&metrics, &sources);
         Ok(Self {
+            handles: ArcSwap::from_pointee(handles),
+            produce_acked: metrics.produce_duration.with_label_values(&["acked"]),
+            produce_failed: metrics.produce_duration.with_label_values(&["failed"]),
             sources: ArcSwap::from_pointee(sources),
             producer,
             metrics,
             limits: config.limits.clone(),
             in_flight: Semaphore::new(config.limits.max_in_flight),
+            body_budget: BodyBudget::new(config.limits.max_body_buffer_bytes),
+            rejection_log: RejectionLog::default(),
         })
     }
 
     /// Serves `sources` from the next request on; requests in flight finish with the table they started with.
     pub fn replace_sources(&self, sources: SourceTable) {
         sources.log_warnings();
+        self.handles.store(Arc::new(resolve_handles(&self.metrics, &sources)));
         self.sources.store(Arc::new(sources));
     }
 
@@ -86,37 +135,45 @@ impl Ingest {
         &self.metrics
     }
 
+    pub fn rejection_log(&self) -> &RejectionLog {
+        &self.rejection_log
+    }
+
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         let sources = self.sources.load_full();
         let source_label = source_label(&sources, request.uri().path()).to_owned();
-        let (outcome, response) = match self.in_flight.try_acquire() {
-            Err(_) => {
-                let failure = Failure::from(Rejection::Overloaded);
-                log_rejection(&source_label, &failure);
+        let result = {
+            // A guard, not inc/dec around the await: hyper drops this future when the client goes away.
+            let _in_flight = InFlight::enter(&self.metrics.in_flight);
+            self.accept(&sources, request, started).await
+        };
+        let (outcome, response) = match result {
+            Ok(Answer::Accepted(response)) => ("accepted", response),
+            Ok(Answer::Handshake(response)) => ("handshake", response),
+            Err(failure) => {
+                let (verdict, summary) = self.rejection_log.record(&source_label, failure.rejection.code(), started);
+                log_summary(&summary);
+                if verdict == Verdict::Log {
+                    log_rejection(&source_label, &failure);
+                }
                 (failure.rejection.code(), failure.rejection.into_response(self.limits.retry_after_s))
             }
-            Ok(_permit) => {
-                let result = {
-                    // A guard, not inc/dec around the await: hyper drops this future when the client goes away.
-                    let _in_flight = InFlight::enter(&self.metrics.in_flight);
-                    self.accept(&sources, request, started).await
-                };
-                match result {
-                    Ok(Answer::Accepted(response)) => ("accepted", response),
-                    Ok(Answer::Handshake(response)) => ("handshake", response),
-                    Err(failure) => {
-                        log_rejection(&source_label, &failure);
-                        (failure.rejection.code(), failure.rejection.into_response(self.limits.retry_after_s))
-                    }
-                }
-            }
         };
-        self.metrics.requests.with_label_values(&[&source_label, outcome]).inc();
-        self.metrics
-            .request_duration
-            .with_label_values(&[&source_label, outcome])
-            .observe(started.elapsed().as_secs_f64());
+        let handles = self.handles.load();
+        match handles.get(&source_label).filter(|_| outcome == "accepted") {
+            Some(handles) => {
+                handles.accepted.inc();
+                handles.accepted_duration.observe(started.elapsed().as_secs_f64());
+            }
+            None => {
+                self.metrics.requests.with_label_values(&[&source_label, outcome]).inc();
+                self.metrics
+                    .request_duration
+                    .with_label_values(&[&source_label, outcome])
+                    .observe(started.elapsed().as_secs_f64());
+            }
+        }
         response
     }
 
@@ -136,19 +193,61 @@ impl Ingest {
         let (parts, body) = request.into_parts();
         let body_deadline =
             Duration::from_millis(self.limits.body_read_timeout_ms).min(deadline.saturating_sub(started.elapsed()));
-        let body = read_body(body, &parts.headers, source.max_body_bytes, body_deadline).await?;
-        self.metrics.body_size.with_label_values(&[&source.name]).observe(body.len() as f64);
+        let declared =
+            parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        let (body, _body_reservation) =
+            read_body(body, declared, source.max_body_bytes, &self.body_budget, body_deadline).await?;
+        // A public-key source's own budget first, so its flood never holds the in-flight permits others need.
+        let verify_permit = match &source.verify_budget {
+            Some(budget) => Some(budget.clone().try_acquire_owned().map_err(|_| Rejection::VerifyBusy)?),
+            None => None,
+        };
+        // Only a complete body takes a permit: slow senders hold none.
+        let _permit = self.in_flight.try_acquire().map_err(|_| Rejection::Overloaded)?;
+        let handles = self.handles.load_full();
+        match handles.get(&source.name) {
+            Some(handles) => handles.body_size.observe(body.len() as f64),
+            None => self.metrics.body_size.with_label_values(&[&source.name]).observe(body.len() as f64),
+        }
 
         let url = source.signed_url(parts.uri.query());
+        let verified = match verify_permit {
+            // Off the async workers, so the other sources' requests keep being served.
+            Some(verify_permit) => {
+                let (source, headers, body, method, url) =
+                    (source.clone(), parts.headers.clone(), body.clone(), parts.method.clone(), url.clone());
+                tokio::task::spawn_blocking(move || {
+                    let _verify_permit = verify_permit;
+                    let mut unverified = UnverifiedRequest::new(&headers, &body, received_at_ms).with_method(&method);
+                    if let Some(url) = &url {
+                        unverified = unverified.with_url(url);
+                    }
+                    signature::verify(source.scheme.as_ref(), &unverified, &source.secrets)
+                })
+                .await
+                .map_err(|_| Rejection::VerifyBusy)?
+            }
+            None => {
+                let mut unverified =
+                    UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method);
+                if let Some(url) = &url {
+                    unverified = unverified.with_url(url);
+                }
+                signature::verify(source.scheme.as_ref(), &unverified, &source.secrets)
+            }
+        };
+        let proof = verified.map_err(|error| {
+            self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
+            Rejection::Verify(error)
+        })?;
         let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method);
         if let Some(url) = &url {
             unverified = unverified.with_url(url);
         }
-        let proof = signature::verify(source.scheme.as_ref(), &unverified, &source.secrets).map_err(|error| {
-            self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
-            Rejection::Verify(error)
-        })?;
-        self.metrics.verified.with_label_values(&[&source.name, proof.secret_id()]).inc();
+        match handles.get(&source.name).and_then(|handles| handles.verified.get(proof.secret_id())) {
+            Some(verified) => verified.inc(),
+            None => self.metrics.verified.with_label_values(&[&source.name, proof.secret_id()]).inc(),
+        }
 
         let secret = source.secrets.iter().find(|secret| secret.id == proof.secret_id());
         if let Some(handshake) = secret.and_then(|secret| source.scheme.handshake(&unverified, secret)) {
@@ -158,7 +257,10 @@ impl Ingest {
             return Ok(Answer::Handshake(response));
         }
 
-        let identity = source.identity.identify(&parts.headers, &body);
+        // Dedupe and routing only on what the signature covers (a trusted `none` source vouches for everything).
+        let verifying = source.scheme.is_verifying();
+        let is_signed = |name: &str| !verifying || proof.signs_header(name);
+        let identity = source.identity.identify_signed(&parts.headers, &body, &is_signed);
         let event_id = identity.event_id.ok_or(Rejection::MissingEventId)?;
         let meta = EventMeta {
             source: source.name.clone(),
@@ -167,19 +269,19 @@ impl Ingest {
             received_at_ms,
             content_type: parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
             secret_id: String::new(),
-            ordering_key: None,
+            // Absent from this request: keyed by the event id, as for a source without an ordering key.
+            ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&parts.headers, &body)),
         };
-        let webhook = VerifiedWebhook::new(proof, meta, body, &source.topic)
+        let accepted_reply = source.scheme.accepted_reply(&unverified);
+        let webhook = VerifiedWebhook::new(proof, meta, body.clone(), &source.topic)
+            .with_provider_event_id(identity.provider_event_id)
             .with_forwarded_headers(forwarded_headers(source, &parts.headers));
 
         let produce_started = Instant::now();
         let delivery = self.producer.produce(&webhook, deadline.saturating_sub(started.elapsed())).await;
         self.metrics.producer_queue_depth.set(i64::from(self.producer.queue_depth()));
-        let produce_outcome = if delivery.is_ok() { "acked" } else { "failed" };
-        self.metrics
-            .produce_duration
-            .with_label_values(&[produce_outcome])
-            .observe(produce_started.elapsed().as_secs_f64());
+        let produce_duration = if delivery.is_ok() { &self.produce_acked } else { &self.produce_failed };
+        produce_duration.observe(produce_started.elapsed().as_secs_f64());
         let delivery =
             delivery.map_err(|error| Failure { rejection: Rejection::Produce(error), event_id: Some(event_id) })?;
 
@@ -191,10 +293,10 @@ impl Ingest {
             offset = delivery.offset,
             "accepted"
         );
-        Ok(Answer::Accepted(json_response(
-            StatusCode::ACCEPTED,
-            &serde_json::json!({ "status": "accepted", "event_id": webhook.meta().event_id }),
-        )))
+        Ok(Answer::Accepted(match accepted_reply {
+            Some(reply) => provider_reply(reply),
+            None => accepted_response(&webhook.meta().event_id),
+        }))
     }
 
     pub fn producer(&self) -> &EventProducer {
@@ -205,6 +307,38 @@ impl Ingest {
 /// The `source` metric label: the configured name, or `unknown` (never the raw path: bounded cardinality).
 fn source_label<'a>(sources: &'a SourceTable, path: &str) -> &'a str {
     path.strip_prefix(ROUTE_PREFIX).and_then(|name| sources.name_of(name)).unwrap_or("unknown")
+}
+
+/// `202 {"status":"accepted","event_id":"..."}`, written directly (no JSON value per request). Event ids hold
+/// no control characters (see `identity::MAX_FIELD_BYTES` and the check beside it), so quotes and backslashes are
+/// all there is to escape.
+fn accepted_response(event_id: &str) -> Response<Body> {
+    let mut body = String::with_capacity(40 + event_id.len());
+    body.push_str(r#"{"status":"accepted","event_id":""#);
+    for c in event_id.chars() {
+        match c {
+            '"' => body.push_str("\\\""),
+            '\\' => body.push_str("\\\\"),
+            c if c.is_control() => body.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => body.push(c),
+        }
+    }
+    body.push_str(r#""}"#);
+    let mut response = Response::new(Body::new(Bytes::from(body)));
+    *response.status_mut() = StatusCode::ACCEPTED;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A provider's own accepted answer (Discord's interaction response, Zoom's 204).
+fn provider_reply(reply: signature::AcceptedReply) -> Response<Body> {
+    let has_body = !reply.body.is_empty();
+    let mut response = Response::new(Body::new(Bytes::from(reply.body)));
+    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    if has_body {
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
+    }
+    response
 }
 
 /// The allowlisted request headers, as Kafka record headers named `http-<lowercase name>` (one per value).
@@ -219,33 +353,83 @@ fn forwarded_headers(source: &Source, headers: &http::HeaderMap) -> Vec<(String,
         .collect()
 }
 
-/// Reads the whole body, refusing it as soon as it is known to exceed `limit_bytes`: from `Content-Length` before
-/// reading anything, and while streaming when there is none (or it lies). Memory per request is bounded by the
-/// limit.
-async fn read_body(
-    body: Incoming,
-    headers: &http::HeaderMap,
-    limit_bytes: usize,
-    deadline: Duration,
-) -> Result<Bytes, Rejection> {
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit_bytes as u64) {
-        return Err(Rejection::BodyTooLarge { limit_bytes });
+/// The bytes of request bodies the gateway may hold at once, over all requests: each body reserves what its
+/// buffer allocates, as it grows, and gives it back when the request ends.
+#[derive(Debug)]
+pub struct BodyBudget {
+    bytes: Arc<Semaphore>,
+}
+
+impl BodyBudget {
+    pub fn new(max_bytes: usize) -> Self {
+        Self { bytes: Arc::new(Semaphore::new(max_bytes.min(Semaphore::MAX_PERMITS))) }
     }
-    let collect = Limited::new(body, limit_bytes).collect();
-    match tokio::time::timeout(deadline, collect).await {
-        Err(_elapsed) => Err(Rejection::BodyTimeout),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(error)) => match error.downcast::<hyper::Error>() {
-            Ok(error) => Err(Rejection::BodyRead(*error)),
-            // The only other error `Limited` yields is its length limit.
-            Err(_) => Err(Rejection::BodyTooLarge { limit_bytes }),
-        },
+
+    /// Bytes not reserved by any body now.
+    pub fn available(&self) -> usize {
+        self.bytes.available_permits()
+    }
+
+    fn reserve(&self, n_bytes: usize) -> Result<OwnedSemaphorePermit, Rejection> {
+        let n_bytes = u32::try_from(n_bytes).map_err(|_| Rejection::BodyBufferFull)?;
+        self.bytes.clone().try_acquire_many_owned(n_bytes).map_err(|_| Rejection::BodyBufferFull)
     }
 }
 
-/// The one log line of a rejection: source, reason, event id when known. Never the body, a signature or a secret.
+/// Smallest buffer a body starts with once its first bytes arrive.
+const MIN_BODY_BUFFER_BYTES: usize = 4096;
+
+/// Reads the whole body into one buffer, refusing it as soon as it is known to exceed `limit_bytes`: from
+/// `Content-Length` before reading anything, and while streaming when there is none (or it lies).
+///
+/// Memory: the buffer is sized from what has arrived (doubling, from [`MIN_BODY_BUFFER_BYTES`]), never from what
+/// the client declares, and never beyond `limit_bytes` or the declared length; each chunk is copied in and
+/// dropped, so a body of one-byte chunks costs what a body of one chunk costs. Its capacity is at most
+/// `min(limit_bytes, 2 x received + 4 KiB)` and is reserved from `budget` before it is allocated; the
+/// reservation is returned with the bytes and must live as long as they do.
+pub async fn read_body<B>(
+    mut body: B,
+    declared: Option<u64>,
+    limit_bytes: usize,
+    budget: &BodyBudget,
+    deadline: Duration,
+) -> Result<(Bytes, OwnedSemaphorePermit), Rejection>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    if declared.is_some_and(|length| length > limit_bytes as u64) {
+        return Err(Rejection::BodyTooLarge { limit_bytes });
+    }
+    let most = declared.map_or(limit_bytes, |length| usize::try_from(length).unwrap_or(limit_bytes).min(limit_bytes));
+    let mut reservation = budget.reserve(0)?;
+    let mut buffer: Vec<u8> = Vec::new();
+    let collect = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|error| Rejection::BodyRead(error.into()))?;
+            let Ok(data) = frame.into_data() else { continue };
+            let needed = buffer.len() + data.len();
+            if needed > limit_bytes {
+                return Err(Rejection::BodyTooLarge { limit_bytes });
+            }
+            if needed > buffer.capacity() {
+                let grown = needed.max(buffer.capacity() * 2).max(MIN_BODY_BUFFER_BYTES).min(most.max(needed));
+                reservation.merge(budget.reserve(grown - buffer.capacity())?);
+                buffer.reserve_exact(grown - buffer.len());
+            }
+            buffer.extend_from_slice(&data);
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(deadline, collect).await {
+        Err(_elapsed) => Err(Rejection::BodyTimeout),
+        Ok(Err(rejection)) => Err(rejection),
+        Ok(Ok(())) => Ok((Bytes::from(buffer), reservation)),
+    }
+}
+
+/// The log line of a rejection (when the rate-limited log allows one): source, reason, event id when known.
+/// Never the body, a signature or a secret.
 fn log_rejection(source: &str, failure: &Failure) {
     let rejection = &failure.rejection;
     let event_id = failure.event_id.as_deref().unwrap_or("");
@@ -269,5 +453,95 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        pin::Pin,
+        task::{Context, Poll},
+    };
+
+    use hyper::body::Frame;
+
+    use super::*;
+
+    /// A body that arrives in one-byte chunks, as an attacker sends it.
+    struct OneByteChunks {
+        remaining: usize,
+    }
+
+    impl hyper::body::Body for OneByteChunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            if self.remaining == 0 {
+                return Poll::Ready(None);
+            }
+            self.remaining -= 1;
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+        }
+    }
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    /// The documented bound: one buffer of at most `min(limit, 2 x received + 4 KiB)` bytes, all of it reserved
+    /// from the shared budget and given back when the request ends.
+    #[tokio::test]
+    async fn one_byte_chunks_leave_memory_within_the_documented_bound() {
+        let budget = BodyBudget::new(4 * 1024 * 1024);
+        for (n_bytes, declared) in [(1, None), (5_000, None), (1_000_000, None), (777_777, Some(777_777))] {
+            let body = OneByteChunks { remaining: n_bytes };
+            let (bytes, reservation) = read_body(body, declared, 1_000_000, &budget, DEADLINE).await.unwrap();
+            assert_eq!(bytes.len(), n_bytes);
+            let reserved = reservation.num_permits();
+            assert!(reserved >= n_bytes, "the buffer is reserved: {reserved} < {n_bytes}");
+            assert!(reserved <= (2 * n_bytes + MIN_BODY_BUFFER_BYTES).min(1_000_000), "{n_bytes}: {reserved}");
+            assert_eq!(budget.available(), 4 * 1024 * 1024 - reserved);
+            drop((bytes, reservation));
+            assert_eq!(budget.available(), 4 * 1024 * 1024, "given back");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_acknowledgement_is_the_same_json_without_serde() {
+        for event_id in ["evt_1", "sha256:ab", r#"quote"and\back"#] {
+            let response = accepted_response(event_id);
+            assert_eq!(response.status(), StatusCode::ACCEPTED);
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(value, serde_json::json!({ "status": "accepted", "event_id": event_id }));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_allocates_nothing_until_bytes_arrive() {
+        let budget = BodyBudget::new(1024 * 1024);
+        let (bytes, reservation) =
+            read_body(OneByteChunks { remaining: 0 }, Some(1_000_000), 1_000_000, &budget, DEADLINE).await.unwrap();
+        assert!(bytes.is_empty());
+        assert_eq!(reservation.num_permits(), 0);
+    }
+
+    #[tokio::test]
+    async fn bodies_past_the_limit_or_the_budget_are_refused() {
+        let budget = BodyBudget::new(1024 * 1024);
+        let too_large = read_body(OneByteChunks { remaining: 2_000 }, None, 1_000, &budget, DEADLINE).await;
+        assert!(matches!(too_large, Err(Rejection::BodyTooLarge { limit_bytes: 1_000 })));
+        let declared = read_body(OneByteChunks { remaining: 0 }, Some(1_001), 1_000, &budget, DEADLINE).await;
+        assert!(matches!(declared, Err(Rejection::BodyTooLarge { .. })));
+        assert_eq!(budget.available(), 1024 * 1024);
+
+        let small = BodyBudget::new(10_000);
+        let held = read_body(OneByteChunks { remaining: 6_000 }, None, 100_000, &small, DEADLINE).await.unwrap();
+        let refused = read_body(OneByteChunks { remaining: 6_000 }, None, 100_000, &small, DEADLINE).await;
+        assert!(matches!(refused, Err(Rejection::BodyBufferFull)));
+        drop(held);
+        assert_eq!(small.available(), 10_000, "a refused body gives back what it had reserved");
     }
 }

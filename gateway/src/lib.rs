@@ -9,6 +9,7 @@ pub mod error;
 pub mod ingest;
 pub mod metrics;
 pub mod produce;
+pub mod rejection_log;
 pub mod reload;
 pub mod source;
 
@@ -17,7 +18,7 @@ use std::{
     time::Duration,
 };
 
-use hookline_common::http::{Body, Readiness, ServeLimits, admin_response, serve};
+use hookline_common::http::{Body, PeerAddr, Readiness, ServeLimits, admin_response, serve};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use prometheus::Registry;
@@ -68,21 +69,25 @@ pub async fn run_with_origin(
     let tasks = TaskTracker::new();
     let fatal = Arc::new(std::sync::Mutex::new(None::<String>));
 
+    let reload_token = match &config.reload_token {
+        Some(token) => Some(secrecy::SecretSlice::from(token.load().map_err(|problem| {
+            hookline_common::config::ConfigError::Invalid(vec![format!("reload_token: {problem}")])
+        })?)),
+        None => None,
+    };
     tasks.spawn(serve_gateway_admin(
         listeners.admin,
         registry,
         readiness.clone(),
         reloader.clone(),
+        reload_token.map(Arc::new),
         shutdown.child_token(),
     ));
     tasks.spawn(watch_producer(producer.clone(), ingest.clone(), readiness, fatal.clone(), shutdown.clone()));
     tasks.spawn(reload::reload_on_sighup(reloader, shutdown.child_token()));
+    tasks.spawn(summarise_rejections(ingest.clone(), shutdown.child_token()));
 
-    let limits = ServeLimits {
-        header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
-        drain_deadline: Duration::from_millis(config.limits.drain_deadline_ms),
-        max_header_bytes: config.limits.max_header_bytes,
-    };
+    let limits = public_serve_limits(&config.limits, hookline_common::http::open_files_limit());
     let handler = move |request| ingest.clone().handle(request);
     serve(listeners.public, handler, limits, shutdown.clone()).await;
 
@@ -100,16 +105,51 @@ pub async fn run_with_origin(
     }
 }
 
+/// File descriptors kept out of the public listener's reach: the admin listener's connections, the Kafka
+/// client's sockets, secret and config files.
+const RESERVED_FILE_DESCRIPTORS: usize = 256;
+
+/// The public listener's limits; `max_connections` is lowered, with a warning, to what `open_files` leaves after
+/// [`RESERVED_FILE_DESCRIPTORS`], so that silent connections cannot take the descriptors `/livez` and the producer
+/// need.
+fn public_serve_limits(limits: &config::Limits, open_files: Option<usize>) -> ServeLimits {
+    let reserve = RESERVED_FILE_DESCRIPTORS.max(ServeLimits::default().max_connections * 2);
+    let mut max_connections = limits.max_connections;
+    if let Some(open_files) = open_files {
+        let room = open_files.saturating_sub(reserve).max(1);
+        if max_connections > room {
+            tracing::warn!(
+                configured = max_connections,
+                open_files,
+                lowered_to = room,
+                "limits.max_connections is above what the open-file limit allows; raise `ulimit -n`"
+            );
+            max_connections = room;
+        }
+    }
+    ServeLimits {
+        header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),
+        drain_deadline: Duration::from_millis(limits.drain_deadline_ms),
+        max_header_bytes: limits.max_header_bytes,
+        idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
+        max_connections,
+        max_connections_per_peer: limits.max_connections_per_peer.min(max_connections),
+        max_concurrent_streams: limits.max_concurrent_streams,
+    }
+}
+
 /// The admin listener: the shared `/livez`, `/readyz`, `/metrics`, plus `POST /admin/reload`.
 async fn serve_gateway_admin(
     listener: TcpListener,
     registry: Registry,
     readiness: Arc<Readiness>,
     reloader: Arc<Reloader>,
+    reload_token: Option<Arc<secrecy::SecretSlice<u8>>>,
     shutdown: CancellationToken,
 ) {
     let handler = move |request: Request<Incoming>| {
         let (registry, readiness, reloader) = (registry.clone(), readiness.clone(), reloader.clone());
+        let reload_token = reload_token.clone();
         async move {
             if request.uri().path() != RELOAD_PATH {
                 return admin_response(&request, &registry, &readiness);
@@ -120,6 +160,10 @@ async fn serve_gateway_admin(
                     &serde_json::json!({ "error": { "code": "method_not_allowed", "message": "POST to reload" } }),
                 );
             }
+            let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0);
+            if let Some(refusal) = reload_refusal(request.headers(), peer, reload_token.as_deref()) {
+                return refusal;
+            }
             reload_response(reloader.reload().await)
         }
     };
@@ -127,22 +171,76 @@ async fn serve_gateway_admin(
     serve(listener, handler, limits, shutdown).await;
 }
 
+/// The answer refusing a reload, if this caller may not reload. Who may: a caller presenting the configured `reload_token` (`Authorization: Bearer`, any case), or,
+/// when none is configured, a loopback caller only. A reload re-reads every secret, so it must not be something
+/// anyone who reaches the admin port can trigger at will.
+fn reload_refusal(
+    headers: &http::HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+    token: Option<&secrecy::SecretSlice<u8>>,
+) -> Option<Response<Body>> {
+    use secrecy::ExposeSecret;
+    match token {
+        Some(token) => {
+            let presented = hookline_common::http::bearer_token(headers).unwrap_or("");
+            if hookline_common::http::token_matches(presented, token.expose_secret()) {
+                None
+            } else {
+                let mut response = json_response(
+                    StatusCode::UNAUTHORIZED,
+                    &serde_json::json!({ "error": { "code": "unauthorized", "message": "a valid bearer token is required" } }),
+                );
+                response.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+                Some(response)
+            }
+        }
+        None if peer.is_some_and(|peer| peer.ip().is_loopback()) => None,
+        None => Some(json_response(
+            StatusCode::FORBIDDEN,
+            &serde_json::json!({ "error": {
+                "code": "forbidden",
+                "message": "reload from loopback, send SIGHUP, or configure reload_token"
+            } }),
+        )),
+    }
+}
+
 fn reload_response(result: Result<reload::Reloaded, Vec<String>>) -> Response<Body> {
     match result {
         Ok(reloaded) => {
             json_response(StatusCode::OK, &serde_json::json!({ "status": "reloaded", "sources": reloaded.n_sources }))
         }
-        // The admin listener is internal; the problems name env variables and files, never secret values.
+        // Only a count: the problems name files and variables (paths to secrets), which the log has and the
+        // answer must not.
         Err(problems) => json_response(
             StatusCode::UNPROCESSABLE_ENTITY,
             &serde_json::json!({
-                "error": { "code": "reload_rejected", "message": "the previous config keeps serving", "problems": problems }
+                "error": {
+                    "code": "reload_rejected",
+                    "message": "the previous config keeps serving; the gateway's log names each problem",
+                    "problems": problems.len()
+                }
             }),
         ),
     }
 }
 
-/// Marks the gateway ready while the broker answers metadata requests for the inbound topic, and samples the
+/// Writes the rate-limited rejection log's summary when an interval ends, even if no request follows.
+async fn summarise_rejections(ingest: Arc<Ingest>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(rejection_log::INTERVAL) => {}
+        }
+        rejection_log::log_summary(&ingest.rejection_log().take_summary(std::time::Instant::now()));
+    }
+    // Whatever the last interval held back.
+    let far_enough = std::time::Instant::now() + rejection_log::INTERVAL;
+    rejection_log::log_summary(&ingest.rejection_log().take_summary(far_enough));
+}
+
+/// Marks the gateway ready while the broker answers metadata requests and every topic the sources produce to
+/// exists (a source routed to a missing topic would answer 503 for ever), and samples the
 /// producer's queue depth; on a fatal producer error, records it and shuts the gateway down so the orchestrator
 /// restarts a clean process.
 async fn watch_producer(
@@ -154,9 +252,14 @@ async fn watch_producer(
 ) {
     let kafka_ready = readiness.check("kafka");
     loop {
+        // Every topic the current sources produce to (they can change on a reload), and the inbound topic.
+        let mut topics = ingest.sources().topics();
+        topics.push(producer.inbound_topic().to_owned());
+        topics.sort();
+        topics.dedup();
         let probe = producer.clone();
         let reachable =
-            tokio::task::spawn_blocking(move || probe.broker_reachable(READINESS_INTERVAL)).await.unwrap_or(false);
+            tokio::task::spawn_blocking(move || probe.topics_ready(&topics, READINESS_INTERVAL)).await.unwrap_or(false);
         kafka_ready.store(reachable, Ordering::Relaxed);
         ingest.metrics().producer_queue_depth.set(i64::from(producer.queue_depth()));
         if let Some(reason) = producer.fatal_error() {
@@ -169,5 +272,42 @@ async fn watch_producer(
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(READINESS_INTERVAL) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    async fn body_of(response: Response<Body>) -> String {
+        String::from_utf8_lossy(&response.into_body().collect().await.unwrap().to_bytes()).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_reload_needs_the_token_or_loopback_and_never_echoes_paths() {
+        let loopback = Some("127.0.0.1:5000".parse().unwrap());
+        let remote = Some("10.1.2.3:5000".parse().unwrap());
+        let none = http::HeaderMap::new();
+        assert!(reload_refusal(&none, loopback, None).is_none());
+        assert_eq!(reload_refusal(&none, remote, None).unwrap().status(), StatusCode::FORBIDDEN);
+        assert_eq!(reload_refusal(&none, None, None).unwrap().status(), StatusCode::FORBIDDEN);
+
+        let token = secrecy::SecretSlice::from(b"a-reload-token-of-length".to_vec());
+        let mut bearer = http::HeaderMap::new();
+        bearer.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("bearer a-reload-token-of-length"));
+        assert!(reload_refusal(&bearer, remote, Some(&token)).is_none());
+        assert_eq!(reload_refusal(&none, loopback, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
+        let mut wrong = http::HeaderMap::new();
+        wrong.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("Bearer a-reload-token-of-lengtH"));
+        assert_eq!(reload_refusal(&wrong, remote, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
+
+        let rejected =
+            reload_response(Err(vec!["secret `a`: cannot read /run/secrets/hookline/github: No such file".into()]));
+        assert_eq!(rejected.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body = body_of(rejected).await;
+        assert!(!body.contains("/run/secrets"), "{body}");
+        assert!(body.contains("\"problems\":1"), "{body}");
     }
 }

@@ -10,7 +10,7 @@ use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, producer_config},
     signature::Verified,
-    wire::EventMeta,
+    wire::{EventMeta, header},
 };
 use rdkafka::{
     error::{KafkaError, RDKafkaErrorCode},
@@ -27,13 +27,21 @@ pub struct VerifiedWebhook {
     topic: String,
     /// Allowlisted request headers, already named `http-<lowercase name>`.
     forwarded: Vec<(String, Vec<u8>)>,
+    /// The provider's unsigned event id, carried as [`header::PROVIDER_EVENT_ID`].
+    provider_event_id: Option<String>,
 }
 
 impl VerifiedWebhook {
     /// `proof` must be the result of verifying exactly this body; the secret id comes from it.
     pub fn new(proof: Verified, mut meta: EventMeta, body: Bytes, topic: impl Into<String>) -> Self {
         meta.secret_id = proof.secret_id().to_owned();
-        Self { meta, body, topic: topic.into(), forwarded: Vec::new() }
+        Self { meta, body, topic: topic.into(), forwarded: Vec::new(), provider_event_id: None }
+    }
+
+    /// Carries the provider's own event id when it is not the dedupe id (it was not signed).
+    pub fn with_provider_event_id(mut self, provider_event_id: Option<String>) -> Self {
+        self.provider_event_id = provider_event_id;
+        self
     }
 
     /// Carries these request headers into the record (names already prefixed).
@@ -52,6 +60,10 @@ impl VerifiedWebhook {
 
     fn headers(&self) -> OwnedHeaders {
         let mut headers = self.meta.to_headers();
+        if let Some(provider_event_id) = &self.provider_event_id {
+            headers =
+                headers.insert(Header { key: header::PROVIDER_EVENT_ID, value: Some(provider_event_id.as_bytes()) });
+        }
         for (name, value) in &self.forwarded {
             headers = headers.insert(Header { key: name.as_str(), value: Some(value.as_slice()) });
         }
@@ -129,11 +141,21 @@ impl EventProducer {
         self.producer.in_flight_count()
     }
 
-    /// Whether the broker answers a metadata request for the inbound topic. Blocking: call off the runtime.
-    pub fn broker_reachable(&self, timeout: Duration) -> bool {
-        self.producer.client().fetch_metadata(Some(&self.topic), timeout).is_ok_and(|metadata| {
-            metadata.topics().iter().any(|topic| topic.error().is_none() && !topic.partitions().is_empty())
+    /// Whether the broker answers a metadata request and each of `topics` exists with partitions. Blocking:
+    /// call off the runtime.
+    pub fn topics_ready(&self, topics: &[String], timeout: Duration) -> bool {
+        let Ok(metadata) = self.producer.client().fetch_metadata(None, timeout) else { return false };
+        topics.iter().all(|name| {
+            metadata
+                .topics()
+                .iter()
+                .any(|topic| topic.name() == name && topic.error().is_none() && !topic.partitions().is_empty())
         })
+    }
+
+    /// The inbound topic: where sources without a `topic` of their own produce.
+    pub fn inbound_topic(&self) -> &str {
+        &self.topic
     }
 
     /// A fatal producer error (for example a fenced idempotent producer): the producer cannot be used again.

@@ -2,7 +2,10 @@
 //! verifies (topic, identity, forwarded headers). A [`SourceTable`] is every source of one config; reloads swap
 //! whole tables, so a request always sees one consistent config.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use hookline_common::{
     signature::{self, IdentityRule, Scheme, SchemeOptions, Secret},
@@ -20,13 +23,27 @@ pub struct Source {
     pub max_body_bytes: usize,
     pub topic: String,
     pub identity: IdentityRule,
+    pub ordering_key: Option<signature::FieldSource>,
     pub forward_headers: Vec<HeaderName>,
     pub public_url: Option<String>,
+    /// For public-key schemes (Discord, SendGrid): the verifications of this source that may run at once. A
+    /// forged flood of one source then costs at most this many cores, never another source's.
+    pub verify_budget: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Source {
     /// Builds a source, loading and decoding its secrets; every problem is returned at once.
     pub fn from_config(config: &SourceConfig, default_topic: &str) -> Result<Self, Vec<String>> {
+        Self::from_config_with(config, default_topic, default_verifications_per_source())
+    }
+
+    /// [`Self::from_config`], with a public-key scheme allowed `verifications_per_source` at once.
+    pub fn from_config_with(
+        config: &SourceConfig,
+        default_topic: &str,
+        verifications_per_source: usize,
+    ) -> Result<Self, Vec<String>> {
+        let verifications_per_source = verifications_per_source.max(1);
         let mut problems = Vec::new();
         let options = SchemeOptions { tolerance_s: config.tolerance_s, hmac: config.hmac.clone() };
         let scheme = signature::build(&config.scheme, &options).map_err(|problem| problems.push(problem)).ok();
@@ -58,12 +75,25 @@ impl Source {
         if topic.is_empty() {
             problems.push("topic is empty".to_owned());
         }
-        for field in config.event_id.iter().chain(&config.event_type) {
+        for field in config.event_id.iter().chain(&config.event_type).chain(&config.ordering_key) {
             problems.extend(field.problem());
         }
+        if config.ordering_key.as_ref().is_some_and(|key| {
+            matches!(key, signature::FieldSource::BodySha256 | signature::FieldSource::BodySha256Without(_))
+        }) {
+            problems.push("ordering_key must be a header or a json_pointer (a body digest orders nothing)".to_owned());
+        }
         let mut forward_headers = Vec::new();
+        let signature_header = config.hmac.as_ref().map(|hmac| hmac.signature_header.to_ascii_lowercase());
         for name in &config.forward_headers {
             match HeaderName::from_bytes(name.as_bytes()) {
+                Ok(header)
+                    if is_credential(header.as_str()) || signature_header.as_deref() == Some(header.as_str()) =>
+                {
+                    problems.push(format!(
+                        "forward_headers: `{name}` carries a credential or signature; it must not reach Kafka"
+                    ));
+                }
                 Ok(header) => forward_headers.push(header),
                 Err(_) => problems.push(format!("forward_headers: `{name}` is not a valid header name")),
             }
@@ -80,6 +110,7 @@ impl Source {
             }
         }
         let Some(scheme) = scheme.filter(|_| problems.is_empty()) else { return Err(problems) };
+        let scheme_is_asymmetric = scheme.is_asymmetric();
         let mut identity = scheme.identity();
         if let Some(event_id) = &config.event_id {
             identity.event_id = vec![event_id.clone()];
@@ -94,8 +125,11 @@ impl Source {
             max_body_bytes: config.max_body_bytes,
             topic,
             identity,
+            ordering_key: config.ordering_key.clone(),
             forward_headers,
             public_url: config.public_url.clone(),
+            verify_budget: scheme_is_asymmetric
+                .then(|| Arc::new(tokio::sync::Semaphore::new(verifications_per_source))),
         })
     }
 
@@ -107,6 +141,19 @@ impl Source {
             None => base.to_owned(),
         })
     }
+}
+
+/// Whether a header (lowercase name) may carry a credential or a signature: never forwarded into Kafka, where
+/// every consumer, the DLQ and its replays would hold it.
+fn is_credential(name: &str) -> bool {
+    const EXACT: &[&str] = &["authorization", "proxy-authorization", "cookie", "set-cookie", "x-gitlab-token"];
+    const PARTS: &[&str] = &["signature", "hmac", "token", "secret", "api-key", "apikey", "password", "auth"];
+    EXACT.contains(&name) || PARTS.iter().any(|part| name.contains(part))
+}
+
+/// Half the cores (at least one): a public-key flood on one source leaves the others the rest.
+pub fn default_verifications_per_source() -> usize {
+    std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1))
 }
 
 fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<String>) -> Vec<Secret> {
@@ -148,7 +195,7 @@ fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<S
 /// Every source of one config, by name.
 #[derive(Debug, Default)]
 pub struct SourceTable {
-    sources: HashMap<String, Source>,
+    sources: HashMap<String, Arc<Source>>,
 }
 
 impl SourceTable {
@@ -157,9 +204,10 @@ impl SourceTable {
         let mut sources = HashMap::new();
         let mut problems = Vec::new();
         for source_config in &config.sources {
-            match Source::from_config(source_config, &config.kafka.inbound_topic) {
+            let per_source = config.limits.max_asymmetric_verifications_per_source;
+            match Source::from_config_with(source_config, &config.kafka.inbound_topic, per_source) {
                 Ok(source) => {
-                    sources.insert(source.name.clone(), source);
+                    sources.insert(source.name.clone(), Arc::new(source));
                 }
                 Err(found) => {
                     problems
@@ -170,7 +218,7 @@ impl SourceTable {
         if problems.is_empty() { Ok(Self { sources }) } else { Err(problems) }
     }
 
-    pub fn get(&self, name: &str) -> Option<&Source> {
+    pub fn get(&self, name: &str) -> Option<&Arc<Source>> {
         self.sources.get(name)
     }
 
@@ -181,6 +229,16 @@ impl SourceTable {
 
     pub fn len(&self) -> usize {
         self.sources.len()
+    }
+
+    /// Every source.
+    pub fn iter(&self) -> impl Iterator<Item = &Source> {
+        self.sources.values().map(|source| source.as_ref())
+    }
+
+    /// The topics these sources produce to.
+    pub fn topics(&self) -> Vec<String> {
+        self.sources.values().map(|source| source.topic.clone()).collect()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -279,6 +337,11 @@ mod tests {
             ..SourceConfig::new("gh", "github", vec![SecretRef::from_file("a", &file)])
         };
         assert!(problems_of(&config).contains("`bad header` is not a valid header name"));
+        for credential in ["Authorization", "Cookie", "X-Gitlab-Token", "X-Hub-Signature-256", "X-Shopify-Hmac-Sha256"]
+        {
+            let config = SourceConfig { forward_headers: vec![credential.into()], ..config.clone() };
+            assert!(problems_of(&config).contains("carries a credential or signature"), "{credential}");
+        }
         let config = SourceConfig { forward_headers: vec!["User-Agent".into()], ..config };
         let source = Source::from_config(&config, "t").unwrap();
         assert_eq!(source.identity.event_id, vec![signature::FieldSource::pointer("/delivery")]);

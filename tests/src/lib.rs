@@ -296,6 +296,7 @@ impl TestStackBuilder {
             admin_addr: "127.0.0.1:0".to_owned(),
             kafka: gateway_kafka,
             limits: self.gateway_limits.unwrap_or(Limits { body_read_timeout_ms: 2_000, ..Limits::default() }),
+            reload_token: None,
             sources: std::iter::once(SourceConfig {
                 max_body_bytes: 64 * 1024,
                 ..SourceConfig::new(
@@ -384,6 +385,12 @@ impl Reply {
     }
 }
 
+/// The event id the gateway gives a body whose provider id is unsigned: `sha256:<hex>` of the body.
+pub fn body_event_id(body: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(body)))
+}
+
 /// A GitHub delivery: the headers GitHub sends, signed with `secret`.
 #[derive(Debug, Clone)]
 pub struct Delivery {
@@ -393,8 +400,12 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// A delivery of `body`. GitHub does not sign `X-GitHub-Delivery`, so the gateway's event id (the dedupe key)
+    /// is the body's SHA-256 ([`body_event_id`]); the delivery id is that same value here, so `delivery_id` is the
+    /// event id the consumer sees. Two deliveries with the same body are one event.
     pub fn new(body: impl Into<Bytes>) -> Self {
-        Self { delivery_id: uuid::Uuid::new_v4().to_string(), event: "push".to_owned(), body: body.into() }
+        let body = body.into();
+        Self { delivery_id: body_event_id(&body), event: "push".to_owned(), body }
     }
 
     pub fn signature(&self, secret: &str) -> String {
@@ -523,6 +534,20 @@ impl TestStack {
         let request = Request::get(format!("http://{addr}/metrics")).body(Full::default()).expect("request");
         let reply = self.send(request).await;
         let text = String::from_utf8_lossy(&reply.body).into_owned();
+        text.lines()
+            .filter(|line| {
+                line.strip_prefix(metric).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                    && line.contains(label)
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Scrapes the gateway's `/metrics` and sums the samples of `metric` whose labels contain `label`.
+    pub async fn gateway_metric(&self, metric: &str, label: &str) -> f64 {
+        let request =
+            Request::get(format!("http://{}/metrics", self.gateway_admin_addr)).body(Full::default()).expect("request");
+        let text = String::from_utf8_lossy(&self.send(request).await.body).into_owned();
         text.lines()
             .filter(|line| {
                 line.strip_prefix(metric).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))

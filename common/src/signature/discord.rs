@@ -3,20 +3,48 @@
 //! verification (no malleable or small-order signatures). Discord deliberately sends bad signatures and delists
 //! endpoints that accept them. Event id and type from the body (`id`, `type`).
 //!
+//! Replays: the timestamp is signed, and checked against a tolerance (default [`DEFAULT_TOLERANCE_S`]) before the
+//! signature, so a stale, future or unparsable one costs no Ed25519 verification. Keys are parsed once, when the
+//! source is built.
+//!
 //! Handshake: a PING (`"type": 1`) is answered `{"type": 1}` after it verified.
+//!
+//! Every other interaction must get an interaction response within 3 s, or Discord shows "interaction failed":
+//! once the broker acknowledged it, it is answered 200 with a *deferred* response (the handler follows up through
+//! the interaction webhook): commands and modal submits `{"type":5}` (DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE),
+//! components `{"type":6}` (DEFERRED_UPDATE_MESSAGE), autocomplete `{"type":8,"data":{"choices":[]}}` (it cannot
+//! be deferred: no suggestions).
 
 use ed25519_dalek::{Signature, VerifyingKey};
 
 use super::{
     FieldSource, Handshake, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{hex_of_len, required_header},
+    support::{ParsedKeys, Tolerance, check_timestamp_header, hex_of_len, required_header},
 };
+
+/// Discord documents no window; ours, like Stripe's and Slack's.
+pub const DEFAULT_TOLERANCE_S: u64 = 300;
 
 const SIGNATURE: &str = "X-Signature-Ed25519";
 const TIMESTAMP: &str = "X-Signature-Timestamp";
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Discord;
+#[derive(Debug)]
+pub struct Discord {
+    tolerance: Tolerance,
+    keys: ParsedKeys<VerifyingKey>,
+}
+
+impl Discord {
+    pub fn new(tolerance: Tolerance) -> Self {
+        Self { tolerance, keys: ParsedKeys::default() }
+    }
+}
+
+impl Default for Discord {
+    fn default() -> Self {
+        Self::new(Tolerance::seconds(DEFAULT_TOLERANCE_S))
+    }
+}
 
 fn verifying_key(bytes: &[u8]) -> Option<VerifyingKey> {
     VerifyingKey::from_bytes(bytes.try_into().ok()?).ok()
@@ -27,17 +55,23 @@ impl Scheme for Discord {
         "discord"
     }
 
+    fn is_asymmetric(&self) -> bool {
+        true
+    }
+
     /// The public key, hex as shown in the developer portal.
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
         let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
         let bytes = hex_of_len(text.trim(), 32).ok_or("the public key must be 64 hex digits")?;
-        verifying_key(&bytes).ok_or("the public key is not a valid Ed25519 point")?;
+        let key = verifying_key(&bytes).ok_or("the public key is not a valid Ed25519 point")?;
+        self.keys.remember(&bytes, key);
         Ok(bytes)
     }
 
     fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
         let value = required_header(request.headers, "x-signature-ed25519", SIGNATURE)?;
         let timestamp = required_header(request.headers, "x-signature-timestamp", TIMESTAMP)?;
+        check_timestamp_header(self.tolerance, timestamp, TIMESTAMP, request.now_ms)?;
         let signature = hex_of_len(value, 64).ok_or(VerifyError::malformed(SIGNATURE))?;
         let signature = Signature::from_slice(&signature).map_err(|_| VerifyError::malformed(SIGNATURE))?;
         let mut message = Vec::with_capacity(timestamp.len() + request.body.len());
@@ -46,7 +80,9 @@ impl Scheme for Discord {
         secrets
             .iter()
             .find(|secret| {
-                verifying_key(secret.key()).is_some_and(|key| key.verify_strict(&message, &signature).is_ok())
+                self.keys
+                    .get_or_parse(secret.key(), verifying_key)
+                    .is_some_and(|key| key.verify_strict(&message, &signature).is_ok())
             })
             .map(|secret| Verified::by(secret))
             .ok_or(VerifyError::Mismatch)
@@ -54,6 +90,17 @@ impl Scheme for Discord {
 
     fn identity(&self) -> IdentityRule {
         IdentityRule::new(vec![FieldSource::pointer("/id")], vec![FieldSource::pointer("/type")])
+    }
+
+    fn accepted_reply(&self, request: &UnverifiedRequest<'_>) -> Option<super::AcceptedReply> {
+        let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
+        let reply: &[u8] = match body.get("type")?.as_u64()? {
+            2 | 5 => br#"{"type":5}"#,
+            3 => br#"{"type":6}"#,
+            4 => br#"{"type":8,"data":{"choices":[]}}"#,
+            _ => return None,
+        };
+        Some(super::AcceptedReply { status: 200, content_type: "application/json", body: reply.to_vec() })
     }
 
     fn handshake(&self, request: &UnverifiedRequest<'_>, _secret: &Secret) -> Option<Handshake> {
@@ -70,6 +117,8 @@ mod tests {
     use crate::signature::tests::{check, headers, secret};
 
     const TIMESTAMP_VALUE: &str = "1700000000";
+    /// A minute after the signing time.
+    const NOW_MS: i64 = 1_700_000_060_000;
     const BODY: &[u8] = br#"{"id":"1187","type":2,"application_id":"42"}"#;
 
     fn signing_key(seed: u8) -> SigningKey {
@@ -86,7 +135,13 @@ mod tests {
     }
 
     fn run(signature: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
-        check(&Discord, &headers(&[(SIGNATURE, signature), (TIMESTAMP, TIMESTAMP_VALUE)]), body, secrets, 0)
+        check(
+            &Discord::default(),
+            &headers(&[(SIGNATURE, signature), (TIMESTAMP, TIMESTAMP_VALUE)]),
+            body,
+            secrets,
+            NOW_MS,
+        )
     }
 
     #[test]
@@ -94,8 +149,15 @@ mod tests {
         // RFC 8032 section 7.1, TEST 1: the empty message (empty timestamp header and body).
         let public = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
         let signature = "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b";
-        let headers = headers(&[(SIGNATURE, signature), (TIMESTAMP, "")]);
-        assert_eq!(check(&Discord, &headers, b"", &[("app", public)], 0), Ok("app".to_owned()));
+        let key = verifying_key(&Discord::default().decode_secret(public.as_bytes()).unwrap()).unwrap();
+        let signature = Signature::from_slice(&hex::decode(signature).unwrap()).unwrap();
+        assert!(key.verify_strict(b"", &signature).is_ok());
+        // Through the scheme, the empty timestamp header of that vector is not a time.
+        let headers = headers(&[(SIGNATURE, "00".repeat(64).as_str()), (TIMESTAMP, "")]);
+        assert_eq!(
+            check(&Discord::default(), &headers, b"", &[("app", public)], NOW_MS),
+            Err(VerifyError::malformed(TIMESTAMP))
+        );
     }
 
     #[test]
@@ -111,20 +173,53 @@ mod tests {
     }
 
     #[test]
+    fn stale_future_and_unparsable_timestamps_are_refused_before_the_signature() {
+        let public = public_hex(1);
+        let at = |timestamp: &str, now_ms| {
+            let signature = sign(1, timestamp, BODY);
+            let headers = headers(&[(SIGNATURE, signature.as_str()), (TIMESTAMP, timestamp)]);
+            check(&Discord::default(), &headers, BODY, &[("a", &public)], now_ms)
+        };
+        assert_eq!(at("1700000000", NOW_MS), Ok("a".to_owned()));
+        assert_eq!(at("1000000000", NOW_MS), Err(VerifyError::TimestampStale), "2001");
+        assert_eq!(at("2015000000", NOW_MS), Err(VerifyError::TimestampFuture), "ten years ahead");
+        assert_eq!(at("not-a-time", NOW_MS), Err(VerifyError::malformed(TIMESTAMP)));
+        // Freshness is judged first: a stale request with a forged signature is stale, not a mismatch.
+        let headers = headers(&[(SIGNATURE, "00".repeat(64).as_str()), (TIMESTAMP, "1000000000")]);
+        assert_eq!(
+            check(&Discord::default(), &headers, BODY, &[("a", &public)], NOW_MS),
+            Err(VerifyError::TimestampStale)
+        );
+    }
+
+    #[test]
     fn malformed_signatures_and_bad_keys() {
         let public = public_hex(1);
         assert_eq!(run("00", BODY, &[("a", &public)]), Err(VerifyError::malformed(SIGNATURE)));
-        assert!(Discord.decode_secret(b"not hex").is_err());
-        assert!(Discord.decode_secret(public.as_bytes()).is_ok());
+        assert!(Discord::default().decode_secret(b"not hex").is_err());
+        assert!(Discord::default().decode_secret(public.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn other_interactions_get_a_deferred_response() {
+        let headers = headers(&[]);
+        let reply = |body: &[u8]| Discord::default().accepted_reply(&UnverifiedRequest::new(&headers, body, 0));
+        assert_eq!(reply(BODY).map(|r| (r.status, r.body)), Some((200, br#"{"type":5}"#.to_vec())));
+        assert_eq!(reply(br#"{"id":"1","type":3}"#).map(|r| r.body), Some(br#"{"type":6}"#.to_vec()));
+        assert_eq!(
+            reply(br#"{"id":"1","type":4}"#).map(|r| r.body),
+            Some(br#"{"type":8,"data":{"choices":[]}}"#.to_vec())
+        );
+        assert_eq!(reply(br#"{"id":"1","type":9}"#), None);
     }
 
     #[test]
     fn ping_is_answered_with_type_1() {
         let headers = headers(&[]);
         let ping = UnverifiedRequest::new(&headers, br#"{"id":"1","type":1}"#, 0);
-        let reply = Discord.handshake(&ping, &secret("a", "k"));
+        let reply = Discord::default().handshake(&ping, &secret("a", "k"));
         assert_eq!(reply.map(|r| r.body), Some(br#"{"type":1}"#.to_vec()));
-        assert_eq!(Discord.handshake(&UnverifiedRequest::new(&headers, BODY, 0), &secret("a", "k")), None);
-        assert_eq!(Discord.identity().identify(&headers, BODY).event_type.as_deref(), Some("2"));
+        assert_eq!(Discord::default().handshake(&UnverifiedRequest::new(&headers, BODY, 0), &secret("a", "k")), None);
+        assert_eq!(Discord::default().identity().identify(&headers, BODY).event_type.as_deref(), Some("2"));
     }
 }

@@ -154,6 +154,20 @@ impl GenericHmac {
         if template.contains(&Part::Timestamp) && timestamp_header.is_none() {
             return Err("hmac.signed_content uses {timestamp} but hmac.timestamp_header is not set".to_owned());
         }
+        // A value that is checked but not signed proves nothing: anyone can change it on a captured request.
+        if timestamp_header.is_some() && !template.contains(&Part::Timestamp) {
+            return Err("hmac.timestamp_header is set but hmac.signed_content has no {timestamp}: \
+                        an unsigned timestamp cannot stop a replay"
+                .to_owned());
+        }
+        if id_header.is_some() && !template.contains(&Part::Id) {
+            return Err("hmac.id_header is set but hmac.signed_content has no {id}: \
+                        an unsigned id cannot be the dedupe key (use event_id = \"body_sha256\" instead)"
+                .to_owned());
+        }
+        if tolerance.is_some() && timestamp_header.is_none() {
+            return Err("tolerance_s needs hmac.timestamp_header (and {timestamp} in hmac.signed_content)".to_owned());
+        }
         let tolerance = timestamp_header.as_ref().map(|_| tolerance.unwrap_or(Tolerance::seconds(DEFAULT_TOLERANCE_S)));
         Ok(Self {
             signature_header: header_name("signature_header", &options.signature_header)?,
@@ -230,7 +244,10 @@ impl Scheme for GenericHmac {
                 Part::Body => request.body,
             })
             .collect();
-        let verified = first_hmac_match(self.algorithm, secrets, &parts, &[signature])?;
+        // `new` refuses an id or timestamp header that the template does not sign.
+        let covered =
+            self.id_header.iter().chain(&self.timestamp_header).map(|name| Cow::Owned(name.as_str().to_owned()));
+        let verified = first_hmac_match(self.algorithm, secrets, &parts, &[signature])?.covering(covered);
         if let (Some(tolerance), Some(timestamp)) = (self.tolerance, timestamp) {
             let timestamp_ms = match self.timestamp_unit {
                 TimestampUnit::Seconds => timestamp.saturating_mul(1000),

@@ -33,7 +33,7 @@ impl Scheme for GitLabToken {
     fn identity(&self) -> IdentityRule {
         IdentityRule::new(
             vec![FieldSource::header("idempotency-key"), FieldSource::header("x-gitlab-event-uuid")],
-            vec![FieldSource::header("x-gitlab-event"), FieldSource::pointer("/object_kind")],
+            vec![FieldSource::pointer("/object_kind"), FieldSource::header("x-gitlab-event")],
         )
     }
 }

@@ -3,6 +3,12 @@
 //! a source's config can replace either with its own.
 //!
 //! Read only after the request verified: the body is trusted by then, and is bounded by the source's limit.
+//!
+//! The dedupe id must depend only on signed bytes ([`IdentityRule::identify_signed`]): a header the signature does
+//! not cover (GitHub's `X-GitHub-Delivery`, Shopify's `X-Shopify-Event-Id`, ...) can be changed by anyone holding
+//! one genuine request, who could then have it processed again under a fresh id. Such a header is skipped in
+//! favour of a later signed source; when there is none, the event id is the body's SHA-256 and the header's value
+//! is kept as the provider's id (metadata only).
 
 use http::HeaderMap;
 use serde::Deserialize;
@@ -20,6 +26,10 @@ pub enum FieldSource {
     JsonPointer(String),
     /// `sha256:<hex>` of the raw body: identical retries share it. For providers with no stable delivery id.
     BodySha256,
+    /// `sha256:<hex>` of a JSON body with the value at this pointer removed (then re-serialized), for providers
+    /// whose retries re-sign the same event with a new time inside the body (Linear's `/webhookTimestamp`). A body
+    /// that is not JSON, or lacks the field, is hashed as it is.
+    BodySha256Without(String),
 }
 
 impl FieldSource {
@@ -31,6 +41,11 @@ impl FieldSource {
         Self::JsonPointer(pointer.to_owned())
     }
 
+    /// The value this source gives for a verified request, if any (the body is parsed here if a pointer asks).
+    pub fn value(&self, headers: &HeaderMap, body: &[u8]) -> Option<String> {
+        resolve(self, headers, body, &mut None).filter(|value| !value.is_empty())
+    }
+
     /// A problem with this source's spelling, for config validation.
     pub fn problem(&self) -> Option<String> {
         match self {
@@ -40,6 +55,9 @@ impl FieldSource {
             Self::JsonPointer(pointer) => (!pointer.is_empty() && !pointer.starts_with('/'))
                 .then(|| format!("JSON pointer `{pointer}` must be empty or start with `/`")),
             Self::BodySha256 => None,
+            Self::BodySha256Without(pointer) => {
+                (!pointer.starts_with('/')).then(|| format!("JSON pointer `{pointer}` must start with `/`"))
+            }
         }
     }
 }
@@ -88,9 +106,80 @@ fn resolve(
                 _ => return None,
             }
         }
-        FieldSource::BodySha256 => format!("sha256:{}", hex::encode(Sha256::digest(body))),
+        FieldSource::BodySha256 => body_sha256(body),
+        FieldSource::BodySha256Without(pointer) => {
+            let parsed = json.get_or_insert_with(|| serde_json::from_slice(body).ok()).as_ref();
+            let mut value = parsed.cloned();
+            let removed = value.as_mut().and_then(|value| remove_at(value, pointer)).is_some();
+            match value.filter(|_| removed).and_then(|value| serde_json::to_vec(&value).ok()) {
+                Some(without) => body_sha256(&without),
+                None => body_sha256(body),
+            }
+        }
     };
     (value.len() <= MAX_FIELD_BYTES && !value.chars().any(char::is_control)).then_some(value)
+}
+
+fn body_sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// Removes the value at `pointer` (an object member) from `value`; `Some` if there was one.
+fn remove_at(value: &mut serde_json::Value, pointer: &str) -> Option<serde_json::Value> {
+    let (parent, key) = pointer.rsplit_once('/')?;
+    let key = key.replace("~1", "/").replace("~0", "~");
+    value.pointer_mut(parent)?.as_object_mut()?.remove(&key)
+}
+
+/// The identity of a verified request, from signed bytes only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SignedIdentity {
+    /// The dedupe id: a signed value, or the body's SHA-256 when the provider's id is unsigned.
+    pub event_id: Option<String>,
+    /// The value of the first unsigned id header the rule names, when it is not the dedupe id: the provider's own
+    /// id, as metadata for handlers (anyone relaying the request could have changed it).
+    pub provider_event_id: Option<String>,
+    /// The event type: a signed value when one of the rule's sources gives one, else the first unsigned header
+    /// (a routing hint from a provider whose body does not carry its type, such as GitHub's `X-GitHub-Event`).
+    pub event_type: Option<String>,
+}
+
+impl IdentityRule {
+    /// Like [`Self::identify`], but a header for which `is_signed` says no is never the event id: the first such
+    /// value becomes [`SignedIdentity::provider_event_id`], and the event id is the first signed source's value or,
+    /// when there is none, the body's SHA-256. For the event type, an unsigned header is used only when no signed
+    /// source gives a value.
+    pub fn identify_signed(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        is_signed: &dyn Fn(&str) -> bool,
+    ) -> SignedIdentity {
+        let mut json: Option<Option<serde_json::Value>> = None;
+        let mut first = |sources: &[FieldSource]| {
+            let mut unsigned = None;
+            for source in sources {
+                let Some(value) = resolve(source, headers, body, &mut json).filter(|v| !v.is_empty()) else { continue };
+                match source {
+                    FieldSource::Header(name) if !is_signed(name) => {
+                        unsigned.get_or_insert(value);
+                    }
+                    _ => return (Some(value), unsigned),
+                }
+            }
+            (None, unsigned)
+        };
+        let (event_id, provider_event_id) = match first(&self.event_id) {
+            (Some(signed), unsigned) => (Some(signed), unsigned),
+            (None, Some(unsigned)) => (Some(body_sha256(body)), Some(unsigned)),
+            (None, None) => (None, None),
+        };
+        let event_type = match first(&self.event_type) {
+            (Some(signed), _) => Some(signed),
+            (None, unsigned) => unsigned,
+        };
+        SignedIdentity { event_id, provider_event_id, event_type }
+    }
 }
 
 /// The event id and type of a request, as its source's rule found them.
@@ -138,6 +227,49 @@ mod tests {
         let rule = IdentityRule::new(vec![FieldSource::pointer("/id")], vec![]);
         assert_eq!(rule.identify(&HeaderMap::new(), long.as_bytes()).event_id, None);
         assert_eq!(rule.identify(&HeaderMap::new(), br#"{"id":"a\nb"}"#).event_id, None);
+    }
+
+    #[test]
+    fn unsigned_headers_never_make_the_dedupe_id() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-delivery", HeaderValue::from_static("attacker-chosen"));
+        headers.insert("x-signed-id", HeaderValue::from_static("signed-1"));
+        headers.insert("x-kind", HeaderValue::from_static("steered"));
+        let body = br#"{"type":"from.body"}"#;
+        let signed = |name: &str| name == "x-signed-id";
+        let rule = IdentityRule::new(
+            vec![FieldSource::header("x-delivery")],
+            vec![FieldSource::header("x-kind"), FieldSource::pointer("/type")],
+        );
+        let identity = rule.identify_signed(&headers, body, &signed);
+        assert_eq!(identity.event_id, Some(body_sha256(body)), "the body's digest, not the unsigned header");
+        assert_eq!(identity.provider_event_id.as_deref(), Some("attacker-chosen"));
+        assert_eq!(identity.event_type.as_deref(), Some("from.body"), "the signed body wins over a header");
+        let fresh_id = {
+            let mut headers = headers.clone();
+            headers.insert("x-delivery", HeaderValue::from_static("fresh"));
+            rule.identify_signed(&headers, body, &signed).event_id
+        };
+        assert_eq!(fresh_id, identity.event_id, "a changed unsigned id is the same event");
+
+        let rule = IdentityRule::new(
+            vec![FieldSource::header("x-delivery"), FieldSource::header("x-signed-id")],
+            vec![FieldSource::header("x-kind")],
+        );
+        let identity = rule.identify_signed(&headers, body, &signed);
+        assert_eq!(identity.event_id.as_deref(), Some("signed-1"));
+        assert_eq!(identity.provider_event_id.as_deref(), Some("attacker-chosen"), "kept, as metadata only");
+        assert_eq!(identity.event_type.as_deref(), Some("steered"), "no signed type: the header is the hint");
+    }
+
+    #[test]
+    fn a_digest_without_a_field_ignores_only_that_field() {
+        let rule = IdentityRule::new(vec![FieldSource::BodySha256Without("/webhookTimestamp".into())], vec![]);
+        let id = |body: &[u8]| rule.identify(&HeaderMap::new(), body).event_id;
+        let first = id(br#"{"type":"Issue","webhookTimestamp":1,"data":{"id":"x"}}"#);
+        assert_eq!(first, id(br#"{"type":"Issue","webhookTimestamp":2,"data":{"id":"x"}}"#));
+        assert_ne!(first, id(br#"{"type":"Issue","webhookTimestamp":1,"data":{"id":"y"}}"#));
+        assert_eq!(id(b"not json"), Some(body_sha256(b"not json")));
     }
 
     #[test]

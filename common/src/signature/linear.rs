@@ -42,8 +42,11 @@ impl Scheme for Linear {
 
     fn identity(&self) -> IdentityRule {
         IdentityRule::new(
-            vec![FieldSource::header("linear-delivery"), FieldSource::pointer("/webhookId")],
-            vec![FieldSource::header("linear-event"), FieldSource::pointer("/type")],
+            // `Linear-Delivery` is not signed; the body is, but a retry re-signs it with a new `webhookTimestamp`,
+            // so the dedupe id is the body's SHA-256 without that field. (`/webhookId` names the webhook, not
+            // the delivery: never an event id.)
+            vec![FieldSource::header("linear-delivery"), FieldSource::BodySha256Without("/webhookTimestamp".into())],
+            vec![FieldSource::pointer("/type"), FieldSource::header("linear-event")],
         )
     }
 }

@@ -7,9 +7,10 @@
 //!
 //! Each source has a list of secrets (rotation): a request is authentic when any *active* secret matches
 //! (`not_before`/`not_after`, see [`Secret::with_validity`]), and the id of the one that matched is reported so
-//! operators can see when a retiring secret stops being used. Signature first, freshness second: a stale or future
-//! timestamp is only reported for a request that was genuinely signed, so the reason tells clock skew or replay
-//! apart from forgery.
+//! operators can see when a retiring secret stops being used. For the HMAC schemes, signature first, freshness
+//! second: a stale or future timestamp is only reported for a request that was genuinely signed, so the reason
+//! tells clock skew or replay apart from forgery. The asymmetric schemes (Discord, SendGrid) judge freshness first:
+//! a public-key verification costs 5 to 20 HMACs, and a forged flood should not get one for free.
 //!
 //! One module per provider; [`build`] maps a config name to a scheme.
 
@@ -44,7 +45,7 @@ use secrecy::{ExposeSecret, SecretSlice};
 
 pub use generic::GenericHmacOptions;
 pub use github::GitHub;
-pub use identity::{FieldSource, Identity, IdentityRule};
+pub use identity::{FieldSource, Identity, IdentityRule, SignedIdentity};
 
 /// A configured secret: an id (for rotation and telemetry), the key bytes (never printed), and the window in which
 /// it is accepted.
@@ -117,19 +118,33 @@ impl<'a> UnverifiedRequest<'a> {
     }
 }
 
-/// Proof that a request verified: which secret matched. Only a scheme can make one.
+/// Proof that a request verified: which secret matched, and which request headers the signature covered (besides
+/// the body). Only a scheme can make one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
     secret_id: String,
+    signed_headers: Vec<Cow<'static, str>>,
 }
 
 impl Verified {
     fn by(secret: &Secret) -> Self {
-        Self { secret_id: secret.id.clone() }
+        Self { secret_id: secret.id.clone(), signed_headers: Vec::new() }
+    }
+
+    /// The signature also covered these headers (lowercase names), so their values are as trustworthy as the body.
+    fn covering(mut self, names: impl IntoIterator<Item = Cow<'static, str>>) -> Self {
+        self.signed_headers.extend(names);
+        self
     }
 
     pub fn secret_id(&self) -> &str {
         &self.secret_id
+    }
+
+    /// Whether the signature covered header `name` (case-insensitive). Every other header of the request could
+    /// have been changed by whoever relayed or captured it.
+    pub fn signs_header(&self, name: &str) -> bool {
+        self.signed_headers.iter().any(|signed| signed.eq_ignore_ascii_case(name))
     }
 }
 
@@ -201,6 +216,14 @@ impl Handshake {
     }
 }
 
+/// The answer to an accepted (verified and acknowledged) request, when a provider needs a particular one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedReply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
 /// One provider's signature scheme, configured for one source.
 pub trait Scheme: Send + Sync + fmt::Debug {
     /// The scheme's config name (`scheme = "..."`).
@@ -225,8 +248,20 @@ pub trait Scheme: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The answer a verified, produced request gets instead of the default `202 {"status":"accepted",...}`, for
+    /// providers that need another one: Discord wants an interaction response body, Zoom a 200 or 204.
+    fn accepted_reply(&self, _request: &UnverifiedRequest<'_>) -> Option<AcceptedReply> {
+        None
+    }
+
     /// Whether the scheme signs the URL, so the source must configure `public_url`.
     fn signs_url(&self) -> bool {
+        false
+    }
+
+    /// Whether verification is public-key cryptography (Discord, SendGrid), costly enough to run on a bounded
+    /// pool with a per-source budget.
+    fn is_asymmetric(&self) -> bool {
         false
     }
 
@@ -249,8 +284,9 @@ pub fn verify(
 /// Per-source options a scheme is built with.
 #[derive(Debug, Clone, Default)]
 pub struct SchemeOptions {
-    /// Overrides the scheme's timestamp tolerance (seconds, both directions). Ignored by schemes that sign no
-    /// timestamp; enables the check for Zoom, which documents none.
+    /// Overrides the scheme's timestamp tolerance (seconds, both directions). Refused by schemes that sign no
+    /// timestamp ([`UNTIMED_SCHEMES`]) and by `hmac` without a `timestamp_header`; enables the check for Zoom,
+    /// which documents none.
     pub tolerance_s: Option<u64>,
     /// The generic HMAC scheme's settings (required for `scheme = "hmac"`).
     pub hmac: Option<GenericHmacOptions>,
@@ -285,8 +321,17 @@ pub const SCHEME_NAMES: &[&str] = &[
     "none",
 ];
 
+/// Schemes whose signed content carries no time: a `tolerance_s` for them is refused rather than ignored.
+pub const UNTIMED_SCHEMES: &[&str] =
+    &["github", "shopify", "gitlab", "pagerduty", "square", "twilio", "typeform", "woocommerce", "intercom", "none"];
+
 /// The scheme registered under a config name, configured with `options`; an error names what is wrong.
 pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, String> {
+    if options.tolerance_s.is_some() && UNTIMED_SCHEMES.contains(&name) {
+        return Err(format!(
+            "scheme `{name}` signs no timestamp, so tolerance_s cannot apply: remove it (see the README on replays)"
+        ));
+    }
     let tolerance = options.tolerance_s.map(support::Tolerance::seconds);
     let with_default = |default_s: u64| tolerance.or(Some(support::Tolerance::seconds(default_s)));
     let scheme: Box<dyn Scheme> = match name {
@@ -309,8 +354,12 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
         "typeform" => Box::new(typeform::Typeform),
         "woocommerce" => Box::new(woocommerce::WooCommerce),
         "intercom" => Box::new(intercom::Intercom),
-        "discord" => Box::new(discord::Discord),
-        "sendgrid" => Box::new(sendgrid::SendGrid),
+        "discord" => Box::new(discord::Discord::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(discord::DEFAULT_TOLERANCE_S)),
+        )),
+        "sendgrid" => Box::new(sendgrid::SendGrid::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(sendgrid::DEFAULT_TOLERANCE_S)),
+        )),
         "hmac" => {
             let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;
             Box::new(generic::GenericHmac::new(hmac, tolerance)?)

@@ -2,6 +2,10 @@
 //! `X-Twilio-Email-Event-Webhook-Timestamp` + body, an ECDSA P-256 / SHA-256 signature checked against the
 //! verification key SendGrid shows (base64 SubjectPublicKeyInfo DER). Events arrive in batches with a
 //! `sg_event_id` each and no delivery id, so the event id defaults to the body's SHA-256.
+//!
+//! Replays: the timestamp is signed, and checked against a tolerance (default [`DEFAULT_TOLERANCE_S`]) before the
+//! signature, so a stale, future or unparsable one costs no ECDSA verification. Keys are parsed once, when the
+//! source is built.
 
 use base64::Engine;
 use p256::{
@@ -11,31 +15,56 @@ use p256::{
 
 use super::{
     FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{BASE64_LENIENT, required_header},
+    support::{BASE64_LENIENT, ParsedKeys, Tolerance, check_timestamp_header, required_header},
 };
+
+/// SendGrid documents no window; ours, like Stripe's and Slack's.
+pub const DEFAULT_TOLERANCE_S: u64 = 300;
 
 const SIGNATURE: &str = "X-Twilio-Email-Event-Webhook-Signature";
 const TIMESTAMP: &str = "X-Twilio-Email-Event-Webhook-Timestamp";
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SendGrid;
+#[derive(Debug)]
+pub struct SendGrid {
+    tolerance: Tolerance,
+    keys: ParsedKeys<VerifyingKey>,
+}
+
+impl SendGrid {
+    pub fn new(tolerance: Tolerance) -> Self {
+        Self { tolerance, keys: ParsedKeys::default() }
+    }
+}
+
+impl Default for SendGrid {
+    fn default() -> Self {
+        Self::new(Tolerance::seconds(DEFAULT_TOLERANCE_S))
+    }
+}
 
 impl Scheme for SendGrid {
     fn name(&self) -> &'static str {
         "sendgrid"
     }
 
+    fn is_asymmetric(&self) -> bool {
+        true
+    }
+
     /// The verification key: base64 of the DER SubjectPublicKeyInfo.
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
         let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
         let der = BASE64_LENIENT.decode(text.trim()).map_err(|_| "the public key is not base64".to_owned())?;
-        VerifyingKey::from_public_key_der(&der).map_err(|_| "the public key is not a P-256 SPKI DER key".to_owned())?;
+        let key = VerifyingKey::from_public_key_der(&der)
+            .map_err(|_| "the public key is not a P-256 SPKI DER key".to_owned())?;
+        self.keys.remember(&der, key);
         Ok(der)
     }
 
     fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
         let value = required_header(request.headers, "x-twilio-email-event-webhook-signature", SIGNATURE)?;
         let timestamp = required_header(request.headers, "x-twilio-email-event-webhook-timestamp", TIMESTAMP)?;
+        check_timestamp_header(self.tolerance, timestamp, TIMESTAMP, request.now_ms)?;
         let der = BASE64_LENIENT.decode(value.trim()).map_err(|_| VerifyError::malformed(SIGNATURE))?;
         let signature = Signature::from_der(&der).map_err(|_| VerifyError::malformed(SIGNATURE))?;
         let mut message = Vec::with_capacity(timestamp.len() + request.body.len());
@@ -44,8 +73,9 @@ impl Scheme for SendGrid {
         secrets
             .iter()
             .find(|secret| {
-                VerifyingKey::from_public_key_der(secret.key())
-                    .is_ok_and(|key| key.verify(&message, &signature).is_ok())
+                self.keys
+                    .get_or_parse(secret.key(), |der| VerifyingKey::from_public_key_der(der).ok())
+                    .is_some_and(|key| key.verify(&message, &signature).is_ok())
             })
             .map(|secret| Verified::by(secret))
             .ok_or(VerifyError::Mismatch)
@@ -68,7 +98,26 @@ mod tests {
     const BODY: &[u8] = b"[{\"email\":\"hello@world.com\",\"event\":\"dropped\",\"reason\":\"Bounced Address\",\"sg_event_id\":\"ZHJvcC0xMDk5NDkxOS1MUnpYbF9OSFN0T0doUTRrb2ZTbV9BLTA\",\"sg_message_id\":\"LRzXl_NHStOGhQ4kofSm_A.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0\",\"smtp-id\":\"<LRzXl_NHStOGhQ4kofSm_A@ismtpd0039p1iad1.sendgrid.net>\",\"timestamp\":1600112492}]\r\n";
 
     fn run(signature: &str, timestamp: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
-        check(&SendGrid, &headers(&[(SIGNATURE, signature), (TIMESTAMP, timestamp)]), body, secrets, 0)
+        check(&SendGrid::default(), &headers(&[(SIGNATURE, signature), (TIMESTAMP, timestamp)]), body, secrets, NOW_MS)
+    }
+
+    /// The vector's signing time, 100 s later.
+    const NOW_MS: i64 = 1_600_112_602_000;
+
+    #[test]
+    fn stale_sendgrid_request_is_refused() {
+        let headers = headers(&[(SIGNATURE, SIG), (TIMESTAMP, T)]);
+        let at = |now_ms| check(&SendGrid::default(), &headers, BODY, &[("a", PUBLIC_KEY)], now_ms);
+        assert_eq!(at(NOW_MS), Ok("a".to_owned()));
+        // A captured request replayed ten minutes (or ten years) later, or sent ten years ahead.
+        assert_eq!(at(1_600_112_502_000 + 301_000), Err(VerifyError::TimestampStale));
+        assert_eq!(at(1_915_000_000_000), Err(VerifyError::TimestampStale));
+        assert_eq!(at(1_285_000_000_000), Err(VerifyError::TimestampFuture));
+        let narrow = SendGrid::new(Tolerance::seconds(60));
+        assert_eq!(check(&narrow, &headers, BODY, &[("a", PUBLIC_KEY)], NOW_MS), Err(VerifyError::TimestampStale));
+        for bad in ["not-a-time", "", "-1600112502", "1600112502.5"] {
+            assert_eq!(run(SIG, bad, BODY, &[("a", PUBLIC_KEY)]), Err(VerifyError::malformed(TIMESTAMP)), "{bad:?}");
+        }
     }
 
     #[test]
@@ -95,7 +144,7 @@ mod tests {
     #[test]
     fn malformed_signature_and_bad_key() {
         assert_eq!(run("bm90IGRlcg==", T, BODY, &[("a", PUBLIC_KEY)]), Err(VerifyError::malformed(SIGNATURE)));
-        assert!(SendGrid.decode_secret(b"bm90IGEga2V5").is_err());
-        assert!(SendGrid.decode_secret(PUBLIC_KEY.as_bytes()).is_ok());
+        assert!(SendGrid::default().decode_secret(b"bm90IGEga2V5").is_err());
+        assert!(SendGrid::default().decode_secret(PUBLIC_KEY.as_bytes()).is_ok());
     }
 }

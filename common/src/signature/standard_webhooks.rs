@@ -6,6 +6,8 @@
 //! leniently: unpadded secrets occur). Several signatures are how a rotation looks; entries of other versions
 //! (`v1a,` Ed25519) are ignored. Timestamps within 5 minutes either way.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 
 use super::{
@@ -68,10 +70,12 @@ fn svix_identity() -> IdentityRule {
     )
 }
 
+/// `Idempotency-Key` is GitLab's stable id across retries but is not signed, so the dedupe id is the body's
+/// SHA-256 (a retry's body is the same) and the key is kept as the provider's id.
 fn gitlab_identity() -> IdentityRule {
     IdentityRule::new(
-        vec![FieldSource::header("idempotency-key"), FieldSource::header(STANDARD.id)],
-        vec![FieldSource::header("x-gitlab-event"), FieldSource::pointer("/object_kind")],
+        vec![FieldSource::header("idempotency-key"), FieldSource::BodySha256],
+        vec![FieldSource::pointer("/object_kind"), FieldSource::header("x-gitlab-event")],
     )
 }
 
@@ -125,7 +129,8 @@ impl Scheme for StandardWebhooks {
         let timestamp = parse_unix(timestamp_text).ok_or(VerifyError::malformed(names.timestamp))?;
         let signatures = parse_signatures(signature_value).ok_or(VerifyError::malformed(names.signature))?;
         let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp_text.as_bytes(), b".", request.body];
-        let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &signatures)?;
+        let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &signatures)?
+            .covering([Cow::Borrowed(names.id), Cow::Borrowed(names.timestamp)]);
         check_seconds(self.tolerance, timestamp, request.now_ms)?;
         Ok(verified)
     }

@@ -122,6 +122,55 @@ pub(crate) fn check_seconds(tolerance: Option<Tolerance>, timestamp_s: i64, now_
     }
 }
 
+/// Checks a signed timestamp header (decimal Unix seconds) before any signature work: the asymmetric schemes
+/// refuse a stale, future or unparsable timestamp without spending a public-key verification on it. The
+/// timestamp is part of the signed message, so a request whose timestamp passes here still fails on a mismatch
+/// if it was altered.
+pub(crate) fn check_timestamp_header(
+    tolerance: Tolerance,
+    text: &str,
+    display: &'static str,
+    now_ms: i64,
+) -> Result<(), VerifyError> {
+    let timestamp_s = parse_unix(text.trim()).ok_or(VerifyError::malformed(display))?;
+    tolerance.check(timestamp_s.saturating_mul(1000), now_ms)
+}
+
+/// Public keys parsed once, when the source's secrets are decoded, and looked up by their configured bytes on
+/// every request: parsing a key (point decompression, DER) costs about as much as a verification.
+#[derive(Debug)]
+pub(crate) struct ParsedKeys<K> {
+    keys: std::sync::RwLock<Vec<(Vec<u8>, K)>>,
+}
+
+impl<K> Default for ParsedKeys<K> {
+    fn default() -> Self {
+        Self { keys: std::sync::RwLock::new(Vec::new()) }
+    }
+}
+
+impl<K: Clone> ParsedKeys<K> {
+    pub(crate) fn remember(&self, bytes: &[u8], key: K) {
+        let mut keys = self.keys.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !keys.iter().any(|(known, _)| known == bytes) {
+            keys.push((bytes.to_vec(), key));
+        }
+    }
+
+    /// The key parsed from `bytes`, parsing (and remembering) it now if it was not decoded through this scheme.
+    pub(crate) fn get_or_parse(&self, bytes: &[u8], parse: impl FnOnce(&[u8]) -> Option<K>) -> Option<K> {
+        {
+            let keys = self.keys.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some((_, key)) = keys.iter().find(|(known, _)| known == bytes) {
+                return Some(key.clone());
+            }
+        }
+        let key = parse(bytes)?;
+        self.remember(bytes, key.clone());
+        Some(key)
+    }
+}
+
 /// A decimal Unix timestamp as providers send it: ASCII digits only (no sign, no spaces, no `+`).
 pub(crate) fn parse_unix(text: &str) -> Option<i64> {
     if text.is_empty() || text.len() > 18 || !text.bytes().all(|byte| byte.is_ascii_digit()) {

@@ -161,8 +161,14 @@ fn all_schemes() -> Vec<Box<dyn Scheme>> {
         "signature_header = \"x-sig\"\nprefix = \"v1=\"\nsigned_content = \"{id}:{timestamp}:{body}\"\nid_header = \"x-id\"\ntimestamp_header = \"x-ts\"\n",
     )
     .expect("options");
-    let options = SchemeOptions { tolerance_s: Some(300), hmac: Some(generic) };
-    SCHEME_NAMES.iter().map(|name| build(name, &options).expect("builds")).collect()
+    SCHEME_NAMES
+        .iter()
+        .map(|name| {
+            let tolerance_s = (!super::UNTIMED_SCHEMES.contains(name)).then_some(300);
+            let options = SchemeOptions { tolerance_s, hmac: Some(generic.clone()) };
+            build(name, &options).expect("builds")
+        })
+        .collect()
 }
 
 /// Header values shaped like the real ones (so parsers get past their first check) and arbitrary visible ASCII.
@@ -242,8 +248,8 @@ proptest! {
         let _ = hubspot::signed_uri(&text);
         let _ = twitch::parse_rfc3339_ms(&text);
         let _ = generic::parse_template(&text);
-        let _ = discord::Discord.decode_secret(text.as_bytes());
-        let _ = sendgrid::SendGrid.decode_secret(text.as_bytes());
+        let _ = discord::Discord::default().decode_secret(text.as_bytes());
+        let _ = sendgrid::SendGrid::default().decode_secret(text.as_bytes());
     }
 
     #[test]
@@ -292,4 +298,32 @@ proptest! {
         let headers = headers(&[("X-Hub-Signature-256", &value)]);
         prop_assert_eq!(check(&GitHub, &headers, &tampered, &[("a", "k")], 0), Err(VerifyError::Mismatch));
     }
+}
+
+#[test]
+fn a_tolerance_is_refused_where_no_timestamp_is_signed() {
+    for name in super::UNTIMED_SCHEMES {
+        let options = SchemeOptions { tolerance_s: Some(300), hmac: None };
+        let problem = build(name, &options).expect_err("refused");
+        assert!(problem.contains("signs no timestamp"), "{name}: {problem}");
+    }
+}
+
+#[test]
+fn the_generic_scheme_refuses_checked_values_that_are_unsigned() {
+    let options = |toml_text: &str, tolerance_s| SchemeOptions {
+        tolerance_s,
+        hmac: Some(toml::from_str(&format!("signature_header = \"x-sig\"\n{toml_text}")).expect("options")),
+    };
+    let unsigned_timestamp = options("timestamp_header = \"x-ts\"\n", None);
+    assert!(build("hmac", &unsigned_timestamp).expect_err("refused").contains("no {timestamp}"));
+    let unsigned_id = options("id_header = \"x-id\"\n", None);
+    assert!(build("hmac", &unsigned_id).expect_err("refused").contains("no {id}"));
+    let tolerance_without_time = options("", Some(60));
+    assert!(build("hmac", &tolerance_without_time).expect_err("refused").contains("timestamp_header"));
+    let signed = options(
+        "signed_content = \"{id}.{timestamp}.{body}\"\nid_header = \"x-id\"\ntimestamp_header = \"x-ts\"\n",
+        Some(60),
+    );
+    assert!(build("hmac", &signed).is_ok());
 }

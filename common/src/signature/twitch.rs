@@ -51,7 +51,10 @@ impl Scheme for Twitch {
             .ok_or(VerifyError::malformed(SIGNATURE))?;
         let timestamp_ms = parse_rfc3339_ms(timestamp_text).ok_or(VerifyError::malformed(TIMESTAMP))?;
         let parts: [&[u8]; 3] = [id.as_bytes(), timestamp_text.as_bytes(), request.body];
-        let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &[signature])?;
+        let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &[signature])?.covering([
+            std::borrow::Cow::Borrowed("twitch-eventsub-message-id"),
+            std::borrow::Cow::Borrowed("twitch-eventsub-message-timestamp"),
+        ]);
         if let Some(tolerance) = self.tolerance {
             tolerance.check(timestamp_ms, request.now_ms)?;
         }
@@ -61,7 +64,7 @@ impl Scheme for Twitch {
     fn identity(&self) -> IdentityRule {
         IdentityRule::new(
             vec![FieldSource::header("twitch-eventsub-message-id")],
-            vec![FieldSource::header("twitch-eventsub-subscription-type"), FieldSource::pointer("/subscription/type")],
+            vec![FieldSource::pointer("/subscription/type"), FieldSource::header("twitch-eventsub-subscription-type")],
         )
     }
 

@@ -43,6 +43,11 @@ impl Scheme for Zoom {
         Ok(verified)
     }
 
+    /// Zoom expects 200 or 204 for a delivered event; a 202 is not in its list.
+    fn accepted_reply(&self, _request: &UnverifiedRequest<'_>) -> Option<super::AcceptedReply> {
+        Some(super::AcceptedReply { status: 204, content_type: "text/plain", body: Vec::new() })
+    }
+
     fn identity(&self) -> IdentityRule {
         IdentityRule::new(vec![FieldSource::BodySha256], vec![FieldSource::pointer("/event")])
     }
@@ -71,6 +76,14 @@ mod tests {
 
     const SECRET: &str = "zoom_secret_token";
     const T: i64 = 1_700_000_000;
+
+    #[test]
+    fn a_delivered_event_is_answered_204() {
+        let headers = headers(&[]);
+        let reply =
+            Zoom::new(None).accepted_reply(&UnverifiedRequest::new(&headers, br#"{"event":"meeting.started"}"#, 0));
+        assert_eq!(reply.map(|r| (r.status, r.body.is_empty())), Some((204, true)));
+    }
     const BODY: &[u8] = br#"{"event":"meeting.started","event_ts":1700000000000,"payload":{}}"#;
 
     fn run(

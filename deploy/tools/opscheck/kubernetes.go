@@ -791,9 +791,11 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 	}
 }
 
-// checkGatewayMemory: the gateway holds every in-flight body in memory; max_in_flight of the largest bodies must
-// fit its memory limit.
+// checkGatewayMemory: what the gateway may hold must fit its memory limit. Request bodies (being read or in
+// flight) are bounded together by limits.max_body_buffer_bytes; each open connection may hold a request head of
+// limits.max_header_bytes; plus a fixed allowance for the process itself and the producer's queue.
 func checkGatewayMemory(r *reporter, hook []*hooklineContainer) {
+	const base = 128 << 20 // runtime, TLS-free hyper, rdkafka's queue.buffering.max.kbytes is separate (below)
 	for _, hc := range hook {
 		if hc.binary != "gateway" {
 			continue
@@ -804,17 +806,16 @@ func checkGatewayMemory(r *reporter, hook []*hooklineContainer) {
 			r.fail("%s: memory limit: %v", where, err)
 			continue
 		}
-		inFlight := tomlInt(hc.config, 1024, "limits", "max_in_flight")
-		largest := int64(0)
-		for _, s := range tables(hc.config["sources"]) {
-			largest = max(largest, tomlInt(s, 1_000_000, "max_body_bytes"))
-		}
-		need := inFlight * largest
+		bodies := tomlInt(hc.config, 256<<20, "limits", "max_body_buffer_bytes")
+		connections := tomlInt(hc.config, 4096, "limits", "max_connections")
+		heads := connections * tomlInt(hc.config, 64<<10, "limits", "max_header_bytes")
+		producerQueue := int64(256 << 20) // queue.buffering.max.kbytes = 262144 (common/src/kafka.rs)
+		need := bodies + heads + producerQueue + base
 		if limit < need {
-			r.fail("%s: memory limit %s is below max_in_flight %d x max_body_bytes %d = %d MiB of bodies", where, hc.c.Resources.Limits["memory"], inFlight, largest, need>>20)
+			r.fail("%s: memory limit %s is below max_body_buffer_bytes %d + max_connections %d x max_header_bytes (%d MiB) + producer queue 256 MiB + 128 MiB = %d MiB", where, hc.c.Resources.Limits["memory"], bodies, connections, heads>>20, need>>20)
 			continue
 		}
-		r.ok("%s: memory limit %s holds max_in_flight %d x max_body_bytes %d (%d MiB)", where, hc.c.Resources.Limits["memory"], inFlight, largest, need>>20)
+		r.ok("%s: memory limit %s holds max_body_buffer_bytes %d + %d connections' heads (%d MiB) + producer queue + base (%d MiB)", where, hc.c.Resources.Limits["memory"], bodies, connections, heads>>20, need>>20)
 	}
 }
 

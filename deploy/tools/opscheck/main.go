@@ -17,7 +17,7 @@
 // Deployment leaves replicas to the autoscaler; the topic Job creates exactly
 // the topics the configs name, with at least as many inbound partitions as
 // consumer replicas; images are pinned; the gateway's memory limit holds
-// max_in_flight bodies of max_body_bytes.
+// its body budget, its connections' request heads, the producer queue and a base.
 //
 //	opscheck observability [flags]
 //
