@@ -258,6 +258,9 @@ pub struct InboundEvent {
     pub replay_of: Option<String>,
     /// With `replay_of`: how many times that entry has been re-driven.
     pub replay_count: Option<u32>,
+    /// The provider's own id when it is not the dedupe id (it was not signed): metadata, for searching logs by
+    /// the id a provider's dashboard shows ([`header::PROVIDER_EVENT_ID`]).
+    pub provider_event_id: Option<String>,
 }
 
 impl InboundEvent {
@@ -271,6 +274,7 @@ impl InboundEvent {
             offset: message.offset(),
             replay_of: header_str(headers, header::REPLAY_OF).transpose()?,
             replay_count: header_str(headers, header::REPLAY_COUNT).and_then(Result::ok).and_then(|n| n.parse().ok()),
+            provider_event_id: header_str(headers, header::PROVIDER_EVENT_ID).and_then(Result::ok),
         })
     }
 }

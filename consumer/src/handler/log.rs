@@ -17,6 +17,7 @@ impl Handler for LogHandler {
             tracing::info!(
                 source = %event.meta.source,
                 event_id = %event.meta.event_id,
+                provider_event_id = event.provider_event_id.as_deref().unwrap_or(""),
                 event_type = event.meta.event_type.as_deref().unwrap_or(""),
                 body_bytes = event.body.len(),
                 partition = event.partition,

@@ -201,6 +201,7 @@ mod tests {
             offset: 0,
             replay_of: None,
             replay_count: None,
+            provider_event_id: None,
         }
     }
 
