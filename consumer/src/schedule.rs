@@ -618,7 +618,9 @@ impl Scheduler {
             Completion::Interrupted => None,
             Completion::RetryAt { .. } if state.revoked => None,
             Completion::RetryAt { due_at_ms, attempts } => {
-                let job = Job { prior: Some(attempts), probe: false, ..job };
+                // Its retry budget started with its first failure: past it, an open breaker lets its last call through.
+                let first_failure_at_ms = job.first_failure_at_ms.or(Some(attempts.first_failure_at_ms));
+                let job = Job { prior: Some(attempts), probe: false, first_failure_at_ms, ..job };
                 self.delay(job, due_at_ms, true);
                 None
             }
@@ -678,8 +680,11 @@ impl Scheduler {
             if route.queue.is_empty() {
                 continue;
             }
-            // Records that could not be deferred (ordered ones) wait for the breaker's next probe.
-            if let BreakerState::Open { until_ms } = route.breaker.state {
+            // Records that could not be deferred (ordered ones) wait for the breaker's next probe. Once it is due,
+            // the probe waits for a free slot, and a completion wakes the loop: no wake-up here, or it would spin.
+            if let BreakerState::Open { until_ms } = route.breaker.state
+                && until_ms > now_ms
+            {
                 let wait = Duration::from_millis(u64::try_from(until_ms - now_ms).unwrap_or(0));
                 wake = Some(wake.map_or(wait, |current| current.min(wait)));
             }
