@@ -5,7 +5,9 @@
 //!
 //! Records are handled concurrently, many from one partition, at most `processing.max_in_flight` at once
 //! ([`schedule`]); a partition's offset is stored only up to the contiguous prefix of handled records
-//! ([`window`]). Records sharing an ordering key are handled in offset order.
+//! ([`window`]). Records sharing an ordering key are handled in offset order. A route that cannot take a record
+//! that holds a paused partition, or whose circuit breaker is open, has it deferred to the retry topic without an
+//! attempt ([`schedule`], [`pipeline::Pipeline::defer`]).
 //!
 //! [`run`] takes a bound admin listener and a [`Handler`], so tests (and users building their own consumer
 //! binary on this library) run the real consumer in-process.

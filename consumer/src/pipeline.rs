@@ -12,7 +12,11 @@
 //!   spent; then, like a poison failure, the event is dead-lettered with every attempt counted. Nothing sleeps
 //!   in the record's path: an unordered event is parked in the retry topic ([`crate::retry`]) and its offset
 //!   stored once that record is acknowledged; an ordered one waits in the scheduler, holding its key's turn;
-//! - a dead-letter or status produce that fails is retried; the offset is stored only once Kafka acknowledged.
+//! - a record deferred by the scheduler (its route saturated or its breaker open) is copied to the retry topic
+//!   with its attempts unchanged ([`Pipeline::defer`]); its retry budget starts at its first deferral if it never
+//!   failed, so deferral alone can never keep an event out of the DLQ past `retry.max_total_ms`;
+//! - a dead-letter, retry or status produce that fails is retried; the offset is stored only once Kafka
+//!   acknowledged.
 //! - a re-driven event (`hookline-replay-of`) takes exactly this path; its DLQ entry is then recorded as
 //!   `succeeded` (processed now or before) or `failed_again` (with the new entry's id).
 
