@@ -105,7 +105,8 @@ enum Command {
         dlq_topic: String,
         #[arg(long, env = "DLQ_STATUS_TOPIC", default_value = "webhooks.dlq-status")]
         dlq_status_topic: String,
-        #[arg(long, value_delimiter = ',', default_value = "0,5,20,100")]
+        /// The delays of the throughput runs; `--delays-ms` with no value: none (only the isolation runs).
+        #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0,5,20,100")]
         delays_ms: Vec<u64>,
         #[arg(long, value_delimiter = ',', default_value = "1,6")]
         partitions: Vec<i32>,

@@ -76,6 +76,12 @@ pub struct RouteConfig {
     pub max_in_flight: Option<usize>,
     /// Handler calls started per second, at most (default: unlimited).
     pub rate_per_s: Option<f64>,
+    /// Consecutive retryable failures that open this route's circuit breaker (default
+    /// `processing.breaker_failures`; 0: no breaker).
+    pub breaker_failures: Option<u32>,
+    /// How long an open breaker waits before letting one probe call through (default
+    /// `processing.breaker_cooldown_ms`).
+    pub breaker_cooldown_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -106,11 +112,30 @@ pub struct ProcessingConfig {
     /// On revoke, how long to wait for the revoked partitions' records in the handler before giving them up
     /// (their next owner waits for the claim, then skips them as duplicates).
     pub revoke_wait_ms: u64,
+    /// A record of a saturated route (no free slot or rate token) whose partition is paused, while another
+    /// route has room, is parked in the retry topic for about this long (jittered to [half, all] of it) without
+    /// spending an attempt, so that it does not hold its partition's commit prefix. 0: never.
+    pub defer_delay_ms: u64,
+    /// Default for every route: consecutive retryable failures that open its circuit breaker (0: no breaker).
+    /// While open, the route's records go to the retry topic, due at the next probe, without a handler call and
+    /// without spending an attempt.
+    pub breaker_failures: u32,
+    /// Default for every route: how long an open breaker waits before one probe call; the probe's success
+    /// closes it, its failure opens it again for as long.
+    pub breaker_cooldown_ms: u64,
 }
 
 impl Default for ProcessingConfig {
     fn default() -> Self {
-        Self { max_in_flight: 256, partition_window: 1024, route_max_in_flight: 128, revoke_wait_ms: 10_000 }
+        Self {
+            max_in_flight: 256,
+            partition_window: 1024,
+            route_max_in_flight: 128,
+            revoke_wait_ms: 10_000,
+            defer_delay_ms: 1_000,
+            breaker_failures: 5,
+            breaker_cooldown_ms: 10_000,
+        }
     }
 }
 
@@ -191,8 +216,13 @@ impl ConsumerConfig {
         problems.check(self.processing.max_in_flight > 0, "processing.max_in_flight must be positive");
         problems.check(self.processing.partition_window > 0, "processing.partition_window must be positive");
         problems.check(self.processing.route_max_in_flight > 0, "processing.route_max_in_flight must be positive");
+        problems.check(self.processing.breaker_cooldown_ms > 0, "processing.breaker_cooldown_ms must be positive");
         for (index, route) in self.routes.iter().enumerate() {
             problems.check(route.max_in_flight != Some(0), format!("routes[{index}].max_in_flight must be positive"));
+            problems.check(
+                route.breaker_cooldown_ms != Some(0),
+                format!("routes[{index}].breaker_cooldown_ms must be positive"),
+            );
             problems.check(
                 route.rate_per_s.is_none_or(|rate| rate.is_finite() && rate > 0.0),
                 format!("routes[{index}].rate_per_s must be positive"),

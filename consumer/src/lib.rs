@@ -5,7 +5,9 @@
 //!
 //! Records are handled concurrently, many from one partition, at most `processing.max_in_flight` at once
 //! ([`schedule`]); a partition's offset is stored only up to the contiguous prefix of handled records
-//! ([`window`]). Records sharing an ordering key are handled in offset order.
+//! ([`window`]). Records sharing an ordering key are handled in offset order. A route that cannot take a record
+//! that holds a paused partition, or whose circuit breaker is open, has it deferred to the retry topic without an
+//! attempt ([`schedule`], [`pipeline::Pipeline::defer`]).
 //!
 //! [`run`] takes a bound admin listener and a [`Handler`], so tests (and users building their own consumer
 //! binary on this library) run the real consumer in-process.
@@ -52,7 +54,7 @@ use crate::{
     metrics::Metrics,
     pipeline::Pipeline,
     retry::RetryHeaders,
-    schedule::{Admission, PartitionKey, Scheduler},
+    schedule::{Admission, Downstream, PartitionKey, Scheduler, Work},
 };
 pub use crate::{config::ConsumerConfig, handler::Handler};
 
@@ -108,7 +110,7 @@ pub async fn run(
     redis_ready.store(true, Ordering::Relaxed);
 
     let shared = Arc::new(Shared {
-        scheduler: Mutex::new(Scheduler::new(&config.processing, &config.routes)),
+        scheduler: Mutex::new(Scheduler::new(&config.processing, &config.routes, &config.retry)),
         notify: Notify::new(),
         revoke_wait: Duration::from_millis(config.processing.revoke_wait_ms),
     });
@@ -146,6 +148,8 @@ pub async fn run(
 
     let workers = TaskTracker::new();
     loop {
+        // Pauses first: whether a partition is paused decides whether a saturated route's record is deferred.
+        apply_pauses(&shared, &consumer);
         start_ready(&shared, &consumer, &pipeline, &workers);
         apply_pauses(&shared, &consumer);
         let wake = shared.lock().next_wake(Instant::now(), now_ms()).unwrap_or(IDLE_WAKE);
@@ -169,9 +173,17 @@ pub async fn run(
                 }
             },
         }
-        let scheduler = shared.lock();
+        let mut scheduler = shared.lock();
         metrics.in_flight.set(i64::try_from(scheduler.running()).unwrap_or(i64::MAX));
         metrics.windowed.set(i64::try_from(scheduler.windowed()).unwrap_or(i64::MAX));
+        for (route, open) in scheduler.breaker_changes() {
+            metrics.route_breaker_open.with_label_values(&[&route]).set(i64::from(open));
+            if open {
+                tracing::warn!(route = %route, "circuit breaker open: the route's records are deferred");
+            } else {
+                tracing::info!(route = %route, "circuit breaker closed");
+            }
+        }
     }
 
     shutdown.cancel();
@@ -203,15 +215,20 @@ fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &P
         let job = {
             let mut scheduler = shared.lock();
             scheduler.release_due(now_ms());
-            scheduler.next_job(Instant::now())
+            scheduler.next_job(Instant::now(), now_ms())
         };
         let Some(job) = job else { return };
         let (shared, consumer, pipeline) = (shared.clone(), consumer.clone(), pipeline.clone());
         workers.spawn(async move {
-            let completion = pipeline.process(&job.message, job.prior.clone()).await;
+            let (completion, downstream) = match job.work {
+                Work::Handle => pipeline.process(&job.message, job.prior.clone()).await,
+                Work::Defer { due_at_ms, reason } => {
+                    (pipeline.defer(&job.message, due_at_ms, reason).await, Downstream::NotCalled)
+                }
+            };
             let (topic, partition) = job.partition.clone();
             let mut scheduler = shared.lock();
-            if let Some(prefix_end) = scheduler.complete(job, completion) {
+            if let Some(prefix_end) = scheduler.complete(job, completion, downstream, now_ms()) {
                 // Under the lock, so prefixes are stored in order and never move backwards.
                 if let Err(error) = consumer.store_offset(&topic, partition, prefix_end) {
                     // Expected after a revoke: the partition is no longer ours, and its new owner will see the
@@ -247,17 +264,18 @@ fn apply_pauses(shared: &Shared, consumer: &GroupConsumer) {
 /// dead-lettered as poison by the pipeline, on the `unknown` route).
 /// A record of the retry topic waits until its due time.
 fn admission_of(message: &OwnedMessage, retry_topic: &str) -> Admission {
-    let due_at_ms = (message.topic() == retry_topic)
-        .then(|| RetryHeaders::read(message).map(|headers| headers.due_at_ms))
-        .flatten();
+    let retry = (message.topic() == retry_topic).then(|| RetryHeaders::read(message)).flatten();
+    let due_at_ms = retry.as_ref().map(|headers| headers.due_at_ms);
+    let first_failure_at_ms = retry.map(|headers| headers.attempts.first_failure_at_ms);
     match EventMeta::from_headers(message.headers()) {
         Ok(meta) => Admission {
             source: Some(meta.source),
             event_type: meta.event_type,
             ordering_key: meta.ordering_key,
             due_at_ms,
+            first_failure_at_ms,
         },
-        Err(_) => Admission { source: None, event_type: None, ordering_key: None, due_at_ms },
+        Err(_) => Admission { source: None, event_type: None, ordering_key: None, due_at_ms, first_failure_at_ms },
     }
 }
 

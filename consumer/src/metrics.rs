@@ -36,6 +36,11 @@ pub struct Metrics {
     pub windowed: IntGauge,
     /// `hookline_consumer_records_dropped_total`: fetched records of a revoked partition, or re-fetched ones.
     pub dropped: IntCounter,
+    /// `hookline_consumer_deferred_total{source, reason}`: records parked in the retry topic without an attempt,
+    /// because their route was saturated (`saturated`) or its breaker open (`breaker_open`).
+    pub deferred: IntCounterVec,
+    /// `hookline_consumer_route_breaker_open{route}`: 1 while the route's circuit breaker is open or probing.
+    pub route_breaker_open: IntGaugeVec,
 }
 
 impl Metrics {
@@ -88,7 +93,17 @@ impl Metrics {
                 "hookline_consumer_records_dropped_total",
                 "Fetched records dropped: their partition was revoked, or they were fetched before.",
             )?,
+            deferred: IntCounterVec::new(
+                Opts::new("hookline_consumer_deferred_total", "Records parked in the retry topic without an attempt."),
+                &["source", "reason"],
+            )?,
+            route_breaker_open: IntGaugeVec::new(
+                Opts::new("hookline_consumer_route_breaker_open", "1 while the route's circuit breaker is open."),
+                &["route"],
+            )?,
         };
+        registry.register(Box::new(metrics.deferred.clone()))?;
+        registry.register(Box::new(metrics.route_breaker_open.clone()))?;
         registry.register(Box::new(metrics.in_flight.clone()))?;
         registry.register(Box::new(metrics.windowed.clone()))?;
         registry.register(Box::new(metrics.dropped.clone()))?;

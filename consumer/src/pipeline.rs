@@ -12,7 +12,11 @@
 //!   spent; then, like a poison failure, the event is dead-lettered with every attempt counted. Nothing sleeps
 //!   in the record's path: an unordered event is parked in the retry topic ([`crate::retry`]) and its offset
 //!   stored once that record is acknowledged; an ordered one waits in the scheduler, holding its key's turn;
-//! - a dead-letter or status produce that fails is retried; the offset is stored only once Kafka acknowledged.
+//! - a record deferred by the scheduler (its route saturated or its breaker open) is copied to the retry topic
+//!   with its attempts unchanged ([`Pipeline::defer`]); its retry budget starts at its first deferral if it never
+//!   failed, so deferral alone can never keep an event out of the DLQ past `retry.max_total_ms`;
+//! - a dead-letter, retry or status produce that fails is retried; the offset is stored only once Kafka
+//!   acknowledged.
 //! - a re-driven event (`hookline-replay-of`) takes exactly this path; its DLQ entry is then recorded as
 //!   `succeeded` (processed now or before) or `failed_again` (with the new entry's id).
 
@@ -26,7 +30,7 @@ use std::{
 
 use hookline_common::wire::{EntryStatus, EntryStatusRecord, InboundEvent, now_ms};
 use rand::Rng;
-use rdkafka::message::OwnedMessage;
+use rdkafka::{Message, message::OwnedMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -42,6 +46,7 @@ use crate::{
 /// How processing a record ended (see [`Completion`]): `Handled` means processed, skipped as a duplicate, or
 /// acknowledged by the DLQ, so the offset may be stored; `Interrupted` means shutdown came first.
 pub use crate::schedule::Completion::{self as Disposition, Handled, Interrupted, RetryAt};
+use crate::schedule::{DeferReason, Downstream};
 
 /// Handler attempts already made for an event, carried into its next attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +81,8 @@ enum Outcome {
     Duplicate,
     DeadLettered {
         new_entry: String,
+        /// Retryable failures exhausted (the downstream failed), rather than poison.
+        exhausted: bool,
     },
     /// An ordered record: retry it at this time, in memory, still at the head of its key.
     RetryLater {
@@ -86,9 +93,23 @@ enum Outcome {
     RetryScheduled,
 }
 
+impl Outcome {
+    /// What this outcome says of the route's downstream, for its circuit breaker.
+    fn downstream(&self) -> Downstream {
+        match self {
+            Outcome::Processed | Outcome::DeadLettered { exhausted: false, .. } => Downstream::Answered,
+            Outcome::Duplicate => Downstream::NotCalled,
+            Outcome::DeadLettered { exhausted: true, .. } | Outcome::RetryLater { .. } | Outcome::RetryScheduled => {
+                Downstream::Failed
+            }
+        }
+    }
+}
+
 impl Pipeline {
-    /// Processes one record; `prior` carries the attempts of an ordered record retried in memory.
-    pub async fn process(&self, message: &OwnedMessage, prior: Option<Attempts>) -> Disposition {
+    /// Processes one record; `prior` carries the attempts of an ordered record retried in memory. Returns how
+    /// it ended and what the handler call said of the downstream.
+    pub async fn process(&self, message: &OwnedMessage, prior: Option<Attempts>) -> (Disposition, Downstream) {
         let event = match InboundEvent::from_message(message) {
             Ok(event) => event,
             Err(error) => {
@@ -106,17 +127,20 @@ impl Pipeline {
                 return match self.dead_letter(message, source, None, &failure).await {
                     Some(_) => {
                         self.metrics.events.with_label_values(&[source, "dead_lettered"]).inc();
-                        Handled
+                        (Handled, Downstream::NotCalled)
                     }
-                    None => Interrupted,
+                    None => (Interrupted, Downstream::NotCalled),
                 };
             }
         };
         let outcome = match self.handle(message, &event, prior).await {
-            Some(Outcome::RetryLater { due_at_ms, attempts }) => return RetryAt { due_at_ms, attempts },
+            Some(Outcome::RetryLater { due_at_ms, attempts }) => {
+                return (RetryAt { due_at_ms, attempts }, Downstream::Failed);
+            }
             Some(outcome) => outcome,
-            None => return Interrupted,
+            None => return (Interrupted, Downstream::NotCalled),
         };
+        let downstream = outcome.downstream();
         let source = event.meta.source.as_str();
         let outcome_label = match &outcome {
             Outcome::Processed => "processed",
@@ -130,8 +154,8 @@ impl Pipeline {
             let (status, new_entry, note) = match outcome {
                 Outcome::Processed => (EntryStatus::Succeeded, None, None),
                 Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
-                Outcome::DeadLettered { new_entry } => (EntryStatus::FailedAgain, Some(new_entry), None),
-                Outcome::RetryLater { .. } | Outcome::RetryScheduled => return Handled,
+                Outcome::DeadLettered { new_entry, .. } => (EntryStatus::FailedAgain, Some(new_entry), None),
+                Outcome::RetryLater { .. } | Outcome::RetryScheduled => return (Handled, downstream),
             };
             let record = EntryStatusRecord {
                 status,
@@ -144,9 +168,30 @@ impl Pipeline {
                 replays: event.replay_count,
             };
             if !self.record_status(entry_id, &record).await {
-                return Interrupted;
+                return (Interrupted, downstream);
             }
         }
+        (Handled, downstream)
+    }
+
+    /// Parks a record its route cannot take now (saturated, or its breaker open) in the retry topic until
+    /// `due_at_ms`, spending no attempt: it keeps the attempts of its retry headers, if any. Its retry budget
+    /// starts now unless it started before, so that an event deferred again and again still ends, in the DLQ at
+    /// the latest (`retry.max_total_ms`). The offset may be stored once this returns `Handled`: the broker
+    /// acknowledged the copy, exactly as for a retry.
+    pub async fn defer(&self, message: &OwnedMessage, due_at_ms: i64, reason: DeferReason) -> Disposition {
+        let attempts = RetryHeaders::read(message).map(|headers| headers.attempts).unwrap_or_else(|| Attempts {
+            attempts: 0,
+            first_failure_at_ms: now_ms(),
+            last_error: format!("deferred: {}", reason.as_str()),
+        });
+        if self.park(message, &attempts, due_at_ms).await.is_none() {
+            return Interrupted;
+        }
+        let source = hookline_common::wire::header_str(message.headers(), hookline_common::wire::header::SOURCE)
+            .and_then(Result::ok)
+            .unwrap_or_else(|| "unknown".to_owned());
+        self.metrics.deferred.with_label_values(&[source.as_str(), reason.as_str()]).inc();
         Handled
     }
 
@@ -219,7 +264,8 @@ impl Pipeline {
                     last_failure_at_ms: now_ms(),
                 };
                 let new_entry = self.dead_letter(message, source, Some(event_id), &failure).await?;
-                return Some(Outcome::DeadLettered { new_entry });
+                let exhausted = class == ErrorClass::RetryableExhausted;
+                return Some(Outcome::DeadLettered { new_entry, exhausted });
             }
             self.metrics.retries.with_label_values(&[source]).inc();
             let retry_after = match &error {

@@ -143,9 +143,12 @@ impl TestHandler {
         self.lock().poison.insert(event_id.to_owned());
     }
 
-    /// Calls for `event_id` succeed again (the downstream bug is fixed).
+    /// Calls for `event_id` succeed again (the downstream bug is fixed, or it is back up): no more poison, and
+    /// the failures still scripted for it are dropped.
     pub fn heal(&self, event_id: &str) {
-        self.lock().poison.remove(event_id);
+        let mut state = self.lock();
+        state.poison.remove(event_id);
+        state.scripted.remove(event_id);
     }
 
     /// Every call takes this long before it answers.

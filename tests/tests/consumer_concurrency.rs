@@ -1,10 +1,14 @@
-//! The consumer's window: many records of one partition in the handler at once, routes isolated from each other,
-//! ordering keys respected, rebalances with full windows losing and doubling nothing. Counts, not timings.
+//! The consumer's window: many records of one partition in the handler at once, routes isolated from each other
+//! (deferral of a saturated route's records, a breaker per route), ordering keys respected, rebalances with full
+//! windows losing and doubling nothing. Counts, not timings.
 
 use std::{collections::HashMap, time::Duration};
 
 use hookline_common::wire::{EventMeta, header};
-use hookline_consumer::handler::HandlerError;
+use hookline_consumer::{
+    config::{HandlerConfig, RouteConfig},
+    handler::HandlerError,
+};
 use hookline_tests::{TestStack, eventually};
 use rdkafka::{
     Message,
@@ -32,16 +36,29 @@ fn record(partition: i32, meta: &EventMeta) -> (i32, String, OwnedHeaders, Vec<u
     (partition, meta.record_key().to_owned(), meta.to_headers(), b"{}".to_vec())
 }
 
+/// The route's breaker gauge on consumer 0.
+async fn breaker_open(stack: &TestStack, route: &str) -> f64 {
+    stack.consumer_metric(0, "hookline_consumer_route_breaker_open", &format!("route=\"{route}\"")).await
+}
+
+async fn deferred(stack: &TestStack, source: &str) -> f64 {
+    stack.consumer_metric(0, "hookline_consumer_deferred_total", &format!("source=\"{source}\"")).await
+}
+
 #[tokio::test]
-async fn failing_source_does_not_stall_a_healthy_one() {
-    const N_FAILING: usize = 12;
+async fn failing_source_does_not_stall_a_healthy_one_its_breaker_opens_and_its_events_wait_for_the_heal() {
+    const N_FAILING: usize = 30;
     const N_HEALTHY: usize = 200;
     let stack = TestStack::builder()
         .partitions(2)
         .consumer_config(|config| {
             config.processing.max_in_flight = 16;
             config.processing.route_max_in_flight = 4;
-            config.retry.max_attempts = 3;
+            config.processing.partition_window = 16;
+            config.processing.breaker_failures = 3;
+            config.processing.breaker_cooldown_ms = 1_000;
+            // High enough that the probes made during the outage cannot dead-letter an event.
+            config.retry.max_attempts = 50;
         })
         .consumer()
         .build()
@@ -49,8 +66,7 @@ async fn failing_source_does_not_stall_a_healthy_one() {
     let mut records = Vec::new();
     for n in 0..N_FAILING {
         let id = format!("failing-{n}");
-        stack.handler.delay_event(&id, Duration::from_millis(1_000));
-        stack.handler.fail_with(&id, (0..10).map(|_| HandlerError::retryable("downstream 503")));
+        stack.handler.fail_with(&id, (0..1_000).map(|_| HandlerError::retryable("downstream 503")));
         records.push(record(i32::try_from(n % 2).expect("partition"), &meta("failing", &id, None)));
     }
     for n in 0..N_HEALTHY {
@@ -62,11 +78,77 @@ async fn failing_source_does_not_stall_a_healthy_one() {
         (0..N_HEALTHY).all(|n| stack.handler.count(&format!("healthy-{n}")) == 1)
     })
     .await;
-    // The failing source can hold only its route's 4 slots: it is far from done when the healthy one is.
-    let failing_finished = stack.consumer_metric(0, "hookline_consumer_dead_lettered_total", "failing").await;
-    assert!(failing_finished < N_FAILING as f64, "the healthy source did not wait for the failing one");
-    stack.wait_until_handled(u64::try_from(N_FAILING + N_HEALTHY).expect("count")).await;
-    assert_eq!(stack.records(&stack.kafka.dlq_topic).await.len(), N_FAILING, "every failing event dead-lettered");
+    eventually(Duration::from_secs(30), "the failing route's breaker is open and its records deferred", || async {
+        breaker_open(&stack, "failing").await == 1.0 && deferred(&stack, "failing").await > 0.0
+    })
+    .await;
+    assert!(stack.records(&stack.kafka.dlq_topic).await.is_empty(), "an outage burns no event into the DLQ");
+
+    // The downstream is back: the next probe closes the breaker and every deferred event is processed, once.
+    for n in 0..N_FAILING {
+        stack.handler.heal(&format!("failing-{n}"));
+    }
+    eventually(Duration::from_secs(60), "every failing event processed after the heal", || async {
+        (0..N_FAILING).all(|n| stack.handler.count(&format!("failing-{n}")) >= 1)
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the breaker closed", || async {
+        breaker_open(&stack, "failing").await == 0.0
+    })
+    .await;
+    for n in 0..N_FAILING {
+        assert_eq!(stack.handler.count(&format!("failing-{n}")), 1, "failing-{n} processed once");
+    }
+    for n in 0..N_HEALTHY {
+        assert_eq!(stack.handler.count(&format!("healthy-{n}")), 1, "healthy-{n} processed once");
+    }
+    assert!(stack.records(&stack.kafka.dlq_topic).await.is_empty());
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_saturated_route_defers_records_of_paused_partitions_without_spending_attempts() {
+    const N_SLOW: usize = 12;
+    const N_HEALTHY: usize = 200;
+    let stack = TestStack::builder()
+        .partitions(2)
+        .consumer_config(|config| {
+            config.processing.max_in_flight = 16;
+            config.processing.route_max_in_flight = 8;
+            config.processing.partition_window = 8;
+            config.processing.defer_delay_ms = 300;
+            config.routes.push(RouteConfig {
+                source: "slow".into(),
+                event_types: None,
+                handler: HandlerConfig::default(),
+                max_in_flight: Some(1),
+                rate_per_s: None,
+                breaker_failures: None,
+                breaker_cooldown_ms: None,
+            });
+        })
+        .consumer()
+        .build()
+        .await;
+    let mut records = Vec::new();
+    for n in 0..N_SLOW {
+        let id = format!("slow-{n}");
+        stack.handler.delay_event(&id, Duration::from_millis(300));
+        records.push(record(i32::try_from(n % 2).expect("partition"), &meta("slow", &id, None)));
+    }
+    for n in 0..N_HEALTHY {
+        records.push(record(i32::try_from(n % 2).expect("partition"), &meta("github", &format!("fast-{n}"), None)));
+    }
+    stack.produce_raw_batch(records).await;
+    stack.wait_until_handled(u64::try_from(N_SLOW + N_HEALTHY).expect("count")).await;
+    assert!(deferred(&stack, "slow").await > 0.0, "records waiting for the one slow slot were deferred");
+    for n in 0..N_SLOW {
+        assert_eq!(stack.handler.attempts(&format!("slow-{n}")), 1, "slow-{n}: one call, deferrals spend none");
+        assert_eq!(stack.handler.count(&format!("slow-{n}")), 1);
+    }
+    for n in 0..N_HEALTHY {
+        assert_eq!(stack.handler.count(&format!("fast-{n}")), 1, "fast-{n} processed once");
+    }
     stack.shutdown().await;
 }
 

@@ -247,6 +247,8 @@ mod tests {
             handler: HandlerConfig { kind: "http".into(), url: None, ..HandlerConfig::default() },
             max_in_flight: None,
             rate_per_s: None,
+            breaker_failures: None,
+            breaker_cooldown_ms: None,
         }];
         let rules = HashMap::from([(
             "github".to_owned(),
@@ -272,6 +274,8 @@ mod tests {
             },
             max_in_flight: None,
             rate_per_s: None,
+            breaker_failures: None,
+            breaker_cooldown_ms: None,
         }];
         let router = Router::new(&HandlerConfig::default(), &routes, &HashMap::new(), Path::new(".")).unwrap();
         assert_eq!(router.name_for(&event("github", Some("push"), b"{}")), "http");
