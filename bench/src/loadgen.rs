@@ -62,6 +62,9 @@ pub struct LoadConfig {
     /// HTTP/2 only: connections the workers share.
     pub connections: usize,
     pub duration: Duration,
+    /// Stop after this many requests in total (over all workers), even before `duration` ends: a fixed amount of
+    /// work, for measurements that divide a cost by the request count (CPU or instructions per request).
+    pub max_requests: Option<u64>,
     /// Share of requests that re-deliver an event already sent (same bytes, same signature), as a provider's
     /// retry does.
     pub duplicate_share: f64,
@@ -85,6 +88,7 @@ impl LoadConfig {
             concurrency: 32,
             connections: 4,
             duration: Duration::from_secs(10),
+            max_requests: None,
             duplicate_share: 0.0,
             bad_signature_share: 0.0,
             request_timeout: Duration::from_secs(10),
@@ -209,6 +213,8 @@ pub enum LoadError {
 /// Live counters for the progress line.
 #[derive(Debug, Default)]
 struct Counters {
+    /// Requests claimed against `max_requests` (one more per worker than were sent, at the end).
+    claimed: AtomicU64,
     sent: AtomicU64,
     ok: AtomicU64,
     refused: AtomicU64,
@@ -400,6 +406,11 @@ impl Worker {
                 if intended >= self.end {
                     break;
                 }
+            }
+            if let Some(max_requests) = config.max_requests
+                && self.counters.claimed.fetch_add(1, Ordering::Relaxed) >= max_requests
+            {
+                break;
             }
             let draw: f64 = rng.random();
             let (request, forged) = if draw < config.duplicate_share && !recent.is_empty() {

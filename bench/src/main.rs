@@ -180,6 +180,10 @@ struct LoadgenArgs {
     http2: bool,
     #[arg(long, default_value_t = 10.0)]
     duration_s: f64,
+    /// Stop after this many requests (the measured run; not the warm-up), or at `--duration-s`, whichever comes
+    /// first.
+    #[arg(long)]
+    requests: Option<u64>,
     /// Before the measured run, this many seconds of closed-loop load with 16 workers, not measured (the topic
     /// check still covers it): the first requests to a fresh gateway and topic wait for the producer id and the
     /// partition leaders, which is start-up, not steady state.
@@ -353,6 +357,7 @@ async fn loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         connections: args.connections,
         duration: Duration::from_secs_f64(args.duration_s),
+        max_requests: args.requests,
         duplicate_share: args.duplicates,
         bad_signature_share: args.bad_signatures,
         progress: !args.quiet,
@@ -367,6 +372,7 @@ async fn loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
             mode: Mode::Closed,
             concurrency: config.concurrency.min(16),
             duration: Duration::from_secs_f64(args.warm_up_s),
+            max_requests: None,
             progress: false,
             ..config.clone()
         };
