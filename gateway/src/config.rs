@@ -76,6 +76,16 @@ pub struct Limits {
     /// once, on the blocking pool; past it that source's requests get 503 `verify_busy` with `Retry-After`, so a
     /// forged flood on one source cannot take the CPU others need. Default: half the cores, at least 1.
     pub max_asymmetric_verifications_per_source: usize,
+    /// Requests per second one client IP address may send, checked before anything else (see
+    /// `peer_limit`): a request over it waits for its turn up to `peer_max_wait_ms`, beyond that it is held that
+    /// long and answered 429 with `Retry-After`. 0 (the default) turns it off; leave it off behind a proxy or load
+    /// balancer that hides client addresses (every client would share one limit) and rate-limit there.
+    pub peer_rate_per_s: f64,
+    /// Requests one address may send at once above `peer_rate_per_s` before pacing starts; 0 means one second's
+    /// worth.
+    pub peer_burst: u32,
+    /// Longest a request over its address's rate waits for its turn.
+    pub peer_max_wait_ms: u64,
 }
 
 impl Default for Limits {
@@ -94,6 +104,9 @@ impl Default for Limits {
             max_concurrent_streams: 100,
             max_body_buffer_bytes: 256 * 1024 * 1024,
             max_asymmetric_verifications_per_source: crate::source::default_verifications_per_source(),
+            peer_rate_per_s: 0.0,
+            peer_burst: 0,
+            peer_max_wait_ms: 1_000,
         }
     }
 }
@@ -194,6 +207,11 @@ impl GatewayConfig {
         problems.check(self.limits.max_header_bytes >= 8192, "limits.max_header_bytes must be at least 8192");
         problems.check(self.limits.max_connections > 0, "limits.max_connections must be positive");
         problems.check(self.limits.max_connections_per_peer > 0, "limits.max_connections_per_peer must be positive");
+        problems.check(
+            self.limits.peer_rate_per_s.is_finite() && self.limits.peer_rate_per_s >= 0.0,
+            "limits.peer_rate_per_s must be 0 (off) or a positive number",
+        );
+        problems.check(self.limits.peer_max_wait_ms <= 60_000, "limits.peer_max_wait_ms must be at most 60000");
         problems.check(self.limits.max_concurrent_streams > 0, "limits.max_concurrent_streams must be positive");
         problems.check(
             self.limits.header_read_timeout_ms > 0 && self.limits.idle_timeout_ms > 0,

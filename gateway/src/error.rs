@@ -34,6 +34,8 @@ pub enum Rejection {
     BodyBufferFull,
     #[error("this source's signature verifications are at their limit")]
     VerifyBusy,
+    #[error("this client address sends faster than the gateway's limit for one address")]
+    PeerRateLimited,
     #[error("the broker did not acknowledge the event")]
     Produce(#[source] ProduceError),
 }
@@ -43,6 +45,7 @@ impl Rejection {
         match self {
             Self::NotFound | Self::UnknownSource => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::PeerRateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::BodyRead(_) => StatusCode::BAD_REQUEST,
@@ -75,6 +78,7 @@ impl Rejection {
             Self::Overloaded => "overloaded",
             Self::BodyBufferFull => "body_buffer_full",
             Self::VerifyBusy => "verify_busy",
+            Self::PeerRateLimited => "rate_limited",
             Self::Produce(ProduceError::QueueFull) => "broker_queue_full",
             Self::Produce(_) => "broker_unavailable",
         }
@@ -82,7 +86,7 @@ impl Rejection {
 
     /// Whether the sender should retry later: then `Retry-After` is set.
     fn is_retryable(&self) -> bool {
-        self.status() == StatusCode::SERVICE_UNAVAILABLE
+        matches!(self.status(), StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS)
     }
 
     /// The JSON error response. The message never carries a secret, a signature or the body.
@@ -156,6 +160,14 @@ mod tests {
         assert_eq!(Rejection::MethodNotAllowed.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(Rejection::BodyTooLarge { limit_bytes: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(Rejection::Overloaded.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn a_client_over_its_rate_gets_429_with_retry_after() {
+        let response = Rejection::PeerRateLimited.into_response(3);
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"3"[..]));
+        assert_eq!(Rejection::PeerRateLimited.code(), "rate_limited");
     }
 
     #[tokio::test]

@@ -1,4 +1,5 @@
-//! The hot path: `POST /webhooks/{source}` → find the source → read the body within its limits → take an
+//! The hot path: `POST /webhooks/{source}` → the client address's rate, when configured ([`crate::peer_limit`]) →
+//! find the source → read the body within its limits → take an
 //! in-flight permit → verify the signature over the raw bytes → answer a handshake, or produce → 202 once the
 //! broker acknowledged. Nothing else happens here.
 //!
@@ -15,7 +16,7 @@ use std::{
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use hookline_common::{
-    http::Body,
+    http::{Body, PeerAddr},
     signature::{self, UnverifiedRequest},
     wire::{EventMeta, now_ms},
 };
@@ -28,6 +29,7 @@ use crate::{
     config::{FORWARDED_HEADER_PREFIX, GatewayConfig, Limits},
     error::Rejection,
     metrics::Metrics,
+    peer_limit::{Admission, PeerLimiter},
     produce::{EventProducer, VerifiedWebhook},
     rejection_log::{RejectionLog, Verdict, log_summary},
     source::{Source, SourceTable},
@@ -44,6 +46,8 @@ pub struct Ingest {
     in_flight: Semaphore,
     body_budget: BodyBudget,
     rejection_log: RejectionLog,
+    /// The request rate per client address, when configured.
+    peer_limiter: Option<PeerLimiter>,
     /// Metric handles of the hot path's fixed labels, resolved once per source table instead of per request.
     handles: ArcSwap<HashMap<String, SourceHandles>>,
     produce_acked: prometheus::Histogram,
@@ -116,6 +120,17 @@ impl Ingest {
             in_flight: Semaphore::new(config.limits.max_in_flight),
             body_budget: BodyBudget::new(config.limits.max_body_buffer_bytes),
             rejection_log: RejectionLog::default(),
+            peer_limiter: PeerLimiter::new(
+                config.limits.peer_rate_per_s,
+                if config.limits.peer_burst > 0 {
+                    config.limits.peer_burst
+                } else {
+                    // One second's worth.
+                    config.limits.peer_rate_per_s.ceil().clamp(1.0, f64::from(u32::MAX)) as u32
+                },
+                Duration::from_millis(config.limits.peer_max_wait_ms),
+                Instant::now(),
+            ),
         })
     }
 
@@ -143,10 +158,13 @@ impl Ingest {
         let started = Instant::now();
         let sources = self.sources.load_full();
         let source_label = source_label(&sources, request.uri().path()).to_owned();
-        let result = {
-            // A guard, not inc/dec around the await: hyper drops this future when the client goes away.
-            let _in_flight = InFlight::enter(&self.metrics.in_flight);
-            self.accept(&sources, request, started).await
+        let result = match self.admit_peer(&request).await {
+            Ok(()) => {
+                // A guard, not inc/dec around the await: hyper drops this future when the client goes away.
+                let _in_flight = InFlight::enter(&self.metrics.in_flight);
+                self.accept(&sources, request, started).await
+            }
+            Err(rejection) => Err(rejection.into()),
         };
         let (outcome, response) = match result {
             Ok(Answer::Accepted(response)) => ("accepted", response),
@@ -175,6 +193,27 @@ impl Ingest {
             }
         }
         response
+    }
+
+    /// Waits for this client address's turn under `limits.peer_rate_per_s`, or refuses it after holding it (see
+    /// [`crate::peer_limit`]). Nothing about the request has been read but its head.
+    async fn admit_peer(&self, request: &Request<Incoming>) -> Result<(), Rejection> {
+        let (Some(limiter), Some(PeerAddr(peer))) = (&self.peer_limiter, request.extensions().get::<PeerAddr>())
+        else {
+            return Ok(());
+        };
+        match limiter.admit(peer.ip(), Instant::now()) {
+            Admission::Now => Ok(()),
+            Admission::After(wait) => {
+                self.metrics.peer_paced.inc();
+                tokio::time::sleep(wait).await;
+                Ok(())
+            }
+            Admission::Refuse(hold) => {
+                tokio::time::sleep(hold).await;
+                Err(Rejection::PeerRateLimited)
+            }
+        }
     }
 
     async fn accept(

@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod ingest;
 pub mod metrics;
+pub mod peer_limit;
 pub mod produce;
 pub mod rejection_log;
 pub mod reload;

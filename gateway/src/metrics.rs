@@ -2,7 +2,7 @@
 //! other path), outcomes from [`crate::error::Rejection::code`] plus `accepted` and `handshake`, reasons from
 //! `VerifyError::reason`, secret ids from config.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -22,6 +22,9 @@ pub struct Metrics {
     pub in_flight: IntGauge,
     /// `hookline_gateway_producer_queue_depth`: records queued or awaiting the broker's acknowledgement.
     pub producer_queue_depth: IntGauge,
+    /// `hookline_gateway_peer_paced_total`: requests that waited for their turn under `limits.peer_rate_per_s`
+    /// (those refused are `hookline_gateway_requests_total{outcome="rate_limited"}`).
+    pub peer_paced: IntCounter,
     /// `hookline_gateway_config_reloads_total{outcome}`: `applied` or `rejected`.
     pub reloads: IntCounterVec,
 }
@@ -65,6 +68,10 @@ impl Metrics {
                 "hookline_gateway_producer_queue_depth",
                 "Records queued in the producer or awaiting the broker's acknowledgement.",
             )?,
+            peer_paced: IntCounter::new(
+                "hookline_gateway_peer_paced_total",
+                "Requests that waited for their turn under the per-address request rate.",
+            )?,
             reloads: IntCounterVec::new(
                 Opts::new("hookline_gateway_config_reloads_total", "Config reloads by outcome."),
                 &["outcome"],
@@ -78,6 +85,7 @@ impl Metrics {
         registry.register(Box::new(metrics.body_size.clone()))?;
         registry.register(Box::new(metrics.in_flight.clone()))?;
         registry.register(Box::new(metrics.producer_queue_depth.clone()))?;
+        registry.register(Box::new(metrics.peer_paced.clone()))?;
         registry.register(Box::new(metrics.reloads.clone()))?;
         Ok(metrics)
     }

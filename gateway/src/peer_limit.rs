@@ -1,0 +1,159 @@
+//! A request rate per client address, enforced before routing, reading the body or verifying anything.
+//!
+//! Refusing a forged request is cheap, but not free: parsing it, routing it and answering it cost about what any
+//! small request costs, so a flood of them at several thousand requests per second still takes CPU from every
+//! other source. Flooders send from few addresses and providers from many, each at modest rates, so a rate per
+//! address bounds what one address can cost without slowing anyone else.
+//!
+//! The limit is a generic cell rate (GCRA): each address has a theoretical arrival time that each admitted
+//! request pushes one interval (`1 / rate`) ahead, with `burst` requests of tolerance. A request over the rate
+//! is not refused at once: it waits for its turn, up to `max_wait`, which paces a keep-alive connection (the next
+//! request is not read until this one is answered) at no cost but a timer. A request whose turn is further away
+//! than that is held for `max_wait` all the same and then answered 429 with `Retry-After`, so a connection over
+//! the limit gets through at most one request per `max_wait`, and holding it costs the attacker a connection slot
+//! (see `limits.max_connections_per_peer`) rather than costing us CPU. Refused requests take no turn: an address
+//! that stays under the rate is never refused.
+//!
+//! Behind a proxy or load balancer every client shares the proxy's address: leave the limit off there
+//! (`peer_rate_per_s = 0`, the default) and rate-limit at the proxy.
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+/// Addresses tracked at once; past it, addresses with no pending turn are forgotten (at most once a second), and
+/// new addresses are admitted untracked until there is room.
+const MAX_TRACKED_PEERS: usize = 65_536;
+const PRUNE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What to do with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Within the rate: serve it now.
+    Now,
+    /// Over the rate but within `max_wait`: serve it after this long.
+    After(Duration),
+    /// Too far over the rate: hold the connection for this long, then answer 429.
+    Refuse(Duration),
+}
+
+#[derive(Debug)]
+pub struct PeerLimiter {
+    interval: Duration,
+    tolerance: Duration,
+    max_wait: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Per address: the time from which its next request would be within the rate with no burst left.
+    arrivals: HashMap<IpAddr, Instant>,
+    last_prune: Instant,
+}
+
+impl PeerLimiter {
+    /// `None` when `rate_per_s` is not positive (the limit is off).
+    pub fn new(rate_per_s: f64, burst: u32, max_wait: Duration, now: Instant) -> Option<Self> {
+        if !(rate_per_s > 0.0 && rate_per_s.is_finite()) {
+            return None;
+        }
+        let interval = Duration::from_secs_f64(1.0 / rate_per_s);
+        Some(Self {
+            interval,
+            tolerance: interval.saturating_mul(burst.max(1) - 1),
+            max_wait,
+            state: Mutex::new(State { arrivals: HashMap::new(), last_prune: now }),
+        })
+    }
+
+    /// Decides one request from `peer` arriving at `now`, taking its turn unless it is refused.
+    pub fn admit(&self, peer: IpAddr, now: Instant) -> Admission {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.arrivals.len() >= MAX_TRACKED_PEERS && now.duration_since(state.last_prune) >= PRUNE_INTERVAL {
+            state.arrivals.retain(|_, arrival| *arrival > now);
+            state.last_prune = now;
+        }
+        let tracked = state.arrivals.get(&peer).copied();
+        if tracked.is_none() && state.arrivals.len() >= MAX_TRACKED_PEERS {
+            return Admission::Now;
+        }
+        let arrival = tracked.map_or(now, |arrival| arrival.max(now));
+        let wait = arrival.duration_since(now).saturating_sub(self.tolerance);
+        if wait > self.max_wait {
+            return Admission::Refuse(self.max_wait);
+        }
+        state.arrivals.insert(peer, arrival + self.interval);
+        if wait.is_zero() { Admission::Now } else { Admission::After(wait) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 2));
+
+    #[test]
+    fn the_limit_is_off_without_a_positive_rate() {
+        let now = Instant::now();
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(PeerLimiter::new(rate, 10, Duration::from_secs(1), now).is_none(), "{rate}");
+        }
+    }
+
+    #[test]
+    fn a_burst_passes_then_requests_are_paced_then_refused_without_taking_a_turn() {
+        let now = Instant::now();
+        // 10/s, burst 5, waits up to 300 ms.
+        let limiter = PeerLimiter::new(10.0, 5, Duration::from_millis(300), now).expect("on");
+        for n in 0..5 {
+            assert_eq!(limiter.admit(A, now), Admission::Now, "burst request {n}");
+        }
+        // Turns at 100, 200, 300 ms: waited for.
+        for n in 1..=3u64 {
+            assert_eq!(limiter.admit(A, now), Admission::After(Duration::from_millis(100 * n)), "paced request {n}");
+        }
+        // The next turn is 400 ms away: refused after being held, and it takes no turn.
+        assert_eq!(limiter.admit(A, now), Admission::Refuse(Duration::from_millis(300)));
+        assert_eq!(limiter.admit(A, now), Admission::Refuse(Duration::from_millis(300)));
+        // Another address is not affected.
+        assert_eq!(limiter.admit(B, now), Admission::Now);
+        // 400 ms later A's turns have caught up by four: the next waits only for the one before it.
+        let later = now + Duration::from_millis(400);
+        assert_eq!(limiter.admit(A, later), Admission::Now);
+        assert_eq!(limiter.admit(A, later), Admission::After(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn an_address_under_the_rate_is_never_delayed() {
+        let start = Instant::now();
+        let limiter = PeerLimiter::new(100.0, 1, Duration::from_millis(50), start).expect("on");
+        for n in 0..1_000u32 {
+            let at = start + Duration::from_millis(10) * n;
+            assert_eq!(limiter.admit(A, at), Admission::Now, "request {n}");
+        }
+    }
+
+    #[test]
+    fn tracked_addresses_stay_bounded() {
+        let start = Instant::now();
+        let limiter = PeerLimiter::new(1.0, 1, Duration::ZERO, start).expect("on");
+        for n in 0..(MAX_TRACKED_PEERS as u32 + 10) {
+            let peer = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+            assert_eq!(limiter.admit(peer, start), Admission::Now);
+        }
+        let state = limiter.state.lock().expect("lock");
+        assert_eq!(state.arrivals.len(), MAX_TRACKED_PEERS);
+        drop(state);
+        // Once their turns have passed they are forgotten, and new addresses are tracked again.
+        let later = start + Duration::from_secs(2);
+        let fresh = IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, 7));
+        assert_eq!(limiter.admit(fresh, later), Admission::Now);
+        assert_eq!(limiter.admit(fresh, later), Admission::Refuse(Duration::ZERO));
+    }
+}
