@@ -74,6 +74,13 @@ pub struct LoadConfig {
     pub request_timeout: Duration,
     /// Print a progress line to stderr every second.
     pub progress: bool,
+    /// Local addresses the connections are made from, round-robin over the workers (HTTP/1.1) or connections
+    /// (HTTP/2); empty: the system's choice. On loopback any 127.0.0.0/8 address works, so one machine can play
+    /// many clients (providers send from many addresses, a flood from few).
+    pub bind: Vec<std::net::IpAddr>,
+    /// Open loop: stop sending when `duration` has passed on the clock, instead of sending every request the
+    /// schedule held (a flood whose connections the server paces would otherwise run on for minutes).
+    pub stop_at_end: bool,
 }
 
 impl LoadConfig {
@@ -93,6 +100,8 @@ impl LoadConfig {
             bad_signature_share: 0.0,
             request_timeout: Duration::from_secs(10),
             progress: false,
+            bind: Vec::new(),
+            stop_at_end: false,
         }
     }
 }
@@ -244,14 +253,14 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
     // Connect everything first, so connection set-up is not part of the measured run.
     let mut h2_senders = Vec::new();
     if config.protocol == Protocol::Http2 {
-        for _ in 0..config.connections {
-            h2_senders.push(connect_h2(config.target).await?);
+        for n in 0..config.connections {
+            h2_senders.push(connect_h2(config.target, bind_addr(&config.bind, n)).await?);
         }
     }
     let mut connections = Vec::with_capacity(config.concurrency);
     for worker_idx in 0..config.concurrency {
         connections.push(match config.protocol {
-            Protocol::Http1 => Connection::Http1(connect_h1(config.target).await?),
+            Protocol::Http1 => Connection::Http1(connect_h1(config.target, bind_addr(&config.bind, worker_idx)).await?),
             Protocol::Http2 => Connection::Http2(h2_senders[worker_idx % h2_senders.len()].clone()),
         });
     }
@@ -331,23 +340,43 @@ enum Connection {
     Http2(http2::SendRequest<Full<Bytes>>),
 }
 
-async fn connect_tcp(target: SocketAddr) -> Result<TokioIo<TcpStream>, LoadError> {
-    let stream = TcpStream::connect(target).await.map_err(|error| LoadError::Connect(target, error))?;
+fn bind_addr(bind: &[std::net::IpAddr], n: usize) -> Option<std::net::IpAddr> {
+    (!bind.is_empty()).then(|| bind[n % bind.len()])
+}
+
+async fn connect_tcp(target: SocketAddr, bind: Option<std::net::IpAddr>) -> Result<TokioIo<TcpStream>, LoadError> {
+    let stream = match bind {
+        None => TcpStream::connect(target).await,
+        Some(local) => {
+            let socket = if local.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() };
+            match socket.and_then(|socket| socket.bind(SocketAddr::new(local, 0)).map(|()| socket)) {
+                Ok(socket) => socket.connect(target).await,
+                Err(error) => Err(error),
+            }
+        }
+    }
+    .map_err(|error| LoadError::Connect(target, error))?;
     stream.set_nodelay(true).map_err(|error| LoadError::Connect(target, error))?;
     Ok(TokioIo::new(stream))
 }
 
-async fn connect_h1(target: SocketAddr) -> Result<http1::SendRequest<Full<Bytes>>, LoadError> {
+async fn connect_h1(
+    target: SocketAddr,
+    bind: Option<std::net::IpAddr>,
+) -> Result<http1::SendRequest<Full<Bytes>>, LoadError> {
     let (sender, connection) =
-        http1::handshake(connect_tcp(target).await?).await.map_err(|error| LoadError::Handshake(target, error))?;
+        http1::handshake(connect_tcp(target, bind).await?).await.map_err(|error| LoadError::Handshake(target, error))?;
     // The connection task ends when the sender is dropped or the server closes.
     tokio::spawn(connection);
     Ok(sender)
 }
 
-async fn connect_h2(target: SocketAddr) -> Result<http2::SendRequest<Full<Bytes>>, LoadError> {
+async fn connect_h2(
+    target: SocketAddr,
+    bind: Option<std::net::IpAddr>,
+) -> Result<http2::SendRequest<Full<Bytes>>, LoadError> {
     let (sender, connection) = http2::Builder::new(TokioExecutor::new())
-        .handshake(connect_tcp(target).await?)
+        .handshake(connect_tcp(target, bind).await?)
         .await
         .map_err(|error| LoadError::Handshake(target, error))?;
     tokio::spawn(connection);
@@ -397,7 +426,7 @@ impl Worker {
         let mut rng = StdRng::from_rng(&mut rand::rng());
         loop {
             if interval.is_some() {
-                if intended >= self.end {
+                if intended >= self.end || (config.stop_at_end && Instant::now() >= self.end) {
                     break;
                 }
                 tokio::time::sleep_until(intended.into()).await;
@@ -461,7 +490,8 @@ impl Worker {
                     self.counters.failed.fetch_add(1, Ordering::Relaxed);
                     // The connection may be broken: replace it (bounded by the run's end).
                     if Instant::now() < self.end
-                        && let Ok(fresh) = reconnect(config.protocol, config.target).await
+                        && let Ok(fresh) =
+                            reconnect(config.protocol, config.target, bind_addr(&config.bind, self.worker_idx)).await
                     {
                         connection = fresh;
                     }
@@ -481,10 +511,14 @@ impl Worker {
     }
 }
 
-async fn reconnect(protocol: Protocol, target: SocketAddr) -> Result<Connection, LoadError> {
+async fn reconnect(
+    protocol: Protocol,
+    target: SocketAddr,
+    bind: Option<std::net::IpAddr>,
+) -> Result<Connection, LoadError> {
     Ok(match protocol {
-        Protocol::Http1 => Connection::Http1(connect_h1(target).await?),
-        Protocol::Http2 => Connection::Http2(connect_h2(target).await?),
+        Protocol::Http1 => Connection::Http1(connect_h1(target, bind).await?),
+        Protocol::Http2 => Connection::Http2(connect_h2(target, bind).await?),
     })
 }
 

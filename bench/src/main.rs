@@ -193,6 +193,14 @@ struct LoadgenArgs {
     duplicates: f64,
     #[arg(long, default_value_t = 0.0)]
     bad_signatures: f64,
+    /// Send from these local addresses (comma-separated or `127.0.1.1+64` for 64 consecutive addresses), round
+    /// robin over the connections: many clients, or one, as the gateway's per-address limits see them.
+    #[arg(long, value_parser = parse_bind)]
+    bind: Option<BindAddrs>,
+    /// Open loop: stop when `--duration-s` has passed, even if the server held requests back (the rest of the
+    /// schedule is not sent).
+    #[arg(long)]
+    stop_at_end: bool,
     /// Check this topic afterwards (it must be fresh: only this run's records).
     #[arg(long)]
     topic: Option<String>,
@@ -361,6 +369,8 @@ async fn loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
         duplicate_share: args.duplicates,
         bad_signature_share: args.bad_signatures,
         progress: !args.quiet,
+        bind: args.bind.map(|bind| bind.0).unwrap_or_default(),
+        stop_at_end: args.stop_at_end,
         ..LoadConfig::new(args.target, source, signer)
     };
     if args.topic.is_some() && args.brokers.is_none() {
@@ -450,4 +460,22 @@ fn write_json(path: Option<&std::path::Path>, value: &impl serde::Serialize) -> 
             Ok(())
         }
     }
+}
+
+/// Local addresses for `loadgen --bind`.
+#[derive(Debug, Clone)]
+struct BindAddrs(Vec<std::net::IpAddr>);
+
+fn parse_bind(value: &str) -> Result<BindAddrs, String> {
+    if let Some((first, count)) = value.split_once('+') {
+        let first: std::net::Ipv4Addr = first.parse().map_err(|error| format!("{first}: {error}"))?;
+        let count: u32 = count.parse().map_err(|error| format!("{count}: {error}"))?;
+        let first = u32::from(first);
+        return Ok(BindAddrs((0..count).map(|n| std::net::IpAddr::V4((first + n).into())).collect()));
+    }
+    value
+        .split(',')
+        .map(|addr| addr.trim().parse().map_err(|error| format!("{addr}: {error}")))
+        .collect::<Result<_, _>>()
+        .map(BindAddrs)
 }
