@@ -348,7 +348,8 @@ async fn connect_tcp(target: SocketAddr, bind: Option<std::net::IpAddr>) -> Resu
     let stream = match bind {
         None => TcpStream::connect(target).await,
         Some(local) => {
-            let socket = if local.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() };
+            let socket =
+                if local.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() };
             match socket.and_then(|socket| socket.bind(SocketAddr::new(local, 0)).map(|()| socket)) {
                 Ok(socket) => socket.connect(target).await,
                 Err(error) => Err(error),
@@ -364,8 +365,9 @@ async fn connect_h1(
     target: SocketAddr,
     bind: Option<std::net::IpAddr>,
 ) -> Result<http1::SendRequest<Full<Bytes>>, LoadError> {
-    let (sender, connection) =
-        http1::handshake(connect_tcp(target, bind).await?).await.map_err(|error| LoadError::Handshake(target, error))?;
+    let (sender, connection) = http1::handshake(connect_tcp(target, bind).await?)
+        .await
+        .map_err(|error| LoadError::Handshake(target, error))?;
     // The connection task ends when the sender is dropped or the server closes.
     tokio::spawn(connection);
     Ok(sender)

@@ -198,8 +198,7 @@ impl Ingest {
     /// Waits for this client address's turn under `limits.peer_rate_per_s`, or refuses it after holding it (see
     /// [`crate::peer_limit`]). Nothing about the request has been read but its head.
     async fn admit_peer(&self, request: &Request<Incoming>) -> Result<(), Rejection> {
-        let (Some(limiter), Some(PeerAddr(peer))) = (&self.peer_limiter, request.extensions().get::<PeerAddr>())
-        else {
+        let (Some(limiter), Some(PeerAddr(peer))) = (&self.peer_limiter, request.extensions().get::<PeerAddr>()) else {
             return Ok(());
         };
         match limiter.admit(peer.ip(), Instant::now()) {

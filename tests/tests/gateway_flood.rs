@@ -138,7 +138,9 @@ async fn a_flood_from_one_address_is_paced_to_its_rate_and_other_addresses_are_s
                 Some((StatusCode::UNAUTHORIZED, _)) => n_verified += 1,
                 Some((StatusCode::TOO_MANY_REQUESTS, true)) => n_rate_limited += 1,
                 None => n_unanswered += 1,
-                other => panic!("a flooded request is verified and refused, or rate-limited with Retry-After: {other:?}"),
+                other => {
+                    panic!("a flooded request is verified and refused, or rate-limited with Retry-After: {other:?}")
+                }
             }
         }
     }
