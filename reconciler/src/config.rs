@@ -134,7 +134,8 @@ pub struct SourceConfig {
     /// How long an accepted id is remembered (default: the provider's window plus 2 days).
     #[serde(default)]
     pub index_ttl_s: Option<u64>,
-    /// Topic a fetched event is produced to (default `kafka.inbound_topic`): the gateway source's topic.
+    /// The gateway source's topic, when it has its own (default `kafka.inbound_topic`): a fetched event is
+    /// produced there, and the indexer reads it too.
     #[serde(default)]
     pub topic: Option<String>,
     /// The gateway source's `ordering_key`, if it has one, so a fetched event is keyed like its webhook.

@@ -3,7 +3,7 @@
 //! Acceptance *is* the inbound topic: the gateway answers 2xx only once the broker acknowledged the record, and
 //! the reconciler's own produce and the replayer's re-drives land there too. So the indexer, a consumer group of
 //! its own on the inbound topic, records every record of a reconciled source in Redis under the id the
-//! provider's log shows, with a TTL longer than the provider's window ([`crate::config::SourceConfig::index_ttl_s`]).
+//! provider's log shows (a source with a topic of its own: that topic too), with a TTL longer than the provider's window ([`crate::config::SourceConfig::index_ttl_s`]).
 //! Its offsets are stored only after the Redis writes landed (at-least-once; a write is idempotent).
 //!
 //! Neither existing record would do: the consumer's dedupe keys are written only once an event is *processed*
@@ -66,19 +66,28 @@ pub async fn run_indexer(
 ) -> Result<(), ReconcileError> {
     let consumer: StreamConsumer<QuietContext> =
         consumer_config(&kafka, &group_id).create_with_context(QuietContext::new("reconciler-index"))?;
-    consumer.subscribe(&[&kafka.inbound_topic])?;
+    let topics = indexed_topics(&kafka, &sources);
+    consumer.subscribe(&topics.iter().map(String::as_str).collect::<Vec<_>>())?;
     let by_name: HashMap<String, SourceConfig> = sources.into_iter().map(|s| (s.name.clone(), s)).collect();
     loop {
         let first = tokio::select! {
             () = shutdown.cancelled() => break,
             message = consumer.recv() => message,
         };
-        let mut batch = vec![first?.detach()];
+        let first = match first {
+            Ok(message) => message.detach(),
+            Err(error) => {
+                // A broker that is away surfaces here; librdkafka reconnects by itself. Nothing was stored.
+                tracing::warn!(error = %error, "indexer: cannot fetch from the inbound topic; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let mut batch = vec![first];
         while batch.len() < BATCH {
             match tokio::time::timeout(Duration::from_millis(20), consumer.recv()).await {
                 Ok(Ok(message)) => batch.push(message.detach()),
-                Ok(Err(error)) => return Err(error.into()),
-                Err(_) => break,
+                Ok(Err(_)) | Err(_) => break,
             }
         }
         let mut entries = Vec::new();
@@ -114,20 +123,32 @@ pub async fn run_indexer(
     Ok(())
 }
 
-/// Reads the indexer group's committed offsets, to tell whether the index covers the topic.
+/// The topics the indexer reads: the inbound topic, and any topic of its own a source names (a gateway source
+/// with its own `topic`).
+pub fn indexed_topics(kafka: &KafkaConfig, sources: &[SourceConfig]) -> Vec<String> {
+    let mut topics = vec![kafka.inbound_topic.clone()];
+    for topic in sources.iter().filter_map(|source| source.topic.clone()) {
+        if !topics.contains(&topic) {
+            topics.push(topic);
+        }
+    }
+    topics
+}
+
+/// Reads the indexer group's committed offsets, to tell whether the index covers the topics.
 pub struct IndexCheck {
     consumer: BaseConsumer<QuietContext>,
-    topic: String,
+    topics: Vec<String>,
 }
 
 impl std::fmt::Debug for IndexCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IndexCheck").field("topic", &self.topic).finish_non_exhaustive()
+        f.debug_struct("IndexCheck").field("topics", &self.topics).finish_non_exhaustive()
     }
 }
 
 impl IndexCheck {
-    pub fn new(kafka: &KafkaConfig, group_id: &str) -> Result<Self, ReconcileError> {
+    pub fn new(kafka: &KafkaConfig, group_id: &str, sources: &[SourceConfig]) -> Result<Self, ReconcileError> {
         // Never subscribes: only reads the group's committed offsets and the topic's watermarks.
         let consumer = ClientConfig::new()
             .set("bootstrap.servers", &kafka.brokers)
@@ -135,7 +156,7 @@ impl IndexCheck {
             .set("enable.auto.commit", "false")
             .set_log_level(RDKafkaLogLevel::Warning)
             .create_with_context(QuietContext::new("reconciler-index-check"))?;
-        Ok(Self { consumer, topic: kafka.inbound_topic.clone() })
+        Ok(Self { consumer, topics: indexed_topics(kafka, sources) })
     }
 
     /// Waits until the indexer has committed past every record the topic holds now. Blocking: call off the
@@ -143,28 +164,31 @@ impl IndexCheck {
     pub fn wait_caught_up(&self, timeout: Duration) -> Result<(), ReconcileError> {
         let deadline = Instant::now() + timeout;
         let call_timeout = Duration::from_secs(10);
-        let metadata = self.consumer.fetch_metadata(Some(&self.topic), call_timeout)?;
-        let partitions: Vec<i32> = metadata
-            .topics()
-            .iter()
-            .filter(|topic| topic.name() == self.topic)
-            .flat_map(|topic| topic.partitions().iter().map(|partition| partition.id()))
-            .collect();
-        let mut targets = HashMap::new();
-        for partition in partitions {
-            let (low, high) = self.consumer.fetch_watermarks(&self.topic, partition, call_timeout)?;
-            if high > low {
-                targets.insert(partition, high);
+        // (topic, partition) -> the high watermark the indexer must have committed.
+        let mut targets: HashMap<(String, i32), i64> = HashMap::new();
+        for topic in &self.topics {
+            let metadata = self.consumer.fetch_metadata(Some(topic), call_timeout)?;
+            let partitions: Vec<i32> = metadata
+                .topics()
+                .iter()
+                .filter(|listed| listed.name() == topic)
+                .flat_map(|listed| listed.partitions().iter().map(|partition| partition.id()))
+                .collect();
+            for partition in partitions {
+                let (low, high) = self.consumer.fetch_watermarks(topic, partition, call_timeout)?;
+                if high > low {
+                    targets.insert((topic.clone(), partition), high);
+                }
             }
         }
         loop {
             let mut list = TopicPartitionList::new();
-            for partition in targets.keys() {
-                list.add_partition(&self.topic, *partition);
+            for (topic, partition) in targets.keys() {
+                list.add_partition(topic, *partition);
             }
             let committed = self.consumer.committed_offsets(list, call_timeout)?;
-            targets.retain(|partition, high| {
-                let done = committed.find_partition(&self.topic, *partition).map(|element| element.offset());
+            targets.retain(|(topic, partition), high| {
+                let done = committed.find_partition(topic, *partition).map(|element| element.offset());
                 !matches!(done, Some(Offset::Offset(offset)) if offset >= *high)
             });
             if targets.is_empty() {

@@ -91,11 +91,16 @@ impl Report {
         self.missed.iter().filter(|missed| missed.outcome == outcome).count()
     }
 
-    /// Missed events not brought in by this run or an earlier one.
+    /// Missed events not brought in by this run or an earlier one, that the provider is not retrying itself.
     pub fn unrecovered(&self) -> usize {
         self.missed
             .iter()
-            .filter(|missed| !matches!(missed.outcome, Outcome::RedeliveryRequested | Outcome::FetchedAndProduced))
+            .filter(|missed| {
+                !matches!(
+                    missed.outcome,
+                    Outcome::RedeliveryRequested | Outcome::FetchedAndProduced | Outcome::ProviderRetrying
+                )
+            })
             .count()
     }
 }
@@ -122,7 +127,7 @@ impl Reconciler {
     pub async fn connect(config: ReconcilerConfig, metrics: Arc<Metrics>) -> Result<Self, ReconcileError> {
         let store = Store::connect(&config.redis).await?;
         let producer = producer_config(&config.kafka).create_with_context(QuietContext::new("reconciler"))?;
-        let index = Arc::new(IndexCheck::new(&config.kafka, &config.index_group_id)?);
+        let index = Arc::new(IndexCheck::new(&config.kafka, &config.index_group_id, &config.sources)?);
         let mut providers = HashMap::new();
         for source in &config.sources {
             providers.insert(source.name.clone(), ProviderClient::new(source, metrics.clone())?);

@@ -418,3 +418,61 @@ async fn a_redelivery_that_never_arrives_is_not_requested_again_until_an_operato
         .collect();
     assert_eq!(guids, HashSet::from([dropped.guid]), "both requests were for the one missed event");
 }
+
+async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let request = Request::get(format!("http://{addr}{path}")).body(Full::new(Bytes::new())).expect("request");
+    match client.request(request).await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+        Err(_) => (0, String::new()),
+    }
+}
+
+#[tokio::test]
+async fn the_service_indexes_reports_ready_and_its_first_scheduled_run_is_a_dry_run_with_metrics() {
+    let stack = TestStack::builder().build().await;
+    let gateway_url = format!("http://{}/webhooks/github", stack.gateway_addr);
+    let github = FakeGithub::start(API_TOKEN, &gateway_url, TEST_SECRET, 100).await;
+    let past = SystemTime::now() - Duration::from_secs(300);
+    github.deliver(push_body(40), "push", past).await;
+    github.drop_delivery(push_body(41), "push", past);
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let mut config = ReconcilerConfig {
+        kafka: stack.kafka.clone(),
+        index_group_id: format!("test-{run_id}-index"),
+        sources: vec![github_source(&github, API_TOKEN)],
+        ..ReconcilerConfig::default()
+    };
+    config.redis.url = redis_url();
+    config.redis.key_prefix = format!("test:{run_id}:reconcile");
+    config.validate().expect("valid config");
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let admin_addr = admin.local_addr().expect("addr");
+    let shutdown = CancellationToken::new();
+    let service = tokio::spawn(hookline_reconciler::run(config, admin, shutdown.clone()));
+
+    eventually(Duration::from_secs(30), "the first scheduled run reported as a dry run", || async {
+        let (_, metrics) = admin_get(admin_addr, "/metrics").await;
+        metrics.contains(r#"hookline_reconciler_runs_total{outcome="dry_run",source="github"} 1"#)
+    })
+    .await;
+    let (status, metrics) = admin_get(admin_addr, "/metrics").await;
+    assert_eq!(status, 200);
+    for line in [
+        r#"hookline_reconciler_missed_events_total{source="github"} 1"#,
+        r#"hookline_reconciler_unrecovered_events{source="github"} 1"#,
+        r#"hookline_reconciler_indexed_records_total{source="github"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
+    assert_eq!(admin_get(admin_addr, "/readyz").await.0, 200);
+    assert!(github.redelivery_requests().is_empty(), "the first run only reports");
+    shutdown.cancel();
+    service.await.expect("service task").expect("service ran cleanly");
+}
