@@ -476,3 +476,72 @@ async fn the_service_indexes_reports_ready_and_its_first_scheduled_run_is_a_dry_
     shutdown.cancel();
     service.await.expect("service task").expect("service ran cleanly");
 }
+
+/// A measurement, not a test of behaviour beyond its one check: how long the indexer takes to index a topic, and
+/// how long a dry run over thousands of GitHub deliveries takes (pages of 100). By hand, figures in
+/// docs/benchmarks.md:
+/// `RECONCILER_MEASURE_RECORDS=50000 RECONCILER_MEASURE_DELIVERIES=5000 cargo test -p hookline-tests --test
+/// reconciler -- --ignored --nocapture measure_`
+#[tokio::test]
+#[ignore = "a measurement, run by hand; figures in docs/benchmarks.md"]
+async fn measure_indexing_and_a_dry_run_over_thousands_of_github_deliveries() {
+    let number = |var: &str, default: usize| std::env::var(var).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
+    let (n_records, n_deliveries) =
+        (number("RECONCILER_MEASURE_RECORDS", 50_000), number("RECONCILER_MEASURE_DELIVERIES", 5_000));
+    let stack = TestStack::builder().partitions(6).build().await;
+    let github = FakeGithub::start(API_TOKEN, "http://127.0.0.1:9/webhooks/github", TEST_SECRET, 100).await;
+    let now = SystemTime::now() - Duration::from_secs(60);
+    let record = |n: usize, guid: &str, body: &[u8]| {
+        let meta = wire::EventMeta {
+            source: "github".to_owned(),
+            event_id: body_event_id(body),
+            event_type: Some("push".to_owned()),
+            received_at_ms: wire::now_ms(),
+            content_type: Some("application/json".to_owned()),
+            secret_id: "primary".to_owned(),
+            ordering_key: None,
+        };
+        let headers =
+            meta.to_headers().insert(rdkafka::message::Header { key: header::PROVIDER_EVENT_ID, value: Some(guid) });
+        (i32::try_from(n % 6).unwrap_or(0), meta.event_id.clone(), headers, body.to_vec())
+    };
+    // GitHub lists n_deliveries; every other one reached hookline. The rest of the topic is other deliveries.
+    let mut records = Vec::with_capacity(n_records);
+    for n in 0..n_deliveries {
+        let delivery = github.drop_delivery(push_body(n), "push", now);
+        if n % 2 == 0 {
+            records.push(record(n, &delivery.guid, &delivery.body));
+        }
+    }
+    for n in records.len()..n_records {
+        let body = push_body(1_000_000 + n);
+        records.push(record(n, &uuid::Uuid::new_v4().to_string(), &body));
+    }
+    stack.produce_raw_batch(records).await;
+
+    let source = SourceConfig { requests_per_s: Some(100.0), ..github_source(&github, API_TOKEN) };
+    let started = std::time::Instant::now();
+    let reconciler = TestReconciler::start(&stack, vec![source]).await;
+    let index =
+        hookline_reconciler::index::IndexCheck::new(&stack.kafka, &reconciler.reconciler.config().index_group_id, &[])
+            .expect("index check");
+    tokio::task::spawn_blocking(move || index.wait_caught_up(Duration::from_secs(600)))
+        .await
+        .expect("task")
+        .expect("indexed");
+    let indexed_in = started.elapsed();
+
+    let started = std::time::Instant::now();
+    let report = reconciler.run("github", Mode::DryRun).await.expect("dry run");
+    let run_in = started.elapsed();
+    assert_eq!((report.listed, report.missed.len()), (n_deliveries, n_deliveries / 2));
+    let pages = github.calls().iter().filter(|call| call.target.contains("/deliveries")).count();
+    println!(
+        "indexer: {n_records} records in {:.2} s ({:.0} records/s); dry run: {n_deliveries} deliveries in {pages} \
+         pages, {} missed, {:.2} s at requests_per_s = 100",
+        indexed_in.as_secs_f64(),
+        n_records as f64 / indexed_in.as_secs_f64(),
+        report.missed.len(),
+        run_in.as_secs_f64()
+    );
+}
