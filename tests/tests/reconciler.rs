@@ -545,3 +545,33 @@ async fn measure_indexing_and_a_dry_run_over_thousands_of_github_deliveries() {
         run_in.as_secs_f64()
     );
 }
+
+#[tokio::test]
+async fn the_reconcilers_index_ledger_and_lock_work_against_redis_cluster() {
+    let prefix = format!("test:{}:reconcile", uuid::Uuid::new_v4().simple());
+    let config = hookline_common::config::RedisConfig {
+        url: hookline_tests::redis_cluster_urls(),
+        cluster: true,
+        key_prefix: prefix,
+        ..hookline_common::config::RedisConfig::default()
+    };
+    let store = hookline_reconciler::store::Store::connect(&config).await.expect("connect to the cluster");
+    // Ids that hash to different slots, in one call: one command per key on a cluster.
+    let entries: Vec<(String, String, i64, u64)> =
+        (0..50).map(|n| ("github".to_owned(), format!("guid-{n}"), 1_700_000_000_000, 600)).collect();
+    store.index(&entries).await.expect("index");
+    let ids: Vec<String> = (0..60).map(|n| format!("guid-{n}")).collect();
+    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let accepted = store.accepted("github", &id_refs).await.expect("lookup");
+    assert_eq!(accepted.iter().filter(|accepted| **accepted).count(), 50);
+    assert!(accepted[..50].iter().all(|accepted| *accepted) && accepted[50..].iter().all(|accepted| !*accepted));
+
+    assert!(store.note_missed("github", "guid-55", 1, 600).await.expect("note"), "first time found");
+    assert!(!store.note_missed("github", "guid-55", 2, 600).await.expect("note"), "counted once");
+    assert!(store.claim_action("github", "guid-55", 3, 600, false).await.expect("claim"));
+    assert!(!store.claim_action("github", "guid-55", 4, 600, false).await.expect("claim"), "never twice");
+    let lock = store.lock("github", Duration::from_secs(60)).await.expect("lock").expect("free");
+    assert!(store.lock("github", Duration::from_secs(60)).await.expect("lock").is_none(), "one run at a time");
+    store.unlock("github", &lock).await.expect("unlock");
+    assert!(store.lock("github", Duration::from_secs(60)).await.expect("lock").is_some());
+}
