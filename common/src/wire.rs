@@ -210,6 +210,13 @@ pub mod redis_key {
     pub fn reconcile_first_run(prefix: &str, source: &str) -> String {
         format!("{prefix}:first-run:{source}")
     }
+
+    /// Where the index's coverage starts: `<prefix>:index-since` = ms since the epoch, the earlier of the
+    /// indexer's first start and the oldest record it ever indexed. Events before it are unknown to the index
+    /// (accepted before it existed, and gone from the topic), so no run acts on them.
+    pub fn reconcile_index_since(prefix: &str) -> String {
+        format!("{prefix}:index-since")
+    }
 }
 
 /// Milliseconds since the Unix epoch, as written into `*-at-ms` headers.

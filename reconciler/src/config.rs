@@ -32,6 +32,12 @@ pub struct ReconcilerConfig {
     pub index_catch_up_timeout_ms: u64,
     /// How long a run may hold its source's lock (a crashed run's lock ends by itself after this).
     pub run_lease_s: u64,
+    /// RFC 3339 time from which the index may be trusted although the indexer started later: everything the
+    /// reconciled sources had accepted since then was still in the topic when the indexer first read it (the
+    /// sources are newer than that, or the topic's retention reached that far). Without it, coverage starts at
+    /// the indexer's first start or the oldest record it indexed, whichever is earlier, and older events are
+    /// never acted on (they could have been accepted and processed long ago).
+    pub index_complete_since: Option<String>,
     pub sources: Vec<SourceConfig>,
 }
 
@@ -45,6 +51,7 @@ impl Default for ReconcilerConfig {
             interval_s: 3600,
             index_catch_up_timeout_ms: 60_000,
             run_lease_s: 900,
+            index_complete_since: None,
             sources: Vec::new(),
         }
     }
@@ -310,12 +317,24 @@ impl ReconcilerConfig {
         problems.check(self.interval_s >= 60, "interval_s must be at least 60");
         problems.check(self.index_catch_up_timeout_ms >= 1_000, "index_catch_up_timeout_ms must be at least 1000");
         problems.check(self.run_lease_s >= 60, "run_lease_s must be at least 60");
+        if let Err(problem) = self.index_complete_since_ms() {
+            problems.push(problem);
+        }
         let mut names = std::collections::HashSet::new();
         for source in &self.sources {
             problems.check(names.insert(source.name.as_str()), format!("source `{}` is listed twice", source.name));
             source.validate(&mut problems);
         }
         problems.into_result()
+    }
+
+    /// [`Self::index_complete_since`] in ms since the epoch.
+    pub fn index_complete_since_ms(&self) -> Result<Option<i64>, String> {
+        let Some(text) = &self.index_complete_since else { return Ok(None) };
+        let time = humantime::parse_rfc3339_weak(text.trim())
+            .map_err(|_| format!("index_complete_since `{text}` is not an RFC 3339 time like 2026-06-01T00:00:00Z"))?;
+        let since = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Ok(Some(i64::try_from(since.as_millis()).unwrap_or(i64::MAX)))
     }
 
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {

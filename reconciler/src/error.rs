@@ -29,7 +29,10 @@ pub enum ReconcileError {
     Decode { source_name: String, error: String },
     #[error("source `{0}`: another run holds its lock")]
     Busy(String),
-    #[error("the indexer has not indexed the inbound topic up to its end within {0:?}: nothing was decided")]
+    #[error(
+        "the indexer has not indexed the inbound topic up to its end within {0:?} (is `reconciler serve` \
+         running?): nothing was decided"
+    )]
     IndexBehind(Duration),
     #[error("Redis")]
     Redis(#[source] redis::RedisError),

@@ -60,6 +60,7 @@ pub async fn run_indexer(
     kafka: KafkaConfig,
     group_id: String,
     sources: Vec<SourceConfig>,
+    complete_since_ms: Option<i64>,
     store: Store,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
@@ -69,6 +70,17 @@ pub async fn run_indexer(
     let topics = indexed_topics(&kafka, &sources);
     consumer.subscribe(&topics.iter().map(String::as_str).collect::<Vec<_>>())?;
     let by_name: HashMap<String, SourceConfig> = sources.into_iter().map(|s| (s.name.clone(), s)).collect();
+    // Coverage starts no later than now (or the configured time); each record indexed may move it back.
+    let start_ms = complete_since_ms.unwrap_or(i64::MAX).min(wire::now_ms());
+    let mut backoff = Duration::from_millis(100);
+    while let Err(error) = store.lower_index_since(start_ms).await {
+        tracing::warn!(error = %error, "cannot record where the index starts; retrying");
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
     loop {
         let first = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -91,12 +103,14 @@ pub async fn run_indexer(
             }
         }
         let mut entries = Vec::new();
+        let mut oldest_ms = i64::MAX;
         for message in &batch {
             let headers = message.headers();
             // A record no gateway wrote is not an accepted event of any source: nothing to index.
             let Ok(meta) = wire::EventMeta::from_headers(headers) else { continue };
             let Some(source) = by_name.get(&meta.source) else { continue };
             let provider_id = header_str(headers, header::PROVIDER_EVENT_ID).and_then(Result::ok);
+            oldest_ms = oldest_ms.min(meta.received_at_ms);
             if let Some(id) = indexed_id(source.provider, &meta, provider_id.as_deref()) {
                 metrics.indexed.with_label_values(&[&meta.source]).inc();
                 entries.push((meta.source.clone(), id, meta.received_at_ms, source.index_ttl_s()));
@@ -104,7 +118,14 @@ pub async fn run_indexer(
         }
         // Redis first, offsets after: a record is never skipped, at worst indexed twice.
         let mut backoff = Duration::from_millis(100);
-        while let Err(error) = store.index(&entries).await {
+        let write = || async {
+            store.index(&entries).await?;
+            if oldest_ms < i64::MAX {
+                store.lower_index_since(oldest_ms).await?;
+            }
+            Ok::<(), redis::RedisError>(())
+        };
+        while let Err(error) = write().await {
             tracing::warn!(error = %error, "cannot write the accepted-events index; retrying");
             tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
@@ -159,13 +180,50 @@ impl IndexCheck {
         Ok(Self { consumer, topics: indexed_topics(kafka, sources) })
     }
 
-    /// Waits until the indexer has committed past every record the topic holds now. Blocking: call off the
-    /// runtime.
+    /// Waits until the indexer has committed past every record the topics hold now. Blocking: call off the
+    /// runtime. Transient broker errors (a topic's leader not elected yet, a broker restarting) are retried
+    /// until `timeout`.
     pub fn wait_caught_up(&self, timeout: Duration) -> Result<(), ReconcileError> {
         let deadline = Instant::now() + timeout;
+        let mut targets = loop {
+            match self.high_watermarks() {
+                Ok(targets) => break targets,
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!(error = %error, "reading the topics' ends; retrying");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        };
+        loop {
+            let mut list = TopicPartitionList::new();
+            for (topic, partition) in targets.keys() {
+                list.add_partition(topic, *partition);
+            }
+            match self.consumer.committed_offsets(list, Duration::from_secs(10)) {
+                Ok(committed) => targets.retain(|(topic, partition), high| {
+                    let done = committed.find_partition(topic, *partition).map(|element| element.offset());
+                    !matches!(done, Some(Offset::Offset(offset)) if offset >= *high)
+                }),
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!(error = %error, "reading the indexer's committed offsets; retrying");
+                }
+                Err(error) => return Err(error.into()),
+            }
+            if targets.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(ReconcileError::IndexBehind(timeout));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// (topic, partition) -> the high watermark the indexer must have committed, for partitions holding records.
+    fn high_watermarks(&self) -> Result<HashMap<(String, i32), i64>, rdkafka::error::KafkaError> {
         let call_timeout = Duration::from_secs(10);
-        // (topic, partition) -> the high watermark the indexer must have committed.
-        let mut targets: HashMap<(String, i32), i64> = HashMap::new();
+        let mut targets = HashMap::new();
         for topic in &self.topics {
             let metadata = self.consumer.fetch_metadata(Some(topic), call_timeout)?;
             let partitions: Vec<i32> = metadata
@@ -181,23 +239,6 @@ impl IndexCheck {
                 }
             }
         }
-        loop {
-            let mut list = TopicPartitionList::new();
-            for (topic, partition) in targets.keys() {
-                list.add_partition(topic, *partition);
-            }
-            let committed = self.consumer.committed_offsets(list, call_timeout)?;
-            targets.retain(|(topic, partition), high| {
-                let done = committed.find_partition(topic, *partition).map(|element| element.offset());
-                !matches!(done, Some(Offset::Offset(offset)) if offset >= *high)
-            });
-            if targets.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(ReconcileError::IndexBehind(timeout));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        Ok(targets)
     }
 }

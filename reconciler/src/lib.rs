@@ -55,6 +55,7 @@ pub async fn run(
         config.kafka.clone(),
         config.index_group_id.clone(),
         config.sources.clone(),
+        config.index_complete_since_ms().unwrap_or(None),
         reconciler.store().clone(),
         metrics.clone(),
         shutdown.child_token(),

@@ -53,7 +53,12 @@ pub struct Report {
     pub from_ms: i64,
     pub to_ms: i64,
     pub dry_run: bool,
-    /// Events in the provider's log for the window.
+    /// Where the index's coverage starts: events before it (accepted, if at all, before the indexer existed
+    /// and since gone from the topic) are left out of the decision.
+    pub index_since_ms: i64,
+    /// Events of the window before `index_since_ms`: not judged, never acted on.
+    pub before_index: usize,
+    /// Events in the provider's log for the window (from `index_since_ms` on).
     pub listed: usize,
     /// Of those, accepted by hookline.
     pub accepted: usize,
@@ -183,6 +188,17 @@ impl Reconciler {
             ReconcileError::Provider { source_name: source.name.clone(), error: error.to_string() }
         })??;
 
+        // Read after the wait: the indexer has seen everything up to the topic's end by now.
+        let index_since_ms = self.store.index_since().await?.unwrap_or(i64::MAX);
+        let (events, before): (Vec<ProviderEvent>, Vec<ProviderEvent>) =
+            events.into_iter().partition(|event| event.occurred_at_ms >= index_since_ms);
+        if !before.is_empty() {
+            tracing::info!(
+                source = %source.name,
+                n_events = before.len(),
+                "events older than the index's coverage are left out (see docs/reconciliation.md)"
+            );
+        }
         let ids: Vec<&str> = events.iter().map(|event| event.id.as_str()).collect();
         let accepted = self.store.accepted(&source.name, &ids).await?;
         let missing: Vec<&ProviderEvent> =
@@ -195,6 +211,8 @@ impl Reconciler {
             from_ms: request.from_ms,
             to_ms: request.to_ms,
             dry_run: request.mode == Mode::DryRun,
+            index_since_ms,
+            before_index: before.len(),
             listed: events.len(),
             accepted: events.len() - missing.len(),
             missed: Vec::with_capacity(missing.len()),

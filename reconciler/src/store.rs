@@ -30,6 +30,13 @@ end
 return 0
 ";
 
+/// Lowers `index-since` to ARGV[1] (or sets it): the index covers everything accepted from then on.
+const LOWER_INDEX_SINCE: &str = r"
+local current = tonumber(redis.call('GET', KEYS[1]))
+if current == nil or tonumber(ARGV[1]) < current then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+";
+
 /// Deletes the lock only if it still holds our token.
 const UNLOCK: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -272,6 +279,25 @@ impl Store {
         let mut cmd = redis::cmd("SET");
         cmd.arg(redis_key::reconcile_first_run(&self.prefix, source)).arg(at_ms).arg("NX");
         self.query::<redis::Value>(&cmd).await.map(drop)
+    }
+
+    /// Lowers where the index's coverage starts to `at_ms` (see [`redis_key::reconcile_index_since`]).
+    pub async fn lower_index_since(&self, at_ms: i64) -> RedisResult<()> {
+        let script = Script::new(LOWER_INDEX_SINCE);
+        let mut invocation = script.key(redis_key::reconcile_index_since(&self.prefix));
+        invocation.arg(at_ms);
+        let _: i64 = match &self.connection {
+            Connection::Single(connection) => invocation.invoke_async(&mut connection.clone()).await?,
+            Connection::Cluster(connection) => invocation.invoke_async(&mut connection.clone()).await?,
+        };
+        Ok(())
+    }
+
+    /// Where the index's coverage starts; `None` if no indexer ever ran.
+    pub async fn index_since(&self) -> RedisResult<Option<i64>> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(redis_key::reconcile_index_since(&self.prefix));
+        self.query(&cmd).await
     }
 
     pub async fn ping(&self) -> RedisResult<()> {
