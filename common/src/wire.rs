@@ -56,6 +56,10 @@ pub mod header {
     /// `X-Shopify-Event-Id`, ...): metadata for handlers and operators, never a dedupe key. [`EVENT_ID`] is then
     /// the body's SHA-256, so the same body re-sent under a fresh id is still a duplicate.
     pub const PROVIDER_EVENT_ID: &str = "hookline-provider-event-id";
+    /// How the event reached hookline, when not through the gateway: [`super::origin::RECONCILED`] on a record
+    /// the reconciler fetched from the provider's API (its proof is the API fetch, not a signature). Absent on a
+    /// gateway record. Optional, readable by every version: no format bump.
+    pub const ORIGIN: &str = "hookline-origin";
 
     /// Dead-letter headers, added to the original headers (which are kept unchanged).
     pub mod dlq {
@@ -95,6 +99,13 @@ pub mod header {
         pub const ORIGINAL_PARTITION: &str = "hookline-retry-original-partition";
         pub const ORIGINAL_OFFSET: &str = "hookline-retry-original-offset";
     }
+}
+
+/// Values of [`header::ORIGIN`].
+pub mod origin {
+    /// Fetched from the provider's event API with our credentials (over TLS) by the reconciler, because the
+    /// provider cannot redeliver it (Stripe). Keyed and deduped by the provider's event id like its webhook.
+    pub const RECONCILED: &str = "reconciled";
 }
 
 /// The fate of a dead-letter entry, as recorded in the compacted status topic (topic role
@@ -173,6 +184,38 @@ pub mod redis_key {
 
     pub fn dedupe(prefix: &str, source: &str, event_id: &str) -> String {
         format!("{prefix}:{source}:{event_id}")
+    }
+
+    /// The reconciler's index of accepted events: `<prefix>:accepted:<source>:<id>` exists (value: the
+    /// record's receive time, ms) when a record of that source with that id reached the inbound topic. `id` is
+    /// the id the provider's event log shows: the event id, or for a source whose provider id is unsigned
+    /// (GitHub) the provider's delivery id. Written by the reconciler's indexer from the inbound topic, with a
+    /// TTL longer than the provider's reconciliation window.
+    pub fn accepted(prefix: &str, source: &str, id: &str) -> String {
+        format!("{prefix}:accepted:{source}:{id}")
+    }
+
+    /// The reconciler's ledger of what it did for one missed event: `<prefix>:action:<source>:<id>` holds
+    /// `requesting:<ms>`, `requested:<ms>` or `produced:<ms>`, so no run asks twice.
+    pub fn reconcile_action(prefix: &str, source: &str, id: &str) -> String {
+        format!("{prefix}:action:{source}:{id}")
+    }
+
+    /// One reconciler run per source at a time: `<prefix>:lock:<source>` holds the run's token, with a lease.
+    pub fn reconcile_lock(prefix: &str, source: &str) -> String {
+        format!("{prefix}:lock:{source}")
+    }
+
+    /// Set once a source's first run (a dry run) is done: `<prefix>:first-run:<source>` = its time, ms.
+    pub fn reconcile_first_run(prefix: &str, source: &str) -> String {
+        format!("{prefix}:first-run:{source}")
+    }
+
+    /// Where the index's coverage starts: `<prefix>:index-since` = ms since the epoch, the earlier of the
+    /// indexer's first start and the oldest record it ever indexed. Events before it are unknown to the index
+    /// (accepted before it existed, and gone from the topic), so no run acts on them.
+    pub fn reconcile_index_since(prefix: &str) -> String {
+        format!("{prefix}:index-since")
     }
 }
 
@@ -261,6 +304,9 @@ pub struct InboundEvent {
     /// The provider's own id when it is not the dedupe id (it was not signed): metadata, for searching logs by
     /// the id a provider's dashboard shows ([`header::PROVIDER_EVENT_ID`]).
     pub provider_event_id: Option<String>,
+    /// [`header::ORIGIN`]: `Some("reconciled")` when the reconciler fetched the event from the provider's API;
+    /// `None` for a webhook the gateway verified.
+    pub origin: Option<String>,
 }
 
 impl InboundEvent {
@@ -275,6 +321,7 @@ impl InboundEvent {
             replay_of: header_str(headers, header::REPLAY_OF).transpose()?,
             replay_count: header_str(headers, header::REPLAY_COUNT).and_then(Result::ok).and_then(|n| n.parse().ok()),
             provider_event_id: header_str(headers, header::PROVIDER_EVENT_ID).and_then(Result::ok),
+            origin: header_str(headers, header::ORIGIN).and_then(Result::ok),
         })
     }
 }

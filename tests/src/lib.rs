@@ -37,6 +37,8 @@ use rdkafka::{
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+pub mod provider_fakes;
+
 /// The secret every test source is configured with.
 pub const TEST_SECRET: &str = "integration-test-secret";
 

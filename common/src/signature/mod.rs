@@ -118,17 +118,45 @@ impl<'a> UnverifiedRequest<'a> {
     }
 }
 
-/// Proof that a request verified: which secret matched, and which request headers the signature covered (besides
-/// the body). Only a scheme can make one.
+/// Proof that an event is authentic, and of what kind. A [`Provenance::Signature`] proof says which secret
+/// matched and which request headers the signature covered (besides the body); only a scheme can make one. A
+/// [`Provenance::ProviderApi`] proof says the bytes were fetched from the provider's own API over TLS with our
+/// credential (the reconciler's missed events); it covers no request header and is never a signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
     secret_id: String,
     signed_headers: Vec<Cow<'static, str>>,
+    provenance: Provenance,
+}
+
+/// Where a [`Verified`] proof comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// A scheme checked the provider's signature over the raw request (or, for `none`, chose not to).
+    Signature,
+    /// Fetched from the provider's API over an authenticated TLS connection with our API credential: the
+    /// provider itself answered for these bytes.
+    ProviderApi,
 }
 
 impl Verified {
     fn by(secret: &Secret) -> Self {
-        Self { secret_id: secret.id.clone(), signed_headers: Vec::new() }
+        Self { secret_id: secret.id.clone(), signed_headers: Vec::new(), provenance: Provenance::Signature }
+    }
+
+    /// The proof for an event the reconciler fetched from the provider's API with the credential `credential_id`
+    /// (its `secret_id` reads `api:<credential_id>`). Only code that fetched the bytes from the provider over TLS
+    /// with that credential may make one; nothing in a request can lead here.
+    pub fn fetched_from_provider_api(credential_id: &str) -> Self {
+        Self {
+            secret_id: format!("api:{credential_id}"),
+            signed_headers: Vec::new(),
+            provenance: Provenance::ProviderApi,
+        }
+    }
+
+    pub fn provenance(&self) -> Provenance {
+        self.provenance
     }
 
     /// The signature also covered these headers (lowercase names), so their values are as trustworthy as the body.

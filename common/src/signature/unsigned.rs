@@ -17,7 +17,11 @@ impl Scheme for Unsigned {
     }
 
     fn verify(&self, _request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        Ok(Verified { secret_id: UNSIGNED_SECRET_ID.to_owned(), signed_headers: Vec::new() })
+        Ok(Verified {
+            secret_id: UNSIGNED_SECRET_ID.to_owned(),
+            signed_headers: Vec::new(),
+            provenance: super::Provenance::Signature,
+        })
     }
 
     fn identity(&self) -> IdentityRule {

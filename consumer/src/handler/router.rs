@@ -202,6 +202,7 @@ mod tests {
             replay_of: None,
             replay_count: None,
             provider_event_id: None,
+            origin: None,
         }
     }
 

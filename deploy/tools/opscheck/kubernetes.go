@@ -240,7 +240,7 @@ func selects(selector, labels map[string]string) bool {
 	return true
 }
 
-var hooklineBinaries = map[string]bool{"gateway": true, "consumer": true, "dlq-replayer": true}
+var hooklineBinaries = map[string]bool{"gateway": true, "consumer": true, "dlq-replayer": true, "reconciler": true}
 
 // hooklineContainer is a container running one of our binaries, with what its config says.
 type hooklineContainer struct {

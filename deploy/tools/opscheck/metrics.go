@@ -35,7 +35,7 @@ type catalog struct {
 // Where the services define their metrics. Each metric's name is a string
 // literal; its labels are the next `&[...]` after it (the prometheus crate's
 // `XxxVec::new(Opts::new("name", "help"), &["label", ...])`).
-var metricSources = []string{"gateway/src", "consumer/src", "dlq-replayer/src"}
+var metricSources = []string{"gateway/src", "consumer/src", "dlq-replayer/src", "reconciler/src"}
 
 // Where the values of a few labels that alert rules match on come from: every
 // snake_case string literal of these files is a possible value (a superset,

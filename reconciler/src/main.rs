@@ -1,0 +1,115 @@
+use std::{io::Write, path::PathBuf, sync::Arc};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use hookline_common::{config::env, telemetry, wire};
+use hookline_reconciler::{Mode, Reconciler, ReconcilerConfig, RunRequest, metrics::Metrics};
+use tokio::net::TcpListener;
+
+/// Find the events a provider sent that never reached hookline, and bring them in exactly once.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// TOML config file.
+    #[arg(long, env = env::CONFIG, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Reconcile one source over a window. A dry run unless --apply.
+    Run {
+        #[arg(long)]
+        source: String,
+        /// Start of the window: an RFC 3339 time, or an age such as `6h` (default: the source's lookback).
+        #[arg(long)]
+        since: Option<String>,
+        /// End of the window (same forms; default: now minus the source's settle time).
+        #[arg(long)]
+        until: Option<String>,
+        /// Act: ask for redeliveries / fetch and produce. Without it nothing changes.
+        #[arg(long)]
+        apply: bool,
+        /// Also ask again for events whose earlier redelivery the provider accepted but which never arrived.
+        #[arg(long)]
+        again_after_request: bool,
+        /// The report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the indexer and the schedule, with /livez, /readyz and /metrics on `admin_addr`.
+    Serve,
+}
+
+fn time_arg(text: &str, now_ms: i64) -> anyhow::Result<i64> {
+    if let Ok(age) = humantime::parse_duration(text) {
+        return Ok(now_ms - i64::try_from(age.as_millis())?);
+    }
+    let time = humantime::parse_rfc3339_weak(text)
+        .with_context(|| format!("`{text}` is neither an age nor an RFC 3339 time"))?;
+    Ok(i64::try_from(time.duration_since(std::time::UNIX_EPOCH)?.as_millis())?)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    telemetry::init_tracing();
+    let args = Args::parse();
+    let config = ReconcilerConfig::load(args.config.as_deref())?;
+    match args.command {
+        Command::Serve => {
+            let admin =
+                TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
+            tracing::info!(
+                version = env!("CARGO_PKG_VERSION"),
+                admin = %admin.local_addr()?,
+                sources = config.sources.len(),
+                "reconciler starting"
+            );
+            hookline_reconciler::run(config, admin, hookline_common::signals::shutdown_on_signals()).await?;
+        }
+        Command::Run { source, since, until, apply, again_after_request, json } => {
+            let source_config =
+                config.source(&source).with_context(|| format!("source `{source}` is not configured"))?;
+            let now = wire::now_ms();
+            let from_ms = match since {
+                Some(text) => time_arg(&text, now)?,
+                None => now - i64::try_from(source_config.lookback().as_millis())?,
+            };
+            let to_ms = match until {
+                Some(text) => time_arg(&text, now)?,
+                None => now - i64::try_from(source_config.settle_s * 1000)?,
+            };
+            anyhow::ensure!(from_ms < to_ms, "the window is empty: --since must be before --until");
+            let metrics = Arc::new(Metrics::register(&prometheus::Registry::new())?);
+            let reconciler = Reconciler::connect(config, metrics).await?;
+            let mode = if apply { Mode::Apply } else { Mode::DryRun };
+            let report = reconciler.run(&RunRequest { source, from_ms, to_ms, mode, again_after_request }).await?;
+            let mut out = std::io::stdout().lock();
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "{}: {} listed, {} accepted, {} missed{}",
+                    report.source,
+                    report.listed,
+                    report.accepted,
+                    report.missed.len(),
+                    if report.dry_run { " (dry run: nothing changed; --apply to act)" } else { "" }
+                )?;
+                for missed in &report.missed {
+                    writeln!(
+                        out,
+                        "  {} {} {:?}",
+                        missed.id,
+                        missed.event_type.as_deref().unwrap_or("-"),
+                        missed.outcome
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
