@@ -158,6 +158,7 @@ impl Ingest {
         let started = Instant::now();
         let sources = self.sources.load_full();
         let source_label = source_label(&sources, request.uri().path()).to_owned();
+        let peer = request.extensions().get::<PeerAddr>().map(|PeerAddr(peer)| peer.ip());
         let result = match self.admit_peer(&request).await {
             Ok(()) => {
                 // A guard, not inc/dec around the await: hyper drops this future when the client goes away.
@@ -170,6 +171,11 @@ impl Ingest {
             Ok(Answer::Accepted(response)) => ("accepted", response),
             Ok(Answer::Handshake(response)) => ("handshake", response),
             Err(failure) => {
+                if let (Rejection::Verify(_), Some(limiter), Some(peer)) =
+                    (&failure.rejection, &self.peer_limiter, peer)
+                {
+                    limiter.charge_failed_verification(peer, Instant::now());
+                }
                 let (verdict, summary) = self.rejection_log.record(&source_label, failure.rejection.code(), started);
                 log_summary(&summary);
                 if verdict == Verdict::Log {

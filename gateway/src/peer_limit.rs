@@ -14,6 +14,11 @@
 //! (see `limits.max_connections_per_peer`) rather than costing us CPU. Refused requests take no turn: an address
 //! that stays under the rate is never refused.
 //!
+//! A request that fails signature verification costs its address [`FAILED_VERIFICATION_TURNS`] turns instead of
+//! one: a forger's requests are the expensive ones (a public-key verification costs up to 20 HMACs), and a
+//! provider's are almost never forged, so an address that sends forgeries is slowed to a tenth of the rate while
+//! one that sends valid requests is not slowed at all.
+//!
 //! Behind a proxy or load balancer every client shares the proxy's address: leave the limit off there
 //! (`peer_rate_per_s = 0`, the default) and rate-limit at the proxy.
 
@@ -28,6 +33,9 @@ use std::{
 /// new addresses are admitted untracked until there is room.
 const MAX_TRACKED_PEERS: usize = 65_536;
 const PRUNE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Turns a request that failed verification costs its address, its own included.
+pub const FAILED_VERIFICATION_TURNS: u32 = 10;
 
 /// What to do with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +97,15 @@ impl PeerLimiter {
         state.arrivals.insert(peer, arrival + self.interval);
         if wait.is_zero() { Admission::Now } else { Admission::After(wait) }
     }
+
+    /// Charges `peer` for a request that failed verification: [`FAILED_VERIFICATION_TURNS`] turns in all (one
+    /// was taken when it was admitted), from `now` at the earliest.
+    pub fn charge_failed_verification(&self, peer: IpAddr, now: Instant) {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(arrival) = state.arrivals.get_mut(&peer) {
+            *arrival = (*arrival).max(now) + self.interval * (FAILED_VERIFICATION_TURNS - 1);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -127,6 +144,19 @@ mod tests {
         let later = now + Duration::from_millis(400);
         assert_eq!(limiter.admit(A, later), Admission::Now);
         assert_eq!(limiter.admit(A, later), Admission::After(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn a_failed_verification_costs_its_address_ten_turns() {
+        let now = Instant::now();
+        // 10/s, no burst, waits up to 2 s.
+        let limiter = PeerLimiter::new(10.0, 1, Duration::from_secs(2), now).expect("on");
+        assert_eq!(limiter.admit(A, now), Admission::Now);
+        limiter.charge_failed_verification(A, now);
+        // Its next turn is ten intervals after the first, not one.
+        assert_eq!(limiter.admit(A, now), Admission::After(Duration::from_secs(1)));
+        assert_eq!(limiter.admit(B, now), Admission::Now);
+        assert_eq!(limiter.admit(B, now), Admission::After(Duration::from_millis(100)));
     }
 
     #[test]
