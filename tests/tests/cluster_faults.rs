@@ -273,7 +273,7 @@ async fn two_of_three_brokers_down_gives_no_2xx_at_all_then_recovers() {
 
     let load = Load::start(&stack, 4);
     // Past `replica.lag.time.max.ms` (10 s): whether or not the ISR could shrink, nothing is acknowledged.
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
     let outage = load.answers();
     assert!(!outage.is_empty(), "requests were answered during the outage");
     assert!(
