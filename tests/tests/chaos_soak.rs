@@ -15,7 +15,7 @@
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     io::Write,
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -118,7 +118,8 @@ impl ConsumerProcess {
             .arg(config_file)
             .arg("router")
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
+            .env("NO_COLOR", "1")
+            .stdout(log.try_clone().expect("consumer log"))
             .stderr(log)
             .spawn()
             .expect("start a consumer process");
@@ -478,6 +479,17 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
                 .any(|(begun, ended)| *sent_at >= *begun && *sent_at <= *ended + Duration::from_secs(1))
         })
         .collect();
+    // What the consumers logged (warnings and errors) over the whole run: an outage costs summaries, not a line per
+    // failure.
+    let consumer_log = std::fs::read_to_string(&log_file).unwrap_or_default();
+    let log_lines = |what: &str| consumer_log.lines().filter(|line| line.contains(what)).count();
+    eprintln!(
+        "chaos consumer logs: {} lines in all, {} `fetch failed`, {} `redis failed`, {} librdkafka",
+        consumer_log.lines().count(),
+        log_lines("fetch failed"),
+        log_lines("redis failed"),
+        log_lines("librdkafka"),
+    );
     eprintln!(
         "chaos result: seed {seed}, {duration_s} s at {rate}/s, {n_consumers} consumers; answers {:?} (forged {:?}), \
          refused connections {}, dropped requests {} ({} outside a gateway restart); acknowledged {}, processed {}, dead-lettered {}, lost {}; \
@@ -517,5 +529,6 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
     );
     assert!(!acknowledged.is_empty() && log.statuses.contains_key(&503), "the faults were felt and traffic flowed");
     let _ = std::fs::remove_file(&config_file);
+    let _ = std::fs::remove_file(&log_file);
     stack.shutdown().await;
 }
