@@ -34,7 +34,11 @@ async fn a_consumer_started_during_a_broker_outage_joins_within_seconds_of_the_b
     })
     .await;
     eprintln!("processed {:?} after the broker answered again", back.elapsed());
-    assert!(stack.consumer_metric(consumer, "hookline_consumer_assigned_partitions", "").await >= 1.0);
+    // The gauge is sampled every 2 s: it may lag the first record by that much.
+    eventually(Duration::from_secs(10), "the consumer reports its partitions", || async {
+        stack.consumer_metric(consumer, "hookline_consumer_assigned_partitions", "").await >= 1.0
+    })
+    .await;
 
     let after = Delivery::new(&br#"{"acknowledged":"after the outage"}"#[..]);
     stack.post_accepted(&after).await;
