@@ -40,8 +40,11 @@ pub struct ServeLimits {
     /// A client that has not sent its request head by then is disconnected (slow-loris defence); also the time a
     /// new connection may stay silent.
     pub header_read_timeout: Duration,
-    /// How long in-flight requests may take to finish once shutdown starts.
+    /// How long in-flight requests may take to finish once the listener has closed.
     pub drain_deadline: Duration,
+    /// How long the listener keeps accepting and serving once shutdown starts, every HTTP/1 answer with
+    /// `Connection: close`, before it closes and the drain deadline begins (zero: close at once).
+    pub drain_grace: Duration,
     /// Largest request head (HTTP/1.1 read buffer; HTTP/2 header list) a client may send; at least 8192.
     pub max_header_bytes: usize,
     /// A connection with no request in progress for this long after its last one is closed.
@@ -60,6 +63,7 @@ impl Default for ServeLimits {
         Self {
             header_read_timeout: Duration::from_secs(10),
             drain_deadline: Duration::from_secs(15),
+            drain_grace: Duration::ZERO,
             max_header_bytes: 64 * 1024,
             idle_timeout: Duration::from_secs(30),
             max_connections: 64,
@@ -98,8 +102,10 @@ pub fn open_files_limit() -> Option<usize> {
     line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
 }
 
-/// Serves `handler` on `listener` until `shutdown` is cancelled, then stops accepting and lets in-flight
-/// requests finish for at most `limits.drain_deadline`.
+/// Serves `handler` on `listener` until `shutdown` is cancelled; then keeps serving for `limits.drain_grace`,
+/// answering every HTTP/1 request with `Connection: close` (so a client leaves a kept-alive connection after its
+/// answer, instead of sending its next request into a connection being closed: a reset and no answer), then
+/// stops accepting and lets in-flight requests finish for at most `limits.drain_deadline`.
 pub async fn serve<H, F>(listener: TcpListener, handler: H, limits: ServeLimits, shutdown: CancellationToken)
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
@@ -122,9 +128,18 @@ where
         .keep_alive_timeout(limits.header_read_timeout);
     let slots = ConnectionSlots::new(limits.max_connections, limits.max_connections_per_peer);
     let connections = TaskTracker::new();
+    let draining = Arc::new(AtomicBool::new(false));
+    // Cancelled when the listener closes: each connection then shuts down gracefully.
+    let closing = CancellationToken::new();
+    let stop_accepting = async {
+        shutdown.cancelled().await;
+        draining.store(true, Ordering::Relaxed);
+        tokio::time::sleep(limits.drain_grace).await;
+    };
+    let mut stop_accepting = std::pin::pin!(stop_accepting);
     loop {
         let (stream, peer) = tokio::select! {
-            () = shutdown.cancelled() => break,
+            () = stop_accepting.as_mut() => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
@@ -140,18 +155,26 @@ where
         let activity = Arc::new(Activity::new());
         let handler = handler.clone();
         let service_activity = activity.clone();
+        let service_draining = draining.clone();
         let service = service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(PeerAddr(peer));
+            // HTTP/2 has no `Connection` header: its connections get a GOAWAY when the listener closes.
+            let http1 = request.version() < http::Version::HTTP_2;
             let guard = RequestGuard::enter(service_activity.clone());
             let response = handler(request);
+            let draining = service_draining.clone();
             async move {
-                let response = response.await;
+                let mut response = response.await;
+                if http1 && draining.load(Ordering::Relaxed) {
+                    // hyper closes the connection once this answer is written.
+                    response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+                }
                 drop(guard);
                 Ok::<_, Infallible>(response)
             }
         });
         let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-        let shutdown = shutdown.clone();
+        let shutdown = closing.clone();
         connections.spawn(async move {
             let _slot = slot;
             let mut connection = std::pin::pin!(connection);
@@ -181,6 +204,7 @@ where
         });
     }
     drop(listener);
+    closing.cancel();
     connections.close();
     // Each connection enforces the drain deadline itself; the margin only covers their last steps.
     if tokio::time::timeout(limits.drain_deadline + Duration::from_secs(1), connections.wait()).await.is_err() {

@@ -37,10 +37,15 @@ pub fn producer_config(kafka: &KafkaConfig) -> ClientConfig {
         .set("queue.buffering.max.kbytes", "262144")
         .set("message.max.bytes", "16777216")
         .set("socket.keepalive.enable", "true")
+        .set("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX_MS)
         .set_log_level(RDKafkaLogLevel::Warning);
     apply_properties(&mut config, kafka);
     config
 }
+
+/// librdkafka doubles the pause between connection attempts to a broker that refuses up to this (its default,
+/// 10 s, adds up to 10 s to every recovery after an outage). One attempt per second per broker costs nothing.
+const RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 
 /// Consumer settings for at-least-once delivery into the handler: offsets are stored by the application
 /// only once an event is fully handled, and auto-committed from that store (also on revoke and close).
@@ -64,6 +69,7 @@ pub fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {
         // partition at about 2,000 records/s.
         .set("fetch.wait.max.ms", "50")
         .set("isolation.level", "read_committed")
+        .set("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX_MS)
         .set_log_level(RDKafkaLogLevel::Warning);
     apply_properties(&mut config, kafka);
     config

@@ -24,6 +24,7 @@ pub mod schedule;
 pub mod window;
 
 use std::{
+    collections::BTreeSet,
     sync::{
         Arc, Mutex, MutexGuard,
         atomic::{AtomicBool, Ordering},
@@ -34,6 +35,7 @@ use std::{
 use hookline_common::{
     http::{Readiness, serve_admin},
     kafka::{QuietContext, consumer_config},
+    telemetry::LogThrottle,
     wire::{EventMeta, now_ms},
 };
 use prometheus::Registry;
@@ -70,6 +72,8 @@ type GroupConsumer = StreamConsumer<GroupContext>;
 
 const REDIS_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
+/// At most one line per kind of outage failure (fetch, Redis, a produce retried) per interval; metrics count all.
+pub const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Runs the consumer until `shutdown`: then it stops fetching and starting records, lets the records in the
 /// handler finish (claims of events not finished are released, or expire), commits the stored prefixes and leaves
@@ -126,6 +130,7 @@ pub async fn run(
         "consumer joined"
     );
 
+    let outage_log = Arc::new(LogThrottle::new(OUTAGE_LOG_INTERVAL));
     let pipeline = Pipeline {
         dedupe: dedupe.clone(),
         dead_letters: DeadLetters::new(&config.kafka)?,
@@ -135,6 +140,7 @@ pub async fn run(
         metrics: metrics.clone(),
         alerts: Alerts::start(&config.alert, &config.config_dir, shutdown.clone(), &tasks),
         redis_ready: redis_ready.clone(),
+        outage_log: outage_log.clone(),
         shutdown: shutdown.clone(),
     };
     tasks.spawn(watch(
@@ -167,9 +173,20 @@ pub async fn run(
                     }
                 }
                 Err(error) => {
-                    // Transient (a broker restarting): librdkafka retries by itself; don't spin or flood the log.
-                    tracing::warn!(error = %error, "fetch failed");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    // Transient (a broker down or restarting): librdkafka reconnects by itself. Each error is an
+                    // event in the same queue as the records and the rebalance callbacks, and librdkafka queues
+                    // them faster than one per 200 ms while no broker answers: sleeping here let a backlog build
+                    // that delayed the first assignment by the length of the outage. So: count, log a summary
+                    // at most once per interval, and read on at once.
+                    metrics.fetch_errors.inc();
+                    if let Some(held_back) = outage_log.admit("fetch failed", Instant::now()) {
+                        tracing::warn!(
+                            error = %error,
+                            held_back,
+                            interval_s = OUTAGE_LOG_INTERVAL.as_secs(),
+                            "fetch failed (rate-limited log; hookline_consumer_fetch_errors_total counts every one)"
+                        );
+                    }
                 }
             },
         }
@@ -380,10 +397,12 @@ async fn watch(
     shutdown: CancellationToken,
 ) {
     let topics = Arc::new(topics);
+    let lag_shown = Arc::new(Mutex::new(BTreeSet::new()));
     loop {
         let probe = consumer.clone();
         let lag_metrics = metrics.clone();
         let probe_topics = topics.clone();
+        let probe_lag_shown = lag_shown.clone();
         let (reachable, retry_topic_exists, n_assigned) = tokio::task::spawn_blocking(move || {
             let metadata = probe.fetch_metadata(Some(&probe_topics.retry), WATCH_INTERVAL);
             let retry_topic_exists = metadata.as_ref().is_ok_and(|metadata| {
@@ -391,7 +410,7 @@ async fn watch(
                     topic.name() == probe_topics.retry && topic.error().is_none() && !topic.partitions().is_empty()
                 })
             });
-            let n_assigned = record_lag(&probe, &lag_metrics, &probe_topics.inbound);
+            let n_assigned = record_lag(&probe, &lag_metrics, &probe_topics.inbound, &probe_lag_shown);
             (metadata.is_ok(), retry_topic_exists, n_assigned)
         })
         .await
@@ -410,20 +429,59 @@ async fn watch(
 
 /// Sets `hookline_consumer_lag_records` for each assigned partition of the inbound topic; returns how many
 /// partitions are assigned (of both topics). Blocking.
-fn record_lag(consumer: &GroupConsumer, metrics: &Metrics, inbound_topic: &str) -> usize {
+///
+/// The series are updated in place, never reset: a scrape always finds every assigned partition (with its last
+/// value while a fresh one cannot be read), and only the series of partitions no longer assigned are removed.
+/// The lag is counted from the group's committed offset, which is known for a partition this member has not
+/// fetched from yet (its position is not), so a caught-up partition shows 0, not the whole log.
+fn record_lag(consumer: &GroupConsumer, metrics: &Metrics, inbound_topic: &str, shown: &Mutex<BTreeSet<i32>>) -> usize {
     let Ok(assignment) = consumer.assignment() else { return 0 };
-    metrics.lag.reset();
-    let Ok(positions) = consumer.position() else { return assignment.count() };
-    for element in positions.elements().iter().filter(|element| element.topic() == inbound_topic) {
-        let Ok((_, high)) = consumer.fetch_watermarks(element.topic(), element.partition(), WATCH_INTERVAL) else {
-            continue;
-        };
-        let position = match element.offset() {
-            Offset::Offset(offset) => offset,
-            // Nothing consumed yet on this partition.
-            _ => 0,
-        };
-        metrics.lag.with_label_values(&[&element.partition().to_string()]).set((high - position).max(0));
+    let assigned: BTreeSet<i32> = assignment
+        .elements()
+        .iter()
+        .filter(|element| element.topic() == inbound_topic)
+        .map(|element| element.partition())
+        .collect();
+    let mut shown = shown.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for gone in shown.difference(&assigned) {
+        let _ = metrics.lag.remove_label_values(&[&gone.to_string()]);
+    }
+    shown.retain(|partition| assigned.contains(partition));
+    if assigned.is_empty() {
+        return assignment.count();
+    }
+    let Ok(committed) = consumer.committed(WATCH_INTERVAL) else { return assignment.count() };
+    for &partition in &assigned {
+        let Ok((low, high)) = consumer.fetch_watermarks(inbound_topic, partition, WATCH_INTERVAL) else { continue };
+        let committed_offset = committed.find_partition(inbound_topic, partition).and_then(|element| {
+            match element.offset() {
+                Offset::Offset(offset) => Some(offset),
+                // Nothing committed yet: the group starts at the earliest record.
+                _ => None,
+            }
+        });
+        metrics.lag.with_label_values(&[&partition.to_string()]).set(lag_records(low, high, committed_offset));
+        shown.insert(partition);
     }
     assignment.count()
+}
+
+/// Records from the group's committed offset (the low watermark when nothing is committed, or when retention
+/// deleted past it) to the high watermark.
+fn lag_records(low: i64, high: i64, committed: Option<i64>) -> i64 {
+    (high - committed.unwrap_or(low).max(low)).max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lag_records;
+
+    #[test]
+    fn lag_counts_from_the_committed_offset_and_never_invents_records() {
+        assert_eq!(lag_records(0, 40, Some(40)), 0, "caught up");
+        assert_eq!(lag_records(0, 40, Some(25)), 15);
+        assert_eq!(lag_records(10, 40, None), 30, "nothing committed: everything retained is to be read");
+        assert_eq!(lag_records(30, 40, Some(5)), 10, "retention deleted past the committed offset");
+        assert_eq!(lag_records(0, 40, Some(41)), 0);
+    }
 }

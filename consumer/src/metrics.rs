@@ -26,7 +26,11 @@ pub struct Metrics {
     pub redis_duration: HistogramVec,
     /// `hookline_consumer_paused`: 1 while processing is paused because Redis fails.
     pub paused: IntGauge,
-    /// `hookline_consumer_lag_records{partition}`: high watermark minus position, per assigned partition.
+    /// `hookline_consumer_fetch_errors_total`: errors the fetch loop received (a broker down repeats them; the log
+    /// has a summary per interval, this counts every one).
+    pub fetch_errors: IntCounter,
+    /// `hookline_consumer_lag_records{partition}`: high watermark minus the group's committed offset (the low
+    /// watermark when nothing is committed), per assigned inbound partition.
     pub lag: IntGaugeVec,
     /// `hookline_consumer_assigned_partitions`.
     pub assigned_partitions: IntGauge,
@@ -81,9 +85,16 @@ impl Metrics {
                     .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 2.5]),
                 &["operation"],
             )?,
+            fetch_errors: IntCounter::new(
+                "hookline_consumer_fetch_errors_total",
+                "Errors received by the fetch loop (broker unreachable and the like).",
+            )?,
             paused: IntGauge::new("hookline_consumer_paused", "1 while processing is paused because Redis fails.")?,
             lag: IntGaugeVec::new(
-                Opts::new("hookline_consumer_lag_records", "Records behind the high watermark, per partition."),
+                Opts::new(
+                    "hookline_consumer_lag_records",
+                    "Records behind the high watermark from the committed offset, per partition.",
+                ),
                 &["partition"],
             )?,
             assigned_partitions: IntGauge::new("hookline_consumer_assigned_partitions", "Partitions assigned.")?,
@@ -111,6 +122,7 @@ impl Metrics {
         registry.register(Box::new(metrics.retries.clone()))?;
         registry.register(Box::new(metrics.redis_duration.clone()))?;
         registry.register(Box::new(metrics.paused.clone()))?;
+        registry.register(Box::new(metrics.fetch_errors.clone()))?;
         registry.register(Box::new(metrics.lag.clone()))?;
         registry.register(Box::new(metrics.assigned_partitions.clone()))?;
         registry.register(Box::new(metrics.events.clone()))?;

@@ -28,7 +28,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, InboundEvent, now_ms};
+use hookline_common::{
+    telemetry::LogThrottle,
+    wire::{EntryStatus, EntryStatusRecord, InboundEvent, now_ms},
+};
 use rand::Rng;
 use rdkafka::{Message, message::OwnedMessage};
 use tokio_util::sync::CancellationToken;
@@ -72,6 +75,8 @@ pub struct Pipeline {
     pub alerts: Alerts,
     /// Cleared while Redis fails, for `/readyz`.
     pub redis_ready: Arc<AtomicBool>,
+    /// Rate limit of the lines an outage repeats for every record in flight (Redis failing, produces retried).
+    pub outage_log: Arc<LogThrottle>,
     pub shutdown: CancellationToken,
 }
 
@@ -310,7 +315,11 @@ impl Pipeline {
                 Ok(true) => {}
                 // Done, released, or lost: the work decides what follows; keep waiting for it.
                 Ok(false) => return work.await,
-                Err(error) => tracing::warn!(error = %error, "claim renewal failed; will try again"),
+                Err(error) => {
+                    if let Some(held_back) = self.outage_log.admit("claim renewal failed", Instant::now()) {
+                        tracing::warn!(error = %error, held_back, "claim renewal failed; will try again");
+                    }
+                }
             }
         }
     }
@@ -323,7 +332,9 @@ impl Pipeline {
                 Ok(()) => return Some(()),
                 Err(error) => {
                     self.metrics.dlq_produce_errors.inc();
-                    tracing::warn!(error = %error, "retry produce failed; retrying");
+                    if let Some(held_back) = self.outage_log.admit("retry produce failed", Instant::now()) {
+                        tracing::warn!(error = %error, held_back, "retry produce failed; retrying");
+                    }
                 }
             }
             self.pause(&mut backoff).await?;
@@ -416,7 +427,9 @@ impl Pipeline {
                 }
                 Err(error) => {
                     self.metrics.dlq_produce_errors.inc();
-                    tracing::warn!(source = %source, error = %error, "dead-letter produce failed; retrying");
+                    if let Some(held_back) = self.outage_log.admit("dead-letter produce failed", Instant::now()) {
+                        tracing::warn!(source = %source, error = %error, held_back, "dead-letter produce failed; retrying");
+                    }
                 }
             }
             self.pause(&mut backoff).await?;
@@ -429,7 +442,11 @@ impl Pipeline {
         loop {
             match self.dead_letters.record_status(entry_id, record).await {
                 Ok(()) => return true,
-                Err(error) => tracing::warn!(entry_id = %entry_id, error = %error, "status produce failed; retrying"),
+                Err(error) => {
+                    if let Some(held_back) = self.outage_log.admit("status produce failed", Instant::now()) {
+                        tracing::warn!(entry_id = %entry_id, error = %error, held_back, "status produce failed; retrying");
+                    }
+                }
             }
             if self.pause(&mut backoff).await.is_none() {
                 return false;
@@ -441,7 +458,15 @@ impl Pipeline {
         self.metrics.dedupe_errors.inc();
         self.metrics.paused.set(1);
         self.redis_ready.store(false, Ordering::Relaxed);
-        tracing::warn!(operation, error = %error, cause = ?std::error::Error::source(error), "redis failed; pausing");
+        if let Some(held_back) = self.outage_log.admit("redis failed", Instant::now()) {
+            tracing::warn!(
+                operation,
+                error = %error,
+                cause = ?std::error::Error::source(error),
+                held_back,
+                "redis failed; pausing (rate-limited log; hookline_consumer_dedupe_errors_total counts every one)"
+            );
+        }
     }
 
     fn redis_recovered(&self) {

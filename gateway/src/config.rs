@@ -50,6 +50,11 @@ pub struct Limits {
     pub body_read_timeout_ms: u64,
     /// How long in-flight requests may take to finish on shutdown.
     pub drain_deadline_ms: u64,
+    /// On shutdown, how long the gateway keeps accepting and answering after `/readyz` starts failing, so the
+    /// load balancer stops routing here first: every answer meanwhile carries `Connection: close`, so clients
+    /// leave their kept-alive connections cleanly instead of sending into one being closed. Then the listener
+    /// closes and `drain_deadline_ms` begins.
+    pub drain_grace_ms: u64,
     /// Seconds advertised in `Retry-After` on a 503.
     pub retry_after_s: u64,
     /// Bound on a whole request, socket to answer: a body still arriving then is a 408, a produce still
@@ -95,6 +100,7 @@ impl Default for Limits {
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
             drain_deadline_ms: 15_000,
+            drain_grace_ms: 2_000,
             retry_after_s: 5,
             request_deadline_ms: 9_000,
             max_header_bytes: 64 * 1024,

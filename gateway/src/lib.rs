@@ -44,7 +44,8 @@ const FLUSH_DEADLINE: Duration = Duration::from_secs(10);
 /// The admin route that reloads the config (see [`reload`]).
 pub const RELOAD_PATH: &str = "/admin/reload";
 
-/// Runs the gateway until `shutdown` is cancelled: then it stops accepting, drains in-flight requests (each still
+/// Runs the gateway until `shutdown` is cancelled: then `/readyz` fails at once, the public listener keeps
+/// answering (with `Connection: close`) for `drain_grace_ms`, stops accepting, drains in-flight requests (each still
 /// gets its real answer), and flushes the producer. Returns an error if the producer becomes unusable.
 /// A reload (SIGHUP or [`RELOAD_PATH`]) re-reads the secrets of this same config.
 pub async fn run(config: GatewayConfig, listeners: Listeners, shutdown: CancellationToken) -> Result<(), GatewayError> {
@@ -76,14 +77,18 @@ pub async fn run_with_origin(
         })?)),
         None => None,
     };
+    // The admin listener outlives the public one: while the public listener drains, `/readyz` keeps answering
+    // (503), so the load balancer hears the gateway is leaving instead of finding the port closed.
+    let admin_shutdown = CancellationToken::new();
     tasks.spawn(serve_gateway_admin(
         listeners.admin,
         registry,
         readiness.clone(),
         reloader.clone(),
         reload_token.map(Arc::new),
-        shutdown.child_token(),
+        admin_shutdown.clone(),
     ));
+    tasks.spawn(fail_readiness_on_shutdown(readiness.check("accepting_traffic"), shutdown.clone()));
     tasks.spawn(watch_producer(producer.clone(), ingest.clone(), readiness, fatal.clone(), shutdown.clone()));
     tasks.spawn(reload::reload_on_sighup(reloader, shutdown.child_token()));
     tasks.spawn(summarise_rejections(ingest.clone(), shutdown.child_token()));
@@ -93,6 +98,7 @@ pub async fn run_with_origin(
     serve(listeners.public, handler, limits, shutdown.clone()).await;
 
     shutdown.cancel();
+    admin_shutdown.cancel();
     tasks.close();
     tasks.wait().await;
     let flushed = tokio::task::spawn_blocking(move || producer.flush(FLUSH_DEADLINE)).await;
@@ -104,6 +110,15 @@ pub async fn run_with_origin(
         Some(reason) => Err(GatewayError::ProducerFatal(reason)),
         None => Ok(()),
     }
+}
+
+/// Holds `/readyz`'s `accepting_traffic` condition until shutdown starts, then fails it at once: the public
+/// listener still serves for `drain_grace_ms`, the load balancer learns first.
+async fn fail_readiness_on_shutdown(accepting: Arc<std::sync::atomic::AtomicBool>, shutdown: CancellationToken) {
+    accepting.store(true, Ordering::Relaxed);
+    shutdown.cancelled().await;
+    accepting.store(false, Ordering::Relaxed);
+    tracing::info!("draining: /readyz fails; answering with Connection: close until the listener closes");
 }
 
 /// File descriptors kept out of the public listener's reach: the admin listener's connections, the Kafka
@@ -131,6 +146,7 @@ fn public_serve_limits(limits: &config::Limits, open_files: Option<usize>) -> Se
     ServeLimits {
         header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),
         drain_deadline: Duration::from_millis(limits.drain_deadline_ms),
+        drain_grace: Duration::from_millis(limits.drain_grace_ms),
         max_header_bytes: limits.max_header_bytes,
         idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
         max_connections,

@@ -46,6 +46,12 @@ pub fn brokers() -> String {
     std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned())
 }
 
+/// The three brokers of `scripts/stack up --brokers 3` (`CLUSTER_KAFKA_BROKERS`).
+pub fn cluster_brokers() -> String {
+    std::env::var("CLUSTER_KAFKA_BROKERS")
+        .unwrap_or_else(|_| "127.0.0.1:19192,127.0.0.1:19194,127.0.0.1:19196".to_owned())
+}
+
 /// Seed nodes of the test Redis Cluster (`scripts/stack start-redis-cluster`).
 pub fn redis_cluster_urls() -> String {
     std::env::var("REDIS_CLUSTER_URLS")
@@ -59,9 +65,14 @@ pub fn redis_url() -> String {
 /// Runs `scripts/stack <verb>` (the fault tests stop and start the shared broker and Redis) and asserts it
 /// succeeded.
 pub fn stack_script(verb: &str) {
+    stack_script_args(&[verb]);
+}
+
+/// Runs `scripts/stack` with these arguments (`["stop-broker", "2", "--kill"]`) and asserts it succeeded.
+pub fn stack_script_args(args: &[&str]) {
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack");
-    let status = std::process::Command::new(script).arg(verb).status().expect("run scripts/stack");
-    assert!(status.success(), "scripts/stack {verb} failed");
+    let status = std::process::Command::new(script).args(args).status().expect("run scripts/stack");
+    assert!(status.success(), "scripts/stack {} failed", args.join(" "));
 }
 
 /// Runs `scripts/stack <verb>` when dropped: brings a stopped service back even when an assertion fails
@@ -212,6 +223,8 @@ pub struct TestStackBuilder {
     consumer_tweak: Option<ConfigTweak>,
     gateway_sources: Vec<SourceConfig>,
     gateway_limits: Option<Limits>,
+    brokers: Option<String>,
+    replication: Option<i32>,
 }
 
 impl std::fmt::Debug for TestStackBuilder {
@@ -261,16 +274,29 @@ impl TestStackBuilder {
         self
     }
 
-    /// The gateway's limits (default: [`Limits::default`] with a 2 s body read timeout).
+    /// The gateway's limits (default: [`Limits::default`] with a 2 s body read timeout and no drain grace).
     pub fn gateway_limits(mut self, limits: Limits) -> Self {
         self.gateway_limits = Some(limits);
+        self
+    }
+
+    /// Run everything against these brokers (default: the single-node stack's), for example
+    /// [`cluster_brokers`] with [`replication`](Self::replication) 3.
+    pub fn brokers(mut self, brokers: impl Into<String>) -> Self {
+        self.brokers = Some(brokers.into());
+        self
+    }
+
+    /// Replication factor of the stack's topics (default 1).
+    pub fn replication(mut self, replication: i32) -> Self {
+        self.replication = Some(replication);
         self
     }
 
     pub async fn build(self) -> TestStack {
         let run_id = uuid::Uuid::new_v4().simple().to_string();
         let kafka = KafkaConfig {
-            brokers: brokers(),
+            brokers: self.brokers.clone().unwrap_or_else(brokers),
             inbound_topic: format!("test-{run_id}-inbound"),
             dlq_topic: format!("test-{run_id}-dlq"),
             dlq_status_topic: format!("test-{run_id}-dlq-status"),
@@ -285,7 +311,9 @@ impl TestStackBuilder {
             TopicSpec { name: kafka.dlq_status_topic.clone(), partitions: 1, compacted: true },
             TopicSpec { name: kafka.retry_topic.clone(), partitions: 2, compacted: false },
         ];
-        ensure_topics(&kafka.brokers, &topics, 1).await.expect("create test topics (is `scripts/stack up` running?)");
+        ensure_topics(&kafka.brokers, &topics, self.replication.unwrap_or(1))
+            .await
+            .expect("create test topics (is `scripts/stack up` running?)");
 
         // The gateway reads secrets from a file or the environment, never from its config; tests use a file so
         // nothing mutates the process environment.
@@ -300,7 +328,12 @@ impl TestStackBuilder {
             listen_addr: "127.0.0.1:0".to_owned(),
             admin_addr: "127.0.0.1:0".to_owned(),
             kafka: gateway_kafka,
-            limits: self.gateway_limits.unwrap_or(Limits { body_read_timeout_ms: 2_000, ..Limits::default() }),
+            // No drain grace unless a test asks for one: every test's shutdown would wait for it.
+            limits: self.gateway_limits.unwrap_or(Limits {
+                body_read_timeout_ms: 2_000,
+                drain_grace_ms: 0,
+                ..Limits::default()
+            }),
             reload_token: None,
             sources: std::iter::once(SourceConfig {
                 max_body_bytes: 64 * 1024,
@@ -318,8 +351,12 @@ impl TestStackBuilder {
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let gateway_addr = public.local_addr().expect("addr");
         let gateway_admin_addr = admin.local_addr().expect("addr");
-        let gateway =
-            tokio::spawn(hookline_gateway::run(gateway_config, Listeners { public, admin }, shutdown.clone()));
+        let gateway_shutdown = shutdown.child_token();
+        let gateway = tokio::spawn(hookline_gateway::run(
+            gateway_config.clone(),
+            Listeners { public, admin },
+            gateway_shutdown.clone(),
+        ));
 
         let redis = RedisConfig { url: redis_url(), key_prefix: format!("test:{run_id}"), ..RedisConfig::default() };
         let mut consumer_config =
@@ -338,6 +375,8 @@ impl TestStackBuilder {
             gateway_admin_addr,
             handler: Arc::new(TestHandler::default()),
             shutdown,
+            gateway_config,
+            gateway_shutdown,
             gateway: Some(gateway),
             consumers: Vec::new(),
             client: Client::builder(TokioExecutor::new()).build_http(),
@@ -369,6 +408,8 @@ pub struct TestStack {
     /// Shared by every consumer of the stack: what was processed, by any of them.
     pub handler: Arc<TestHandler>,
     shutdown: CancellationToken,
+    gateway_config: GatewayConfig,
+    gateway_shutdown: CancellationToken,
     gateway: Option<JoinHandle<Result<(), hookline_gateway::GatewayError>>>,
     pub consumers: Vec<RunningConsumer>,
     client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
@@ -436,6 +477,23 @@ impl TestStack {
         ));
         self.consumers.push(RunningConsumer { admin_addr, shutdown, task: Some(task) });
         self.consumers.len() - 1
+    }
+
+    /// Restarts the gateway as a SIGTERM and a new process would: a graceful drain (its `drain_grace_ms`,
+    /// then in-flight requests), then a new gateway on the same addresses.
+    pub async fn restart_gateway(&mut self) {
+        self.gateway_shutdown.cancel();
+        if let Some(gateway) = self.gateway.take() {
+            gateway.await.expect("gateway task").expect("gateway ran cleanly");
+        }
+        let public = TcpListener::bind(self.gateway_addr).await.expect("rebind the public address");
+        let admin = TcpListener::bind(self.gateway_admin_addr).await.expect("rebind the admin address");
+        self.gateway_shutdown = self.shutdown.child_token();
+        self.gateway = Some(tokio::spawn(hookline_gateway::run(
+            self.gateway_config.clone(),
+            Listeners { public, admin },
+            self.gateway_shutdown.clone(),
+        )));
     }
 
     /// Stops consumer `index` gracefully and waits until it has left.

@@ -511,8 +511,9 @@ func checkGrace(r *reporter, where string, hc *hooklineContainer) {
 	case "gateway":
 		pre := preStopSeconds(hc.c)
 		drain := float64(tomlInt(hc.config, 15000, "limits", "drain_deadline_ms")) / 1000
-		need = float64(pre) + drain + produceS
-		why = fmt.Sprintf("preStop %ds + drain_deadline_ms %.0fs + produce_timeout_ms %.0fs", pre, drain, produceS)
+		grace := float64(tomlInt(hc.config, 2000, "limits", "drain_grace_ms")) / 1000
+		need = float64(pre) + grace + drain + produceS
+		why = fmt.Sprintf("preStop %ds + drain_grace_ms %.0fs + drain_deadline_ms %.0fs + produce_timeout_ms %.0fs", pre, grace, drain, produceS)
 		if pre == 0 {
 			r.note("%s: no preStop sleep: requests may still be routed to a gateway that stopped accepting", where)
 		}

@@ -9,7 +9,7 @@
 // resource requests and limits and runs as non-root; each hookline container's
 // --config file is in a mounted ConfigMap and parses; its probes hit /readyz
 // and /livez on the admin port of that config; terminationGracePeriodSeconds
-// outlasts the drain (gateway: preStop + drain_deadline_ms + produce_timeout_ms;
+// outlasts the drain (gateway: preStop + drain_grace_ms + drain_deadline_ms + produce_timeout_ms;
 // consumer: handler.timeout_ms + produce_timeout_ms); every secret file a
 // source reads is in the mounted Secret (and in its example manifest); every
 // referenced ConfigMap exists; Services, PodDisruptionBudgets and the

@@ -5,14 +5,16 @@
 //! - `slow-head:<id>`: hang on that event; print `done <id>` for every other one as soon as it succeeds;
 //! - `work:<ms>`: print `handling <id>`, work for 1 to 8 times that long (fixed per event id, so events finish
 //!   at different times), print `done <id>` on success (before the done marker is written: those are the only
-//!   events a kill may let be processed twice).
+//!   events a kill may let be processed twice);
+//! - `router`: the handlers the config names (`[handler]`, `[[routes]]`), as the `hookline-consumer` binary runs
+//!   them, for the chaos soak's `http` downstream.
 
 use std::{io::Write, sync::Arc, time::Duration};
 
 use hookline_common::wire::InboundEvent;
 use hookline_consumer::{
     ConsumerConfig,
-    handler::{BoxFuture, Handler, HandlerError},
+    handler::{BoxFuture, Handler, HandlerError, router::Router},
 };
 
 #[derive(Debug)]
@@ -20,6 +22,7 @@ enum Mode {
     Hang,
     SlowHead(String),
     Work(Duration),
+    Router,
 }
 
 #[derive(Debug)]
@@ -51,6 +54,7 @@ impl Handler for AnnouncingHandler {
                     tokio::time::sleep(Duration::from_secs(3600)).await;
                 }
                 Mode::SlowHead(_) => announce("done", event_id),
+                Mode::Router => unreachable!("the router mode runs the configured handlers"),
                 Mode::Work(work) => {
                     announce("handling", event_id);
                     // FNV-1a of the id: a spread of durations without a random number generator.
@@ -73,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
     let mode = match args.next() {
         None => Mode::Hang,
         Some(mode) if mode == "hang" => Mode::Hang,
+        Some(mode) if mode == "router" => Mode::Router,
         Some(mode) => match mode.split_once(':') {
             Some(("slow-head", id)) => Mode::SlowHead(id.to_owned()),
             Some(("work", ms)) => Mode::Work(Duration::from_millis(ms.parse()?)),
@@ -81,6 +86,14 @@ async fn main() -> anyhow::Result<()> {
     };
     let config = ConsumerConfig::load(Some(std::path::Path::new(&path)))?;
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    if matches!(mode, Mode::Router) {
+        hookline_common::telemetry::init_tracing();
+        let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
+            .map_err(|problems| anyhow::anyhow!("handler config: {}", problems.join("; ")))?;
+        hookline_consumer::run(config, admin, Arc::new(router), hookline_common::signals::shutdown_on_signals())
+            .await?;
+        return Ok(());
+    }
     let handler = Arc::new(AnnouncingHandler { mode });
     hookline_consumer::run(config, admin, handler, tokio_util::sync::CancellationToken::new()).await?;
     Ok(())
