@@ -131,6 +131,34 @@ impl Interner {
     }
 }
 
+/// An optional [`Position`] in 12 bytes with 4-byte alignment (an `Option<Position>` takes 24): a partition of
+/// -1 is none. Entries hold two, and there are millions of entries.
+#[derive(Debug, Clone, Copy)]
+struct PackedPosition {
+    partition: i32,
+    offset_low: u32,
+    offset_high: u32,
+}
+
+impl PackedPosition {
+    fn pack(position: Option<Position>) -> Self {
+        match position {
+            Some(Position { partition, offset }) => {
+                let bits = offset as u64;
+                Self { partition, offset_low: bits as u32, offset_high: (bits >> 32) as u32 }
+            }
+            None => Self { partition: -1, offset_low: 0, offset_high: 0 },
+        }
+    }
+
+    fn get(self) -> Option<Position> {
+        (self.partition >= 0).then(|| Position {
+            partition: self.partition,
+            offset: ((u64::from(self.offset_high) << 32) | u64::from(self.offset_low)) as i64,
+        })
+    }
+}
+
 /// The latest status record of an entry, compacted.
 #[derive(Debug, Clone, Copy)]
 struct StatusMeta {
@@ -138,7 +166,7 @@ struct StatusMeta {
     at_ms: i64,
     by: u32,
     note: u32,
-    new_entry: Option<Position>,
+    new_entry: PackedPosition,
 }
 
 /// One entry in the index (no body, no header table).
@@ -160,7 +188,7 @@ struct Meta {
     body_bytes: u32,
     /// How many times the entry was re-driven (the highest count any status record carried).
     replays: u32,
-    replay_of: Option<Position>,
+    replay_of: PackedPosition,
     status: Option<StatusMeta>,
 }
 
@@ -213,7 +241,7 @@ impl State {
                 .unwrap_or(0),
             body_bytes: message.payload().map_or(0, |body| u32::try_from(body.len()).unwrap_or(u32::MAX)),
             replays: 0,
-            replay_of: text(header::REPLAY_OF).and_then(|id| Position::parse(dlq_topic, &id)),
+            replay_of: PackedPosition::pack(text(header::REPLAY_OF).and_then(|id| Position::parse(dlq_topic, &id))),
             status: None,
         };
         if let Some((status, replays)) = self.early_statuses.remove(&position) {
@@ -225,6 +253,10 @@ impl State {
         if entries.last().is_some_and(|last| last.offset >= position.offset) {
             return;
         }
+        // Grow by an eighth, not by doubling: a million entries would otherwise carry up to a million slots spare.
+        if entries.len() == entries.capacity() {
+            entries.reserve_exact(entries.len() / 8 + 1024);
+        }
         entries.push(meta);
         self.n_entries += 1;
     }
@@ -235,7 +267,7 @@ impl State {
             at_ms: record.at_ms,
             by: self.strings.intern(Some(&record.by)),
             note: self.strings.intern(record.note.as_deref()),
-            new_entry: record.new_entry.as_deref().and_then(|id| Position::parse(dlq_topic, id)),
+            new_entry: PackedPosition::pack(record.new_entry.as_deref().and_then(|id| Position::parse(dlq_topic, id))),
         };
         let replays = record.replays.unwrap_or(0);
         match self.get_mut(position) {
@@ -267,13 +299,13 @@ impl State {
     /// How many entries this one's event went through before it: one per `hookline-replay-of` link.
     fn failed_again_depth(&self, meta: &Meta) -> u32 {
         let mut depth = 0_u32;
-        let mut cursor = meta.replay_of;
+        let mut cursor = meta.replay_of.get();
         while let Some(parent) = cursor {
             depth += 1;
             if depth > 1_000 {
                 break; // A cycle cannot happen (a replay is always a later record), but never loop on bad data.
             }
-            cursor = self.get(parent).and_then(|parent| parent.replay_of);
+            cursor = self.get(parent).and_then(|parent| parent.replay_of.get());
         }
         depth
     }
@@ -412,6 +444,25 @@ impl Index {
         self.len() == 0
     }
 
+    /// The heap the index holds, counted from its structures (allocator overhead not included): entries with
+    /// their vectors' spare capacity, event ids, interned strings and their table, early statuses.
+    pub fn approx_bytes(&self) -> usize {
+        let state = self.read();
+        let entries: usize = state
+            .partitions
+            .values()
+            .map(|metas| {
+                metas.capacity() * std::mem::size_of::<Meta>()
+                    + metas.iter().filter_map(|meta| meta.event_id.as_ref()).map(|id| id.len()).sum::<usize>()
+            })
+            .sum();
+        let strings: usize = state.strings.values.iter().map(|value| value.len() + 16).sum::<usize>()
+            + state.strings.ids.capacity() * (std::mem::size_of::<(Arc<str>, u32)>() + 1)
+            + state.strings.values.capacity() * std::mem::size_of::<Arc<str>>();
+        let early = state.early_statuses.capacity() * (std::mem::size_of::<(Position, (StatusMeta, u32))>() + 1);
+        entries + strings + early
+    }
+
     /// Whether the status topic's partition has been applied past `offset` (a write is visible).
     pub fn has_status_offset(&self, partition: i32, offset: i64) -> bool {
         self.read().status_next.get(&partition).is_some_and(|next| *next > offset)
@@ -488,7 +539,7 @@ impl Index {
             at_ms: status.at_ms,
             by: text(status.by).unwrap_or_default(),
             event_id: meta.event_id.as_deref().map(str::to_owned),
-            new_entry: status.new_entry.map(|position| position.id(&self.dlq_topic)),
+            new_entry: status.new_entry.get().map(|position| position.id(&self.dlq_topic)),
             note: text(status.note),
             replays: (meta.replays > 0).then_some(meta.replays),
         });
@@ -513,7 +564,7 @@ impl Index {
             status: state.status_of(meta, self.replay_outcome_timeout_ms, now),
             last_status,
             replays: meta.replays,
-            replay_of: meta.replay_of.map(|position| position.id(&self.dlq_topic)),
+            replay_of: meta.replay_of.get().map(|position| position.id(&self.dlq_topic)),
             failed_again,
             flagged: failed_again >= self.max_failed_again,
         }
@@ -794,6 +845,8 @@ pub fn reader(kafka: &KafkaConfig, name: &'static str) -> Result<BaseConsumer<Qu
         .set("isolation.level", "read_committed")
         .set("fetch.message.max.bytes", "16777216")
         .set("fetch.wait.max.ms", "10")
+        // Prefetch bounded: the index, not librdkafka's queue, is what should hold memory.
+        .set("queued.max.messages.kbytes", "16384")
         .set_log_level(RDKafkaLogLevel::Warning);
     for (key, value) in &kafka.properties {
         if hookline_common::kafka::refused_property(key).is_none() {
@@ -801,4 +854,29 @@ pub fn reader(kafka: &KafkaConfig, name: &'static str) -> Result<BaseConsumer<Qu
         }
     }
     config.create_with_context(QuietContext::new(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_pack_into_twelve_bytes_and_back() {
+        for position in
+            [None, Some(Position { partition: 0, offset: 0 }), Some(Position { partition: 7, offset: 5_000_000_000 })]
+        {
+            assert_eq!(PackedPosition::pack(position).get(), position);
+        }
+        assert_eq!(std::mem::size_of::<PackedPosition>(), 12);
+        // The per-entry budget (docs/benchmarks.md): the fixed part of an entry stays at 128 bytes.
+        assert!(std::mem::size_of::<Meta>() <= 128, "{}", std::mem::size_of::<Meta>());
+    }
+
+    #[test]
+    fn ids_name_positions_of_their_own_topic_only() {
+        assert_eq!(Position::parse("webhooks.dlq", "webhooks.dlq:2:17"), Some(Position { partition: 2, offset: 17 }));
+        assert_eq!(Position::parse("webhooks.dlq", "webhooks.dlq-status:2:17"), None);
+        assert_eq!(Position::parse("webhooks.dlq", "webhooks.dlq:2"), None);
+        assert_eq!(Position { partition: 2, offset: 17 }.id("webhooks.dlq"), "webhooks.dlq:2:17");
+    }
 }

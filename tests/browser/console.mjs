@@ -58,7 +58,7 @@ try {
   await page.click("button[type=submit]");
   await page.waitForURL(`${url}/ui/`);
   const [cookie] = await context.cookies();
-  assert.equal(cookie.name, "hookline_session");
+  assert.equal(cookie.name, "hookline-session");
   assert.ok(cookie.secure && cookie.httpOnly && cookie.sameSite === "Strict", JSON.stringify(cookie));
   const csp = (await page.request.get(`${url}/ui/`)).headers()["content-security-policy"];
   assert.match(csp, /default-src 'none'/);
