@@ -15,7 +15,7 @@ use rdkafka::{
     message::OwnedMessage,
 };
 
-use crate::index::{Position, reader};
+use crate::index::{Position, reader_config};
 
 /// One consumer, reused: consecutive offsets of a partition (a bulk replay) are read without seeking again.
 /// Calls are serialized; each is blocking (run it off the runtime).
@@ -48,7 +48,15 @@ impl Fetcher {
     pub fn fetch(&self, position: Position) -> Result<Option<OwnedMessage>, KafkaError> {
         let mut guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if guard.is_none() {
-            *guard = Some(Reader { consumer: reader(&self.kafka, "dlq-fetch")?, next: HashMap::new() });
+            // Fetch one record, not a queue's worth: no prefetch past what was asked, and no backoff between
+            // fetches (librdkafka's default waits up to a second once its queue thresholds were reached).
+            let consumer = reader_config(&self.kafka)
+                .set("queued.min.messages", "1")
+                .set("fetch.queue.backoff.ms", "0")
+                .set("fetch.message.max.bytes", "1048576")
+                .set("fetch.wait.max.ms", "5")
+                .create_with_context(QuietContext::new("dlq-fetch"))?;
+            *guard = Some(Reader { consumer, next: HashMap::new() });
         }
         let Some(reader) = guard.as_mut() else { return Ok(None) };
         let result = reader.fetch(&self.kafka.dlq_topic, position);

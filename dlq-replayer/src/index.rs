@@ -630,24 +630,39 @@ impl Index {
     pub fn stats(&self, query: &Query) -> Stats {
         let state = self.read();
         let now = now_ms();
-        let mut by_source: HashMap<u32, usize> = HashMap::new();
-        let mut by_class: HashMap<u32, usize> = HashMap::new();
-        let mut by_status: HashMap<Status, usize> = HashMap::new();
+        // Counters indexed by interned number and by status: a million entries, no hashing per entry.
+        let n_strings = state.strings.values.len() + 1;
+        let mut by_source = vec![0_usize; n_strings];
+        let mut by_class = vec![0_usize; n_strings];
+        let mut by_status = [0_usize; Status::ALL.len()];
         let mut total = 0;
         for metas in state.partitions.values() {
             for meta in metas.iter().filter(|meta| self.matches(&state, query, meta, now)) {
                 total += 1;
-                *by_source.entry(meta.source).or_default() += 1;
-                *by_class.entry(meta.error_class).or_default() += 1;
-                *by_status.entry(state.status_of(meta, self.replay_outcome_timeout_ms, now)).or_default() += 1;
+                by_source[meta.source as usize] += 1;
+                by_class[meta.error_class as usize] += 1;
+                let status = state.status_of(meta, self.replay_outcome_timeout_ms, now);
+                by_status[Status::ALL.iter().position(|s| *s == status).unwrap_or(0)] += 1;
             }
         }
-        let name = |id: u32| state.strings.get(id).unwrap_or(UNKNOWN).to_owned();
+        let named = |counts: Vec<usize>| -> BTreeMap<String, usize> {
+            let mut named = BTreeMap::new();
+            for (id, n) in counts.into_iter().enumerate().filter(|(_, n)| *n > 0) {
+                let name = state.strings.get(id as u32).unwrap_or(UNKNOWN).to_owned();
+                *named.entry(name).or_default() += n;
+            }
+            named
+        };
         Stats {
             total,
-            by_source: by_source.into_iter().map(|(id, n)| (name(id), n)).collect(),
-            by_error_class: by_class.into_iter().map(|(id, n)| (name(id), n)).collect(),
-            by_status: by_status.into_iter().map(|(status, n)| (status.as_str().to_owned(), n)).collect(),
+            by_source: named(by_source),
+            by_error_class: named(by_class),
+            by_status: Status::ALL
+                .iter()
+                .zip(by_status)
+                .filter(|(_, n)| *n > 0)
+                .map(|(status, n)| (status.as_str().to_owned(), n))
+                .collect(),
         }
     }
 
@@ -835,6 +850,11 @@ fn partitions_of(
 /// A consumer that reads by assignment: no group membership, no commits, only committed records. The user's
 /// `kafka.properties` (TLS, SASL) apply, minus the refused ones.
 pub fn reader(kafka: &KafkaConfig, name: &'static str) -> Result<BaseConsumer<QuietContext>, KafkaError> {
+    reader_config(kafka).create_with_context(QuietContext::new(name))
+}
+
+/// The settings of [`reader`], to adjust before creating one.
+pub fn reader_config(kafka: &KafkaConfig) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &kafka.brokers)
@@ -853,7 +873,7 @@ pub fn reader(kafka: &KafkaConfig, name: &'static str) -> Result<BaseConsumer<Qu
             config.set(key, value);
         }
     }
-    config.create_with_context(QuietContext::new(name))
+    config
 }
 
 #[cfg(test)]
