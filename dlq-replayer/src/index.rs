@@ -173,7 +173,9 @@ struct StatusMeta {
 #[derive(Debug)]
 struct Meta {
     offset: i64,
-    event_id: Option<Box<str>>,
+    /// Where the event id is in its partition's [`Partition::event_ids`]; a length of `u32::MAX` is none.
+    event_id_at: u32,
+    event_id_len: u32,
     source: u32,
     event_type: u32,
     error_class: u32,
@@ -192,11 +194,37 @@ struct Meta {
     status: Option<StatusMeta>,
 }
 
+/// One DLQ partition's entries, in offset order, and their event ids in one buffer (one allocation per
+/// partition instead of one per entry: at a million entries, allocator overhead was a third of the index).
+#[derive(Debug, Default)]
+struct Partition {
+    metas: Vec<Meta>,
+    event_ids: Vec<u8>,
+}
+
+impl Partition {
+    fn event_id(&self, meta: &Meta) -> Option<&str> {
+        if meta.event_id_len == u32::MAX {
+            return None;
+        }
+        let start = meta.event_id_at as usize;
+        self.event_ids.get(start..start + meta.event_id_len as usize).and_then(|bytes| std::str::from_utf8(bytes).ok())
+    }
+}
+
+/// Grows a vector by an eighth when full, not by doubling: a million entries would otherwise carry up to a
+/// million slots spare.
+fn reserve_an_eighth<T>(vector: &mut Vec<T>, more: usize) {
+    if vector.len() + more > vector.capacity() {
+        vector.reserve_exact(vector.len() / 8 + more.max(1024));
+    }
+}
+
 /// The state behind the lock.
 #[derive(Debug, Default)]
 struct State {
     /// Per DLQ partition, entries in offset order.
-    partitions: BTreeMap<i32, Vec<Meta>>,
+    partitions: BTreeMap<i32, Partition>,
     strings: Interner,
     /// Status records whose entry the DLQ tail has not reached yet (both topics are tailed independently).
     early_statuses: HashMap<Position, (StatusMeta, u32)>,
@@ -207,12 +235,12 @@ struct State {
 
 impl State {
     fn get(&self, position: Position) -> Option<&Meta> {
-        let entries = self.partitions.get(&position.partition)?;
+        let entries = &self.partitions.get(&position.partition)?.metas;
         entries.binary_search_by_key(&position.offset, |meta| meta.offset).ok().map(|index| &entries[index])
     }
 
     fn get_mut(&mut self, position: Position) -> Option<&mut Meta> {
-        let entries = self.partitions.get_mut(&position.partition)?;
+        let entries = &mut self.partitions.get_mut(&position.partition)?.metas;
         entries.binary_search_by_key(&position.offset, |meta| meta.offset).ok().map(move |index| &mut entries[index])
     }
 
@@ -224,7 +252,8 @@ impl State {
         let strings = &mut self.strings;
         let mut meta = Meta {
             offset: position.offset,
-            event_id: text(header::EVENT_ID).map(String::into_boxed_str),
+            event_id_at: 0,
+            event_id_len: u32::MAX,
             source: strings.intern(text(header::SOURCE).as_deref()),
             event_type: strings.intern(text(header::EVENT_TYPE).as_deref()),
             error_class: strings.intern(text(header::dlq::ERROR_CLASS).as_deref()),
@@ -248,16 +277,20 @@ impl State {
             meta.status = Some(status);
             meta.replays = replays;
         }
-        let entries = self.partitions.entry(position.partition).or_default();
+        let event_id = text(header::EVENT_ID);
+        let partition = self.partitions.entry(position.partition).or_default();
         // Tailing delivers a partition in offset order; a re-read after a reassignment is skipped.
-        if entries.last().is_some_and(|last| last.offset >= position.offset) {
+        if partition.metas.last().is_some_and(|last| last.offset >= position.offset) {
             return;
         }
-        // Grow by an eighth, not by doubling: a million entries would otherwise carry up to a million slots spare.
-        if entries.len() == entries.capacity() {
-            entries.reserve_exact(entries.len() / 8 + 1024);
+        if let Some(event_id) = event_id.filter(|id| u32::try_from(partition.event_ids.len() + id.len()).is_ok()) {
+            reserve_an_eighth(&mut partition.event_ids, event_id.len());
+            meta.event_id_at = partition.event_ids.len() as u32;
+            meta.event_id_len = event_id.len() as u32;
+            partition.event_ids.extend_from_slice(event_id.as_bytes());
         }
-        entries.push(meta);
+        reserve_an_eighth(&mut partition.metas, 1);
+        partition.metas.push(meta);
         self.n_entries += 1;
     }
 
@@ -451,10 +484,7 @@ impl Index {
         let entries: usize = state
             .partitions
             .values()
-            .map(|metas| {
-                metas.capacity() * std::mem::size_of::<Meta>()
-                    + metas.iter().filter_map(|meta| meta.event_id.as_ref()).map(|id| id.len()).sum::<usize>()
-            })
+            .map(|partition| partition.metas.capacity() * std::mem::size_of::<Meta>() + partition.event_ids.capacity())
             .sum();
         let strings: usize = state.strings.values.iter().map(|value| value.len() + 16).sum::<usize>()
             + state.strings.ids.capacity() * (std::mem::size_of::<(Arc<str>, u32)>() + 1)
@@ -533,12 +563,13 @@ impl Index {
     fn entry_of(&self, state: &State, partition: i32, meta: &Meta, now: i64) -> Entry {
         let strings = &state.strings;
         let text = |id: u32| strings.get(id).map(str::to_owned);
+        let event_id = state.partitions.get(&partition).and_then(|part| part.event_id(meta)).map(str::to_owned);
         let failed_again = state.failed_again_depth(meta);
         let last_status = meta.status.map(|status| EntryStatusRecord {
             status: status.status,
             at_ms: status.at_ms,
             by: text(status.by).unwrap_or_default(),
-            event_id: meta.event_id.as_deref().map(str::to_owned),
+            event_id: event_id.clone(),
             new_entry: status.new_entry.get().map(|position| position.id(&self.dlq_topic)),
             note: text(status.note),
             replays: (meta.replays > 0).then_some(meta.replays),
@@ -549,7 +580,7 @@ impl Index {
                 partition,
                 offset: meta.offset,
                 source: text(meta.source),
-                event_id: meta.event_id.as_deref().map(str::to_owned),
+                event_id,
                 event_type: text(meta.event_type),
                 error_class: text(meta.error_class),
                 error: text(meta.error),
@@ -585,8 +616,8 @@ impl Index {
         let mut total_matching = 0;
         let mut last = None;
         let mut more = false;
-        for (&partition, metas) in &state.partitions {
-            for meta in metas {
+        for (&partition, part) in &state.partitions {
+            for meta in &part.metas {
                 if !self.matches(&state, query, meta, now) {
                     continue;
                 }
@@ -619,8 +650,8 @@ impl Index {
         let state = self.read();
         let now = now_ms();
         let mut positions = Vec::new();
-        for (&partition, metas) in &state.partitions {
-            for meta in metas.iter().filter(|meta| self.matches(&state, query, meta, now)) {
+        for (&partition, part) in &state.partitions {
+            for meta in part.metas.iter().filter(|meta| self.matches(&state, query, meta, now)) {
                 positions.push(Position { partition, offset: meta.offset });
             }
         }
@@ -636,8 +667,8 @@ impl Index {
         let mut by_class = vec![0_usize; n_strings];
         let mut by_status = [0_usize; Status::ALL.len()];
         let mut total = 0;
-        for metas in state.partitions.values() {
-            for meta in metas.iter().filter(|meta| self.matches(&state, query, meta, now)) {
+        for part in state.partitions.values() {
+            for meta in part.metas.iter().filter(|meta| self.matches(&state, query, meta, now)) {
                 total += 1;
                 by_source[meta.source as usize] += 1;
                 by_class[meta.error_class as usize] += 1;
@@ -673,8 +704,8 @@ impl Index {
         let now = now_ms();
         let mut counts: HashMap<(Status, u32, u32), usize> = HashMap::new();
         let mut untriaged: HashMap<u32, Untriaged> = HashMap::new();
-        for metas in state.partitions.values() {
-            for meta in metas {
+        for part in state.partitions.values() {
+            for meta in &part.metas {
                 let status = state.status_of(meta, self.replay_outcome_timeout_ms, now);
                 *counts.entry((status, meta.source, meta.error_class)).or_default() += 1;
                 if status.is_untriaged() {
@@ -699,8 +730,8 @@ impl Index {
     pub fn histogram(&self, since_ms: i64, bucket_ms: i64, n_buckets: usize) -> BTreeMap<String, Vec<usize>> {
         let state = self.read();
         let mut series: HashMap<u32, Vec<usize>> = HashMap::new();
-        for metas in state.partitions.values() {
-            for meta in metas.iter().filter(|meta| meta.last_failure_at_ms >= since_ms) {
+        for part in state.partitions.values() {
+            for meta in part.metas.iter().filter(|meta| meta.last_failure_at_ms >= since_ms) {
                 let bucket = usize::try_from((meta.last_failure_at_ms - since_ms) / bucket_ms.max(1)).unwrap_or(0);
                 if bucket < n_buckets {
                     series.entry(meta.source).or_insert_with(|| vec![0; n_buckets])[bucket] += 1;
@@ -888,8 +919,8 @@ mod tests {
             assert_eq!(PackedPosition::pack(position).get(), position);
         }
         assert_eq!(std::mem::size_of::<PackedPosition>(), 12);
-        // The per-entry budget (docs/benchmarks.md): the fixed part of an entry stays at 128 bytes.
-        assert!(std::mem::size_of::<Meta>() <= 128, "{}", std::mem::size_of::<Meta>());
+        // The per-entry budget (docs/benchmarks.md): the fixed part of an entry stays at 120 bytes.
+        assert!(std::mem::size_of::<Meta>() <= 120, "{}", std::mem::size_of::<Meta>());
     }
 
     #[test]
