@@ -779,7 +779,11 @@ pub fn tail(
     let started = Instant::now();
     let mut last_metadata_check = Instant::now();
     if targets.is_empty() {
+        // Both topics are empty: built already.
         index.caught_up.store(true, Ordering::Release);
+        if !follow {
+            return Ok(());
+        }
     }
     let mut batch = Vec::with_capacity(1024);
     loop {

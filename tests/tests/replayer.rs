@@ -479,3 +479,15 @@ async fn local_stack_dlq_topic_never_expires_entries() {
     assert_eq!(value("retention.ms").as_deref(), Some("-1"), "scripts/stack creates {topic} with unlimited retention");
     assert_eq!(value("retention.bytes").as_deref(), Some("-1"));
 }
+
+#[tokio::test]
+async fn cli_lists_an_empty_dlq_without_waiting() {
+    let stack = TestStack::builder().build().await;
+    let replayer = replayer_for(&stack, 3);
+    let entries = tokio::time::timeout(Duration::from_secs(30), replayer.list(&Filter::default()))
+        .await
+        .expect("an empty DLQ is listed at once, not waited on")
+        .expect("list");
+    assert!(entries.is_empty());
+    stack.shutdown().await;
+}
