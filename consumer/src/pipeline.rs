@@ -18,7 +18,8 @@
 //! - a dead-letter, retry or status produce that fails is retried; the offset is stored only once Kafka
 //!   acknowledged.
 //! - a re-driven event (`hookline-replay-of`) takes exactly this path; its DLQ entry is then recorded as
-//!   `succeeded` (processed now or before) or `failed_again` (with the new entry's id).
+//!   `succeeded` (processed now or before) or `failed_again` (with the new entry's id), also when the re-driven
+//!   record is not a hookline record at all (its poison path).
 
 use std::{
     sync::{
@@ -30,7 +31,7 @@ use std::{
 
 use hookline_common::{
     telemetry::LogThrottle,
-    wire::{EntryStatus, EntryStatusRecord, InboundEvent, now_ms},
+    wire::{EntryStatus, EntryStatusRecord, InboundEvent, header, header_str, now_ms},
 };
 use rand::Rng;
 use rdkafka::{Message, message::OwnedMessage};
@@ -129,13 +130,30 @@ impl Pipeline {
                 };
                 // The source label of a record that names none: bounded, and visible on the dashboards.
                 let source = "unknown";
-                return match self.dead_letter(message, source, None, &failure).await {
-                    Some(_) => {
-                        self.metrics.events.with_label_values(&[source, "dead_lettered"]).inc();
-                        (Handled, Downstream::NotCalled)
-                    }
-                    None => (Interrupted, Downstream::NotCalled),
+                let Some(new_entry) = self.dead_letter(message, source, None, &failure).await else {
+                    return (Interrupted, Downstream::NotCalled);
                 };
+                self.metrics.events.with_label_values(&[source, "dead_lettered"]).inc();
+                // A re-driven entry that is not a hookline record still gets its outcome, or it would stay
+                // `replayed` for ever.
+                let replay_of = header_str(message.headers(), header::REPLAY_OF).and_then(Result::ok);
+                if let Some(entry_id) = replay_of {
+                    let record = EntryStatusRecord {
+                        status: EntryStatus::FailedAgain,
+                        at_ms: now_ms(),
+                        by: format!("consumer:{}", self.dead_letters.group_id()),
+                        event_id: None,
+                        new_entry: Some(new_entry),
+                        note: Some("not a hookline record".to_owned()),
+                        replays: header_str(message.headers(), header::REPLAY_COUNT)
+                            .and_then(Result::ok)
+                            .and_then(|n| n.parse().ok()),
+                    };
+                    if !self.record_status(&entry_id, &record).await {
+                        return (Interrupted, Downstream::NotCalled);
+                    }
+                }
+                return (Handled, Downstream::NotCalled);
             }
         };
         let outcome = match self.handle(message, &event, prior).await {

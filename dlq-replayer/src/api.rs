@@ -1,12 +1,18 @@
 //! The HTTP admin API: the CLI's operations with the same semantics, under `/v1/`, behind a bearer token
 //! (compared in constant time). `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
 //!
-//! - `GET  /v1/entries?source=&event_type=&error_class=&status=&since=&until=&text=` — list (JSON array)
+//! - `GET  /v1/entries?source=&event_type=&error_class=&status=&since=&until=&text=&cursor=&limit=` — one page
+//!   (`{"entries": [...], "next_cursor": "...", "total_matching": n}`), in stable (partition, offset) order;
+//!   `limit` defaults to 100 (at most 1000); pass `next_cursor` back as `cursor` for the next page
 //! - `GET  /v1/stats?<same filter>` — counts by source, error class and status
-//! - `GET  /v1/entries/{id}` — one entry with every header and its body (text, or base64)
+//! - `GET  /v1/entries/{id}` — one entry with every header and its body (text, or base64), read from Kafka
 //! - `POST /v1/replay`  body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `dry_run`, `rate`,
 //!   `force`, `by`
-//! - `POST /v1/discard` body: `{"ids": [...], "reason": "...", "by": "..."}`
+//! - `POST /v1/discard` body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `reason`, `dry_run`,
+//!   `by`
+//!
+//! Every answer comes from the replayer's index, which a background tail keeps current; a write is visible in
+//! the next read once the call returns.
 
 use std::sync::Arc;
 
@@ -20,6 +26,7 @@ use secrecy::{ExposeSecret, SecretSlice};
 use serde::Serialize;
 
 use crate::{
+    console::Console,
     filter::Filter,
     metrics::Metrics,
     ops::{DiscardRequest, OpError, ReplayRequest, Replayer},
@@ -34,11 +41,15 @@ pub struct Api {
     pub registry: Registry,
     pub readiness: Arc<Readiness>,
     pub metrics: Metrics,
+    pub console: Console,
 }
 
 impl Api {
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().to_owned();
+        if path == "/ui" || path.starts_with("/ui/") {
+            return crate::console::handle(self, request).await;
+        }
         if !path.starts_with("/v1/") {
             return admin_response(&request, &self.registry, &self.readiness);
         }
@@ -51,11 +62,18 @@ impl Api {
         let query = request.uri().query().unwrap_or("").to_owned();
         let result = match (method, path.as_str()) {
             (Method::GET, "/v1/entries") => match parse_query(&query) {
-                Ok(filter) => self.replayer.list(&filter).await.map(|entries| json(StatusCode::OK, &entries)),
+                Ok(ListQuery { filter, cursor, limit }) => self
+                    .replayer
+                    .page(&filter, cursor.as_deref(), limit.unwrap_or(DEFAULT_PAGE))
+                    .await
+                    .map(|page| json(StatusCode::OK, &page)),
                 Err(problem) => Err(OpError::BadRequest(problem)),
             },
             (Method::GET, "/v1/stats") => match parse_query(&query) {
-                Ok(filter) => self.replayer.stats(&filter).await.map(|stats| json(StatusCode::OK, &stats)),
+                Ok(ListQuery { filter, cursor: None, limit: None }) => {
+                    self.replayer.stats(&filter).await.map(|stats| json(StatusCode::OK, &stats))
+                }
+                Ok(_) => Err(OpError::BadRequest("stats take no cursor or limit".to_owned())),
                 Err(problem) => Err(OpError::BadRequest(problem)),
             },
             (Method::GET, path) if path.starts_with("/v1/entries/") => {
@@ -95,6 +113,12 @@ impl Api {
         };
         result.unwrap_or_else(|op_error| match op_error {
             OpError::BadRequest(problem) => error(StatusCode::BAD_REQUEST, "bad_request", &problem),
+            OpError::NotReady => {
+                let mut response =
+                    error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "the dead-letter index is still being built");
+                response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+                response
+            }
             other => {
                 tracing::warn!(error = %other, cause = ?std::error::Error::source(&other), "admin API operation failed");
                 error(StatusCode::SERVICE_UNAVAILABLE, "kafka_unavailable", "Kafka could not be read or written")
@@ -104,7 +128,11 @@ impl Api {
 
     fn authorized(&self, headers: &HeaderMap) -> bool {
         // The scheme name is case-insensitive (RFC 9110): `bearer` and `BEARER` are accepted too.
-        let presented = hookline_common::http::bearer_token(headers).unwrap_or("");
+        self.token_matches(hookline_common::http::bearer_token(headers).unwrap_or(""))
+    }
+
+    /// Whether `presented` is the API token (constant-time); the console's login form checks the same token.
+    pub fn token_matches(&self, presented: &str) -> bool {
         hookline_common::http::token_matches(presented, self.token.expose_secret())
     }
 }
@@ -118,9 +146,21 @@ async fn read_json<T: serde::de::DeserializeOwned>(request: Request<Incoming>) -
     serde_json::from_slice(&body).map_err(|problem| error(StatusCode::BAD_REQUEST, "bad_request", &problem.to_string()))
 }
 
-/// The filter from query parameters named like its fields.
-fn parse_query(query: &str) -> Result<Filter, String> {
-    let mut filter = Filter::default();
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+/// A listing's filter and page.
+#[derive(Debug, Default)]
+pub struct ListQuery {
+    pub filter: Filter,
+    pub cursor: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// The filter from query parameters named like its fields, plus `cursor` and `limit`.
+pub fn parse_query(query: &str) -> Result<ListQuery, String> {
+    let mut list = ListQuery::default();
+    let filter = &mut list.filter;
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let value = Some(percent_decode(value));
@@ -132,14 +172,20 @@ fn parse_query(query: &str) -> Result<Filter, String> {
             "since" => filter.since = value,
             "until" => filter.until = value,
             "text" => filter.text = value,
+            "cursor" => list.cursor = value,
+            "limit" => {
+                let limit =
+                    value.as_deref().and_then(|v| v.parse::<usize>().ok()).filter(|n| (1..=MAX_PAGE).contains(n));
+                list.limit = Some(limit.ok_or_else(|| format!("limit must be a number from 1 to {MAX_PAGE}"))?);
+            }
             other => return Err(format!("unknown query parameter `{other}`")),
         }
     }
-    Ok(filter)
+    Ok(list)
 }
 
 /// `%XX` and `+` decoding for query values and path segments.
-fn percent_decode(text: &str) -> String {
+pub fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut index = 0;
@@ -184,9 +230,10 @@ mod tests {
         assert_eq!(percent_decode("a+b%20c"), "a b c");
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz"), "%zz");
-        let filter = parse_query("source=github&status=new&text=time%20out").unwrap();
+        let filter = parse_query("source=github&status=new&text=time%20out&limit=5").unwrap().filter;
         assert_eq!(filter.source.as_deref(), Some("github"));
         assert_eq!(filter.text.as_deref(), Some("time out"));
         assert!(parse_query("colour=red").is_err());
+        assert!(parse_query("limit=0").is_err() && parse_query("limit=1001").is_err());
     }
 }

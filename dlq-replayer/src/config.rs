@@ -17,8 +17,13 @@ pub struct ReplayerConfig {
     /// An entry whose event has already failed again this many times after replays is flagged: replaying it
     /// needs `force`, because something other than a transient fault is wrong.
     pub max_failed_again: u32,
-    /// How often `serve` refreshes the `hookline_dlq_entries` gauges.
+    /// How often `serve` refreshes the `hookline_dlq_entries` and `hookline_dlq_oldest_untriaged_age_seconds`
+    /// gauges from its index.
     pub refresh_interval_s: u64,
+    /// A `replayed` entry with no outcome (`succeeded`, `failed_again`) after this long is `replay_overdue`, and
+    /// `replay --all` takes it again. Keep it above the consumers' `retry.max_total_ms` plus their usual lag: a
+    /// re-driven event that is being retried has no outcome yet. A second re-drive is harmless (dedupe).
+    pub replay_outcome_timeout_s: u64,
 }
 
 impl Default for ReplayerConfig {
@@ -29,6 +34,7 @@ impl Default for ReplayerConfig {
             api_token: None,
             max_failed_again: 3,
             refresh_interval_s: 15,
+            replay_outcome_timeout_s: 3600,
         }
     }
 }
@@ -45,6 +51,7 @@ impl ReplayerConfig {
         config.kafka.validate(&mut problems);
         problems.check(config.max_failed_again >= 1, "max_failed_again must be at least 1");
         problems.check(config.refresh_interval_s >= 1, "refresh_interval_s must be at least 1");
+        problems.check(config.replay_outcome_timeout_s >= 1, "replay_outcome_timeout_s must be at least 1");
         problems.into_result()?;
         Ok(config)
     }

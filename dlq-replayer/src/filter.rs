@@ -4,7 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::view::{Entry, Status};
+use crate::index::{Criteria, Status};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -13,7 +13,7 @@ pub struct Filter {
     pub event_type: Option<String>,
     /// `poison` or `retryable_exhausted`.
     pub error_class: Option<String>,
-    /// `new`, `replayed`, `succeeded`, `failed_again`, `discarded`.
+    /// `new`, `replayed`, `replay_overdue`, `replay_failed`, `succeeded`, `failed_again`, `discarded`.
     pub status: Option<String>,
     /// Last failure at or after this time: ms since the epoch, an RFC 3339 time, or an age such as `2h`.
     pub since: Option<String>,
@@ -23,21 +23,13 @@ pub struct Filter {
     pub text: Option<String>,
 }
 
-/// A filter whose times and status are parsed.
-#[derive(Debug, Clone)]
-pub struct Compiled {
-    filter: Filter,
-    status: Option<Status>,
-    since_ms: Option<i64>,
-    until_ms: Option<i64>,
-    text: Option<String>,
-}
-
 impl Filter {
-    pub fn compile(&self) -> Result<Compiled, String> {
+    /// Parses the times and the status; the names are matched against the index ([`crate::index::Index::compile`]).
+    pub fn compile(&self) -> Result<Criteria, String> {
         let status = self
             .status
             .as_deref()
+            .filter(|text| !text.is_empty())
             .map(|text| {
                 Status::parse(text).ok_or_else(|| {
                     let known: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
@@ -45,37 +37,16 @@ impl Filter {
                 })
             })
             .transpose()?;
-        Ok(Compiled {
+        let named = |value: &Option<String>| value.clone().filter(|value| !value.is_empty());
+        Ok(Criteria {
+            source: named(&self.source),
+            event_type: named(&self.event_type),
+            error_class: named(&self.error_class),
             status,
-            since_ms: self.since.as_deref().map(parse_time_ms).transpose()?,
-            until_ms: self.until.as_deref().map(parse_time_ms).transpose()?,
-            text: self.text.as_ref().map(|text| text.to_lowercase()),
-            filter: self.clone(),
+            since_ms: named(&self.since).as_deref().map(parse_time_ms).transpose()?,
+            until_ms: named(&self.until).as_deref().map(parse_time_ms).transpose()?,
+            text: named(&self.text),
         })
-    }
-}
-
-impl Compiled {
-    pub fn matches(&self, entry: &Entry) -> bool {
-        let same = |wanted: &Option<String>, actual: &Option<String>| {
-            wanted.as_ref().is_none_or(|wanted| actual.as_ref() == Some(wanted))
-        };
-        let failed_at = entry.entry.last_failure_at_ms.unwrap_or(0);
-        same(&self.filter.source, &entry.entry.source)
-            && same(&self.filter.event_type, &entry.entry.event_type)
-            && same(&self.filter.error_class, &entry.entry.error_class)
-            && self.status.is_none_or(|status| status == entry.status)
-            && self.since_ms.is_none_or(|since| failed_at >= since)
-            && self.until_ms.is_none_or(|until| failed_at < until)
-            && self
-                .text
-                .as_ref()
-                .is_none_or(|text| entry.entry.error.as_ref().is_some_and(|error| error.to_lowercase().contains(text)))
-    }
-
-    /// Whether the filter names a status explicitly (`replay --all` otherwise takes only `new` entries).
-    pub fn has_status(&self) -> bool {
-        self.status.is_some()
     }
 }
 

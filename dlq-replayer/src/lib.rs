@@ -1,16 +1,19 @@
 //! The dead-letter replayer: a CLI and an HTTP admin API, with the same semantics, to list, inspect, re-drive
 //! and discard dead-letter entries. An entry's id is `<dlq topic>:<partition>:<offset>`; its fate lives in the
-//! compacted status topic. The replayer keeps nothing that Kafka does not hold ([`view`]).
+//! compacted status topic. The replayer keeps nothing that Kafka does not hold: its [`index`] of entries and
+//! fates (metadata, not bodies) is built from the two topics and advanced by tailing them.
 //!
 //! Re-driving produces the entry's raw body and headers back to the inbound topic; the consumer takes it through
 //! its normal dedupe and handler path, so a replay is processed at most once however often it is sent.
 
 pub mod api;
 pub mod config;
+pub mod console;
+pub mod fetch;
 pub mod filter;
+pub mod index;
 pub mod metrics;
 pub mod ops;
-pub mod view;
 
 use std::{
     sync::{Arc, atomic::Ordering},
@@ -36,7 +39,8 @@ pub enum ServeError {
     Metrics(#[from] prometheus::Error),
 }
 
-/// Serves the admin API until `shutdown`. `/readyz` is true while the DLQ and status topics can be read.
+/// Serves the admin API until `shutdown`. The index is built once, then kept current by a thread tailing the
+/// DLQ and status topics; `/readyz` is true once it has caught up, and while the tail runs.
 pub async fn serve_api(
     config: ReplayerConfig,
     admin: TcpListener,
@@ -52,13 +56,31 @@ pub async fn serve_api(
     let metrics = Metrics::register(&registry)?;
     let readiness = Arc::new(Readiness::default());
     let kafka_ready = readiness.check("kafka");
-    let replayer = Replayer::new(config.clone())?;
+    let index = Arc::new(Replayer::empty_index(&config));
+    let tail_stop = shutdown.child_token();
+    let tail = {
+        let (kafka, index, stop) = (config.kafka.clone(), index.clone(), tail_stop.clone());
+        std::thread::Builder::new()
+            .name("dlq-index".to_owned())
+            .spawn(move || {
+                // The tail ends only on shutdown or when Kafka cannot be read at all; then it starts over.
+                while !stop.is_cancelled() {
+                    if let Err(error) = index::tail(&kafka, &index, true, &stop, Duration::from_secs(30)) {
+                        tracing::warn!(error = %error, "tailing the dead-letter topics failed; retrying");
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+            })
+            .map_err(|error| ServeError::Config(format!("cannot start the index thread: {error}")))?
+    };
+    let replayer = Replayer::live(config.clone(), index.clone())?;
     let api = Arc::new(Api {
         replayer: replayer.clone(),
         token: SecretSlice::from(token),
         registry,
         readiness,
         metrics: metrics.clone(),
+        console: console::Console::default(),
     });
     let tasks = TaskTracker::new();
     let handler = move |request| api.clone().handle(request);
@@ -66,22 +88,19 @@ pub async fn serve_api(
 
     let interval = Duration::from_secs(config.refresh_interval_s);
     loop {
-        match replayer.view().await {
-            Ok(view) => {
-                kafka_ready.store(true, Ordering::Relaxed);
-                metrics.set_entries(&view.entries);
-            }
-            Err(error) => {
-                kafka_ready.store(false, Ordering::Relaxed);
-                tracing::warn!(error = %error, "cannot read the dead-letter topics");
-            }
+        let ready = index.is_caught_up() && !tail.is_finished();
+        kafka_ready.store(ready, Ordering::Relaxed);
+        if ready {
+            metrics.refresh(&index, hookline_common::wire::now_ms());
         }
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(if ready { interval } else { Duration::from_millis(200) }) => {}
         }
     }
+    tail_stop.cancel();
     tasks.close();
     tasks.wait().await;
+    let _ = tokio::task::spawn_blocking(move || tail.join()).await;
     Ok(())
 }

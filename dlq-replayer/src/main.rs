@@ -6,8 +6,8 @@ use hookline_common::{config::env, telemetry};
 use hookline_dlq_replayer::{
     ReplayerConfig,
     filter::Filter,
+    index::Entry,
     ops::{DiscardRequest, ReplayRequest, Replayer, Report},
-    view::Entry,
 };
 use tokio::net::TcpListener;
 
@@ -32,7 +32,7 @@ struct FilterArgs {
     /// `poison` or `retryable_exhausted`.
     #[arg(long)]
     error_class: Option<String>,
-    /// `new`, `replayed`, `succeeded`, `failed_again` or `discarded`.
+    /// `new`, `replayed`, `replay_overdue`, `replay_failed`, `succeeded`, `failed_again` or `discarded`.
     #[arg(long)]
     status: Option<String>,
     /// Failed at or after: ms since the epoch, an RFC 3339 time, or an age such as `2h`.
@@ -62,10 +62,16 @@ impl From<FilterArgs> for Filter {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List entries (all, or those matching the filter).
+    /// List entries (all, or those matching the filter), in (partition, offset) order.
     List {
         #[command(flatten)]
         filter: FilterArgs,
+        /// At most this many entries (the last line then says the cursor of the next page).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Start after this cursor (from a previous page).
+        #[arg(long)]
+        cursor: Option<String>,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
@@ -110,6 +116,14 @@ enum Command {
     /// Record entries as discarded (they stay in Kafka; `replay --all` skips them).
     Discard {
         ids: Vec<String>,
+        /// Every entry the filter matches that is not discarded yet.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Show what would be discarded; change nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[arg(long)]
         reason: String,
         #[arg(long)]
@@ -142,14 +156,17 @@ async fn main() -> anyhow::Result<()> {
             );
             hookline_dlq_replayer::serve_api(config, admin, hookline_common::signals::shutdown_on_signals()).await?;
         }
-        Command::List { filter, json } => {
-            let entries = replayer(config)?.list(&filter.into()).await?;
+        Command::List { filter, limit, cursor, json } => {
+            let page = replayer(config)?.page(&filter.into(), cursor.as_deref(), limit.unwrap_or(usize::MAX)).await?;
             if json {
-                for entry in &entries {
+                for entry in &page.entries {
                     writeln!(out, "{}", serde_json::to_string(entry)?)?;
                 }
             } else {
-                print_table(&mut out, &entries)?;
+                print_table(&mut out, &page.entries, page.total_matching)?;
+            }
+            if let Some(next) = &page.next_cursor {
+                eprintln!("more: --cursor {next}");
             }
         }
         Command::Stats { filter, json } => {
@@ -202,10 +219,10 @@ async fn main() -> anyhow::Result<()> {
             let report = replayer(config)?.replay(&request).await?;
             print_report(&mut out, &report, if dry_run { "would replay" } else { "replayed" }, json)?;
         }
-        Command::Discard { ids, reason, by, json } => {
-            let request = DiscardRequest { ids, reason, by: operator(by) };
+        Command::Discard { ids, all, filter, dry_run, reason, by, json } => {
+            let request = DiscardRequest { ids, all, filter: filter.into(), dry_run, reason, by: operator(by) };
             let report = replayer(config)?.discard(&request).await?;
-            print_report(&mut out, &report, "discarded", json)?;
+            print_report(&mut out, &report, if dry_run { "would discard" } else { "discarded" }, json)?;
         }
     }
     Ok(())
@@ -215,8 +232,8 @@ fn replayer(config: ReplayerConfig) -> anyhow::Result<Replayer> {
     Replayer::new(config).context("cannot create the Kafka producer")
 }
 
-fn print_table(out: &mut impl Write, entries: &[Entry]) -> anyhow::Result<()> {
-    writeln!(out, "{} dead-letter entries", entries.len())?;
+fn print_table(out: &mut impl Write, entries: &[Entry], total_matching: usize) -> anyhow::Result<()> {
+    writeln!(out, "{} dead-letter entries ({} shown)", total_matching, entries.len())?;
     let dash = || "-".to_owned();
     for entry in entries {
         let e = &entry.entry;

@@ -1,13 +1,18 @@
 //! The replayer's metrics, defined once.
 
-use prometheus::{IntCounter, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
 
-use crate::view::Entry;
+use crate::index::Index;
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
     /// `hookline_dlq_entries{status,source,error_class}`: entries in the DLQ topic, refreshed periodically.
     pub entries: IntGaugeVec,
+    /// `hookline_dlq_oldest_untriaged_age_seconds{source}`: how long ago the oldest entry nobody has dealt with
+    /// (`new`, `replay_failed`, `replay_overdue`) became a dead letter; absent for a source with none.
+    pub oldest_untriaged_age_seconds: IntGaugeVec,
+    /// `hookline_dlq_index_entries`: entries the replayer's index holds.
+    pub index_entries: IntGauge,
     /// `hookline_dlq_replays_total`: entries re-driven through the API.
     pub replays: IntCounter,
     /// `hookline_dlq_discards_total`: entries discarded through the API.
@@ -21,21 +26,37 @@ impl Metrics {
                 Opts::new("hookline_dlq_entries", "Dead-letter entries by status, source and error class."),
                 &["status", "source", "error_class"],
             )?,
+            oldest_untriaged_age_seconds: IntGaugeVec::new(
+                Opts::new(
+                    "hookline_dlq_oldest_untriaged_age_seconds",
+                    "Age of the oldest dead-letter entry nobody has replayed or discarded, per source.",
+                ),
+                &["source"],
+            )?,
+            index_entries: IntGauge::new("hookline_dlq_index_entries", "Entries in the replayer's index.")?,
             replays: IntCounter::new("hookline_dlq_replays_total", "Entries re-driven through the admin API.")?,
             discards: IntCounter::new("hookline_dlq_discards_total", "Entries discarded through the admin API.")?,
         };
         registry.register(Box::new(metrics.entries.clone()))?;
+        registry.register(Box::new(metrics.oldest_untriaged_age_seconds.clone()))?;
+        registry.register(Box::new(metrics.index_entries.clone()))?;
         registry.register(Box::new(metrics.replays.clone()))?;
         registry.register(Box::new(metrics.discards.clone()))?;
         Ok(metrics)
     }
 
-    pub fn set_entries(&self, entries: &[Entry]) {
+    /// Sets the gauges from the index (a scan of its metadata; no Kafka read).
+    pub fn refresh(&self, index: &Index, now_ms: i64) {
+        let gauges = index.gauges();
         self.entries.reset();
-        for entry in entries {
-            let source = entry.entry.source.as_deref().unwrap_or("unknown");
-            let class = entry.entry.error_class.as_deref().unwrap_or("unknown");
-            self.entries.with_label_values(&[entry.status.as_str(), source, class]).inc();
+        for ((status, source, class), n) in gauges.counts {
+            self.entries.with_label_values(&[status.as_str(), source.as_str(), class.as_str()]).set(n as i64);
         }
+        self.oldest_untriaged_age_seconds.reset();
+        for (source, seen) in gauges.untriaged {
+            let age_s = (now_ms - seen.oldest_at_ms).max(0) / 1000;
+            self.oldest_untriaged_age_seconds.with_label_values(&[source.as_str()]).set(age_s);
+        }
+        self.index_entries.set(index.len() as i64);
     }
 }

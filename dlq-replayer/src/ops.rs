@@ -2,7 +2,10 @@
 //! list, stats, show, replay (re-drive to the inbound topic through the consumer's normal dedupe and handler path)
 //! and discard. Every fate is recorded in the status topic; nothing is ever deleted from Kafka.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use base64::Engine as _;
 use hookline_common::{
@@ -12,16 +15,19 @@ use hookline_common::{
 use rdkafka::{
     Message,
     error::KafkaError,
-    message::{Header, Headers, OwnedHeaders},
+    message::{Header, Headers, OwnedHeaders, OwnedMessage},
     producer::{FutureProducer, FutureRecord},
     util::Timeout,
 };
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 
+pub use crate::index::{Page, Stats};
 use crate::{
     config::ReplayerConfig,
+    fetch::Fetcher,
     filter::Filter,
-    view::{Entry, Status, View},
+    index::{Entry, Index, Position, Status, tail},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +38,9 @@ pub enum OpError {
     Kafka(#[from] KafkaError),
     #[error("the Kafka reader task failed")]
     Task(#[from] tokio::task::JoinError),
+    /// The service's index has not read the topics up to where they were at start yet.
+    #[error("the dead-letter index is still being built")]
+    NotReady,
 }
 
 /// What `replay` should do.
@@ -54,11 +63,15 @@ pub struct ReplayRequest {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct DiscardRequest {
     pub ids: Vec<String>,
+    /// Discard every entry the filter matches that is not discarded yet (instead of `ids`).
+    pub all: bool,
+    pub filter: Filter,
+    /// Report what would be discarded; record nothing.
+    pub dry_run: bool,
     pub reason: String,
-    #[serde(default)]
     pub by: String,
 }
 
@@ -76,14 +89,6 @@ pub struct Report {
     pub skipped: Vec<Skipped>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Stats {
-    pub total: usize,
-    pub by_source: BTreeMap<String, usize>,
-    pub by_error_class: BTreeMap<String, usize>,
-    pub by_status: BTreeMap<String, usize>,
-}
-
 /// Everything about one entry, for `show`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Detail {
@@ -96,10 +101,35 @@ pub struct Detail {
     pub body_base64: Option<String>,
 }
 
+/// Every header of a record, values as UTF-8 text (or `base64:` + base64 when they are not).
+pub fn headers_of(record: &OwnedMessage) -> Vec<(String, String)> {
+    let Some(headers) = record.headers() else { return Vec::new() };
+    headers
+        .iter()
+        .map(|h| {
+            let value = h.value.map_or_else(String::new, |bytes| match std::str::from_utf8(bytes) {
+                Ok(text) => text.to_owned(),
+                Err(_) => format!("base64:{}", base64::engine::general_purpose::STANDARD.encode(bytes)),
+            });
+            (h.key.to_owned(), value)
+        })
+        .collect()
+}
+
+/// Where the entries come from: a live index the service keeps tailing, or (CLI, library) an index built for
+/// each call from the topics as they are at that moment.
+#[derive(Debug, Clone)]
+enum Source {
+    Live(Arc<Index>),
+    PerCall,
+}
+
 #[derive(Clone)]
 pub struct Replayer {
     config: ReplayerConfig,
     producer: FutureProducer<QuietContext>,
+    fetcher: Fetcher,
+    source: Source,
 }
 
 impl std::fmt::Debug for Replayer {
@@ -108,101 +138,180 @@ impl std::fmt::Debug for Replayer {
     }
 }
 
-const UNKNOWN: &str = "unknown";
+/// How long a write waits to show up in the live index before the call returns anyway.
+const READ_YOUR_WRITES_WAIT: Duration = Duration::from_secs(10);
+/// How long building an index may take before the CLI gives up.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Replayer {
+    /// A replayer that reads the topics afresh for each call: the CLI's (it needs no running service).
     pub fn new(config: ReplayerConfig) -> Result<Self, KafkaError> {
         let producer = producer_config(&config.kafka).create_with_context(QuietContext::new("replayer-producer"))?;
-        Ok(Self { config, producer })
+        let fetcher = Fetcher::new(&config.kafka);
+        Ok(Self { config, producer, fetcher, source: Source::PerCall })
+    }
+
+    /// A replayer that answers from `index`, which the caller keeps tailing (the service).
+    pub fn live(config: ReplayerConfig, index: Arc<Index>) -> Result<Self, KafkaError> {
+        Ok(Self { source: Source::Live(index), ..Self::new(config)? })
     }
 
     pub fn config(&self) -> &ReplayerConfig {
         &self.config
     }
 
-    pub async fn view(&self) -> Result<View, OpError> {
-        let (kafka, max) = (self.config.kafka.clone(), self.config.max_failed_again);
-        Ok(tokio::task::spawn_blocking(move || View::load(&kafka, max)).await??)
+    /// An empty index for this configuration.
+    pub fn empty_index(config: &ReplayerConfig) -> Index {
+        Index::new(&config.kafka.dlq_topic, config.max_failed_again, config.replay_outcome_timeout_s)
     }
 
+    /// The index to answer from: the live one, or one built now up to the topics' high watermarks.
+    pub async fn index(&self) -> Result<Arc<Index>, OpError> {
+        match &self.source {
+            Source::Live(index) if index.is_caught_up() => Ok(index.clone()),
+            Source::Live(_) => Err(OpError::NotReady),
+            Source::PerCall => {
+                let config = self.config.clone();
+                Ok(tokio::task::spawn_blocking(move || {
+                    let index = Self::empty_index(&config);
+                    tail(&config.kafka, &index, false, &CancellationToken::new(), BUILD_TIMEOUT)?;
+                    Ok::<_, KafkaError>(Arc::new(index))
+                })
+                .await??)
+            }
+        }
+    }
+
+    /// Every entry the filter matches, in (partition, offset) order.
     pub async fn list(&self, filter: &Filter) -> Result<Vec<Entry>, OpError> {
-        let compiled = filter.compile().map_err(OpError::BadRequest)?;
-        Ok(self.view().await?.entries.into_iter().filter(|entry| compiled.matches(entry)).collect())
+        Ok(self.page(filter, None, usize::MAX).await?.entries)
+    }
+
+    /// One page of the entries the filter matches: up to `limit` after `cursor` (a previous page's
+    /// `next_cursor`).
+    pub async fn page(&self, filter: &Filter, cursor: Option<&str>, limit: usize) -> Result<Page, OpError> {
+        let criteria = filter.compile().map_err(OpError::BadRequest)?;
+        let after = cursor
+            .filter(|cursor| !cursor.is_empty())
+            .map(|cursor| {
+                cursor
+                    .split_once(':')
+                    .and_then(|(partition, offset)| {
+                        Some(Position { partition: partition.parse().ok()?, offset: offset.parse().ok()? })
+                    })
+                    .ok_or_else(|| OpError::BadRequest(format!("`{cursor}` is not a cursor")))
+            })
+            .transpose()?;
+        let index = self.index().await?;
+        Ok(index.page(&index.compile(&criteria), after, limit))
     }
 
     pub async fn stats(&self, filter: &Filter) -> Result<Stats, OpError> {
-        Ok(stats_of(&self.list(filter).await?))
+        let criteria = filter.compile().map_err(OpError::BadRequest)?;
+        let index = self.index().await?;
+        Ok(index.stats(&index.compile(&criteria)))
     }
 
+    fn position(&self, id: &str) -> Option<Position> {
+        Position::parse(&self.config.kafka.dlq_topic, id)
+    }
+
+    /// One entry, from the index, with its record read from Kafka by partition and offset.
     pub async fn show(&self, id: &str) -> Result<Option<Detail>, OpError> {
-        let view = self.view().await?;
-        Ok(view.get(id).map(|entry| {
-            let body = entry.body();
-            let text = std::str::from_utf8(body).ok().map(str::to_owned);
-            Detail {
-                headers: entry.headers(),
-                body_base64: text.is_none().then(|| base64::engine::general_purpose::STANDARD.encode(body)),
-                body: text,
-                entry: entry.clone(),
-            }
+        let Some(position) = self.position(id) else { return Ok(None) };
+        let index = self.index().await?;
+        let Some(entry) = index.get(position) else { return Ok(None) };
+        let Some(record) = self.fetch(position).await? else { return Ok(None) };
+        let body = record.payload().unwrap_or_default();
+        let text = std::str::from_utf8(body).ok().map(str::to_owned);
+        Ok(Some(Detail {
+            headers: headers_of(&record),
+            body_base64: text.is_none().then(|| base64::engine::general_purpose::STANDARD.encode(body)),
+            body: text,
+            entry,
         }))
+    }
+
+    async fn fetch(&self, position: Position) -> Result<Option<OwnedMessage>, OpError> {
+        let fetcher = self.fetcher.clone();
+        Ok(tokio::task::spawn_blocking(move || fetcher.fetch(position)).await??)
+    }
+
+    /// The entries a request names: by id (unknown ids reported as skipped), or every one the filter matches.
+    fn select(
+        &self,
+        index: &Index,
+        ids: &[String],
+        all: bool,
+        filter: &Filter,
+        report: &mut Report,
+    ) -> Result<(Vec<Entry>, bool), OpError> {
+        if ids.is_empty() != all {
+            return Err(OpError::BadRequest("give entry ids, or `all` with a filter (not both)".to_owned()));
+        }
+        let criteria = filter.compile().map_err(OpError::BadRequest)?;
+        let has_status = criteria.status.is_some();
+        if all {
+            let query = index.compile(&criteria);
+            return Ok((
+                index.positions(&query).into_iter().filter_map(|position| index.get(position)).collect(),
+                has_status,
+            ));
+        }
+        let mut selected = Vec::new();
+        for id in ids {
+            match self.position(id).and_then(|position| index.get(position)) {
+                Some(entry) => selected.push(entry),
+                None => report.skipped.push(Skipped { id: id.clone(), reason: "no such entry".to_owned() }),
+            }
+        }
+        Ok((selected, has_status))
     }
 
     /// Re-drives entries: `replayed` is recorded, then each is produced to its original topic with its original
     /// key, raw body and headers, plus `hookline-replay-of` (the entry id) and `hookline-replay-count`.
     /// The consumer's dedupe makes a second replay of the same entry a duplicate, never a second processing.
     pub async fn replay(&self, request: &ReplayRequest) -> Result<Report, OpError> {
-        if request.ids.is_empty() != request.all {
-            return Err(OpError::BadRequest("give entry ids, or `all` with a filter (not both)".to_owned()));
-        }
         if request.rate.is_some_and(|rate| !(rate.is_finite() && rate > 0.0)) {
             return Err(OpError::BadRequest("rate must be a positive number of replays per second".to_owned()));
         }
-        let compiled = request.filter.compile().map_err(OpError::BadRequest)?;
-        let view = self.view().await?;
+        let index = self.index().await?;
         let mut report = Report { dry_run: request.dry_run, ..Report::default() };
-        let mut selected: Vec<&Entry> = Vec::new();
-        if request.all {
-            for entry in view.entries.iter().filter(|entry| compiled.matches(entry)) {
-                if !compiled.has_status() && !matches!(entry.status, Status::New | Status::ReplayFailed) {
-                    continue; // `--all` alone re-drives only entries nobody has dealt with.
-                }
-                selected.push(entry);
-            }
-        } else {
-            for id in &request.ids {
-                match view.get(id) {
-                    Some(entry) => selected.push(entry),
-                    None => report.skipped.push(Skipped { id: id.clone(), reason: "no such entry".to_owned() }),
-                }
-            }
-        }
+        let (selected, has_status) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
         let mut limiter = request.rate.map(RateLimiter::per_second);
+        let mut written = Vec::new();
         for entry in selected {
-            let id = &entry.entry.id;
-            if let Some(reason) = refusal(entry, request.force, request.all) {
-                report.skipped.push(Skipped { id: id.clone(), reason });
+            if request.all && !has_status && !entry.status.is_untriaged() {
+                continue; // `--all` alone re-drives only entries nobody has dealt with (or whose replay is lost).
+            }
+            let id = entry.entry.id.clone();
+            if let Some(reason) = refusal(&entry, request.force, request.all) {
+                report.skipped.push(Skipped { id, reason });
                 continue;
             }
             if request.dry_run {
-                report.done.push(id.clone());
+                report.done.push(id);
                 continue;
             }
             if let Some(limiter) = &mut limiter {
                 limiter.acquire().await;
             }
-            self.redrive(entry, &request.by).await?;
-            report.done.push(id.clone());
+            written.extend(self.redrive(&index, &entry, &request.by).await?);
+            report.done.push(id);
         }
+        self.await_visible(&index, &written).await;
         Ok(report)
     }
 
-    async fn redrive(&self, entry: &Entry, by: &str) -> Result<(), OpError> {
+    async fn redrive(&self, index: &Index, entry: &Entry, by: &str) -> Result<Vec<(i32, i64)>, OpError> {
         let id = &entry.entry.id;
+        let Some(record) = self.fetch(entry.position()).await? else {
+            return Err(OpError::BadRequest(format!("entry `{id}` is no longer in the topic")));
+        };
         let replays = entry.replays + 1;
         let count = replays.to_string();
         let mut headers = OwnedHeaders::new();
-        if let Some(original) = entry.record.headers() {
+        if let Some(original) = record.headers() {
             for h in original.iter() {
                 let ours =
                     h.key.starts_with("hookline-dlq-") || h.key == header::REPLAY_OF || h.key == header::REPLAY_COUNT;
@@ -215,12 +324,15 @@ impl Replayer {
             .insert(Header { key: header::REPLAY_OF, value: Some(id.as_str()) })
             .insert(Header { key: header::REPLAY_COUNT, value: Some(count.as_str()) });
         let topic = entry.entry.original_topic.as_deref().unwrap_or(&self.config.kafka.inbound_topic);
-        let mut record = FutureRecord::<[u8], [u8]>::to(topic).headers(headers).payload(entry.body());
-        if let Some(key) = entry.record.key() {
-            record = record.key(key);
+        let mut out =
+            FutureRecord::<[u8], [u8]>::to(topic).headers(headers).payload(record.payload().unwrap_or_default());
+        if let Some(key) = record.key() {
+            out = out.key(key);
         }
         // The status first: the consumer records the outcome as soon as it has processed the re-driven event, and
-        // in a compacted topic the outcome must be the later record.
+        // in a compacted topic the outcome must be the later record. If this process dies between the two, or the
+        // `replay_failed` record below is lost too, the entry turns `replay_overdue` after
+        // `replay_outcome_timeout_s` and `replay --all` takes it again.
         let status = |status, note| EntryStatusRecord {
             status,
             at_ms: now_ms(),
@@ -230,14 +342,18 @@ impl Replayer {
             note,
             replays: Some(replays),
         };
-        self.record_status(id, &status(EntryStatus::Replayed, None)).await?;
-        if let Err(error) = self.send(record).await {
+        let mut written =
+            vec![self.record_status(index, entry.position(), &status(EntryStatus::Replayed, None)).await?];
+        if let Err(error) = self.send(out).await {
             let note = Some(format!("re-drive not produced: {error}"));
-            let _ = self.record_status(id, &status(EntryStatus::ReplayFailed, note)).await;
+            if let Ok(at) = self.record_status(index, entry.position(), &status(EntryStatus::ReplayFailed, note)).await
+            {
+                written.push(at);
+            }
             return Err(error);
         }
         tracing::info!(entry_id = %id, topic, replays, "entry replayed");
-        Ok(())
+        Ok(written)
     }
 
     /// Records entries as discarded (with the reason); they stay in Kafka and `replay --all` skips them.
@@ -245,18 +361,20 @@ impl Replayer {
         if request.reason.trim().is_empty() {
             return Err(OpError::BadRequest("a discard needs a reason".to_owned()));
         }
-        if request.ids.is_empty() {
-            return Err(OpError::BadRequest("give the ids of the entries to discard".to_owned()));
-        }
-        let view = self.view().await?;
-        let mut report = Report::default();
-        for id in &request.ids {
-            let Some(entry) = view.get(id) else {
-                report.skipped.push(Skipped { id: id.clone(), reason: "no such entry".to_owned() });
-                continue;
-            };
+        let index = self.index().await?;
+        let mut report = Report { dry_run: request.dry_run, ..Report::default() };
+        let (selected, _) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
+        let mut written = Vec::new();
+        for entry in selected {
+            let id = entry.entry.id.clone();
             if entry.status == Status::Discarded {
-                report.skipped.push(Skipped { id: id.clone(), reason: "already discarded".to_owned() });
+                if !request.all {
+                    report.skipped.push(Skipped { id, reason: "already discarded".to_owned() });
+                }
+                continue;
+            }
+            if request.dry_run {
+                report.done.push(id);
                 continue;
             }
             let status = EntryStatusRecord {
@@ -268,27 +386,54 @@ impl Replayer {
                 note: Some(request.reason.clone()),
                 replays: Some(entry.replays),
             };
-            self.record_status(id, &status).await?;
+            written.push(self.record_status(&index, entry.position(), &status).await?);
             tracing::info!(entry_id = %id, reason = %request.reason, "entry discarded");
-            report.done.push(id.clone());
+            report.done.push(id);
         }
+        self.await_visible(&index, &written).await;
         Ok(report)
     }
 
-    async fn record_status(&self, id: &str, status: &EntryStatusRecord) -> Result<(), OpError> {
+    async fn record_status(
+        &self,
+        index: &Index,
+        position: Position,
+        status: &EntryStatusRecord,
+    ) -> Result<(i32, i64), OpError> {
+        let id = position.id(&self.config.kafka.dlq_topic);
         let value = serde_json::to_vec(status).map_err(|error| OpError::BadRequest(error.to_string()))?;
-        let record = FutureRecord::<str, [u8]>::to(&self.config.kafka.dlq_status_topic).key(id).payload(&value);
-        self.send(record).await
+        let record = FutureRecord::<str, [u8]>::to(&self.config.kafka.dlq_status_topic).key(&id).payload(&value);
+        let written = self.send(record).await?;
+        if matches!(self.source, Source::PerCall) {
+            index.apply_own_status(position, status);
+        }
+        Ok(written)
     }
 
-    async fn send<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<(), OpError>
+    /// Waits (bounded) until the live index has read back what this call wrote, so that the next list shows it.
+    async fn await_visible(&self, index: &Index, written: &[(i32, i64)]) {
+        if !matches!(self.source, Source::Live(_)) || written.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + READ_YOUR_WRITES_WAIT;
+        while !written.iter().all(|(partition, offset)| index.has_status_offset(*partition, *offset)) {
+            if Instant::now() > deadline {
+                tracing::warn!("status records written but not read back yet; the listing will catch up");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Produces and waits for the acknowledgement; returns where the record landed.
+    async fn send<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<(i32, i64), OpError>
     where
         K: rdkafka::message::ToBytes + ?Sized,
         P: rdkafka::message::ToBytes + ?Sized,
     {
         let deadline = Duration::from_millis(self.config.kafka.produce_timeout_ms);
         match self.producer.send(record, Timeout::After(deadline)).await {
-            Ok(_) => Ok(()),
+            Ok(delivery) => Ok((delivery.partition, delivery.offset)),
             Err((error, _)) => Err(OpError::Kafka(error)),
         }
     }
@@ -308,18 +453,6 @@ fn refusal(entry: &Entry, force: bool, all: bool) -> Option<String> {
 
 fn by_or_default(by: &str) -> String {
     if by.trim().is_empty() { "replayer".to_owned() } else { by.to_owned() }
-}
-
-pub fn stats_of(entries: &[Entry]) -> Stats {
-    let mut stats = Stats { total: entries.len(), ..Stats::default() };
-    for entry in entries {
-        let source = entry.entry.source.clone().unwrap_or_else(|| UNKNOWN.to_owned());
-        *stats.by_source.entry(source).or_default() += 1;
-        let class = entry.entry.error_class.clone().unwrap_or_else(|| UNKNOWN.to_owned());
-        *stats.by_error_class.entry(class).or_default() += 1;
-        *stats.by_status.entry(entry.status.as_str().to_owned()).or_default() += 1;
-    }
-    stats
 }
 
 /// Spaces replays evenly: at most `rate` per second, the first at once.

@@ -272,6 +272,9 @@ func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func
 			re := regexp.MustCompile(`--topic[= ]+['"]?` + regexp.QuoteMeta(t) + `['"]?(\s|$)`)
 			if strings.Contains(all, "--create") && re.MatchString(all) {
 				created = append(created, t)
+				if k == "dlq_topic" && !dlqRetentionUnlimited(all, t) {
+					r.fail("kafka.%s = %q: created without --config retention.ms=-1: a dead letter nobody triaged would expire unseen", k, t)
+				}
 			} else {
 				r.fail("kafka.%s = %q: no service creates it (no kafka-topics --create --topic %s in any command)", k, t, t)
 			}
@@ -380,6 +383,18 @@ func mounted(s types.ServiceConfig, file string) bool {
 			t = path.Join("/run/secrets", t)
 		}
 		if file == path.Clean(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// dlqRetentionUnlimited: the line that creates topic t sets retention.ms=-1, so no DLQ entry ever expires.
+func dlqRetentionUnlimited(script, t string) bool {
+	create := regexp.MustCompile(`--topic[= ]+['"]?` + regexp.QuoteMeta(t) + `['"]?(\s|$)`)
+	retention := regexp.MustCompile(`--config[= ]+['"]?retention\.ms=-1['"]?(\s|$)`)
+	for _, line := range strings.Split(script, "\n") {
+		if create.MatchString(line) && retention.MatchString(line) {
 			return true
 		}
 	}

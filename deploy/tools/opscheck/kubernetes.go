@@ -706,7 +706,7 @@ var (
 // the consumer replicas.
 func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 	want := map[string][]string{} // topic -> who names it
-	inbound := ""
+	inbound, dlq := "", ""
 	consumers := 0
 	for _, hc := range hook {
 		kafka, _ := hc.config["kafka"].(map[string]any)
@@ -715,6 +715,9 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 				want[t] = append(want[t], hc.w.Metadata.Name+" kafka."+k)
 				if k == "inbound_topic" {
 					inbound = t
+				}
+				if k == "dlq_topic" {
+					dlq = t
 				}
 			}
 		}
@@ -748,6 +751,7 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 	where := "Job/" + job.Metadata.Name
 	before := r.fails
 	created := map[string]int{}
+	flags := map[string]string{} // topic -> the flags it is created with
 	for _, line := range strings.Split(script, "\n") {
 		if !strings.Contains(line, "--topic") || strings.Contains(line, "--describe") {
 			continue
@@ -762,6 +766,12 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 				}
 			}
 			created[mt[1]] = parts
+			flags[mt[1]] = mt[2]
+		}
+	}
+	if dlq != "" {
+		if _, ok := created[dlq]; ok && !unlimitedRetention(flags[dlq]) {
+			r.fail("%s: creates %s without retention.ms=-1: a dead letter nobody triaged would expire unseen", where, dlq)
 		}
 	}
 	for t, who := range want {
@@ -790,6 +800,14 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 		r.ok("%s: creates exactly the topics the configs name: %s; %d consumer replicas <= %d inbound partitions",
 			where, strings.Join(ts, ", "), consumers, created[inbound])
 	}
+}
+
+var retentionOf = regexp.MustCompile(`--config[= ]+"?retention\.ms=(-?[0-9]+)"?`)
+
+// unlimitedRetention: the flags of a topic's creation set retention.ms=-1 (a DLQ entry never expires).
+func unlimitedRetention(flags string) bool {
+	m := retentionOf.FindStringSubmatch(flags)
+	return m != nil && m[1] == "-1"
 }
 
 // checkGatewayMemory: what the gateway may hold must fit its memory limit. Request bodies (being read or in

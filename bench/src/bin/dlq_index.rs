@@ -1,0 +1,294 @@
+//! The replayer's index at scale: fills a fresh DLQ topic with N dead-letter records shaped like the consumer's
+//! (every DLQ header, a JSON body, 64-hex-character event ids, a few hundred distinct error messages) and a
+//! status for a fifth of them, then starts the real replayer service in this process and measures how long its
+//! index takes to build (until `/readyz`), how much resident memory it adds, and the admin API's latency for
+//! `list` (filtered pages, cursors), `stats` and `show` (one body read from Kafka by partition and offset).
+//!
+//!   cargo run --release -p hookline-bench --bin dlq-index-bench -- --brokers 127.0.0.1:19092 --entries 1000000
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Parser;
+use hdrhistogram::Histogram;
+use hookline_common::{
+    config::{KafkaConfig, SecretRef},
+    kafka::{TopicSpec, ensure_topics, producer_config},
+    wire::{EntryStatus, EntryStatusRecord, header},
+};
+use hookline_dlq_replayer::ReplayerConfig;
+use http_body_util::{BodyExt, Full};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rdkafka::{
+    message::{Header, OwnedHeaders},
+    producer::{FutureProducer, FutureRecord, Producer},
+};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+struct Args {
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
+    brokers: String,
+    #[arg(long, default_value_t = 1_000_000)]
+    entries: usize,
+    #[arg(long, default_value_t = 3)]
+    partitions: i32,
+    /// Requests per endpoint.
+    #[arg(long, default_value_t = 2_000)]
+    requests: usize,
+}
+
+const SOURCES: [&str; 6] = ["github", "stripe", "shopify", "slack", "twilio", "sendgrid"];
+const TYPES: [&str; 8] =
+    ["push", "invoice.paid", "orders/create", "event_callback", "sms", "delivered", "pull_request", "charge.failed"];
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let kafka = KafkaConfig {
+        brokers: args.brokers.clone(),
+        dlq_topic: format!("bench-{run}-dlq"),
+        dlq_status_topic: format!("bench-{run}-dlq-status"),
+        ..KafkaConfig::default()
+    };
+    ensure_topics(
+        &kafka.brokers,
+        &[
+            TopicSpec { name: kafka.dlq_topic.clone(), partitions: args.partitions, compacted: false },
+            TopicSpec { name: kafka.dlq_status_topic.clone(), partitions: args.partitions, compacted: true },
+        ],
+        1,
+    )
+    .await
+    .context("create topics")?;
+
+    let started = Instant::now();
+    fill(&kafka, args.entries, args.partitions).await?;
+    eprintln!("filled {} entries in {:.1} s", args.entries, started.elapsed().as_secs_f64());
+
+    // The CLI's way: one index built to the high watermarks, measured on its own.
+    let rss_before_cli = rss_bytes();
+    let cli_started = Instant::now();
+    let replayer_config = ReplayerConfig { kafka: kafka.clone(), ..ReplayerConfig::default() };
+    let (index, cli_build_s, rss_after_cli) = {
+        let config = replayer_config.clone();
+        tokio::task::spawn_blocking(move || {
+            let index = hookline_dlq_replayer::ops::Replayer::empty_index(&config);
+            hookline_dlq_replayer::index::tail(
+                &config.kafka,
+                &index,
+                false,
+                &CancellationToken::new(),
+                Duration::from_secs(1800),
+            )?;
+            let build_s = cli_started.elapsed().as_secs_f64();
+            Ok::<_, anyhow::Error>((index, build_s, rss_bytes()))
+        })
+        .await??
+    };
+    anyhow::ensure!(index.len() == args.entries, "index holds {} entries, not {}", index.len(), args.entries);
+    let accounted_bytes = index.approx_bytes();
+    drop(index);
+    eprintln!("CLI index: {cli_build_s:.1} s, {accounted_bytes} bytes accounted");
+
+    let token_file = std::env::temp_dir().join(format!("hookline-bench-token-{run}"));
+    std::fs::write(&token_file, "bench-token")?;
+    let config = ReplayerConfig {
+        kafka: kafka.clone(),
+        api_token: Some(SecretRef::from_file("api", token_file.display().to_string())),
+        refresh_interval_s: 15,
+        ..replayer_config
+    };
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = admin.local_addr()?;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let rss_before = rss_bytes();
+    let shutdown = CancellationToken::new();
+    let build_started = Instant::now();
+    let server = tokio::spawn(hookline_dlq_replayer::serve_api(config, admin, shutdown.clone()));
+    loop {
+        let (status, _) = get(&client, addr, "/readyz").await?;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let build_s = build_started.elapsed().as_secs_f64();
+    let rss_after = rss_bytes();
+    let bytes_per_entry = (rss_after.saturating_sub(rss_before)) as f64 / args.entries as f64;
+    eprintln!("index built in {build_s:.1} s; RSS {} -> {} MiB", rss_before >> 20, rss_after >> 20);
+
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut list = Histogram::<u64>::new(3)?;
+    let mut cursor = String::new();
+    for i in 0..args.requests {
+        let path = match i % 4 {
+            0 => format!("/v1/entries?limit=50&cursor={cursor}"),
+            1 => format!("/v1/entries?limit=50&source={}", SOURCES[rng.random_range(0..SOURCES.len())]),
+            2 => "/v1/entries?limit=50&status=new&error_class=poison".to_owned(),
+            _ => format!("/v1/entries?limit=50&text=upstream%20{}", rng.random_range(0..300)),
+        };
+        let at = Instant::now();
+        let (status, body) = get(&client, addr, &path).await?;
+        list.record(at.elapsed().as_micros() as u64)?;
+        anyhow::ensure!(status == 200, "{path}: {status}");
+        if i % 4 == 0 {
+            let page: serde_json::Value = serde_json::from_slice(&body)?;
+            cursor = page["next_cursor"].as_str().unwrap_or("").to_owned();
+        }
+    }
+    let mut stats = Histogram::<u64>::new(3)?;
+    for i in 0..args.requests / 4 {
+        let path = if i % 2 == 0 {
+            "/v1/stats".to_owned()
+        } else {
+            format!("/v1/stats?source={}", SOURCES[i % SOURCES.len()])
+        };
+        let at = Instant::now();
+        let (status, _) = get(&client, addr, &path).await?;
+        stats.record(at.elapsed().as_micros() as u64)?;
+        anyhow::ensure!(status == 200, "{path}: {status}");
+    }
+    let mut show = Histogram::<u64>::new(3)?;
+    let per_partition = (args.entries as i64) / i64::from(args.partitions);
+    for _ in 0..args.requests {
+        let id = format!(
+            "{}:{}:{}",
+            kafka.dlq_topic,
+            rng.random_range(0..args.partitions),
+            rng.random_range(0..per_partition)
+        );
+        let path = format!("/v1/entries/{id}");
+        let at = Instant::now();
+        let (status, _) = get(&client, addr, &path).await?;
+        show.record(at.elapsed().as_micros() as u64)?;
+        anyhow::ensure!(status == 200, "{path}: {status}");
+    }
+    shutdown.cancel();
+    server.await??;
+    let _ = std::fs::remove_file(token_file);
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let report = serde_json::json!({
+        "entries": args.entries,
+        "partitions": args.partitions,
+        "cli_index_build_s": cli_build_s,
+        "cli_index_accounted_bytes_per_entry": accounted_bytes as f64 / args.entries as f64,
+        "cli_index_rss_delta_bytes_per_entry": rss_after_cli.saturating_sub(rss_before_cli) as f64 / args.entries as f64,
+        "service_ready_s": build_s,
+        "service_rss_before_bytes": rss_before,
+        "service_rss_after_bytes": rss_after,
+        "service_rss_delta_bytes_per_entry": bytes_per_entry,
+        "list_ms": {"n": list.len(), "p50": ms(&list, 0.5), "p99": ms(&list, 0.99), "max": list.max() as f64 / 1000.0},
+        "stats_ms": {"n": stats.len(), "p50": ms(&stats, 0.5), "p99": ms(&stats, 0.99), "max": stats.max() as f64 / 1000.0},
+        "show_ms": {"n": show.len(), "p50": ms(&show, 0.5), "p99": ms(&show, 0.99), "max": show.max() as f64 / 1000.0},
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+async fn get(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+) -> anyhow::Result<(u16, Bytes)> {
+    let request = http::Request::get(format!("http://{addr}{path}"))
+        .header("authorization", "Bearer bench-token")
+        .body(Full::new(Bytes::new()))?;
+    let response = client.request(request).await?;
+    let status = response.status().as_u16();
+    Ok((status, response.into_body().collect().await?.to_bytes()))
+}
+
+/// N DLQ records across the partitions, each with the consumer's DLQ headers, and a status for every fifth.
+async fn fill(kafka: &KafkaConfig, n: usize, partitions: i32) -> anyhow::Result<()> {
+    let producer: FutureProducer = producer_config(kafka).set("linger.ms", "20").create()?;
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut pending = Vec::with_capacity(10_000);
+    for i in 0..n {
+        let source = SOURCES[i % SOURCES.len()];
+        let event_id: String = (0..32).map(|_| format!("{:02x}", rng.random::<u8>())).collect();
+        let error = format!("upstream {} answered 422: field `amount` is invalid for account {}", i % 300, i % 300);
+        let now = 1_764_000_000_000_i64 + i as i64 * 100;
+        let (now_s, attempts, offset) = (now.to_string(), (1 + i % 5).to_string(), (i * 7).to_string());
+        let class = if i % 3 == 0 { "retryable_exhausted" } else { "poison" };
+        let body = format!(
+            r#"{{"id":"{event_id}","type":"{}","data":{{"object":{{"amount":{},"currency":"usd","customer":"cus_{i}","description":"benchmark entry {i} with a body of a realistic size for a webhook"}}}}}}"#,
+            TYPES[i % TYPES.len()],
+            i % 10_000
+        );
+        let headers = [
+            (header::SOURCE, source),
+            (header::EVENT_ID, &event_id),
+            (header::EVENT_TYPE, TYPES[i % TYPES.len()]),
+            (header::RECEIVED_AT_MS, &now_s),
+            (header::CONTENT_TYPE, "application/json"),
+            (header::SECRET_ID, "primary"),
+            (header::FORMAT_VERSION, "2"),
+            ("http-user-agent", "GitHub-Hookshot/abc123"),
+            (header::dlq::ORIGINAL_TOPIC, "webhooks.inbound"),
+            (header::dlq::ORIGINAL_PARTITION, "3"),
+            (header::dlq::ORIGINAL_OFFSET, &offset),
+            (header::dlq::CONSUMER_GROUP, "hookline-consumer"),
+            (header::dlq::HANDLER, "http"),
+            (header::dlq::ATTEMPTS, &attempts),
+            (header::dlq::ERROR_CLASS, class),
+            (header::dlq::ERROR, &error),
+            (header::dlq::FIRST_FAILURE_AT_MS, &now_s),
+            (header::dlq::LAST_FAILURE_AT_MS, &now_s),
+            (header::dlq::CONSUMER_VERSION, "0.1.0"),
+            (header::dlq::FORMAT_VERSION, "1"),
+        ]
+        .into_iter()
+        .fold(OwnedHeaders::new_with_capacity(20), |headers, (key, value)| {
+            headers.insert(Header { key, value: Some(value) })
+        });
+        let partition = (i as i32) % partitions;
+        let record = FutureRecord::to(&kafka.dlq_topic)
+            .partition(partition)
+            .key(event_id.as_str())
+            .payload(body.as_bytes())
+            .headers(headers);
+        pending.push(producer.send_result(record).map_err(|(error, _)| error)?);
+        if i % 5 == 0 {
+            let offset = (i as i64) / i64::from(partitions);
+            let id = format!("{}:{partition}:{offset}", kafka.dlq_topic);
+            let status = EntryStatusRecord {
+                status: if i % 10 == 0 { EntryStatus::Succeeded } else { EntryStatus::Discarded },
+                at_ms: now + 1000,
+                by: "replayer:bench".into(),
+                event_id: Some(event_id.clone()),
+                new_entry: None,
+                note: Some("benchmark".into()),
+                replays: Some(1),
+            };
+            let value = serde_json::to_vec(&status)?;
+            let record = FutureRecord::<str, [u8]>::to(&kafka.dlq_status_topic).key(&id).payload(&value);
+            pending.push(producer.send_result(record).map_err(|(error, _)| error)?);
+        }
+        if pending.len() >= 10_000 {
+            for delivery in pending.drain(..) {
+                delivery.await?.map_err(|(error, _)| error)?;
+            }
+        }
+    }
+    for delivery in pending.drain(..) {
+        delivery.await?.map_err(|(error, _)| error)?;
+    }
+    producer.flush(Duration::from_secs(30))?;
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! The DLQ console in a real browser: Debian's chromium, driven by playwright-core (`tests/browser/console.mjs`),
+//! against the replayer service over the real broker, Redis and consumer. The browser logs in (and a wrong token
+//! gets nowhere), filters, opens an entry, replays it after a fix and sees it become `succeeded`, and discards
+//! another with a reason; this test then checks in Kafka what was processed and recorded. The screenshots in
+//! `docs/console/` are this test's.
+
+use std::{path::PathBuf, process::Stdio, time::Duration};
+
+use hookline_common::config::SecretRef;
+use hookline_dlq_replayer::{ReplayerConfig, filter::Filter, index::Status, ops::Replayer};
+use hookline_tests::{Delivery, TestStack};
+
+/// The browser binary: `$CHROMIUM`, or `chromium` on the PATH (scripts/test installs Debian's package).
+fn chromium() -> PathBuf {
+    if let Some(path) = std::env::var_os("CHROMIUM") {
+        return PathBuf::from(path);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join("chromium"))
+        .find(|candidate| candidate.is_file())
+        .expect("chromium not found: tests/browser/install (run by scripts/test) installs Debian's chromium")
+}
+
+#[tokio::test]
+async fn console_in_a_real_browser() {
+    let browser_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser");
+    assert!(
+        browser_dir.join("node_modules/playwright-core").is_dir(),
+        "playwright-core is not installed: run tests/browser/install (scripts/test does)"
+    );
+    let stack = TestStack::builder().consumer().build().await;
+    let deliveries: Vec<Delivery> = (0..3)
+        .map(|i| Delivery::new(format!(r#"{{"order":{{"id":{i},"total":"12.50","items":[1,2]}}}}"#).into_bytes()))
+        .collect();
+    for delivery in &deliveries {
+        stack.handler.poison(&delivery.delivery_id);
+        stack.post_accepted(delivery).await;
+    }
+    stack.wait_until_handled(3).await;
+    let replayer =
+        Replayer::new(ReplayerConfig { kafka: stack.kafka.clone(), ..ReplayerConfig::default() }).expect("replayer");
+    let entries = replayer.list(&Filter::default()).await.expect("list");
+    let id_of = |delivery: &Delivery| {
+        entries
+            .iter()
+            .find(|e| e.entry.event_id.as_deref() == Some(delivery.delivery_id.as_str()))
+            .map(|e| e.entry.id.clone())
+            .expect("entry")
+    };
+    let (to_replay, to_discard, untouched) = (id_of(&deliveries[0]), id_of(&deliveries[1]), id_of(&deliveries[2]));
+    // The fix: the handler takes this event now.
+    stack.handler.heal(&deliveries[0].delivery_id);
+
+    let token_file = std::env::temp_dir().join(format!("hookline-console-token-{}", uuid::Uuid::new_v4()));
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    std::fs::write(&token_file, &token).expect("token file");
+    let config = ReplayerConfig {
+        kafka: stack.kafka.clone(),
+        api_token: Some(SecretRef::from_file("api", token_file.display().to_string())),
+        refresh_interval_s: 1,
+        ..ReplayerConfig::default()
+    };
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = admin.local_addr().expect("addr");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(hookline_dlq_replayer::serve_api(config, admin, shutdown.clone()));
+
+    let screenshots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/console");
+    let mut node = tokio::process::Command::new("node");
+    node.arg(browser_dir.join("console.mjs"))
+        .current_dir(&browser_dir)
+        .env("CONSOLE_URL", format!("http://{addr}"))
+        .env("CONSOLE_TOKEN", &token)
+        .env("ENTRY_TO_REPLAY", &to_replay)
+        .env("ENTRY_TO_DISCARD", &to_discard)
+        .env("ENTRY_FILTER_TEXT", &deliveries[0].delivery_id)
+        .env("N_ENTRIES", "3")
+        .env("SCREENSHOTS", &screenshots)
+        .env("CHROMIUM", chromium())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(180), node.output())
+        .await
+        .expect("the browser test finished within 3 minutes")
+        .expect("node runs");
+    let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "browser test failed:\n{log}");
+
+    // What the browser did, as Kafka and the handler saw it.
+    assert_eq!(stack.handler.count(&deliveries[0].delivery_id), 1, "the fixed entry was processed once");
+    assert_eq!(stack.handler.count(&deliveries[1].delivery_id), 0, "the discarded entry was not re-driven");
+    assert_eq!(stack.handler.attempts(&deliveries[2].delivery_id), 1, "the third entry was left alone");
+    let entries = replayer.list(&Filter::default()).await.expect("list");
+    let status_of = |id: &str| entries.iter().find(|e| e.entry.id == id).map(|e| e.status);
+    assert_eq!(status_of(&to_replay), Some(Status::Succeeded));
+    assert_eq!(status_of(&to_discard), Some(Status::Discarded));
+    assert_eq!(status_of(&untouched), Some(Status::New));
+    let discarded = entries.iter().find(|e| e.entry.id == to_discard).and_then(|e| e.last_status.clone());
+    let discarded = discarded.expect("status record");
+    assert_eq!(discarded.note.as_deref(), Some("test event from the provider's dashboard"));
+    assert_eq!(discarded.by, "console");
+    assert_eq!(entries.len(), 3, "nothing else reached the DLQ");
+
+    shutdown.cancel();
+    server.await.expect("task").expect("served");
+    let _ = std::fs::remove_file(token_file);
+    stack.shutdown().await;
+}
