@@ -91,7 +91,7 @@ impl Pending {
         if !self.event_ids.is_empty() {
             text.push_str(&format!("\nevent ids: {}", self.event_ids.join(", ")));
         }
-        text.push_str("\nInspect with `dlq-replayer list`.");
+        text.push_str("\nInspect with `hookline-replayer list`.");
         text
     }
 }

@@ -295,7 +295,7 @@ mod tests {
     #[test]
     fn readme_example_config_is_valid_and_covers_every_scheme() {
         let readme = include_str!("../../README.md");
-        let start = readme.find("Gateway (`gateway --config gateway.toml`)").expect("gateway section");
+        let start = readme.find("Gateway (`hookline-gateway --config gateway.toml`)").expect("gateway section");
         let block = readme[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
         let config: GatewayConfig = config::parse_str(block, "README.md").expect("the README example parses");
         let schemes: std::collections::HashSet<&str> = config.sources.iter().map(|s| s.scheme.as_str()).collect();

@@ -30,7 +30,7 @@ pub enum ReconcileError {
     #[error("source `{0}`: another run holds its lock")]
     Busy(String),
     #[error(
-        "the indexer has not indexed the inbound topic up to its end within {0:?} (is `reconciler serve` \
+        "the indexer has not indexed the inbound topic up to its end within {0:?} (is `hookline-reconciler serve` \
          running?): nothing was decided"
     )]
     IndexBehind(Duration),

@@ -43,7 +43,7 @@ type dockerfile struct {
 	Stages []*stage
 	Target *stage
 	// Installed maps an absolute path in the target stage's filesystem to
-	// where it comes from ("stage builder: /out/gateway", "context: deploy/config/x").
+	// where it comes from ("stage builder: /out/hookline-gateway", "context: deploy/config/x").
 	Installed  map[string]string
 	Entrypoint []string
 	Cmd        []string

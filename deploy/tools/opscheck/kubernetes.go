@@ -240,7 +240,7 @@ func selects(selector, labels map[string]string) bool {
 	return true
 }
 
-var hooklineBinaries = map[string]bool{"gateway": true, "consumer": true, "dlq-replayer": true, "reconciler": true}
+var hooklineBinaries = map[string]bool{"hookline-gateway": true, "hookline-consumer": true, "hookline-replayer": true, "hookline-reconciler": true}
 
 // hooklineContainer is a container running one of our binaries, with what its config says.
 type hooklineContainer struct {
@@ -508,7 +508,7 @@ func checkGrace(r *reporter, where string, hc *hooklineContainer) {
 	var need float64
 	var why string
 	switch hc.binary {
-	case "gateway":
+	case "hookline-gateway":
 		pre := preStopSeconds(hc.c)
 		drain := float64(tomlInt(hc.config, 15000, "limits", "drain_deadline_ms")) / 1000
 		grace := float64(tomlInt(hc.config, 2000, "limits", "drain_grace_ms")) / 1000
@@ -517,7 +517,7 @@ func checkGrace(r *reporter, where string, hc *hooklineContainer) {
 		if pre == 0 {
 			r.note("%s: no preStop sleep: requests may still be routed to a gateway that stopped accepting", where)
 		}
-	case "consumer":
+	case "hookline-consumer":
 		handler := float64(tomlInt(hc.config, 10000, "handler", "timeout_ms")) / 1000
 		need = handler + produceS
 		why = fmt.Sprintf("handler.timeout_ms %.0fs + produce_timeout_ms %.0fs (a dead-letter produce in hand)", handler, produceS)
@@ -726,7 +726,7 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 				want[t] = append(want[t], fmt.Sprintf("%s source %v", hc.w.Metadata.Name, s["name"]))
 			}
 		}
-		if hc.binary == "consumer" && hc.w.Spec.Replicas != nil {
+		if hc.binary == "hookline-consumer" && hc.w.Spec.Replicas != nil {
 			consumers += *hc.w.Spec.Replicas
 		}
 	}
@@ -816,7 +816,7 @@ func unlimitedRetention(flags string) bool {
 func checkGatewayMemory(r *reporter, hook []*hooklineContainer) {
 	const base = 128 << 20 // runtime, TLS-free hyper, rdkafka's queue.buffering.max.kbytes is separate (below)
 	for _, hc := range hook {
-		if hc.binary != "gateway" {
+		if hc.binary != "hookline-gateway" {
 			continue
 		}
 		where := hc.w.Kind + "/" + hc.w.Metadata.Name
