@@ -28,6 +28,49 @@ pub struct Alerts {
     sender: Option<mpsc::Sender<DeadLettered>>,
 }
 
+/// Where alerts go, built from an [`AlertConfig`] with a URL: the checked URL and a client that trusts the
+/// configured CA file besides the built-in roots.
+#[derive(Clone)]
+pub struct AlertTarget {
+    url: Uri,
+    client: HttpsClient,
+    interval: Duration,
+    max_event_ids: usize,
+}
+
+impl std::fmt::Debug for AlertTarget {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("AlertTarget").field("url", &self.url).field("interval", &self.interval).finish()
+    }
+}
+
+impl AlertTarget {
+    /// The target `config` describes (none without a URL); `config_dir` resolves a relative `ca_file`. Every
+    /// problem is returned at once.
+    pub fn build(config: &AlertConfig, config_dir: &std::path::Path) -> Result<Option<Self>, Vec<String>> {
+        if config.url.is_none() && config.ca_file.is_none() {
+            return Ok(None);
+        }
+        let mut problems = Vec::new();
+        let url = config.url.as_deref().map(http_client::check_url).transpose();
+        let url = url.map_err(|why| problems.push(format!("alert.url {why}"))).ok().flatten();
+        let ca_file = config.ca_file.as_deref().map(|file| config_dir.join(file));
+        // The CA file is checked even without a URL: a broken one is a mistake waiting for the URL.
+        let client = http_client::client(ca_file.as_deref())
+            .map_err(|error| problems.push(format!("alert.ca_file: {error}")))
+            .ok();
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(url.zip(client).map(|(url, client)| Self {
+            url,
+            client,
+            interval: Duration::from_secs(config.interval_s),
+            max_event_ids: config.max_event_ids,
+        }))
+    }
+}
+
 /// Events queued for the next alert beyond this are counted but not listed.
 const QUEUE: usize = 10_000;
 const POST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,33 +80,15 @@ impl Alerts {
         Self { sender: None }
     }
 
-    /// Starts the aggregator task when `config.url` is set. It posts a last summary when `shutdown` fires.
-    /// `config_dir` resolves a relative `ca_file`. A URL or CA file that `ConsumerConfig::validate` would
-    /// refuse is logged as an error and leaves alerts off (validation runs first, so this is not reached).
+    /// Starts the aggregator task when there is a `target`. It posts a last summary when `shutdown` fires.
     pub fn start(
-        config: &AlertConfig,
-        config_dir: &std::path::Path,
+        target: Option<AlertTarget>,
         shutdown: CancellationToken,
         tasks: &tokio_util::task::TaskTracker,
     ) -> Self {
-        let Some(url) = config.url.as_deref() else { return Self::disabled() };
-        let url = match http_client::check_url(url) {
-            Ok(url) => url,
-            Err(why) => {
-                tracing::error!(error = %why, "alert.url is not usable; no alert webhook");
-                return Self::disabled();
-            }
-        };
-        let client = match http_client::client(config.ca_file.as_deref().map(|file| config_dir.join(file)).as_deref()) {
-            Ok(client) => client,
-            Err(error) => {
-                tracing::error!(error = %error, "alert webhook client; no alert webhook");
-                return Self::disabled();
-            }
-        };
+        let Some(AlertTarget { url, client, interval, max_event_ids }) = target else { return Self::disabled() };
         let (sender, receiver) = mpsc::channel(QUEUE);
-        let interval = Duration::from_secs(config.interval_s);
-        tasks.spawn(aggregate(client, url, interval, config.max_event_ids, receiver, shutdown));
+        tasks.spawn(aggregate(client, url, interval, max_event_ids, receiver, shutdown));
         Self { sender: Some(sender) }
     }
 

@@ -179,7 +179,9 @@ impl Default for RetryConfig {
 }
 
 impl ConsumerConfig {
-    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+    /// Defaults, then the file (if any), then environment overrides. Nothing is checked or built here: that is
+    /// [`crate::load::Loaded::build`], which a config must pass before it runs.
+    pub fn read(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut config: Self = match path {
             Some(path) => config::load_file(path)?,
             None => Self::default(),
@@ -190,19 +192,14 @@ impl ConsumerConfig {
         config.kafka.apply_env();
         config.redis.apply_env();
         config::env_override(env::ADMIN_ADDR, &mut config.admin_addr);
-        config.validate()?;
         Ok(config)
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut problems = Problems::default();
-        self.kafka.validate(&mut problems);
-        self.redis.validate(&mut problems);
-        if let Err(router_problems) =
-            crate::handler::router::Router::new(&self.handler, &self.routes, &self.sources, &self.config_dir)
-        {
-            router_problems.into_iter().for_each(|problem| problems.push(problem));
-        }
+    /// Adds every problem of the settings that need nothing built (handlers, schemas and the alert client are
+    /// checked by building them).
+    pub(crate) fn check(&self, problems: &mut Problems) {
+        self.kafka.validate(problems);
+        self.redis.validate(problems);
         problems.check(
             self.handler.timeout_ms > 0 && self.handler.timeout_ms < self.redis.claim_lease_ms,
             "handler.timeout_ms must be positive and below redis.claim_lease_ms",
@@ -229,16 +226,5 @@ impl ConsumerConfig {
             );
         }
         problems.check(self.alert.interval_s > 0, "alert.interval_s must be positive");
-        if let Some(url) = &self.alert.url
-            && let Err(why) = hookline_common::http_client::check_url(url)
-        {
-            problems.push(format!("alert.url {why}"));
-        }
-        if let Some(ca_file) = &self.alert.ca_file
-            && let Err(error) = hookline_common::http_client::client(Some(&self.config_dir.join(ca_file)))
-        {
-            problems.push(format!("alert.ca_file: {error}"));
-        }
-        problems.into_result()
     }
 }

@@ -17,6 +17,7 @@ pub mod config;
 pub mod dedupe;
 pub mod dlq;
 pub mod handler;
+pub mod load;
 pub mod metrics;
 pub mod pipeline;
 pub mod retry;
@@ -58,7 +59,7 @@ use crate::{
     retry::RetryHeaders,
     schedule::{Admission, Downstream, PartitionKey, Scheduler, Work},
 };
-pub use crate::{config::ConsumerConfig, handler::Handler};
+pub use crate::{config::ConsumerConfig, handler::Handler, load::Loaded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
@@ -78,12 +79,8 @@ pub const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// Runs the consumer until `shutdown`: then it stops fetching and starting records, lets the records in the
 /// handler finish (claims of events not finished are released, or expire), commits the stored prefixes and leaves
 /// the group.
-pub async fn run(
-    config: ConsumerConfig,
-    admin: TcpListener,
-    handler: Arc<dyn Handler>,
-    shutdown: CancellationToken,
-) -> Result<(), ConsumerError> {
+pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken) -> Result<(), ConsumerError> {
+    let Loaded { config, handler, alerts } = loaded;
     let registry = Registry::new();
     let metrics = Metrics::register(&registry)?;
     let readiness = Arc::new(Readiness::default());
@@ -138,7 +135,7 @@ pub async fn run(
         handler_timeout: Duration::from_millis(config.handler.timeout_ms),
         retry: config.retry.clone(),
         metrics: metrics.clone(),
-        alerts: Alerts::start(&config.alert, &config.config_dir, shutdown.clone(), &tasks),
+        alerts: Alerts::start(alerts, shutdown.clone(), &tasks),
         redis_ready: redis_ready.clone(),
         outage_log: outage_log.clone(),
         shutdown: shutdown.clone(),

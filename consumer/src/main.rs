@@ -1,12 +1,9 @@
-use std::{path::PathBuf, sync::Arc};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use hookline_common::{
-    config::{ConfigError, env},
-    telemetry,
-};
-use hookline_consumer::{ConsumerConfig, handler::router::Router};
+use hookline_common::{config::env, telemetry};
+use hookline_consumer::Loaded;
 use tokio::net::TcpListener;
 
 /// A hookline consumer-group member.
@@ -22,9 +19,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
-    let config = ConsumerConfig::load(args.config.as_deref())?;
-    let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
-        .map_err(ConfigError::Invalid)?;
+    let loaded = Loaded::load(args.config.as_deref())?;
+    let config = &loaded.config;
     let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -37,6 +33,6 @@ async fn main() -> anyhow::Result<()> {
         "consumer starting"
     );
     let shutdown = hookline_common::signals::shutdown_on_signals();
-    hookline_consumer::run(config, admin, Arc::new(router), shutdown).await?;
+    hookline_consumer::run(loaded, admin, shutdown).await?;
     Ok(())
 }

@@ -8,8 +8,6 @@ use hookline_common::{
 };
 use serde::Deserialize;
 
-use crate::source::Source;
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
@@ -109,7 +107,7 @@ impl Default for Limits {
             max_connections_per_peer: 1024,
             max_concurrent_streams: 100,
             max_body_buffer_bytes: 256 * 1024 * 1024,
-            max_asymmetric_verifications_per_source: crate::source::default_verifications_per_source(),
+            max_asymmetric_verifications_per_source: default_verifications_per_source(),
             peer_rate_per_s: 0.0,
             peer_burst: 0,
             peer_max_wait_ms: 1_000,
@@ -186,9 +184,15 @@ fn default_max_body_bytes() -> usize {
     DEFAULT_MAX_BODY_BYTES
 }
 
+/// Half the cores (at least one): a public-key flood on one source leaves the others the rest.
+pub fn default_verifications_per_source() -> usize {
+    std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1))
+}
+
 impl GatewayConfig {
-    /// Defaults, then the file (if any), then environment overrides, then validation.
-    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+    /// Defaults, then the file (if any), then environment overrides. Nothing is checked or built here: that is
+    /// [`crate::load::Loaded::build`], which a config must pass before it serves.
+    pub fn read(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut config: Self = match path {
             Some(path) => config::load_file(path)?,
             None => Self::default(),
@@ -196,16 +200,15 @@ impl GatewayConfig {
         config.kafka.apply_env();
         config::env_override(env::LISTEN_ADDR, &mut config.listen_addr);
         config::env_override(env::ADMIN_ADDR, &mut config.admin_addr);
-        config.validate()?;
         Ok(config)
     }
 
-    /// Reports every problem at once. Secrets are loaded here too, so a missing one stops start-up.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut problems = Problems::default();
-        self.kafka.validate(&mut problems);
+    /// Adds every problem of the settings that need nothing loaded or built (sources and secrets are checked by
+    /// building them).
+    pub(crate) fn check(&self, problems: &mut Problems) {
+        self.kafka.validate(problems);
         problems.check(self.limits.max_in_flight > 0, "limits.max_in_flight must be positive");
-        problems.check(self.sources.iter().len() > 0, "no [[sources]] configured: the gateway would serve nothing");
+        problems.check(!self.sources.is_empty(), "no [[sources]] configured: the gateway would serve nothing");
         problems.check(
             (1_000..=120_000).contains(&self.limits.request_deadline_ms),
             "limits.request_deadline_ms must be between 1000 and 120000",
@@ -231,64 +234,12 @@ impl GatewayConfig {
                 self.limits.max_body_buffer_bytes
             ),
         );
-        if let Some(token) = &self.reload_token {
-            match token.load() {
-                Ok(bytes) => problems.check(bytes.len() >= 16, "reload_token must be at least 16 bytes"),
-                Err(problem) => problems.push(format!("reload_token: {problem}")),
-            }
-        }
-        let mut seen = std::collections::HashSet::new();
-        for source in &self.sources {
-            let name = &source.name;
-            problems.check(
-                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
-                format!("source name `{name}` must be non-empty and use only letters, digits, `-` and `_`"),
-            );
-            problems.check(seen.insert(name.clone()), format!("source `{name}` is declared twice"));
-            if let Err(source_problems) = Source::from_config(source, &self.kafka.inbound_topic) {
-                for problem in source_problems {
-                    problems.push(format!("source `{name}`: {problem}"));
-                }
-            }
-        }
-        problems.into_result()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_problem_is_reported_at_once() {
-        let config: GatewayConfig = config::parse_str(
-            r#"
-            [kafka]
-            brokers = ""
-            [[sources]]
-            name = "bad name"
-            scheme = "nope"
-            secrets = []
-            [[sources]]
-            name = "gh"
-            scheme = "github"
-            secrets = [{ id = "a", env = "HOOKLINE_TEST_SURELY_UNSET_VARIABLE" }]
-            "#,
-            "test",
-        )
-        .unwrap();
-        let Err(ConfigError::Invalid(problems)) = config.validate() else { panic!("expected invalid") };
-        let all = problems.join("\n");
-        for expected in [
-            "kafka.brokers",
-            "bad name",
-            "unknown scheme `nope`",
-            "has no secrets",
-            "HOOKLINE_TEST_SURELY_UNSET_VARIABLE",
-        ] {
-            assert!(all.contains(expected), "{expected} not in {all}");
-        }
-    }
 
     /// The README's example gateway config: it parses, names every scheme, and each source validates once its
     /// secrets point at files holding a key of the right shape.

@@ -26,7 +26,7 @@ use hyper::body::Incoming;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{
-    config::{FORWARDED_HEADER_PREFIX, GatewayConfig, Limits},
+    config::{FORWARDED_HEADER_PREFIX, Limits},
     error::Rejection,
     metrics::Metrics,
     peer_limit::{Admission, PeerLimiter},
@@ -105,33 +105,33 @@ enum Answer {
 }
 
 impl Ingest {
-    pub fn new(config: &GatewayConfig, producer: EventProducer, metrics: Metrics) -> Result<Self, Vec<String>> {
-        let sources = SourceTable::build(config)?;
+    /// Serves `sources` (already built from a config, see [`crate::load::Loaded`]) within `limits`.
+    pub fn new(limits: &Limits, sources: SourceTable, producer: EventProducer, metrics: Metrics) -> Self {
         sources.log_warnings();
         let handles = resolve_handles(&metrics, &sources);
-        Ok(Self {
+        Self {
             handles: ArcSwap::from_pointee(handles),
             produce_acked: metrics.produce_duration.with_label_values(&["acked"]),
             produce_failed: metrics.produce_duration.with_label_values(&["failed"]),
             sources: ArcSwap::from_pointee(sources),
             producer,
             metrics,
-            limits: config.limits.clone(),
-            in_flight: Semaphore::new(config.limits.max_in_flight),
-            body_budget: BodyBudget::new(config.limits.max_body_buffer_bytes),
+            limits: limits.clone(),
+            in_flight: Semaphore::new(limits.max_in_flight),
+            body_budget: BodyBudget::new(limits.max_body_buffer_bytes),
             rejection_log: RejectionLog::default(),
             peer_limiter: PeerLimiter::new(
-                config.limits.peer_rate_per_s,
-                if config.limits.peer_burst > 0 {
-                    config.limits.peer_burst
+                limits.peer_rate_per_s,
+                if limits.peer_burst > 0 {
+                    limits.peer_burst
                 } else {
                     // One second's worth.
-                    config.limits.peer_rate_per_s.ceil().clamp(1.0, f64::from(u32::MAX)) as u32
+                    limits.peer_rate_per_s.ceil().clamp(1.0, f64::from(u32::MAX)) as u32
                 },
-                Duration::from_millis(config.limits.peer_max_wait_ms),
+                Duration::from_millis(limits.peer_max_wait_ms),
                 Instant::now(),
             ),
-        })
+        }
     }
 
     /// Serves `sources` from the next request on; requests in flight finish with the table they started with.

@@ -7,6 +7,7 @@
 pub mod config;
 pub mod error;
 pub mod ingest;
+pub mod load;
 pub mod metrics;
 pub mod peer_limit;
 pub mod produce;
@@ -26,7 +27,7 @@ use prometheus::Registry;
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-pub use crate::{config::GatewayConfig, error::GatewayError, reload::ConfigOrigin};
+pub use crate::{config::GatewayConfig, error::GatewayError, load::Loaded, reload::ConfigOrigin};
 use crate::{error::json_response, ingest::Ingest, metrics::Metrics, produce::EventProducer, reload::Reloader};
 
 /// The gateway's bound sockets.
@@ -50,33 +51,27 @@ pub const RELOAD_PATH: &str = "/admin/reload";
 /// A reload (SIGHUP or [`RELOAD_PATH`]) re-reads the secrets of this same config.
 pub async fn run(config: GatewayConfig, listeners: Listeners, shutdown: CancellationToken) -> Result<(), GatewayError> {
     let origin = ConfigOrigin::Fixed(Box::new(config.clone()));
-    run_with_origin(config, origin, listeners, shutdown).await
+    run_with_origin(Loaded::build(config)?, origin, listeners, shutdown).await
 }
 
-/// [`run`], with reloads reading the config from `origin` (the config file, for the binary).
+/// [`run`] with a config already [`Loaded`], and reloads reading the config from `origin` (the config file, for
+/// the binary).
 pub async fn run_with_origin(
-    config: GatewayConfig,
+    loaded: Loaded,
     origin: ConfigOrigin,
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> Result<(), GatewayError> {
+    let Loaded { config, sources, reload_token } = loaded;
     let registry = Registry::new();
     let metrics = Metrics::register(&registry)?;
     let producer = EventProducer::new(&config.kafka)?;
-    let ingest = Arc::new(
-        Ingest::new(&config, producer.clone(), metrics).map_err(hookline_common::config::ConfigError::Invalid)?,
-    );
+    let ingest = Arc::new(Ingest::new(&config.limits, sources, producer.clone(), metrics));
     let reloader = Arc::new(Reloader::new(origin, &config, ingest.clone()));
     let readiness = Arc::new(Readiness::default());
     let tasks = TaskTracker::new();
     let fatal = Arc::new(std::sync::Mutex::new(None::<String>));
 
-    let reload_token = match &config.reload_token {
-        Some(token) => Some(secrecy::SecretSlice::from(token.load().map_err(|problem| {
-            hookline_common::config::ConfigError::Invalid(vec![format!("reload_token: {problem}")])
-        })?)),
-        None => None,
-    };
     // The admin listener outlives the public one: while the public listener drains, `/readyz` keeps answering
     // (503), so the load balancer hears the gateway is leaving instead of finding the port closed.
     let admin_shutdown = CancellationToken::new();

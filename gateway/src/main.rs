@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use hookline_common::{config::env, telemetry};
-use hookline_gateway::{ConfigOrigin, GatewayConfig, Listeners};
+use hookline_gateway::{ConfigOrigin, Listeners, Loaded};
 use tokio::net::TcpListener;
 
 /// The hookline webhook gateway.
@@ -19,7 +19,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
-    let config = GatewayConfig::load(args.config.as_deref())?;
+    let loaded = Loaded::load(args.config.as_deref())?;
+    let config = &loaded.config;
     let public =
         TcpListener::bind(&config.listen_addr).await.with_context(|| format!("bind {}", config.listen_addr))?;
     let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
@@ -29,7 +30,7 @@ async fn main() -> anyhow::Result<()> {
         admin = %admin.local_addr()?,
         brokers = %config.kafka.brokers,
         topic = %config.kafka.inbound_topic,
-        sources = config.sources.len(),
+        sources = loaded.sources.len(),
         "gateway starting"
     );
     let shutdown = hookline_common::signals::shutdown_on_signals();
@@ -37,7 +38,7 @@ async fn main() -> anyhow::Result<()> {
         Some(path) => ConfigOrigin::File(path.clone()),
         None => ConfigOrigin::Fixed(Box::new(config.clone())),
     };
-    hookline_gateway::run_with_origin(config, origin, Listeners { public, admin }, shutdown).await?;
+    hookline_gateway::run_with_origin(loaded, origin, Listeners { public, admin }, shutdown).await?;
     tracing::info!("gateway stopped");
     Ok(())
 }

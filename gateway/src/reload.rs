@@ -12,7 +12,7 @@ use hookline_common::config::ConfigError;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::GatewayConfig, ingest::Ingest, source::SourceTable};
+use crate::{config::GatewayConfig, ingest::Ingest, load::Loaded};
 
 /// Where a reload reads the config from.
 #[derive(Debug, Clone)]
@@ -59,7 +59,7 @@ impl Reloader {
             .unwrap_or_else(|_| Err(vec!["the reload task panicked".to_owned()]));
         let metrics = self.ingest.metrics();
         match built {
-            Ok((config, table)) => {
+            Ok(Loaded { config, sources: table, .. }) => {
                 if restart_only_settings(&config) != self.restart_only {
                     tracing::warn!(
                         "config reload: listener, kafka or limits settings changed; they apply after a restart"
@@ -83,16 +83,12 @@ impl Reloader {
     }
 }
 
-fn load_and_build(origin: &ConfigOrigin) -> Result<(GatewayConfig, SourceTable), Vec<String>> {
-    let config = match origin {
-        ConfigOrigin::File(path) => GatewayConfig::load(Some(path)).map_err(problems_of)?,
-        ConfigOrigin::Fixed(config) => {
-            config.validate().map_err(problems_of)?;
-            (**config).clone()
-        }
-    };
-    let table = SourceTable::build(&config)?;
-    Ok((config, table))
+fn load_and_build(origin: &ConfigOrigin) -> Result<Loaded, Vec<String>> {
+    match origin {
+        ConfigOrigin::File(path) => Loaded::load(Some(path)),
+        ConfigOrigin::Fixed(config) => Loaded::build((**config).clone()),
+    }
+    .map_err(problems_of)
 }
 
 fn problems_of(error: ConfigError) -> Vec<String> {
@@ -149,11 +145,11 @@ mod tests {
         let config_path = temp_path("gateway.toml");
         std::fs::write(&secret_path, "s3cret").unwrap();
         std::fs::write(&config_path, config_text(&secret_path, "")).unwrap();
-        let config = GatewayConfig::load(Some(&config_path)).unwrap();
+        let Loaded { config, sources, .. } = Loaded::load(Some(&config_path)).unwrap();
         let metrics = Metrics::register(&Registry::new()).unwrap();
         // Creating a producer does not connect; no broker is needed here.
         let producer = EventProducer::new(&config.kafka).unwrap();
-        let ingest = Arc::new(Ingest::new(&config, producer, metrics).unwrap());
+        let ingest = Arc::new(Ingest::new(&config.limits, sources, producer, metrics));
         let reloader = Reloader::new(ConfigOrigin::File(config_path.clone()), &config, ingest.clone());
 
         let added = "[[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [{ id = \"b\", env = \"PATH\" }]\n";

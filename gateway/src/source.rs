@@ -13,7 +13,7 @@ use hookline_common::{
 };
 use http::HeaderName;
 
-use crate::config::{GatewayConfig, SourceConfig};
+use crate::config::{GatewayConfig, SourceConfig, default_verifications_per_source};
 
 #[derive(Debug)]
 pub struct Source {
@@ -151,11 +151,6 @@ fn is_credential(name: &str) -> bool {
     EXACT.contains(&name) || PARTS.iter().any(|part| name.contains(part))
 }
 
-/// Half the cores (at least one): a public-key flood on one source leaves the others the rest.
-pub fn default_verifications_per_source() -> usize {
-    std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1))
-}
-
 fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<String>) -> Vec<Secret> {
     if !scheme.is_verifying() {
         if !config.secrets.is_empty() {
@@ -199,11 +194,20 @@ pub struct SourceTable {
 }
 
 impl SourceTable {
-    /// Builds every source of `config`, or returns every problem.
+    /// Builds every source of `config`, loading every secret once, or returns every problem.
     pub fn build(config: &GatewayConfig) -> Result<Self, Vec<String>> {
         let mut sources = HashMap::new();
         let mut problems = Vec::new();
+        let mut seen = HashSet::new();
         for source_config in &config.sources {
+            let name = &source_config.name;
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                problems
+                    .push(format!("source name `{name}` must be non-empty and use only letters, digits, `-` and `_`"));
+            }
+            if !seen.insert(name.as_str()) {
+                problems.push(format!("source `{name}` is declared twice"));
+            }
             let per_source = config.limits.max_asymmetric_verifications_per_source;
             match Source::from_config_with(source_config, &config.kafka.inbound_topic, per_source) {
                 Ok(source) => {

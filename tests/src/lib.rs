@@ -346,7 +346,7 @@ impl TestStackBuilder {
             .chain(self.gateway_sources)
             .collect(),
         };
-        gateway_config.validate().expect("valid gateway config");
+        hookline_gateway::Loaded::build(gateway_config.clone()).expect("valid gateway config");
         let public = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let gateway_addr = public.local_addr().expect("addr");
@@ -366,7 +366,7 @@ impl TestStackBuilder {
         if let Some(tweak) = &self.consumer_tweak {
             tweak(&mut consumer_config);
         }
-        consumer_config.validate().expect("valid consumer config");
+        hookline_consumer::Loaded::build(consumer_config.clone()).expect("valid consumer config");
         let mut stack = TestStack {
             kafka,
             redis,
@@ -469,12 +469,9 @@ impl TestStack {
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let admin_addr = admin.local_addr().expect("addr");
         let shutdown = self.shutdown.child_token();
-        let task = tokio::spawn(hookline_consumer::run(
-            self.consumer_config.clone(),
-            admin,
-            self.handler.clone(),
-            shutdown.clone(),
-        ));
+        let loaded = hookline_consumer::Loaded::build(self.consumer_config.clone()).expect("valid consumer config");
+        let task =
+            tokio::spawn(hookline_consumer::run(loaded.with_handler(self.handler.clone()), admin, shutdown.clone()));
         self.consumers.push(RunningConsumer { admin_addr, shutdown, task: Some(task) });
         self.consumers.len() - 1
     }

@@ -8,8 +8,8 @@ use std::{
 
 use bytes::Bytes;
 use hookline_consumer::{
-    ConsumerConfig,
-    alert::{Alerts, DeadLettered},
+    ConsumerConfig, Loaded,
+    alert::{AlertTarget, Alerts, DeadLettered},
     config::AlertConfig,
 };
 use hookline_tests::eventually;
@@ -82,7 +82,9 @@ async fn alert_webhook_posts_over_https_to_an_endpoint_the_configured_ca_vouches
     };
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
-    let alerts = Alerts::start(&config, &dir, shutdown.clone(), &tasks);
+    let target = AlertTarget::build(&config, &dir).expect("a valid alert config");
+    assert!(target.is_some(), "a URL makes a target");
+    let alerts = Alerts::start(target, shutdown.clone(), &tasks);
     alerts.dead_lettered(DeadLettered {
         source: "stripe".to_owned(),
         error_class: "poison",
@@ -120,10 +122,10 @@ fn an_alert_url_that_cannot_work_is_a_config_error() {
     ] {
         let mut config = ConsumerConfig::default();
         config.alert.url = Some(url.to_owned());
-        let error = config.validate().expect_err(url).to_string();
+        let error = Loaded::build(config).expect_err(url).to_string();
         assert!(error.contains(expected), "{url}: {error}");
     }
     let mut config = ConsumerConfig::default();
     config.alert.url = Some("https://hooks.slack.com/services/T/B/x".to_owned());
-    assert!(config.validate().is_ok(), "an https URL is accepted");
+    assert!(Loaded::build(config).is_ok(), "an https URL is accepted");
 }

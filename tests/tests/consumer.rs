@@ -263,21 +263,10 @@ async fn http_handler_retries_5xx_then_succeeds_and_dead_letters_4xx() {
         .build()
         .await;
     // The stack's consumers use the TestHandler; this one runs the config's own router, as the binary does.
-    let router = hookline_consumer::handler::router::Router::new(
-        &stack.consumer_config.handler,
-        &stack.consumer_config.routes,
-        &stack.consumer_config.sources,
-        &stack.consumer_config.config_dir,
-    )
-    .expect("router");
+    let loaded = hookline_consumer::Loaded::build(stack.consumer_config.clone()).expect("valid config");
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let consumer = tokio::spawn(hookline_consumer::run(
-        stack.consumer_config.clone(),
-        admin,
-        std::sync::Arc::new(router),
-        shutdown.clone(),
-    ));
+    let consumer = tokio::spawn(hookline_consumer::run(loaded, admin, shutdown.clone()));
 
     downstream.respond_with([503, 500]);
     let flaky = Delivery::new(&br#"{"n":"flaky"}"#[..]);

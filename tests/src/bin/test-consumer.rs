@@ -13,8 +13,8 @@ use std::{io::Write, sync::Arc, time::Duration};
 
 use hookline_common::wire::InboundEvent;
 use hookline_consumer::{
-    ConsumerConfig,
-    handler::{BoxFuture, Handler, HandlerError, router::Router},
+    Loaded,
+    handler::{BoxFuture, Handler, HandlerError},
 };
 
 #[derive(Debug)]
@@ -84,17 +84,14 @@ async fn main() -> anyhow::Result<()> {
             _ => anyhow::bail!("unknown mode `{mode}`"),
         },
     };
-    let config = ConsumerConfig::load(Some(std::path::Path::new(&path)))?;
+    let loaded = Loaded::load(Some(std::path::Path::new(&path)))?;
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     if matches!(mode, Mode::Router) {
         hookline_common::telemetry::init_tracing();
-        let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
-            .map_err(|problems| anyhow::anyhow!("handler config: {}", problems.join("; ")))?;
-        hookline_consumer::run(config, admin, Arc::new(router), hookline_common::signals::shutdown_on_signals())
-            .await?;
+        hookline_consumer::run(loaded, admin, hookline_common::signals::shutdown_on_signals()).await?;
         return Ok(());
     }
-    let handler = Arc::new(AnnouncingHandler { mode });
-    hookline_consumer::run(config, admin, handler, tokio_util::sync::CancellationToken::new()).await?;
+    let loaded = loaded.with_handler(Arc::new(AnnouncingHandler { mode }));
+    hookline_consumer::run(loaded, admin, tokio_util::sync::CancellationToken::new()).await?;
     Ok(())
 }

@@ -1,0 +1,49 @@
+//! Loading a config: read it, check it, and build what it describes, once. A config is valid exactly when its
+//! build succeeds, so the binary runs what [`Loaded::build`] returns and nothing builds a handler twice.
+
+use std::{path::Path, sync::Arc};
+
+use hookline_common::config::{ConfigError, Problems};
+
+use crate::{
+    alert::AlertTarget,
+    config::ConsumerConfig,
+    handler::{Handler, router::Router},
+};
+
+/// A config and everything built from it: the handler (the router over every route) and the alert target.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: ConsumerConfig,
+    /// What each event is handed to: the [`Router`] built from `[handler]`, `[[routes]]` and `[sources]`. Tests
+    /// may put another handler here before running.
+    pub handler: Arc<dyn Handler>,
+    pub alerts: Option<AlertTarget>,
+}
+
+impl Loaded {
+    /// Reads the file (if any) with environment overrides, then [`Self::build`]s it.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::build(ConsumerConfig::read(path)?)
+    }
+
+    /// Checks `config` and builds its handlers, schemas and alert client; on failure returns every problem at once.
+    pub fn build(config: ConsumerConfig) -> Result<Self, ConfigError> {
+        let mut problems = Problems::default();
+        config.check(&mut problems);
+        let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
+            .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
+            .ok();
+        let alerts = AlertTarget::build(&config.alert, &config.config_dir)
+            .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
+            .ok();
+        problems.into_result()?;
+        let router = router.expect("a build without problems has its router");
+        Ok(Self { config, handler: Arc::new(router), alerts: alerts.flatten() })
+    }
+
+    /// This build, handing every event to `handler` instead of the configured routes.
+    pub fn with_handler(self, handler: Arc<dyn Handler>) -> Self {
+        Self { handler, ..self }
+    }
+}

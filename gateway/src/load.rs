@@ -1,0 +1,113 @@
+//! Loading a config: read it, check it, and build what it describes, once. A config is valid exactly when its
+//! build succeeds, so start-up and every reload run [`Loaded::build`] and serve what it returns; nothing reads a
+//! secret or builds a source a second time.
+
+use std::path::Path;
+
+use hookline_common::config::{ConfigError, Problems};
+use secrecy::SecretSlice;
+
+use crate::{config::GatewayConfig, source::SourceTable};
+
+/// A config and everything built from it: the sources with their secrets, and the reload token.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: GatewayConfig,
+    pub sources: SourceTable,
+    /// The bearer token `POST /admin/reload` wants from callers other than loopback.
+    pub reload_token: Option<SecretSlice<u8>>,
+}
+
+impl Loaded {
+    /// Reads the file (if any) with environment overrides, then [`Self::build`]s it.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::build(GatewayConfig::read(path)?)
+    }
+
+    /// Checks `config` and builds its sources, loading every secret; on failure returns every problem at once.
+    pub fn build(config: GatewayConfig) -> Result<Self, ConfigError> {
+        let mut problems = Problems::default();
+        config.check(&mut problems);
+        let reload_token = match &config.reload_token {
+            Some(token) => match token.load() {
+                Ok(bytes) if bytes.len() >= 16 => Some(SecretSlice::from(bytes)),
+                Ok(_) => {
+                    problems.push("reload_token must be at least 16 bytes");
+                    None
+                }
+                Err(problem) => {
+                    problems.push(format!("reload_token: {problem}"));
+                    None
+                }
+            },
+            None => None,
+        };
+        let sources = SourceTable::build(&config)
+            .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
+            .ok();
+        problems.into_result()?;
+        let sources = sources.expect("a build without problems has its sources");
+        Ok(Self { config, sources, reload_token })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hookline_common::config;
+
+    use super::*;
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let config: GatewayConfig = config::parse_str(
+            r#"
+            [kafka]
+            brokers = ""
+            [[sources]]
+            name = "bad name"
+            scheme = "nope"
+            secrets = []
+            [[sources]]
+            name = "gh"
+            scheme = "github"
+            secrets = [{ id = "a", env = "HOOKLINE_TEST_SURELY_UNSET_VARIABLE" }]
+            [[sources]]
+            name = "gh"
+            scheme = "github"
+            secrets = [{ id = "a", env = "HOOKLINE_TEST_SURELY_UNSET_VARIABLE" }]
+            "#,
+            "test",
+        )
+        .unwrap();
+        let Err(ConfigError::Invalid(problems)) = Loaded::build(config) else { panic!("expected invalid") };
+        let all = problems.join("\n");
+        for expected in [
+            "kafka.brokers",
+            "bad name",
+            "unknown scheme `nope`",
+            "has no secrets",
+            "HOOKLINE_TEST_SURELY_UNSET_VARIABLE",
+            "declared twice",
+        ] {
+            assert!(all.contains(expected), "{expected} not in {all}");
+        }
+    }
+
+    #[test]
+    fn a_short_reload_token_is_a_problem_and_a_good_one_is_loaded_once() {
+        let path = std::env::temp_dir().join(format!("hookline-load-token-{}", std::process::id()));
+        std::fs::write(&path, "short").unwrap();
+        let source = r#"[[sources]]
+            name = "internal"
+            scheme = "none""#;
+        let text = format!("reload_token = {{ id = \"t\", file = \"{}\" }}\n{source}", path.display());
+        let config: GatewayConfig = config::parse_str(&text, "test").unwrap();
+        let Err(ConfigError::Invalid(problems)) = Loaded::build(config.clone()) else { panic!("expected invalid") };
+        assert!(problems.join("\n").contains("at least 16 bytes"), "{problems:?}");
+        std::fs::write(&path, "a-token-of-enough-bytes").unwrap();
+        let loaded = Loaded::build(config).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(loaded.reload_token.is_some());
+        assert_eq!(loaded.sources.len(), 1);
+    }
+}
