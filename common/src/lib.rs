@@ -1,6 +1,6 @@
 //! What the hookline services share: the wire format of the Kafka records and Redis keys ([`wire`]), the
 //! signature schemes that decide authenticity ([`signature`]), Kafka client settings that keep data safe
-//! ([`kafka`]), configuration loading ([`config`]), and HTTP/admin plumbing and logging ([`http`], [`telemetry`]).
+//! ([`kafka`]) and the one producer every writer uses ([`producer`]), configuration loading ([`config`]), and HTTP/admin plumbing and logging ([`http`], [`telemetry`]).
 //!
 //! This crate knows nothing about any one service or public route.
 
@@ -8,6 +8,7 @@ pub mod config;
 pub mod http;
 pub mod http_client;
 pub mod kafka;
+pub mod producer;
 pub mod signals;
 pub mod signature;
 pub mod telemetry;

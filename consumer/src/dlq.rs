@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use crate::{pipeline::Attempts, retry::RetryHeaders};
+use crate::retry::{Attempts, RetryHeaders};
 
 use hookline_common::{
     config::KafkaConfig,
-    kafka::{QuietContext, producer_config},
+    producer::{AckedProducer, ProduceError, QueueWait},
     wire::{
         DeadLetterEntry, EntryStatusRecord, FORMAT_VERSION, MAX_DLQ_ERROR_BYTES,
         header::{dlq, retry},
@@ -18,8 +18,7 @@ use rdkafka::{
     Message,
     error::KafkaError,
     message::{Header, OwnedHeaders, OwnedMessage},
-    producer::{FutureProducer, FutureRecord, Producer},
-    util::Timeout,
+    producer::FutureRecord,
 };
 
 /// Why an event is being dead-lettered.
@@ -53,12 +52,11 @@ pub struct Failure<'a> {
 
 #[derive(Clone)]
 pub struct DeadLetters {
-    producer: FutureProducer<QuietContext>,
+    producer: AckedProducer,
     topic: String,
     status_topic: String,
     retry_topic: String,
     group_id: String,
-    deadline: Duration,
 }
 
 impl std::fmt::Debug for DeadLetters {
@@ -70,12 +68,11 @@ impl std::fmt::Debug for DeadLetters {
 impl DeadLetters {
     pub fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
         Ok(Self {
-            producer: producer_config(kafka).create_with_context(QuietContext::new("consumer-dlq-producer"))?,
+            producer: AckedProducer::new(kafka, "consumer-dlq-producer")?,
             topic: kafka.dlq_topic.clone(),
             status_topic: kafka.dlq_status_topic.clone(),
             retry_topic: kafka.retry_topic.clone(),
             group_id: kafka.group_id.clone(),
-            deadline: Duration::from_millis(kafka.produce_timeout_ms) + Duration::from_secs(1),
         })
     }
 
@@ -83,7 +80,7 @@ impl DeadLetters {
     /// new entry's id. Keyed like the original (the event id), so all failures of one event land on one DLQ
     /// partition. A record read back from the retry topic is dead-lettered as the original event: its retry
     /// headers are left out and the DLQ record names the inbound position the event first had.
-    pub async fn publish(&self, original: &OwnedMessage, failure: &Failure<'_>) -> Result<String, KafkaError> {
+    pub async fn publish(&self, original: &OwnedMessage, failure: &Failure<'_>) -> Result<String, ProduceError> {
         let mut headers = OwnedHeaders::new();
         let kept = crate::retry::original_headers(original);
         for (key, value) in &kept {
@@ -119,7 +116,7 @@ impl DeadLetters {
         if let Some(payload) = original.payload() {
             record = record.payload(payload);
         }
-        let delivery = self.send(record).await?;
+        let delivery = self.producer.send(record, QueueWait::UpToDeadline).await?;
         Ok(DeadLetterEntry::entry_id(&self.topic, delivery.partition, delivery.offset))
     }
 
@@ -130,7 +127,7 @@ impl DeadLetters {
         original: &OwnedMessage,
         attempts: &Attempts,
         due_at_ms: i64,
-    ) -> Result<(), KafkaError> {
+    ) -> Result<(), ProduceError> {
         let mut headers = OwnedHeaders::new();
         let kept = crate::retry::original_headers(original);
         for (key, value) in &kept {
@@ -159,34 +156,19 @@ impl DeadLetters {
         if let Some(payload) = original.payload() {
             record = record.payload(payload);
         }
-        self.send(record).await.map(|_| ())
+        self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
     }
 
     /// Records an entry's fate in the status topic (keyed by entry id, compacted) and waits for the ack.
-    pub async fn record_status(&self, entry_id: &str, status: &EntryStatusRecord) -> Result<(), KafkaError> {
-        let value = serde_json::to_vec(status)
-            .map_err(|_| KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::InvalidMessage))?;
+    pub async fn record_status(&self, entry_id: &str, status: &EntryStatusRecord) -> Result<(), ProduceError> {
+        // Strings, integers and an enum: serialising cannot fail.
+        let value = serde_json::to_vec(status).expect("a status record serialises");
         let record = FutureRecord::<str, [u8]>::to(&self.status_topic).key(entry_id).payload(&value);
-        self.send(record).await.map(|_| ())
+        self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
     }
 
     pub fn group_id(&self) -> &str {
         &self.group_id
-    }
-
-    async fn send<K, P>(
-        &self,
-        record: FutureRecord<'_, K, P>,
-    ) -> Result<rdkafka::producer::future_producer::Delivery, KafkaError>
-    where
-        K: rdkafka::message::ToBytes + ?Sized,
-        P: rdkafka::message::ToBytes + ?Sized,
-    {
-        match tokio::time::timeout(self.deadline, self.producer.send(record, Timeout::After(self.deadline))).await {
-            Ok(Ok(delivery)) => Ok(delivery),
-            Ok(Err((error, _))) => Err(error),
-            Err(_) => Err(KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::MessageTimedOut)),
-        }
     }
 
     /// Waits for queued dead-letter records. Blocking: call off the runtime.

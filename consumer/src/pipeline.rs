@@ -44,21 +44,13 @@ use crate::{
     dlq::{DeadLetters, ErrorClass, Failure},
     handler::{Handler, HandlerError},
     metrics::Metrics,
-    retry::RetryHeaders,
+    retry::{Attempts, RetryHeaders},
 };
 
 /// How processing a record ended (see [`Completion`]): `Handled` means processed, skipped as a duplicate, or
 /// acknowledged by the DLQ, so the offset may be stored; `Interrupted` means shutdown came first.
 pub use crate::schedule::Completion::{self as Disposition, Handled, Interrupted, RetryAt};
 use crate::schedule::{DeferReason, Downstream};
-
-/// Handler attempts already made for an event, carried into its next attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attempts {
-    pub attempts: u32,
-    pub first_failure_at_ms: i64,
-    pub last_error: String,
-}
 
 /// Pause after a Redis or Kafka error, and between checks of a claim held by another consumer.
 const INFRA_BACKOFF_MIN: Duration = Duration::from_millis(100);

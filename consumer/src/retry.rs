@@ -8,7 +8,13 @@
 use hookline_common::wire::{header::retry, header_str};
 use rdkafka::{Message, message::Headers};
 
-use crate::pipeline::Attempts;
+/// Handler attempts already made for an event, carried into its next attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempts {
+    pub attempts: u32,
+    pub first_failure_at_ms: i64,
+    pub last_error: String,
+}
 
 /// Where an event first was, before any retry: what its DLQ record names.
 #[derive(Debug, Clone, PartialEq, Eq)]

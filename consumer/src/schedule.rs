@@ -35,7 +35,7 @@ use rdkafka::message::OwnedMessage;
 
 use crate::{
     config::{ProcessingConfig, RetryConfig, RouteConfig},
-    pipeline::Attempts,
+    retry::Attempts,
     window::Window,
 };
 

@@ -9,15 +9,14 @@ use std::{
 
 use base64::Engine as _;
 use hookline_common::{
-    kafka::{QuietContext, producer_config},
+    producer::{AckedProducer, ProduceError, QueueWait},
     wire::{EntryStatus, EntryStatusRecord, header, now_ms},
 };
 use rdkafka::{
     Message,
     error::KafkaError,
     message::{Header, Headers, OwnedHeaders, OwnedMessage},
-    producer::{FutureProducer, FutureRecord},
-    util::Timeout,
+    producer::FutureRecord,
 };
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -36,6 +35,8 @@ pub enum OpError {
     BadRequest(String),
     #[error("kafka")]
     Kafka(#[from] KafkaError),
+    #[error("a record was not acknowledged")]
+    Produce(#[from] ProduceError),
     #[error("the Kafka reader task failed")]
     Task(#[from] tokio::task::JoinError),
     /// The service's index has not read the topics up to where they were at start yet.
@@ -127,7 +128,7 @@ enum Source {
 #[derive(Clone)]
 pub struct Replayer {
     config: ReplayerConfig,
-    producer: FutureProducer<QuietContext>,
+    producer: AckedProducer,
     fetcher: Fetcher,
     source: Source,
 }
@@ -146,7 +147,7 @@ const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 impl Replayer {
     /// A replayer that reads the topics afresh for each call: the CLI's (it needs no running service).
     pub fn new(config: ReplayerConfig) -> Result<Self, KafkaError> {
-        let producer = producer_config(&config.kafka).create_with_context(QuietContext::new("replayer-producer"))?;
+        let producer = AckedProducer::new(&config.kafka, "replayer-producer")?;
         let fetcher = Fetcher::new(&config.kafka);
         Ok(Self { config, producer, fetcher, source: Source::PerCall })
     }
@@ -425,17 +426,14 @@ impl Replayer {
         }
     }
 
-    /// Produces and waits for the acknowledgement; returns where the record landed.
+    /// Produces and waits for the acknowledgement, within the produce timeout; returns where the record landed.
     async fn send<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<(i32, i64), OpError>
     where
         K: rdkafka::message::ToBytes + ?Sized,
         P: rdkafka::message::ToBytes + ?Sized,
     {
-        let deadline = Duration::from_millis(self.config.kafka.produce_timeout_ms);
-        match self.producer.send(record, Timeout::After(deadline)).await {
-            Ok(delivery) => Ok((delivery.partition, delivery.offset)),
-            Err((error, _)) => Err(OpError::Kafka(error)),
-        }
+        let delivery = self.producer.send(record, QueueWait::UpToDeadline).await?;
+        Ok((delivery.partition, delivery.offset))
     }
 }
 

@@ -6,17 +6,17 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+pub use hookline_common::producer::{Delivery, ProduceError};
 use hookline_common::{
     config::KafkaConfig,
-    kafka::{QuietContext, producer_config},
+    producer::{AckedProducer, QueueWait},
     signature::Verified,
     wire::{EventMeta, header},
 };
 use rdkafka::{
-    error::{KafkaError, RDKafkaErrorCode},
+    error::KafkaError,
     message::{Header, OwnedHeaders},
-    producer::{FutureProducer, FutureRecord, Producer},
-    util::Timeout,
+    producer::FutureRecord,
 };
 
 /// A request body whose signature verified, with the metadata it will carry into Kafka.
@@ -71,28 +71,11 @@ impl VerifiedWebhook {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ProduceError {
-    #[error("the local producer queue is full")]
-    QueueFull,
-    #[error("no delivery report within the deadline")]
-    Timeout,
-    #[error("the broker refused or could not be reached")]
-    Kafka(#[source] KafkaError),
-}
-
-/// Where a record landed.
-#[derive(Debug, Clone, Copy)]
-pub struct Delivery {
-    pub partition: i32,
-    pub offset: i64,
-}
-
+/// Produces verified webhooks to their topics through the shared [`AckedProducer`].
 #[derive(Clone)]
 pub struct EventProducer {
-    producer: FutureProducer<QuietContext>,
+    producer: AckedProducer,
     topic: String,
-    deadline: Duration,
 }
 
 impl std::fmt::Debug for EventProducer {
@@ -103,14 +86,7 @@ impl std::fmt::Debug for EventProducer {
 
 impl EventProducer {
     pub fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
-        let producer = producer_config(kafka).create_with_context(QuietContext::new("gateway-producer"))?;
-        Ok(Self {
-            producer,
-            topic: kafka.inbound_topic.clone(),
-            // librdkafka's own `message.timeout.ms` ends the delivery attempt; this margin only guards against
-            // a report that never arrives.
-            deadline: Duration::from_millis(kafka.produce_timeout_ms) + Duration::from_secs(1),
-        })
+        Ok(Self { producer: AckedProducer::new(kafka, "gateway-producer")?, topic: kafka.inbound_topic.clone() })
     }
 
     /// Produces the record and resolves once the broker acknowledged it (all in-sync replicas), or failed, or
@@ -123,34 +99,19 @@ impl EventProducer {
             .key(webhook.meta.record_key().as_bytes())
             .payload(webhook.body.as_ref())
             .headers(webhook.headers());
-        // A zero queue timeout: a full local queue is an immediate 503, not a wait.
-        let delivery = self.producer.send(record, Timeout::After(Duration::ZERO));
-        match tokio::time::timeout(deadline.min(self.deadline), delivery).await {
-            Err(_elapsed) => Err(ProduceError::Timeout),
-            Ok(Ok(delivered)) => Ok(Delivery { partition: delivered.partition, offset: delivered.offset }),
-            Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))) => Err(ProduceError::QueueFull),
-            Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut), _))) => {
-                Err(ProduceError::Timeout)
-            }
-            Ok(Err((error, _))) => Err(ProduceError::Kafka(error)),
-        }
+        // No wait for queue room: a full local queue is an immediate 503, not a wait.
+        self.producer.send_within(record, QueueWait::Never, deadline).await
     }
 
     /// Records in the producer's local queue or awaiting an acknowledgement.
     pub fn queue_depth(&self) -> i32 {
-        self.producer.in_flight_count()
+        self.producer.queue_depth()
     }
 
     /// Whether the broker answers a metadata request and each of `topics` exists with partitions. Blocking:
     /// call off the runtime.
     pub fn topics_ready(&self, topics: &[String], timeout: Duration) -> bool {
-        let Ok(metadata) = self.producer.client().fetch_metadata(None, timeout) else { return false };
-        topics.iter().all(|name| {
-            metadata
-                .topics()
-                .iter()
-                .any(|topic| topic.name() == name && topic.error().is_none() && !topic.partitions().is_empty())
-        })
+        self.producer.topics_ready(topics, timeout)
     }
 
     /// The inbound topic: where sources without a `topic` of their own produce.
@@ -160,7 +121,7 @@ impl EventProducer {
 
     /// A fatal producer error (for example a fenced idempotent producer): the producer cannot be used again.
     pub fn fatal_error(&self) -> Option<String> {
-        self.producer.client().fatal_error().map(|(code, reason)| format!("{code}: {reason}"))
+        self.producer.fatal_error()
     }
 
     /// Waits for queued records to be delivered. Blocking: call off the runtime.

@@ -1,0 +1,156 @@
+//! The one way hookline writes to Kafka. Every writer (the gateway's inbound produce, the consumer's dead letters,
+//! retries and fates, the replayer's re-drives and fates, the reconciler's recovered events) sends through an
+//! [`AckedProducer`]: idempotent with `acks=all` ([`producer_config`]), and every send resolves, acknowledged or
+//! not, within the produce timeout, so no caller can hang on a delivery report that never comes.
+
+use std::time::Duration;
+
+use rdkafka::{
+    error::{KafkaError, RDKafkaErrorCode},
+    message::ToBytes,
+    producer::{FutureProducer, FutureRecord, Producer},
+    util::Timeout,
+};
+
+use crate::{
+    config::KafkaConfig,
+    kafka::{QuietContext, producer_config},
+};
+
+/// Beyond `produce_timeout_ms` (librdkafka's own `message.timeout.ms`, which ends the delivery attempt), how long
+/// a send waits for the report before giving up on it: only a report that never arrives takes this margin.
+const REPORT_MARGIN: Duration = Duration::from_secs(1);
+
+/// Where an acknowledged record landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Why a record was not acknowledged. The record may still have been written after a [`ProduceError::Timeout`]:
+/// every writer's records carry an event id or an entry id, so a retry's duplicate is absorbed downstream.
+#[derive(Debug, thiserror::Error)]
+pub enum ProduceError {
+    #[error("the local producer queue is full")]
+    QueueFull,
+    #[error("no delivery report within the deadline")]
+    Timeout,
+    #[error("the broker refused or could not be reached")]
+    Kafka(#[source] KafkaError),
+}
+
+/// How long a send may wait for room in the producer's local queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueWait {
+    /// Not at all: a full queue is [`ProduceError::QueueFull`] at once (the gateway answers 503 rather than queue).
+    Never,
+    /// Up to the send's deadline (writers whose caller waits anyway).
+    UpToDeadline,
+}
+
+/// An idempotent, `acks=all` producer whose sends are bounded by the produce timeout. Cheap to clone.
+#[derive(Clone)]
+pub struct AckedProducer {
+    producer: FutureProducer<QuietContext>,
+    deadline: Duration,
+}
+
+impl std::fmt::Debug for AckedProducer {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("AckedProducer").field("deadline", &self.deadline).finish_non_exhaustive()
+    }
+}
+
+impl AckedProducer {
+    /// A producer for `kafka`, logging as `name`. Creating one does not connect.
+    pub fn new(kafka: &KafkaConfig, name: &'static str) -> Result<Self, KafkaError> {
+        Ok(Self {
+            producer: producer_config(kafka).create_with_context(QuietContext::new(name))?,
+            deadline: Duration::from_millis(kafka.produce_timeout_ms) + REPORT_MARGIN,
+        })
+    }
+
+    /// Produces `record` and resolves once the broker acknowledged it (all in-sync replicas), or refused it, or the
+    /// produce timeout passed.
+    pub async fn send<K, P>(&self, record: FutureRecord<'_, K, P>, queue: QueueWait) -> Result<Delivery, ProduceError>
+    where
+        K: ToBytes + ?Sized,
+        P: ToBytes + ?Sized,
+    {
+        self.send_within(record, queue, self.deadline).await
+    }
+
+    /// [`Self::send`], giving up after `limit` if that comes before the produce timeout.
+    pub async fn send_within<K, P>(
+        &self,
+        record: FutureRecord<'_, K, P>,
+        queue: QueueWait,
+        limit: Duration,
+    ) -> Result<Delivery, ProduceError>
+    where
+        K: ToBytes + ?Sized,
+        P: ToBytes + ?Sized,
+    {
+        let deadline = limit.min(self.deadline);
+        let queue_timeout = match queue {
+            QueueWait::Never => Duration::ZERO,
+            QueueWait::UpToDeadline => deadline,
+        };
+        let delivery = self.producer.send(record, Timeout::After(queue_timeout));
+        match tokio::time::timeout(deadline, delivery).await {
+            Err(_elapsed) => Err(ProduceError::Timeout),
+            Ok(Ok(delivered)) => Ok(Delivery { partition: delivered.partition, offset: delivered.offset }),
+            Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))) => Err(ProduceError::QueueFull),
+            Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut), _))) => {
+                Err(ProduceError::Timeout)
+            }
+            Ok(Err((error, _))) => Err(ProduceError::Kafka(error)),
+        }
+    }
+
+    /// Records in the local queue or awaiting an acknowledgement.
+    pub fn queue_depth(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
+    /// Whether the broker answers a metadata request and each of `topics` exists with partitions. Blocking: call
+    /// off the runtime.
+    pub fn topics_ready(&self, topics: &[String], timeout: Duration) -> bool {
+        let Ok(metadata) = self.producer.client().fetch_metadata(None, timeout) else { return false };
+        topics.iter().all(|name| {
+            metadata
+                .topics()
+                .iter()
+                .any(|topic| topic.name() == name && topic.error().is_none() && !topic.partitions().is_empty())
+        })
+    }
+
+    /// A fatal error (for example a fenced idempotent producer): the producer cannot be used again.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.producer.client().fatal_error().map(|(code, reason)| format!("{code}: {reason}"))
+    }
+
+    /// Waits for queued records to be delivered. Blocking: call off the runtime.
+    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.flush(timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_send_to_no_broker_resolves_within_the_produce_timeout() {
+        let kafka =
+            KafkaConfig { brokers: "127.0.0.1:1".to_owned(), produce_timeout_ms: 300, ..KafkaConfig::default() };
+        let producer = AckedProducer::new(&kafka, "test-producer").unwrap();
+        let record = FutureRecord::<str, str>::to("nowhere").payload("x");
+        // A liveness bound (the send must end), far above produce_timeout_ms plus the margin: not a benchmark.
+        let sent = tokio::time::timeout(Duration::from_secs(30), producer.send(record, QueueWait::UpToDeadline))
+            .await
+            .expect("the send resolved");
+        assert!(matches!(sent, Err(ProduceError::Timeout)), "{sent:?}");
+    }
+}
