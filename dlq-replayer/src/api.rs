@@ -26,10 +26,10 @@ use secrecy::{ExposeSecret, SecretSlice};
 use serde::Serialize;
 
 use crate::{
-    console::Console,
     filter::Filter,
     metrics::Metrics,
     ops::{DiscardRequest, OpError, ReplayRequest, Replayer},
+    session::Console,
 };
 
 const MAX_REQUEST_BYTES: usize = 1024 * 1024;
@@ -47,9 +47,6 @@ pub struct Api {
 impl Api {
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().to_owned();
-        if path == "/ui" || path.starts_with("/ui/") {
-            return crate::console::handle(self, request).await;
-        }
         if !path.starts_with("/v1/") {
             return admin_response(&request, &self.registry, &self.readiness);
         }
@@ -77,7 +74,7 @@ impl Api {
                 Err(problem) => Err(OpError::BadRequest(problem)),
             },
             (Method::GET, path) if path.starts_with("/v1/entries/") => {
-                let id = percent_decode(&path["/v1/entries/".len()..]);
+                let id = decode_path_segment(&path["/v1/entries/".len()..]);
                 self.replayer.show(&id).await.map(|detail| match detail {
                     Some(detail) => json(StatusCode::OK, &detail),
                     None => error(StatusCode::NOT_FOUND, "no_such_entry", &format!("no entry `{id}`")),
@@ -161,10 +158,9 @@ pub struct ListQuery {
 pub fn parse_query(query: &str) -> Result<ListQuery, String> {
     let mut list = ListQuery::default();
     let filter = &mut list.filter;
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = Some(percent_decode(value));
-        match key {
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let value = Some(value.into_owned());
+        match key.as_ref() {
             "source" => filter.source = value,
             "event_type" => filter.event_type = value,
             "error_class" => filter.error_class = value,
@@ -184,28 +180,9 @@ pub fn parse_query(query: &str) -> Result<ListQuery, String> {
     Ok(list)
 }
 
-/// `%XX` and `+` decoding for query values and path segments.
-pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        match bytes[index] {
-            b'+' => out.push(b' '),
-            b'%' if index + 2 < bytes.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&bytes[index + 1..index + 3]).unwrap_or("zz"), 16) {
-                    Ok(byte) => {
-                        out.push(byte);
-                        index += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            byte => out.push(byte),
-        }
-        index += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// A path segment with its `%XX` escapes decoded (a `+` stays a `+` in a path).
+pub fn decode_path_segment(text: &str) -> String {
+    percent_encoding::percent_decode_str(text).decode_utf8_lossy().into_owned()
 }
 
 fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
@@ -226,13 +203,13 @@ mod tests {
 
     #[test]
     fn query_and_path_decoding() {
-        assert_eq!(percent_decode("webhooks.dlq%3A0%3A5"), "webhooks.dlq:0:5");
-        assert_eq!(percent_decode("a+b%20c"), "a b c");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
-        let filter = parse_query("source=github&status=new&text=time%20out&limit=5").unwrap().filter;
+        assert_eq!(decode_path_segment("webhooks.dlq%3A0%3A5"), "webhooks.dlq:0:5");
+        assert_eq!(decode_path_segment("a+b%20c"), "a+b c");
+        assert_eq!(decode_path_segment("100%"), "100%");
+        assert_eq!(decode_path_segment("%zz"), "%zz");
+        let filter = parse_query("source=github&status=new&text=time%20out+now&limit=5").unwrap().filter;
         assert_eq!(filter.source.as_deref(), Some("github"));
-        assert_eq!(filter.text.as_deref(), Some("time out"));
+        assert_eq!(filter.text.as_deref(), Some("time out now"));
         assert!(parse_query("colour=red").is_err());
         assert!(parse_query("limit=0").is_err() && parse_query("limit=1001").is_err());
     }

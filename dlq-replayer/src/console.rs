@@ -11,12 +11,7 @@
 //!
 //! Pages read the same index as the JSON API and call the same operations ([`crate::ops`]).
 
-use std::{
-    collections::HashMap,
-    fmt::Write as _,
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::{fmt::Write as _, sync::Arc, time::Duration};
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -26,69 +21,25 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::{
-    api::{Api, parse_query, percent_decode},
+    api::{Api, decode_path_segment, parse_query},
     filter::Filter,
     index::{Entry, Status},
     ops::{DiscardRequest, OpError, ReplayRequest, Report},
+    session::{Action, COOKIE, Job, SESSION_TTL, Session},
 };
 
 const CSS: &str = include_str!("../assets/console.css");
 const JS: &str = include_str!("../assets/console.js");
 const ICON: &str = include_str!("../assets/favicon.svg");
 // A hyphen, not an underscore: a `hookline_` name looks like a metric to check-deploy's scan of exported metrics.
-const COOKIE: &str = "hookline-session";
-const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 const PAGE_SIZE: usize = 50;
 const MAX_FORM_BYTES: usize = 4 * 1024 * 1024;
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; \
                    frame-ancestors 'none'; base-uri 'none'";
 
-/// The console's state: logged-in sessions and background actions.
-#[derive(Debug, Default)]
-pub struct Console {
-    sessions: Mutex<HashMap<String, Session>>,
-    jobs: Arc<Mutex<HashMap<String, Job>>>,
-}
-
-#[derive(Debug, Clone)]
-struct Session {
-    csrf: String,
-    expires: Instant,
-}
-
-#[derive(Debug, Clone)]
-struct Job {
-    action: Action,
-    started_ms: i64,
-    outcome: Option<Result<Report, String>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
-    Replay,
-    Discard,
-}
-
-impl Action {
-    fn parse(text: &str) -> Option<Self> {
-        match text {
-            "replay" => Some(Self::Replay),
-            "discard" => Some(Self::Discard),
-            _ => None,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Replay => "replay",
-            Self::Discard => "discard",
-        }
-    }
-}
-
-fn random_token() -> String {
-    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
-}
+/// What [`enc`] escapes: everything but RFC 3986's unreserved characters, and `:` (entry ids keep readable).
+const URL_COMPONENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b':');
 
 /// HTML-escapes text for element content and quoted attribute values.
 fn esc(text: &str) -> String {
@@ -108,15 +59,7 @@ fn esc(text: &str) -> String {
 
 /// Percent-encodes a query or path value.
 fn enc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~' | b':') {
-            out.push(byte as char);
-        } else {
-            let _ = write!(out, "%{byte:02X}");
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, URL_COMPONENT).to_string()
 }
 
 fn time(ms: Option<i64>) -> String {
@@ -182,12 +125,6 @@ fn page(status: StatusCode, title: &str, csrf: Option<&str>, content: &str, refr
     respond(status, "text/html; charset=utf-8", html)
 }
 
-fn cookie_session(headers: &HeaderMap) -> Option<String> {
-    headers.get_all(header::COOKIE).iter().filter_map(|value| value.to_str().ok()).find_map(|cookies| {
-        cookies.split(';').find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('=').map(str::to_owned))
-    })
-}
-
 /// A POST's `Origin`, when present, must be this host (a form posted from another site is refused even before
 /// its CSRF token is looked at).
 fn same_origin(headers: &HeaderMap) -> bool {
@@ -201,16 +138,7 @@ type Form = Vec<(String, String)>;
 
 async fn read_form(request: Request<Incoming>) -> Option<Form> {
     let body = Limited::new(request.into_body(), MAX_FORM_BYTES).collect().await.ok()?.to_bytes();
-    let text = std::str::from_utf8(&body).ok()?;
-    Some(
-        text.split('&')
-            .filter(|pair| !pair.is_empty())
-            .map(|pair| {
-                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                (percent_decode(key), percent_decode(value))
-            })
-            .collect(),
-    )
+    Some(form_urlencoded::parse(&body).into_owned().collect())
 }
 
 fn field<'a>(form: &'a Form, name: &str) -> Option<&'a str> {
@@ -273,37 +201,6 @@ fn problem_page(csrf: &str, status: StatusCode, message: &str) -> Response<Body>
     )
 }
 
-impl Console {
-    fn session(&self, headers: &HeaderMap) -> Option<Session> {
-        let id = cookie_session(headers)?;
-        let mut sessions = self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        match sessions.get(&id) {
-            Some(session) if session.expires > Instant::now() => Some(session.clone()),
-            Some(_) => {
-                sessions.remove(&id);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn login(&self) -> (String, Session) {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = Instant::now();
-        sessions.retain(|_, session| session.expires > now);
-        let id = random_token();
-        let session = Session { csrf: random_token(), expires: now + SESSION_TTL };
-        sessions.insert(id.clone(), session.clone());
-        (id, session)
-    }
-
-    fn logout(&self, headers: &HeaderMap) {
-        if let Some(id) = cookie_session(headers) {
-            self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&id);
-        }
-    }
-}
-
 /// Serves everything under `/ui`.
 pub async fn handle(api: Arc<Api>, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path().to_owned();
@@ -360,7 +257,7 @@ pub async fn handle(api: Arc<Api>, request: Request<Incoming>) -> Response<Body>
         "/ui" | "/ui/" => overview(&api, &session).await,
         "/ui/entries" => list(&api, &session, &query).await,
         other if other.starts_with("/ui/entries/") => {
-            entry_page(&api, &session, &percent_decode(&other["/ui/entries/".len()..])).await
+            entry_page(&api, &session, &decode_path_segment(&other["/ui/entries/".len()..])).await
         }
         other if other.starts_with("/ui/jobs/") => job_page(&api, &session, &other["/ui/jobs/".len()..]),
         _ => problem_page(&session.csrf, StatusCode::NOT_FOUND, "no such page"),
@@ -949,13 +846,6 @@ mod tests {
         );
         assert_eq!(enc("webhooks.dlq:0:5"), "webhooks.dlq:0:5");
         assert_eq!(enc("a b&c"), "a%20b%26c");
-    }
-
-    #[test]
-    fn session_cookie_is_found_among_others() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::COOKIE, "a=1; hookline-session=abc; b=2".parse().unwrap());
-        assert_eq!(cookie_session(&headers).as_deref(), Some("abc"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod filter;
 pub mod index;
 pub mod metrics;
 pub mod ops;
+pub mod session;
 
 use std::{
     sync::{Arc, atomic::Ordering},
@@ -21,6 +22,8 @@ use std::{
 };
 
 use hookline_common::http::{Readiness, ServeLimits, serve};
+use http::Request;
+use hyper::body::Incoming;
 use prometheus::Registry;
 use secrecy::SecretSlice;
 use tokio::net::TcpListener;
@@ -80,10 +83,20 @@ pub async fn serve_api(
         registry,
         readiness,
         metrics: metrics.clone(),
-        console: console::Console::default(),
+        console: session::Console::default(),
     });
     let tasks = TaskTracker::new();
-    let handler = move |request| api.clone().handle(request);
+    let handler = move |request: Request<Incoming>| {
+        let api = api.clone();
+        async move {
+            let path = request.uri().path();
+            if path == "/ui" || path.starts_with("/ui/") {
+                console::handle(api, request).await
+            } else {
+                api.handle(request).await
+            }
+        }
+    };
     tasks.spawn(serve(admin, handler, ServeLimits::default(), shutdown.child_token()));
 
     let interval = Duration::from_secs(config.refresh_interval_s);
