@@ -35,7 +35,7 @@ pub struct KafkaConfig {
     pub group_id: String,
     /// Extra librdkafka properties (for example TLS or SASL settings), applied last. Keys that would break a
     /// guarantee (`acks`, `enable.idempotence`, `enable.auto.offset.store`, ...: see
-    /// [`crate::kafka::REFUSED_PROPERTIES`]) are refused.
+    /// [`REFUSED_PROPERTIES`]) are refused.
     pub properties: std::collections::BTreeMap<String, String>,
 }
 
@@ -52,6 +52,39 @@ impl Default for KafkaConfig {
             properties: Default::default(),
         }
     }
+}
+
+/// `kafka.properties` keys that would break a guarantee, each with the guarantee it would break. Refused by
+/// [`KafkaConfig::validate`] (and never applied): the producer's
+/// acknowledgement settings are what make a 2xx mean "stored", the consumer's offset settings what make
+/// processing at-least-once, and the rest are set from their own config keys.
+pub const REFUSED_PROPERTIES: &[(&str, &str)] = &[
+    ("acks", "a 2xx means every in-sync replica has the event (acks=all)"),
+    ("request.required.acks", "a 2xx means every in-sync replica has the event (acks=all)"),
+    ("enable.idempotence", "a retried produce is written once (idempotent producer)"),
+    ("enable.gapless.guarantee", "the idempotent producer's ordering is managed by hookline"),
+    ("max.in.flight.requests.per.connection", "the idempotent producer keeps per-partition order"),
+    ("max.in.flight", "the idempotent producer keeps per-partition order"),
+    ("retries", "a produce is retried until the produce timeout"),
+    ("message.send.max.retries", "a produce is retried until the produce timeout"),
+    ("message.timeout.ms", "set it with kafka.produce_timeout_ms, which the gateway's 503 relies on"),
+    ("delivery.timeout.ms", "set it with kafka.produce_timeout_ms, which the gateway's 503 relies on"),
+    ("transactional.id", "the producer is idempotent, not transactional"),
+    ("enable.auto.offset.store", "an offset is stored only after its record was handled (at-least-once)"),
+    ("enable.auto.commit", "offsets are committed only once stored after handling"),
+    ("auto.offset.reset", "a new consumer group starts from the earliest record, so nothing is skipped"),
+    ("isolation.level", "consumers read only committed records"),
+    ("partition.assignment.strategy", "the consumer's rebalance handling assumes cooperative-sticky"),
+    ("enable.partition.eof", "the consumer does not expect end-of-partition events"),
+    ("group.id", "set it with kafka.group_id"),
+    ("bootstrap.servers", "set it with kafka.brokers"),
+    ("metadata.broker.list", "set it with kafka.brokers"),
+];
+
+/// Why `key` may not be set through `kafka.properties`, if it may not.
+pub fn refused_property(key: &str) -> Option<&'static str> {
+    let key = key.trim().to_ascii_lowercase();
+    REFUSED_PROPERTIES.iter().find(|(refused, _)| *refused == key).map(|(_, why)| *why)
 }
 
 impl KafkaConfig {
@@ -71,7 +104,7 @@ impl KafkaConfig {
         );
         problems.check(!self.group_id.is_empty(), "kafka.group_id is empty");
         for key in self.properties.keys() {
-            if let Some(why) = crate::kafka::refused_property(key) {
+            if let Some(why) = refused_property(key) {
                 problems.push(format!("kafka.properties.\"{key}\" is refused: {why}"));
             }
         }

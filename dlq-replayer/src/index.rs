@@ -904,7 +904,7 @@ pub fn reader_config(kafka: &KafkaConfig) -> ClientConfig {
         .set("queued.max.messages.kbytes", "16384")
         .set_log_level(RDKafkaLogLevel::Warning);
     for (key, value) in &kafka.properties {
-        if hookline_common::kafka::refused_property(key).is_none() {
+        if hookline_common::config::refused_property(key).is_none() {
             config.set(key, value);
         }
     }
