@@ -9,6 +9,7 @@ pub mod http;
 pub mod http_client;
 pub mod kafka;
 pub mod producer;
+pub mod redis_connection;
 pub mod signals;
 pub mod signature;
 pub mod telemetry;

@@ -21,14 +21,10 @@ use std::time::Duration;
 
 use hookline_common::{
     config::RedisConfig,
+    redis_connection::RedisConnection,
     wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DONE},
 };
-use redis::{
-    FromRedisValue, RedisResult, Script, ScriptInvocation,
-    aio::{ConnectionManager, ConnectionManagerConfig},
-    cluster::ClusterClient,
-    cluster_async::ClusterConnection,
-};
+use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, aio::ConnectionManager};
 
 /// The outcome of trying to claim an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,16 +105,9 @@ struct Call {
     reply: tokio::sync::oneshot::Sender<RedisResult<redis::Value>>,
 }
 
-/// A single Redis (reconnecting) or a Redis Cluster (routing each key to its slot's node).
-#[derive(Clone)]
-enum Connection {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
 #[derive(Clone)]
 pub struct Dedupe {
-    connection: Connection,
+    connection: RedisConnection,
     prefix: String,
     lease_ms: u64,
     done_ttl_ms: u64,
@@ -139,23 +128,7 @@ impl std::fmt::Debug for Dedupe {
 impl Dedupe {
     /// Connects to Redis. Fails when Redis cannot be reached now; the caller retries.
     pub async fn connect(config: &RedisConfig) -> Result<Self, DedupeError> {
-        let timeout = Duration::from_millis(config.response_timeout_ms);
-        let connection = if config.cluster {
-            let client = ClusterClient::builder(config.urls().map(str::to_owned).collect::<Vec<_>>())
-                .response_timeout(timeout)
-                .connection_timeout(timeout)
-                .retries(2)
-                .build()?;
-            Connection::Cluster(client.get_async_connection().await?)
-        } else {
-            let client = redis::Client::open(config.url.as_str())?;
-            let manager_config = ConnectionManagerConfig::new()
-                .set_response_timeout(Some(timeout))
-                .set_connection_timeout(Some(timeout))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_secs(2));
-            Connection::Single(client.get_connection_manager_with_config(manager_config).await?)
-        };
+        let connection = RedisConnection::connect(config).await?;
         let mut dedupe = Self {
             connection,
             prefix: config.key_prefix.clone(),
@@ -167,7 +140,7 @@ impl Dedupe {
             renew: std::sync::Arc::new(Script::new(RENEW_SCRIPT)),
             batcher: None,
         };
-        if let Connection::Single(connection) = &dedupe.connection {
+        if let RedisConnection::Single(connection) = &dedupe.connection {
             let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
             tokio::spawn(batch_calls(receiver, connection.clone(), dedupe.clone()));
             dedupe.batcher = Some(sender);
@@ -256,19 +229,13 @@ impl Dedupe {
     /// A PING, for readiness.
     pub async fn ping(&self) -> Result<(), DedupeError> {
         let ping = redis::cmd("PING");
-        let _: String = match self.connection.clone() {
-            Connection::Single(mut connection) => ping.query_async(&mut connection).await?,
-            Connection::Cluster(mut connection) => ping.query_async(&mut connection).await?,
-        };
+        let _: String = ping.query_async(&mut self.connection.clone()).await?;
         Ok(())
     }
 
-    /// Runs a script (EVALSHA, loading it on NOSCRIPT) on whichever connection this is.
+    /// Runs a script (EVALSHA, loading it on NOSCRIPT).
     async fn invoke<T: FromRedisValue>(&self, invocation: &mut ScriptInvocation<'_>) -> RedisResult<T> {
-        match self.connection.clone() {
-            Connection::Single(mut connection) => invocation.invoke_async(&mut connection).await,
-            Connection::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
-        }
+        invocation.invoke_async(&mut self.connection.clone()).await
     }
 }
 

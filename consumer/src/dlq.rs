@@ -81,11 +81,6 @@ impl DeadLetters {
     /// partition. A record read back from the retry topic is dead-lettered as the original event: its retry
     /// headers are left out and the DLQ record names the inbound position the event first had.
     pub async fn publish(&self, original: &OwnedMessage, failure: &Failure<'_>) -> Result<String, ProduceError> {
-        let mut headers = OwnedHeaders::new();
-        let kept = crate::retry::original_headers(original);
-        for (key, value) in &kept {
-            headers = headers.insert(Header { key: key.as_str(), value: value.as_deref() });
-        }
         let origin = RetryHeaders::origin_of(original);
         let partition = origin.partition.to_string();
         let offset = origin.offset.to_string();
@@ -93,7 +88,7 @@ impl DeadLetters {
         let first = failure.first_failure_at_ms.to_string();
         let last = failure.last_failure_at_ms.to_string();
         let error = truncate_utf8(failure.error, MAX_DLQ_ERROR_BYTES);
-        for (key, value) in [
+        let failure_headers = [
             (dlq::ORIGINAL_TOPIC, origin.topic.as_str()),
             (dlq::ORIGINAL_PARTITION, partition.as_str()),
             (dlq::ORIGINAL_OFFSET, offset.as_str()),
@@ -106,16 +101,8 @@ impl DeadLetters {
             (dlq::LAST_FAILURE_AT_MS, last.as_str()),
             (dlq::CONSUMER_VERSION, env!("CARGO_PKG_VERSION")),
             (dlq::FORMAT_VERSION, FORMAT_VERSION),
-        ] {
-            headers = headers.insert(Header { key, value: Some(value) });
-        }
-        let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
-        if let Some(key) = original.key() {
-            record = record.key(key);
-        }
-        if let Some(payload) = original.payload() {
-            record = record.payload(payload);
-        }
+        ];
+        let record = copy_of(original, &self.topic, &failure_headers);
         let delivery = self.producer.send(record, QueueWait::UpToDeadline).await?;
         Ok(DeadLetterEntry::entry_id(&self.topic, delivery.partition, delivery.offset))
     }
@@ -128,17 +115,12 @@ impl DeadLetters {
         attempts: &Attempts,
         due_at_ms: i64,
     ) -> Result<(), ProduceError> {
-        let mut headers = OwnedHeaders::new();
-        let kept = crate::retry::original_headers(original);
-        for (key, value) in &kept {
-            headers = headers.insert(Header { key: key.as_str(), value: value.as_deref() });
-        }
         let origin = RetryHeaders::origin_of(original);
         let (partition, offset) = (origin.partition.to_string(), origin.offset.to_string());
         let (count, first) = (attempts.attempts.to_string(), attempts.first_failure_at_ms.to_string());
         let due = due_at_ms.to_string();
         let error = truncate_utf8(&attempts.last_error, MAX_DLQ_ERROR_BYTES);
-        for (key, value) in [
+        let retry_headers = [
             (retry::ATTEMPTS, count.as_str()),
             (retry::FIRST_FAILURE_AT_MS, first.as_str()),
             (retry::DUE_AT_MS, due.as_str()),
@@ -146,16 +128,8 @@ impl DeadLetters {
             (retry::ORIGINAL_TOPIC, origin.topic.as_str()),
             (retry::ORIGINAL_PARTITION, partition.as_str()),
             (retry::ORIGINAL_OFFSET, offset.as_str()),
-        ] {
-            headers = headers.insert(Header { key, value: Some(value) });
-        }
-        let mut record = FutureRecord::<[u8], [u8]>::to(&self.retry_topic).headers(headers);
-        if let Some(key) = original.key() {
-            record = record.key(key);
-        }
-        if let Some(payload) = original.payload() {
-            record = record.payload(payload);
-        }
+        ];
+        let record = copy_of(original, &self.retry_topic, &retry_headers);
         self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
     }
 
@@ -175,6 +149,25 @@ impl DeadLetters {
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
         self.producer.flush(timeout)
     }
+}
+
+/// A record to `topic` with `original`'s key, body and headers (its retry headers left out) and `extra` headers.
+fn copy_of<'a>(original: &'a OwnedMessage, topic: &'a str, extra: &[(&str, &str)]) -> FutureRecord<'a, [u8], [u8]> {
+    let mut headers = OwnedHeaders::new();
+    for (key, value) in &crate::retry::original_headers(original) {
+        headers = headers.insert(Header { key: key.as_str(), value: value.as_deref() });
+    }
+    for (key, value) in extra {
+        headers = headers.insert(Header { key, value: Some(*value) });
+    }
+    let mut record = FutureRecord::to(topic).headers(headers);
+    if let Some(key) = original.key() {
+        record = record.key(key);
+    }
+    if let Some(payload) = original.payload() {
+        record = record.payload(payload);
+    }
+    record
 }
 
 /// The longest prefix of `text` that fits in `max_bytes` without splitting a character.

@@ -353,54 +353,58 @@ impl Pipeline {
 
     /// Claims, retrying Redis errors until they clear (fail closed). `None` on shutdown.
     async fn claim(&self, token: &ClaimToken) -> Option<Claim> {
-        let mut backoff = INFRA_BACKOFF_MIN;
-        loop {
-            let started = Instant::now();
-            let result = self.dedupe.claim(token).await;
-            self.metrics.redis_duration.with_label_values(&["claim"]).observe(started.elapsed().as_secs_f64());
-            match result {
-                Ok(claim) => {
-                    self.redis_recovered();
-                    return Some(claim);
-                }
-                Err(error) => self.redis_failed("claim", &error),
-            }
-            self.pause(&mut backoff).await?;
-        }
+        self.redis_until_done("claim", || self.dedupe.claim(token)).await
     }
 
     /// Marks the event done, retrying Redis errors. The handler succeeded, so storing the offset without the done
     /// marker could let a provider's retry be processed again: keep trying (the claim guards it meanwhile).
     async fn mark_done(&self, token: &ClaimToken, event: &InboundEvent) -> Option<()> {
+        let still_ours = self.redis_until_done("done", || self.dedupe.mark_done(token)).await?;
+        if !still_ours {
+            tracing::warn!(
+                source = %event.meta.source,
+                event_id = %event.meta.event_id,
+                "claim expired while processing: the handler ran longer than the lease"
+            );
+        }
+        Some(())
+    }
+
+    /// Runs the Redis `operation` until it answers, timing each attempt and pausing (with backoff) after each
+    /// failure; `None` on shutdown.
+    async fn redis_until_done<T, F, Attempt>(&self, operation: &'static str, attempt: F) -> Option<T>
+    where
+        F: Fn() -> Attempt,
+        Attempt: Future<Output = Result<T, DedupeError>>,
+    {
         let mut backoff = INFRA_BACKOFF_MIN;
         loop {
-            let started = Instant::now();
-            let result = self.dedupe.mark_done(token).await;
-            self.metrics.redis_duration.with_label_values(&["done"]).observe(started.elapsed().as_secs_f64());
-            match result {
-                Ok(still_ours) => {
+            match self.timed_redis(operation, attempt()).await {
+                Ok(value) => {
                     self.redis_recovered();
-                    if !still_ours {
-                        tracing::warn!(
-                            source = %event.meta.source,
-                            event_id = %event.meta.event_id,
-                            "claim expired while processing: the handler ran longer than the lease"
-                        );
-                    }
-                    return Some(());
+                    return Some(value);
                 }
-                Err(error) => self.redis_failed("done", &error),
+                Err(error) => self.redis_failed(operation, &error),
             }
             self.pause(&mut backoff).await?;
         }
     }
 
+    /// One Redis call, observed in `hookline_consumer_redis_duration_seconds{operation}`.
+    async fn timed_redis<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, DedupeError>>,
+    ) -> Result<T, DedupeError> {
+        let started = Instant::now();
+        let result = call.await;
+        self.metrics.redis_duration.with_label_values(&[operation]).observe(started.elapsed().as_secs_f64());
+        result
+    }
+
     /// Best effort: a lost release only delays the retry until the lease expires.
     async fn release(&self, token: &ClaimToken) {
-        let started = Instant::now();
-        let result = self.dedupe.release(token).await;
-        self.metrics.redis_duration.with_label_values(&["release"]).observe(started.elapsed().as_secs_f64());
-        if let Err(error) = result {
+        if let Err(error) = self.timed_redis("release", self.dedupe.release(token)).await {
             self.redis_failed("release", &error);
         }
     }

@@ -6,13 +6,8 @@
 
 use std::time::Duration;
 
-use hookline_common::{config::RedisConfig, wire::redis_key};
-use redis::{
-    Cmd, FromRedisValue, Pipeline, RedisResult, Script,
-    aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
-    cluster::ClusterClient,
-    cluster_async::ClusterConnection,
-};
+use hookline_common::{config::RedisConfig, redis_connection::RedisConnection, wire::redis_key};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, Script, aio::ConnectionLike};
 
 /// Commands per pipeline on a single Redis.
 const PIPELINE_CHUNK: usize = 500;
@@ -44,14 +39,8 @@ return 0
 ";
 
 #[derive(Clone)]
-enum Connection {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-#[derive(Clone)]
 pub struct Store {
-    connection: Connection,
+    connection: RedisConnection,
     prefix: String,
 }
 
@@ -99,23 +88,7 @@ impl Action {
 
 impl Store {
     pub async fn connect(config: &RedisConfig) -> RedisResult<Self> {
-        let timeout = Duration::from_millis(config.response_timeout_ms);
-        let connection = if config.cluster {
-            let client = ClusterClient::builder(config.urls().map(str::to_owned).collect::<Vec<_>>())
-                .response_timeout(timeout)
-                .connection_timeout(timeout)
-                .retries(2)
-                .build()?;
-            Connection::Cluster(client.get_async_connection().await?)
-        } else {
-            let client = redis::Client::open(config.url.as_str())?;
-            let manager_config = ConnectionManagerConfig::new()
-                .set_response_timeout(Some(timeout))
-                .set_connection_timeout(Some(timeout))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_secs(2));
-            Connection::Single(client.get_connection_manager_with_config(manager_config).await?)
-        };
+        let connection = RedisConnection::connect(config).await?;
         Ok(Self { connection, prefix: config.key_prefix.clone() })
     }
 
@@ -128,17 +101,14 @@ impl Store {
     }
 
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
-        match &self.connection {
-            Connection::Single(connection) => cmd.query_async(&mut connection.clone()).await,
-            Connection::Cluster(connection) => cmd.query_async(&mut connection.clone()).await,
-        }
+        cmd.query_async(&mut self.connection.clone()).await
     }
 
     /// Runs single-key commands: pipelined on a single Redis, one by one on a cluster.
     async fn many<T: FromRedisValue>(&self, commands: Vec<Cmd>) -> RedisResult<Vec<T>> {
         let mut replies = Vec::with_capacity(commands.len());
         match &self.connection {
-            Connection::Single(connection) => {
+            RedisConnection::Single(connection) => {
                 for chunk in commands.chunks(PIPELINE_CHUNK) {
                     let mut pipeline = Pipeline::with_capacity(chunk.len());
                     for cmd in chunk {
@@ -151,7 +121,7 @@ impl Store {
                     }
                 }
             }
-            Connection::Cluster(connection) => {
+            RedisConnection::Cluster(connection) => {
                 for cmd in &commands {
                     replies.push(cmd.query_async(&mut connection.clone()).await?);
                 }
@@ -223,10 +193,7 @@ impl Store {
         let script = Script::new(CLAIM_ACTION);
         let mut invocation = script.key(key);
         invocation.arg(Action::Requesting.value(at_ms)).arg(ttl_s).arg(if again_after_request { "1" } else { "0" });
-        let claimed: i64 = match &self.connection {
-            Connection::Single(connection) => invocation.invoke_async(&mut connection.clone()).await?,
-            Connection::Cluster(connection) => invocation.invoke_async(&mut connection.clone()).await?,
-        };
+        let claimed: i64 = invocation.invoke_async(&mut self.connection.clone()).await?;
         Ok(claimed == 1)
     }
 
@@ -261,10 +228,7 @@ impl Store {
         let script = Script::new(UNLOCK);
         let mut invocation = script.key(redis_key::reconcile_lock(&self.prefix, source));
         invocation.arg(token);
-        let _: i64 = match &self.connection {
-            Connection::Single(connection) => invocation.invoke_async(&mut connection.clone()).await?,
-            Connection::Cluster(connection) => invocation.invoke_async(&mut connection.clone()).await?,
-        };
+        let _: i64 = invocation.invoke_async(&mut self.connection.clone()).await?;
         Ok(())
     }
 
@@ -286,10 +250,7 @@ impl Store {
         let script = Script::new(LOWER_INDEX_SINCE);
         let mut invocation = script.key(redis_key::reconcile_index_since(&self.prefix));
         invocation.arg(at_ms);
-        let _: i64 = match &self.connection {
-            Connection::Single(connection) => invocation.invoke_async(&mut connection.clone()).await?,
-            Connection::Cluster(connection) => invocation.invoke_async(&mut connection.clone()).await?,
-        };
+        let _: i64 = invocation.invoke_async(&mut self.connection.clone()).await?;
         Ok(())
     }
 
