@@ -1,6 +1,7 @@
 //! What the hookline services share: the wire format of the Kafka records and Redis keys ([`wire`]), the
 //! signature schemes that decide authenticity ([`signature`]), Kafka client settings that keep data safe
-//! ([`kafka`]), configuration loading ([`config`]), and HTTP/admin plumbing and logging ([`http`], [`telemetry`]).
+//! ([`kafka`]), configuration loading ([`config`]), HTTP/admin plumbing and logging ([`http`], [`telemetry`]), and
+//! the description of a service's metrics ([`metrics_catalog`]).
 //!
 //! This crate knows nothing about any one service or public route.
 
@@ -8,6 +9,7 @@ pub mod config;
 pub mod http;
 pub mod http_client;
 pub mod kafka;
+pub mod metrics_catalog;
 pub mod signals;
 pub mod signature;
 pub mod telemetry;
