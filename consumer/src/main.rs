@@ -3,10 +3,10 @@ use std::{path::PathBuf, sync::Arc};
 use anyhow::Context;
 use clap::Parser;
 use hookline_common::{
-    config::{ConfigError, env},
-    telemetry,
+    config::{self, ConfigError, env},
+    metrics_catalog, telemetry,
 };
-use hookline_consumer::{ConsumerConfig, handler::router::Router};
+use hookline_consumer::{ConsumerConfig, handler::router::Router, metrics::Metrics};
 use tokio::net::TcpListener;
 
 /// A hookline consumer-group member.
@@ -16,12 +16,28 @@ struct Args {
     /// TOML config file.
     #[arg(long, env = env::CONFIG)]
     config: Option<PathBuf>,
+    /// Print the effective config (the file, every default, environment overrides; inline credentials
+    /// redacted) as TOML and exit. Reads no secret and connects to nothing; an invalid config exits non-zero.
+    #[arg(long)]
+    print_config: bool,
+    /// Print every metric family this binary exports (name, type, help, label names) as JSON and exit.
+    #[arg(long)]
+    print_metrics: bool,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
+    if args.print_metrics {
+        println!("{}", metrics_catalog::to_json(&Metrics::describe()?));
+        return Ok(());
+    }
+    if args.print_config {
+        let config = config::load_without_secrets(|| ConsumerConfig::load(args.config.as_deref()))?;
+        print!("{}", config::effective_toml(&config)?);
+        return Ok(());
+    }
     let config = ConsumerConfig::load(args.config.as_deref())?;
     let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
         .map_err(ConfigError::Invalid)?;
