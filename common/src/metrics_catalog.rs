@@ -78,8 +78,8 @@ pub fn with_sorted_labels(mut described: Vec<MetricDescription>) -> Vec<MetricDe
 }
 
 /// The described families as pretty JSON (what `--print-metrics` prints).
-pub fn to_json(described: &[MetricDescription]) -> String {
-    serde_json::to_string_pretty(described).unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"))
+pub fn to_json(described: &[MetricDescription]) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(described)
 }
 
 fn type_name(kind: MetricType) -> &'static str {

@@ -30,7 +30,7 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
     if args.print_metrics {
-        println!("{}", metrics_catalog::to_json(&Metrics::describe()?));
+        println!("{}", metrics_catalog::to_json(&Metrics::describe()?)?);
         return Ok(());
     }
     if args.print_config {
