@@ -4,7 +4,9 @@
 
 use std::{fmt, path::Path};
 
-use serde::{Deserialize, de::DeserializeOwned};
+use serde::{Deserialize, Serialize, Serializer, de::DeserializeOwned};
+
+pub use toml::{Table, ser::Error as PrintError};
 
 use crate::wire::default_topic;
 
@@ -18,7 +20,7 @@ pub mod env {
 }
 
 /// How to reach Kafka, and the topic for each role.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Comma-separated `host:port` list.
@@ -35,7 +37,8 @@ pub struct KafkaConfig {
     pub group_id: String,
     /// Extra librdkafka properties (for example TLS or SASL settings), applied last. Keys that would break a
     /// guarantee (`acks`, `enable.idempotence`, `enable.auto.offset.store`, ...: see
-    /// [`REFUSED_PROPERTIES`]) are refused.
+    /// [`REFUSED_PROPERTIES`]) are refused. Printed with credentials redacted.
+    #[serde(serialize_with = "redact::kafka_properties")]
     pub properties: std::collections::BTreeMap<String, String>,
 }
 
@@ -118,10 +121,12 @@ impl KafkaConfig {
 }
 
 /// How to reach Redis and lay out the dedupe keys.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
-    /// `redis://host:port`; with `cluster = true`, a comma-separated list of seed nodes.
+    /// `redis://host:port`; with `cluster = true`, a comma-separated list of seed nodes. Printed without the
+    /// password of a `redis://user:password@host` URL.
+    #[serde(serialize_with = "redact::url_list_passwords")]
     pub url: String,
     /// Connect to a Redis Cluster. Every dedupe script touches a single key, so no hash tags are needed.
     pub cluster: bool,
@@ -173,8 +178,9 @@ impl RedisConfig {
     }
 }
 
-/// Where a secret's value comes from. Secrets are never written inline in a config file.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Where a secret's value comes from. Secrets are never written inline in a config file, so printing a
+/// `SecretRef` (an id, a variable name, a path) shows no secret.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretRef {
     pub id: String,
@@ -255,6 +261,7 @@ impl Problems {
         self.0.push(problem.into());
     }
 
+    /// Every problem, or `Ok`.
     pub fn into_result(self) -> Result<(), ConfigError> {
         if self.0.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(self.0)) }
     }
@@ -308,6 +315,99 @@ pub fn env_override(var: &str, target: &mut String) {
     }
 }
 
+/// A config as TOML, every default applied and every inline credential redacted (the config structs'
+/// `Serialize` impls see to both): what `--print-config` prints. Keys are in declaration order, maps sorted.
+pub fn effective_toml<T: Serialize>(config: &T) -> Result<String, PrintError> {
+    toml::to_string(config)
+}
+
+/// [`effective_toml`] as a table, for tests and tools that read it back.
+pub fn effective_table<T: Serialize>(config: &T) -> Result<Table, PrintError> {
+    Table::try_from(config)
+}
+
+/// Serializes a map in key order, so the printed config is the same from one run to the next.
+pub fn sorted_map<V: Serialize, S: Serializer>(
+    map: &std::collections::HashMap<String, V>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(map.iter().collect::<std::collections::BTreeMap<_, _>>())
+}
+
+/// Serializers that print a config value without the credential it may carry inline.
+pub mod redact {
+    use serde::Serializer;
+
+    /// What a redacted value becomes.
+    pub const REDACTED: &str = "<redacted>";
+
+    /// librdkafka properties whose values are credentials (`sasl.password`, `ssl.key.password`,
+    /// `sasl.jaas.config`, `sasl.oauthbearer.client.secret`, an inline `ssl.key.pem`, ...). Paths such as
+    /// `ssl.key.location` are not.
+    pub fn is_credential_property(key: &str) -> bool {
+        let key = key.to_ascii_lowercase();
+        ["password", "secret", "jaas", "token", "ssl.key.pem", "credentials"].iter().any(|part| key.contains(part))
+    }
+
+    pub fn kafka_properties<S: Serializer>(
+        properties: &std::collections::BTreeMap<String, String>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(
+            properties
+                .iter()
+                .map(|(key, value)| (key, if is_credential_property(key) { REDACTED } else { value.as_str() })),
+        )
+    }
+
+    /// `scheme://user:password@host/...` without the password (`scheme://user:<redacted>@host/...`); a URL with
+    /// no password is unchanged.
+    pub fn url_password(url: &str) -> String {
+        let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let Some((userinfo, host)) = authority.rsplit_once('@') else { return url.to_owned() };
+        match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:{REDACTED}@{host}{tail}"),
+            // `redis://secret@host`: a lone userinfo is a password to Redis.
+            None if scheme.starts_with("redis") => format!("{scheme}://{REDACTED}@{host}{tail}"),
+            None => url.to_owned(),
+        }
+    }
+
+    /// A comma-separated list of URLs (Redis cluster seeds), each without its password.
+    pub fn url_list_passwords<S: Serializer>(urls: &str, serializer: S) -> Result<S::Ok, S::Error> {
+        let redacted: Vec<String> = urls.split(',').map(url_password).collect();
+        serializer.serialize_str(&redacted.join(","))
+    }
+
+    pub fn optional_url_password<S: Serializer>(url: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+        match url {
+            Some(url) => serializer.serialize_str(&url_password(url)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    /// A URL whose path is itself the credential (a Slack incoming webhook, `https://hooks.slack.com/services/
+    /// T0/B0/XXXX`): only the scheme and host are printed.
+    pub fn optional_url_path<S: Serializer>(url: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+        match url {
+            Some(url) => {
+                let printed = match url.split_once("://") {
+                    Some((scheme, rest)) => {
+                        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+                        let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+                        format!("{scheme}://{host}/{REDACTED}")
+                    }
+                    None => REDACTED.to_owned(),
+                };
+                serializer.serialize_str(&printed)
+            }
+            None => serializer.serialize_none(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,5 +447,29 @@ mod tests {
         assert_eq!(config.get("acks"), Some("all"));
         assert_eq!(config.get("enable.idempotence"), Some("true"));
         assert_eq!(config.get("security.protocol"), Some("ssl"));
+    }
+
+    #[test]
+    fn inline_credentials_are_redacted_and_references_kept() {
+        assert_eq!(redact::url_password("redis://app:hunter2@redis:6379/0"), "redis://app:<redacted>@redis:6379/0");
+        assert_eq!(redact::url_password("rediss://hunter2@redis:6380"), "rediss://<redacted>@redis:6380");
+        assert_eq!(redact::url_password("redis://redis:6379"), "redis://redis:6379");
+        assert_eq!(redact::url_password("https://api.example.com/a@b"), "https://api.example.com/a@b");
+        let redis = RedisConfig { url: "redis://:pw1@a:1,redis://:pw2@b:2".into(), ..RedisConfig::default() };
+        let printed = effective_toml(&redis).unwrap();
+        assert!(printed.contains(r#"url = "redis://:<redacted>@a:1,redis://:<redacted>@b:2""#), "{printed}");
+        for (key, redacted) in [
+            ("sasl.password", true),
+            ("sasl.jaas.config", true),
+            ("sasl.oauthbearer.client.secret", true),
+            ("ssl.key.pem", true),
+            ("ssl.key.location", false),
+            ("security.protocol", false),
+        ] {
+            assert_eq!(redact::is_credential_property(key), redacted, "{key}");
+        }
+        let secret = SecretRef::from_file("v1", "/run/secrets/hookline/github-v1");
+        let printed = effective_toml(&secret).unwrap();
+        assert!(printed.contains("file = \"/run/secrets/hookline/github-v1\""), "{printed}");
     }
 }

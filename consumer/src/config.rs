@@ -6,9 +6,9 @@ use std::{
 };
 
 use hookline_common::config::{self, ConfigError, KafkaConfig, Problems, RedisConfig, env};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConsumerConfig {
     /// Admin listener for `/livez`, `/readyz`, `/metrics`.
@@ -20,6 +20,7 @@ pub struct ConsumerConfig {
     /// Handlers per source, optionally per event type; the first matching route wins.
     pub routes: Vec<RouteConfig>,
     /// Validation per source name (`[sources.<name>]`): what makes an event poison before any handler runs.
+    #[serde(serialize_with = "config::sorted_map")]
     pub sources: HashMap<String, SourceRulesConfig>,
     pub retry: RetryConfig,
     pub processing: ProcessingConfig,
@@ -46,12 +47,13 @@ impl Default for ConsumerConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HandlerConfig {
     /// Built-in handler: `log` writes one structured line per event; `http` POSTs the raw body to `url`.
     pub kind: String,
-    /// For `http`: an `http://` URL of an internal service.
+    /// For `http`: an `http://` URL of an internal service (printed without a password it may carry).
+    #[serde(serialize_with = "config::redact::optional_url_password")]
     pub url: Option<String>,
     /// A handler call that takes longer is a retryable failure. Must stay below `redis.claim_lease_ms`, so a
     /// claim cannot expire while its event is still being processed. Only read from `[handler]`.
@@ -64,7 +66,7 @@ impl Default for HandlerConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     pub source: String,
@@ -84,7 +86,7 @@ pub struct RouteConfig {
     pub breaker_cooldown_ms: Option<u64>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SourceRulesConfig {
     /// The body must be valid JSON (implied by `schemas`).
@@ -92,11 +94,12 @@ pub struct SourceRulesConfig {
     /// Event types this source may send; any other (or none) is poison. Absent: any.
     pub event_types: Option<Vec<String>>,
     /// JSON Schema file per event type (`"*"` for every type without its own), relative to the config file.
+    #[serde(serialize_with = "config::sorted_map")]
     pub schemas: HashMap<String, String>,
 }
 
 /// How much the consumer does at once.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProcessingConfig {
     /// Records in the handler stage at once, across partitions and within one: records of one partition run
@@ -141,10 +144,12 @@ impl Default for ProcessingConfig {
 
 /// An optional alert webhook (Slack-compatible JSON `{"text": ...}`), aggregated: at most one message per
 /// interval, with counts by source and error class and a few event ids, so a storm is one alert, not thousands.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AlertConfig {
     /// `https://` (or `http://`) URL to POST to; absent: no webhook (the metric and the error log line remain).
+    /// Printed as its scheme and host only: a Slack webhook's path is its credential.
+    #[serde(serialize_with = "config::redact::optional_url_path")]
     pub url: Option<String>,
     pub interval_s: u64,
     /// Event ids listed per message.
@@ -161,7 +166,7 @@ impl Default for AlertConfig {
 }
 
 /// Retries of retryable handler failures: exponential backoff with jitter.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryConfig {
     /// Handler attempts before a retryable failure is dead-lettered.
@@ -226,5 +231,36 @@ impl ConsumerConfig {
             );
         }
         problems.check(self.alert.interval_s > 0, "alert.interval_s must be positive");
+    }
+}
+
+impl ConsumerConfig {
+    /// The effective config as `--print-config` prints it: every default applied, inline credentials redacted.
+    pub fn effective(&self) -> Result<config::Table, config::PrintError> {
+        config::effective_table(self)
+    }
+}
+
+#[cfg(test)]
+mod effective_tests {
+    use super::*;
+
+    #[test]
+    fn the_effective_config_has_every_default_redacts_urls_and_reads_back() {
+        let parsed: ConsumerConfig = config::parse_str(
+            "[redis]\nurl = \"redis://app:hunter2@redis:6379\"\n[alert]\nurl = \"https://hooks.slack.com/services/T0/B0/XXXX\"\n[sources.b]\njson = true\n[sources.a]\njson = true\n",
+            "test",
+        )
+        .unwrap();
+        let table = parsed.effective().unwrap();
+        assert_eq!(table["handler"]["timeout_ms"].as_integer(), Some(HandlerConfig::default().timeout_ms as i64));
+        assert_eq!(table["retry"]["max_total_ms"].as_integer(), Some(RetryConfig::default().max_total_ms as i64));
+        assert_eq!(table["redis"]["url"].as_str(), Some("redis://app:<redacted>@redis:6379"));
+        assert_eq!(table["alert"]["url"].as_str(), Some("https://hooks.slack.com/<redacted>"));
+        let printed = config::effective_toml(&parsed).unwrap();
+        assert!(!printed.contains("hunter2") && !printed.contains("XXXX"), "{printed}");
+        assert!(printed.find("[sources.a]") < printed.find("[sources.b]"), "maps are printed in key order");
+        let again: ConsumerConfig = config::parse_str(&printed, "printed").unwrap();
+        assert_eq!(config::effective_toml(&again).unwrap(), printed);
     }
 }

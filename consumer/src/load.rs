@@ -27,6 +27,16 @@ impl Loaded {
         Self::build(ConsumerConfig::read(path)?)
     }
 
+    /// The config as read, with the settings that need nothing built checked: no handler, schema or client is
+    /// built. What `--print-config` prints.
+    pub fn read_checked(path: Option<&Path>) -> Result<ConsumerConfig, ConfigError> {
+        let config = ConsumerConfig::read(path)?;
+        let mut problems = Problems::default();
+        config.check(&mut problems);
+        problems.into_result()?;
+        Ok(config)
+    }
+
     /// Checks `config` and builds its handlers, schemas and alert client; on failure returns every problem at once.
     pub fn build(config: ConsumerConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();

@@ -1,6 +1,9 @@
 //! The consumer's metrics, defined once. Labels are bounded: source names, outcomes, error classes.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use hookline_common::metrics_catalog::{self, MetricDescription};
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, core::Collector,
+};
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -113,25 +116,75 @@ impl Metrics {
                 &["route"],
             )?,
         };
-        registry.register(Box::new(metrics.deferred.clone()))?;
-        registry.register(Box::new(metrics.route_breaker_open.clone()))?;
-        registry.register(Box::new(metrics.in_flight.clone()))?;
-        registry.register(Box::new(metrics.windowed.clone()))?;
-        registry.register(Box::new(metrics.dropped.clone()))?;
-        registry.register(Box::new(metrics.consumed.clone()))?;
-        registry.register(Box::new(metrics.retries.clone()))?;
-        registry.register(Box::new(metrics.redis_duration.clone()))?;
-        registry.register(Box::new(metrics.paused.clone()))?;
-        registry.register(Box::new(metrics.fetch_errors.clone()))?;
-        registry.register(Box::new(metrics.lag.clone()))?;
-        registry.register(Box::new(metrics.assigned_partitions.clone()))?;
-        registry.register(Box::new(metrics.events.clone()))?;
-        registry.register(Box::new(metrics.handler_failures.clone()))?;
-        registry.register(Box::new(metrics.dead_lettered.clone()))?;
-        registry.register(Box::new(metrics.handle_duration.clone()))?;
-        registry.register(Box::new(metrics.dedupe_errors.clone()))?;
-        registry.register(Box::new(metrics.claim_conflicts.clone()))?;
-        registry.register(Box::new(metrics.dlq_produce_errors.clone()))?;
+        for collector in metrics.collectors() {
+            registry.register(collector)?;
+        }
         Ok(metrics)
+    }
+
+    /// Every metric of the service: what [`Self::register`] registers and `--print-metrics` describes.
+    pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.events.clone()),
+            Box::new(self.handler_failures.clone()),
+            Box::new(self.dead_lettered.clone()),
+            Box::new(self.handle_duration.clone()),
+            Box::new(self.dedupe_errors.clone()),
+            Box::new(self.claim_conflicts.clone()),
+            Box::new(self.dlq_produce_errors.clone()),
+            Box::new(self.consumed.clone()),
+            Box::new(self.retries.clone()),
+            Box::new(self.redis_duration.clone()),
+            Box::new(self.paused.clone()),
+            Box::new(self.fetch_errors.clone()),
+            Box::new(self.lag.clone()),
+            Box::new(self.assigned_partitions.clone()),
+            Box::new(self.in_flight.clone()),
+            Box::new(self.windowed.clone()),
+            Box::new(self.dropped.clone()),
+            Box::new(self.deferred.clone()),
+            Box::new(self.route_breaker_open.clone()),
+        ]
+    }
+
+    /// The service's metric families (name, type, help, labels), labelled ones without series included, with no
+    /// registry, broker or config: what `--print-metrics` prints.
+    pub fn describe() -> Result<Vec<MetricDescription>, prometheus::Error> {
+        Ok(metrics_catalog::describe(&Self::register(&Registry::new())?.collectors()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered
+    /// some other way, or described but not registered, fails here.
+    #[test]
+    fn print_metrics_lists_what_the_registry_gathers() {
+        let registry = Registry::new();
+        let metrics = Metrics::register(&registry).unwrap();
+        metrics.events.with_label_values(&["s", "processed"]).inc();
+        metrics.handler_failures.with_label_values(&["s", "retryable"]).inc();
+        metrics.dead_lettered.with_label_values(&["s", "poison"]).inc();
+        metrics.handle_duration.with_label_values(&["s"]).observe(0.01);
+        metrics.dedupe_errors.inc();
+        metrics.claim_conflicts.inc();
+        metrics.dlq_produce_errors.inc();
+        metrics.consumed.inc();
+        metrics.retries.with_label_values(&["s"]).inc();
+        metrics.redis_duration.with_label_values(&["claim"]).observe(0.001);
+        metrics.paused.set(1);
+        metrics.fetch_errors.inc();
+        metrics.lag.with_label_values(&["0"]).set(1);
+        metrics.assigned_partitions.set(1);
+        metrics.in_flight.set(1);
+        metrics.windowed.set(1);
+        metrics.dropped.inc();
+        metrics.deferred.with_label_values(&["s", "saturated"]).inc();
+        metrics.route_breaker_open.with_label_values(&["r"]).set(1);
+        let described = Metrics::describe().unwrap();
+        assert_eq!(described.len(), 19);
+        assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

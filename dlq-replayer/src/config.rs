@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use hookline_common::config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReplayerConfig {
     /// Admin listener (`serve`): the HTTP API under `/v1/`, and `/livez`, `/readyz`, `/metrics`.
@@ -54,5 +54,34 @@ impl ReplayerConfig {
         problems.check(config.replay_outcome_timeout_s >= 1, "replay_outcome_timeout_s must be at least 1");
         problems.into_result()?;
         Ok(config)
+    }
+}
+
+impl ReplayerConfig {
+    /// The effective config as `--print-config` prints it: every default applied, inline credentials redacted
+    /// (`api_token` is a reference, an env var name or a file path, and stays).
+    pub fn effective(&self) -> Result<config::Table, config::PrintError> {
+        config::effective_table(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_effective_config_has_every_default_and_redacts_kafka_credentials() {
+        let parsed: ReplayerConfig = config::parse_str(
+            "api_token = { id = \"api\", env = \"TOKEN_VAR\" }\n[kafka.properties]\n\"sasl.password\" = \"hunter2\"\n\"ssl.key.location\" = \"/k.pem\"\n",
+            "test",
+        )
+        .unwrap();
+        let table = parsed.effective().unwrap();
+        let defaults = ReplayerConfig::default();
+        assert_eq!(table["refresh_interval_s"].as_integer(), Some(defaults.refresh_interval_s as i64));
+        assert_eq!(table["kafka"]["dlq_topic"].as_str(), Some(defaults.kafka.dlq_topic.as_str()));
+        assert_eq!(table["api_token"]["env"].as_str(), Some("TOKEN_VAR"));
+        assert_eq!(table["kafka"]["properties"]["sasl.password"].as_str(), Some("<redacted>"));
+        assert_eq!(table["kafka"]["properties"]["ssl.key.location"].as_str(), Some("/k.pem"));
     }
 }

@@ -1,12 +1,16 @@
 use std::{io::Write, path::PathBuf};
 
 use anyhow::Context;
-use clap::{Args as ClapArgs, Parser, Subcommand};
-use hookline_common::{config::env, telemetry};
+use clap::{Args as ClapArgs, CommandFactory, Parser, Subcommand, error::ErrorKind};
+use hookline_common::{
+    config::{self, env},
+    metrics_catalog, telemetry,
+};
 use hookline_dlq_replayer::{
     ReplayerConfig,
     filter::Filter,
     index::Entry,
+    metrics::Metrics,
     ops::{DiscardRequest, ReplayRequest, Replayer, Report},
 };
 use tokio::net::TcpListener;
@@ -18,8 +22,15 @@ struct Args {
     /// TOML config file.
     #[arg(long, env = env::CONFIG, global = true)]
     config: Option<PathBuf>,
+    /// Print the effective config (the file, every default, environment overrides; inline credentials
+    /// redacted) as TOML and exit. Reads no secret and connects to nothing; an invalid config exits non-zero.
+    #[arg(long, global = true)]
+    print_config: bool,
+    /// Print every metric family this binary exports (name, type, help, label names) as JSON and exit.
+    #[arg(long, global = true)]
+    print_metrics: bool,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -139,10 +150,23 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
+    if args.print_metrics {
+        println!("{}", metrics_catalog::to_json(&Metrics::describe()?)?);
+        return Ok(());
+    }
+    if args.print_config {
+        // The replayer's config names its API token but reads it only when serving.
+        let config = ReplayerConfig::load(args.config.as_deref())?;
+        print!("{}", config::effective_toml(&config)?);
+        return Ok(());
+    }
+    let Some(command) = args.command else {
+        Args::command().error(ErrorKind::MissingSubcommand, "a subcommand is required").exit()
+    };
     let config = ReplayerConfig::load(args.config.as_deref())?;
     let operator = |by: Option<String>| by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".to_owned());
     let mut out = std::io::stdout().lock();
-    match args.command {
+    match command {
         Command::Serve => {
             drop(out);
             let admin =

@@ -1,6 +1,7 @@
 //! The replayer's metrics, defined once.
 
-use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+use hookline_common::metrics_catalog::{self, MetricDescription};
+use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry, core::Collector};
 
 use crate::index::Index;
 
@@ -37,12 +38,27 @@ impl Metrics {
             replays: IntCounter::new("hookline_dlq_replays_total", "Entries re-driven through the admin API.")?,
             discards: IntCounter::new("hookline_dlq_discards_total", "Entries discarded through the admin API.")?,
         };
-        registry.register(Box::new(metrics.entries.clone()))?;
-        registry.register(Box::new(metrics.oldest_untriaged_age_seconds.clone()))?;
-        registry.register(Box::new(metrics.index_entries.clone()))?;
-        registry.register(Box::new(metrics.replays.clone()))?;
-        registry.register(Box::new(metrics.discards.clone()))?;
+        for collector in metrics.collectors() {
+            registry.register(collector)?;
+        }
         Ok(metrics)
+    }
+
+    /// Every metric of the service: what [`Self::register`] registers and `--print-metrics` describes.
+    pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.entries.clone()),
+            Box::new(self.oldest_untriaged_age_seconds.clone()),
+            Box::new(self.index_entries.clone()),
+            Box::new(self.replays.clone()),
+            Box::new(self.discards.clone()),
+        ]
+    }
+
+    /// The service's metric families (name, type, help, labels), labelled ones without series included, with no
+    /// registry, broker or config: what `--print-metrics` prints.
+    pub fn describe() -> Result<Vec<MetricDescription>, prometheus::Error> {
+        Ok(metrics_catalog::describe(&Self::register(&Registry::new())?.collectors()))
     }
 
     /// Sets the gauges from the index (a scan of its metadata; no Kafka read).
@@ -58,5 +74,26 @@ impl Metrics {
             self.oldest_untriaged_age_seconds.with_label_values(&[source.as_str()]).set(age_s);
         }
         self.index_entries.set(index.len() as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered
+    /// some other way, or described but not registered, fails here.
+    #[test]
+    fn print_metrics_lists_what_the_registry_gathers() {
+        let registry = Registry::new();
+        let metrics = Metrics::register(&registry).unwrap();
+        metrics.entries.with_label_values(&["new", "s", "poison"]).set(1);
+        metrics.oldest_untriaged_age_seconds.with_label_values(&["s"]).set(1);
+        metrics.index_entries.set(1);
+        metrics.replays.inc();
+        metrics.discards.inc();
+        let described = Metrics::describe().unwrap();
+        assert_eq!(described.len(), 5);
+        assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -6,9 +6,9 @@ use hookline_common::{
     config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env},
     signature::{FieldSource, GenericHmacOptions},
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
     /// Public listener for `POST /webhooks/{source}`.
@@ -37,7 +37,7 @@ impl Default for GatewayConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Requests being handled at once; past it the gateway answers 503 at once rather than queueing.
@@ -119,7 +119,7 @@ impl Default for Limits {
 /// always fits in one record. Raise it together with the topic's `max.message.bytes`.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1_000_000;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// Served at `POST /webhooks/{name}`.
@@ -287,5 +287,40 @@ mod tests {
     fn unknown_keys_are_rejected() {
         let parsed = config::parse_str::<GatewayConfig>("listen_adr = \"x\"", "test");
         assert!(matches!(parsed, Err(ConfigError::Parse { .. })));
+    }
+}
+
+impl GatewayConfig {
+    /// The effective config as `--print-config` prints it: every default applied, inline credentials redacted
+    /// (secret references, an env var name or a file path, are not secrets and stay).
+    pub fn effective(&self) -> Result<config::Table, config::PrintError> {
+        config::effective_table(self)
+    }
+}
+
+#[cfg(test)]
+mod effective_tests {
+    use super::*;
+
+    #[test]
+    fn the_effective_config_has_every_default_and_reads_back_the_same() {
+        let parsed: GatewayConfig = config::parse_str(
+            "[[sources]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [{ id = \"a\", env = \"GH_SECRET\" }]\n",
+            "test",
+        )
+        .unwrap();
+        let table = parsed.effective().unwrap();
+        let limits = table["limits"].as_table().unwrap();
+        assert_eq!(limits["drain_grace_ms"].as_integer(), Some(Limits::default().drain_grace_ms as i64));
+        assert_eq!(
+            table["kafka"]["produce_timeout_ms"].as_integer(),
+            Some(KafkaConfig::default().produce_timeout_ms as i64)
+        );
+        let source = &table["sources"][0];
+        assert_eq!(source["max_body_bytes"].as_integer(), Some(DEFAULT_MAX_BODY_BYTES as i64));
+        assert_eq!(source["secrets"][0]["env"].as_str(), Some("GH_SECRET"), "a reference is not a secret");
+        let printed = config::effective_toml(&parsed).unwrap();
+        let again: GatewayConfig = config::parse_str(&printed, "printed").unwrap();
+        assert_eq!(config::effective_toml(&again).unwrap(), printed);
     }
 }

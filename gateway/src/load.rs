@@ -24,6 +24,16 @@ impl Loaded {
         Self::build(GatewayConfig::read(path)?)
     }
 
+    /// The config as read, with the settings that need nothing built checked: no secret is read and no source
+    /// built (sources and secrets are checked when the gateway builds them). What `--print-config` prints.
+    pub fn read_checked(path: Option<&Path>) -> Result<GatewayConfig, ConfigError> {
+        let config = GatewayConfig::read(path)?;
+        let mut problems = Problems::default();
+        config.check(&mut problems);
+        problems.into_result()?;
+        Ok(config)
+    }
+
     /// Checks `config` and builds its sources, loading every secret; on failure returns every problem at once.
     pub fn build(config: GatewayConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();

@@ -2,8 +2,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use hookline_common::{config::env, telemetry};
-use hookline_gateway::{ConfigOrigin, Listeners, Loaded};
+use hookline_common::{
+    config::{self, env},
+    metrics_catalog, telemetry,
+};
+use hookline_gateway::{ConfigOrigin, Listeners, Loaded, metrics::Metrics};
 use tokio::net::TcpListener;
 
 /// The hookline webhook gateway.
@@ -13,12 +16,27 @@ struct Args {
     /// TOML config file.
     #[arg(long, env = env::CONFIG)]
     config: Option<PathBuf>,
+    /// Print the effective config (the file, every default, environment overrides; inline credentials
+    /// redacted) as TOML and exit. Reads no secret and connects to nothing; an invalid config exits non-zero.
+    #[arg(long)]
+    print_config: bool,
+    /// Print every metric family this binary exports (name, type, help, label names) as JSON and exit.
+    #[arg(long)]
+    print_metrics: bool,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
+    if args.print_metrics {
+        println!("{}", metrics_catalog::to_json(&Metrics::describe()?)?);
+        return Ok(());
+    }
+    if args.print_config {
+        print!("{}", config::effective_toml(&Loaded::read_checked(args.config.as_deref())?)?);
+        return Ok(());
+    }
     let loaded = Loaded::load(args.config.as_deref())?;
     let config = &loaded.config;
     let public =

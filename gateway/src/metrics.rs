@@ -2,7 +2,8 @@
 //! other path), outcomes from [`crate::error::Rejection::code`] plus `accepted` and `handshake`, reasons from
 //! `VerifyError::reason`, secret ids from config.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use hookline_common::metrics_catalog::{self, MetricDescription};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, core::Collector};
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -77,16 +78,57 @@ impl Metrics {
                 &["outcome"],
             )?,
         };
-        registry.register(Box::new(metrics.requests.clone()))?;
-        registry.register(Box::new(metrics.verified.clone()))?;
-        registry.register(Box::new(metrics.verification_failures.clone()))?;
-        registry.register(Box::new(metrics.request_duration.clone()))?;
-        registry.register(Box::new(metrics.produce_duration.clone()))?;
-        registry.register(Box::new(metrics.body_size.clone()))?;
-        registry.register(Box::new(metrics.in_flight.clone()))?;
-        registry.register(Box::new(metrics.producer_queue_depth.clone()))?;
-        registry.register(Box::new(metrics.peer_paced.clone()))?;
-        registry.register(Box::new(metrics.reloads.clone()))?;
+        for collector in metrics.collectors() {
+            registry.register(collector)?;
+        }
         Ok(metrics)
+    }
+
+    /// Every metric of the service: what [`Self::register`] registers and `--print-metrics` describes.
+    pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.requests.clone()),
+            Box::new(self.verified.clone()),
+            Box::new(self.verification_failures.clone()),
+            Box::new(self.request_duration.clone()),
+            Box::new(self.produce_duration.clone()),
+            Box::new(self.body_size.clone()),
+            Box::new(self.in_flight.clone()),
+            Box::new(self.producer_queue_depth.clone()),
+            Box::new(self.peer_paced.clone()),
+            Box::new(self.reloads.clone()),
+        ]
+    }
+
+    /// The service's metric families (name, type, help, labels), labelled ones without series included, with no
+    /// registry, broker or config: what `--print-metrics` prints.
+    pub fn describe() -> Result<Vec<MetricDescription>, prometheus::Error> {
+        Ok(metrics_catalog::describe(&Self::register(&Registry::new())?.collectors()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered
+    /// some other way, or described but not registered, fails here.
+    #[test]
+    fn print_metrics_lists_what_the_registry_gathers() {
+        let registry = Registry::new();
+        let metrics = Metrics::register(&registry).unwrap();
+        metrics.requests.with_label_values(&["s", "accepted"]).inc();
+        metrics.verified.with_label_values(&["s", "v1"]).inc();
+        metrics.verification_failures.with_label_values(&["s", "mismatch"]).inc();
+        metrics.request_duration.with_label_values(&["s", "accepted"]).observe(0.01);
+        metrics.produce_duration.with_label_values(&["ok"]).observe(0.01);
+        metrics.body_size.with_label_values(&["s"]).observe(100.0);
+        metrics.in_flight.set(1);
+        metrics.producer_queue_depth.set(1);
+        metrics.peer_paced.inc();
+        metrics.reloads.with_label_values(&["applied"]).inc();
+        let described = Metrics::describe().unwrap();
+        assert_eq!(described.len(), 10);
+        assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

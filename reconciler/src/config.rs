@@ -9,11 +9,11 @@ use hookline_common::{
     http_client,
     signature::FieldSource,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 const DAY_S: u64 = 24 * 3600;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReconcilerConfig {
     /// Admin listener of `serve`: `/livez`, `/readyz`, `/metrics`.
@@ -58,7 +58,7 @@ impl Default for ReconcilerConfig {
 }
 
 /// A provider whose event log the reconciler reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Provider {
     /// `GET /v1/events`; no redelivery call, so a missed event is fetched and produced.
@@ -107,7 +107,7 @@ impl Provider {
 }
 
 /// One reconciled source: the gateway's source name and where its provider keeps the log.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// The gateway source whose events these are (`POST /webhooks/<name>`): index entries and produced records
@@ -115,8 +115,8 @@ pub struct SourceConfig {
     pub name: String,
     pub provider: Provider,
     /// The provider's API base URL (default: its public API). `https://` in production; `http://` is accepted
-    /// only for loopback.
-    #[serde(default)]
+    /// only for loopback. Printed without a password it may carry.
+    #[serde(default, serialize_with = "config::redact::optional_url_password")]
     pub api_url: Option<String>,
     /// The API key or token (Stripe: a restricted key with read access to events; GitHub: a token that can read
     /// and redeliver the hook's deliveries; Paddle: an API key with `notification.read` and `notification.write`).
@@ -223,9 +223,6 @@ impl SourceConfig {
     fn validate(&self, problems: &mut Problems) {
         let name = &self.name;
         problems.check(!name.is_empty(), "sources[].name is empty");
-        if let Err(problem) = self.credential.load() {
-            problems.push(format!("source `{name}`: credential: {problem}"));
-        }
         match http_client::check_url(self.api_url()) {
             Ok(uri) => {
                 let loopback = matches!(uri.host(), Some("127.0.0.1" | "localhost" | "[::1]" | "::1"));
@@ -296,7 +293,15 @@ fn is_hook_path(hook: &str) -> bool {
 }
 
 impl ReconcilerConfig {
+    /// [`Self::read`], then [`Self::validate`].
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let config = Self::read(path)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Defaults, then the file (if any), then environment overrides; nothing checked.
+    pub fn read(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut config: Self = match path {
             Some(path) => config::load_file(path)?,
             None => Self::default(),
@@ -304,14 +309,25 @@ impl ReconcilerConfig {
         config.kafka.apply_env();
         config.redis.apply_env();
         config::env_override(env::ADMIN_ADDR, &mut config.admin_addr);
-        config.validate()?;
         Ok(config)
     }
 
+    /// Every problem, the credentials' included (each is read once here to check it).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Problems::default();
-        self.kafka.validate(&mut problems);
-        self.redis.validate(&mut problems);
+        self.check_settings(&mut problems);
+        for source in &self.sources {
+            if let Err(problem) = source.credential.load() {
+                problems.push(format!("source `{}`: credential: {problem}", source.name));
+            }
+        }
+        problems.into_result()
+    }
+
+    /// The problems of everything but the credentials' values: what `--print-config` checks, reading no secret.
+    pub fn check_settings(&self, problems: &mut Problems) {
+        self.kafka.validate(problems);
+        self.redis.validate(problems);
         problems.check(!self.index_group_id.is_empty(), "index_group_id is empty");
         problems.check(self.index_group_id != self.kafka.group_id, "index_group_id must differ from kafka.group_id");
         problems.check(self.interval_s >= 60, "interval_s must be at least 60");
@@ -323,9 +339,8 @@ impl ReconcilerConfig {
         let mut names = std::collections::HashSet::new();
         for source in &self.sources {
             problems.check(names.insert(source.name.as_str()), format!("source `{}` is listed twice", source.name));
-            source.validate(&mut problems);
+            source.validate(problems);
         }
-        problems.into_result()
     }
 
     /// [`Self::index_complete_since`] in ms since the epoch.
@@ -390,5 +405,34 @@ mod tests {
             assert!(source.index_ttl_s() > source.lookback().as_secs());
         }
         assert_eq!(Provider::Paddle.window(), Duration::from_secs(90 * DAY_S));
+    }
+}
+
+impl ReconcilerConfig {
+    /// The effective config as `--print-config` prints it: every default applied, inline credentials redacted
+    /// (a source's `credential` is a reference, an env var name or a file path, and stays).
+    pub fn effective(&self) -> Result<config::Table, config::PrintError> {
+        config::effective_table(self)
+    }
+}
+
+#[cfg(test)]
+mod effective_tests {
+    use super::*;
+
+    #[test]
+    fn the_effective_config_has_every_default_and_reads_back_the_same() {
+        let parsed: ReconcilerConfig = config::parse_str(
+            "[[sources]]\nname = \"gh\"\nprovider = \"github\"\nhook = \"orgs/acme/hooks/1\"\ncredential = { id = \"t\", env = \"GH_TOKEN\" }\n",
+            "test",
+        )
+        .unwrap();
+        let table = parsed.effective().unwrap();
+        assert_eq!(table["redis"]["key_prefix"].as_str(), Some("hookline:reconcile"));
+        assert_eq!(table["sources"][0]["settle_s"].as_integer(), Some(default_settle_s() as i64));
+        assert_eq!(table["sources"][0]["credential"]["env"].as_str(), Some("GH_TOKEN"));
+        let printed = config::effective_toml(&parsed).unwrap();
+        let again: ReconcilerConfig = config::parse_str(&printed, "printed").unwrap();
+        assert_eq!(config::effective_toml(&again).unwrap(), printed);
     }
 }

@@ -1,8 +1,11 @@
 use std::{io::Write, path::PathBuf, sync::Arc};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
-use hookline_common::{config::env, telemetry, wire};
+use clap::{CommandFactory, Parser, Subcommand, error::ErrorKind};
+use hookline_common::{
+    config::{self, env},
+    metrics_catalog, telemetry, wire,
+};
 use hookline_reconciler::{Mode, Reconciler, ReconcilerConfig, RunRequest, metrics::Metrics};
 use tokio::net::TcpListener;
 
@@ -13,8 +16,15 @@ struct Args {
     /// TOML config file.
     #[arg(long, env = env::CONFIG, global = true)]
     config: Option<PathBuf>,
+    /// Print the effective config (the file, every default, environment overrides; inline credentials
+    /// redacted) as TOML and exit. Reads no secret and connects to nothing; an invalid config exits non-zero.
+    #[arg(long, global = true)]
+    print_config: bool,
+    /// Print every metric family this binary exports (name, type, help, label names) as JSON and exit.
+    #[arg(long, global = true)]
+    print_metrics: bool,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -56,8 +66,23 @@ fn time_arg(text: &str, now_ms: i64) -> anyhow::Result<i64> {
 async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
+    if args.print_metrics {
+        println!("{}", metrics_catalog::to_json(&Metrics::describe()?)?);
+        return Ok(());
+    }
+    if args.print_config {
+        let config = ReconcilerConfig::read(args.config.as_deref())?;
+        let mut problems = config::Problems::default();
+        config.check_settings(&mut problems);
+        problems.into_result()?;
+        print!("{}", config::effective_toml(&config)?);
+        return Ok(());
+    }
+    let Some(command) = args.command else {
+        Args::command().error(ErrorKind::MissingSubcommand, "a subcommand is required").exit()
+    };
     let config = ReconcilerConfig::load(args.config.as_deref())?;
-    match args.command {
+    match command {
         Command::Serve => {
             let admin =
                 TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;

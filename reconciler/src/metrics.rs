@@ -1,6 +1,7 @@
 //! The reconciler's metrics, defined once. Labels are the source name and a bounded outcome, never an event id.
 
-use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use hookline_common::metrics_catalog::{self, MetricDescription};
+use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry, core::Collector};
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -64,13 +65,51 @@ impl Metrics {
                 &["source"],
             )?,
         };
-        registry.register(Box::new(metrics.runs.clone()))?;
-        registry.register(Box::new(metrics.missed.clone()))?;
-        registry.register(Box::new(metrics.recovered.clone()))?;
-        registry.register(Box::new(metrics.unrecovered.clone()))?;
-        registry.register(Box::new(metrics.last_success.clone()))?;
-        registry.register(Box::new(metrics.api_requests.clone()))?;
-        registry.register(Box::new(metrics.indexed.clone()))?;
+        for collector in metrics.collectors() {
+            registry.register(collector)?;
+        }
         Ok(metrics)
+    }
+
+    /// Every metric of the service: what [`Self::register`] registers and `--print-metrics` describes.
+    pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.runs.clone()),
+            Box::new(self.missed.clone()),
+            Box::new(self.recovered.clone()),
+            Box::new(self.unrecovered.clone()),
+            Box::new(self.last_success.clone()),
+            Box::new(self.api_requests.clone()),
+            Box::new(self.indexed.clone()),
+        ]
+    }
+
+    /// The service's metric families (name, type, help, labels), labelled ones without series included, with no
+    /// registry, broker or config: what `--print-metrics` prints.
+    pub fn describe() -> Result<Vec<MetricDescription>, prometheus::Error> {
+        Ok(metrics_catalog::describe(&Self::register(&Registry::new())?.collectors()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered
+    /// some other way, or described but not registered, fails here.
+    #[test]
+    fn print_metrics_lists_what_the_registry_gathers() {
+        let registry = Registry::new();
+        let metrics = Metrics::register(&registry).unwrap();
+        metrics.runs.with_label_values(&["s", "applied"]).inc();
+        metrics.missed.with_label_values(&["s"]).inc();
+        metrics.recovered.with_label_values(&["s", "redelivery_requested"]).inc();
+        metrics.unrecovered.with_label_values(&["s"]).set(1);
+        metrics.last_success.with_label_values(&["s"]).set(1.0);
+        metrics.api_requests.with_label_values(&["s", "ok"]).inc();
+        metrics.indexed.with_label_values(&["s"]).inc();
+        let described = Metrics::describe().unwrap();
+        assert_eq!(described.len(), 7);
+        assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

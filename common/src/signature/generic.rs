@@ -30,7 +30,7 @@ use super::{
 /// Default window when a timestamp header is configured (seconds).
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     #[default]
@@ -38,7 +38,7 @@ pub enum Encoding {
     Base64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TimestampUnit {
     #[default]
@@ -46,7 +46,7 @@ pub enum TimestampUnit {
     Milliseconds,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SecretEncoding {
     #[default]
@@ -56,7 +56,7 @@ pub enum SecretEncoding {
 }
 
 /// `[sources.hmac]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GenericHmacOptions {
     pub signature_header: String,

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 /// One place a value can come from.
 ///
 /// In TOML: `{ header = "X-Request-Id" }`, `{ json_pointer = "/data/id" }`, or `"body_sha256"`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum FieldSource {
     /// A request header (case-insensitive).

@@ -37,7 +37,7 @@ pub(crate) fn required_header<'a>(
 }
 
 /// The hash under an HMAC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Algorithm {
     Sha1,

@@ -1,13 +1,16 @@
 package main
 
 // Cross-checks between the compose services built from a Dockerfile, the
-// binary they run and the TOML config file they are given with --config.
+// binary they run and the TOML config file they are given with --config, read
+// as the binary itself reads it: its --print-config (every default applied).
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -24,9 +27,10 @@ var defaultPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/u
 type serviceConfig struct {
 	svc        types.ServiceConfig
 	df         *dockerfile
-	configPath string // inside the container
-	hostPath   string // on this machine
-	data       map[string]any
+	binary     string         // the hookline binary it runs (its base name)
+	configPath string         // inside the container
+	hostPath   string         // on this machine
+	data       map[string]any // the effective config, as the binary's --print-config prints it
 }
 
 // checkServiceCommand: the service runs a binary its Dockerfile installs, and
@@ -106,7 +110,7 @@ func checkServiceCommand(r *reporter, p *types.Project, s types.ServiceConfig, d
 		return nil
 	}
 	r.ok("service %s: runs %s (%s) --config %s (%s %s)", s.Name, bin, from, cfgPath, how, rel(host))
-	return &serviceConfig{svc: s, df: df, configPath: cfgPath, hostPath: host}
+	return &serviceConfig{svc: s, df: df, binary: path.Base(bin), configPath: cfgPath, hostPath: host}
 }
 
 // checkConfigs returns, per service with a config, the ports it listens on (port -> config key).
@@ -132,10 +136,12 @@ func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func
 	for _, sc := range cfgs {
 		s := sc.svc
 		before := r.fails
-		if _, err := toml.DecodeFile(sc.hostPath, &sc.data); err != nil {
-			r.fail("service %s: %s is not valid TOML: %v", s.Name, rel(sc.hostPath), err)
+		data, err := effectiveConfig(sc.binary, sc.hostPath, rel)
+		if err != nil {
+			r.fail("service %s: %s: %v", s.Name, rel(sc.hostPath), err)
 			continue
 		}
+		sc.data = data
 		env := func(k string) (string, bool) {
 			if v, ok := s.Environment[k]; ok && v != nil {
 				return *v, true
@@ -399,4 +405,33 @@ func dlqRetentionUnlimited(script, t string) bool {
 		}
 	}
 	return false
+}
+
+// binDir holds the built hookline binaries (set by -built); hooklineBinaries
+// are their names (-binaries).
+var (
+	binDir           string
+	hooklineBinaries = map[string]bool{}
+)
+
+// effectiveConfig runs `<binary> --config <file> --print-config` with an empty
+// environment (the service's HOOKLINE_* overrides are applied by the checks, from
+// the compose environment) and decodes what it prints.
+func effectiveConfig(binary, file string, rel func(string) string) (map[string]any, error) {
+	if !hooklineBinaries[binary] {
+		return nil, fmt.Errorf("%s is not a hookline binary, whose --print-config could read it", binary)
+	}
+	cmd := exec.Command(filepath.Join(binDir, binary), "--config", file, "--print-config")
+	cmd.Env = []string{}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.Join(strings.Fields(strings.ReplaceAll(stderr.String(), file, rel(file))), " ")
+		return nil, fmt.Errorf("%s --print-config refuses it (%v): %s", binary, err, msg)
+	}
+	var cfg map[string]any
+	if _, err := toml.Decode(stdout.String(), &cfg); err != nil {
+		return nil, fmt.Errorf("%s --print-config printed invalid TOML: %v", binary, err)
+	}
+	return cfg, nil
 }

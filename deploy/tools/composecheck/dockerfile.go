@@ -1,32 +1,31 @@
 package main
 
-// A deliberately small Dockerfile reader: it joins continuation lines, drops
-// comments, splits instructions into stages and reads the flags and arguments
-// of FROM, COPY, ADD, USER, CMD and ENTRYPOINT. It does not expand ARG/ENV
-// variables and refuses heredocs and a non-default escape character rather
-// than guess at them.
+// The Dockerfile as BuildKit itself reads it (its parser and typed
+// instructions: continuations, comments, the escape directive, heredocs and
+// JSON or shell forms are BuildKit's business), reduced to what the checks
+// below need: each stage's base and its COPY, ADD, USER, WORKDIR, CMD and
+// ENTRYPOINT.
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/patternmatcher"
 	"github.com/moby/patternmatcher/ignorefile"
 )
 
 type instruction struct {
-	Cmd   string            // upper case: FROM, COPY, ...
+	Cmd   string            // upper case: COPY, USER, ...
 	Flags map[string]string // --from=builder -> from: builder
-	Args  []string          // JSON form decoded, else split on white space
-	JSON  bool
+	Args  []string          // sources then destination; the USER; the command line
+	JSON  bool              // CMD/ENTRYPOINT in exec form
 	Line  int
 }
 
@@ -49,116 +48,59 @@ type dockerfile struct {
 	Cmd        []string
 }
 
-var heredocRe = regexp.MustCompile(`<<-?\s*["']?[A-Za-z_][A-Za-z0-9_]*["']?`)
-
 func parseDockerfile(p string) (*dockerfile, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	df := &dockerfile{Path: p}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1024*1024), 1024*1024)
-	lineNo, start := 0, 0
-	var buf strings.Builder
-	inDirectives := true
-	flush := func() error {
-		text := strings.TrimSpace(buf.String())
-		buf.Reset()
-		if text == "" {
-			return nil
-		}
-		return df.add(text, start)
+	ast, err := parser.Parse(f)
+	if err != nil {
+		return nil, err
 	}
-	for sc.Scan() {
-		lineNo++
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		if inDirectives {
-			if m := regexp.MustCompile(`^#\s*([a-zA-Z]+)\s*=\s*(\S+)\s*$`).FindStringSubmatch(trimmed); m != nil {
-				if strings.EqualFold(m[1], "escape") && m[2] != `\` {
-					return nil, fmt.Errorf("line %d: escape=%s is not supported by this checker", lineNo, m[2])
+	stages, _, err := instructions.Parse(ast.AST, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(stages) == 0 {
+		return nil, fmt.Errorf("no FROM instruction")
+	}
+	df := &dockerfile{Path: p}
+	for i, bs := range stages {
+		st := &stage{Name: strings.ToLower(bs.Name), Base: bs.BaseName, Index: i, Line: firstLine(bs.Location)}
+		for _, c := range bs.Commands {
+			in := instruction{Cmd: strings.ToUpper(c.Name()), Flags: map[string]string{}, Line: firstLine(c.Location())}
+			switch c := c.(type) {
+			case *instructions.CopyCommand:
+				if c.From != "" {
+					in.Flags["from"] = c.From
 				}
+				in.Args = append(append(in.Args, c.SourcePaths...), c.DestPath)
+			case *instructions.AddCommand:
+				in.Args = append(append(in.Args, c.SourcePaths...), c.DestPath)
+			case *instructions.UserCommand:
+				in.Args = []string{c.User}
+			case *instructions.WorkdirCommand:
+				in.Args = []string{c.Path}
+			case *instructions.CmdCommand:
+				in.Args, in.JSON = c.CmdLine, !c.PrependShell
+			case *instructions.EntrypointCommand:
+				in.Args, in.JSON = c.CmdLine, !c.PrependShell
+			default:
 				continue
 			}
-			inDirectives = false
+			st.Instrs = append(st.Instrs, in)
 		}
-		if strings.HasPrefix(trimmed, "#") || (trimmed == "" && buf.Len() > 0) {
-			continue // comments and empty lines inside a continuation are dropped, as docker does
-		}
-		if buf.Len() == 0 {
-			start = lineNo
-		}
-		if strings.HasSuffix(strings.TrimRight(line, " \t"), `\`) {
-			l := strings.TrimRight(line, " \t")
-			buf.WriteString(l[:len(l)-1])
-			buf.WriteString(" ")
-			continue
-		}
-		buf.WriteString(line)
-		if err := flush(); err != nil {
-			return nil, err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	if len(df.Stages) == 0 {
-		return nil, fmt.Errorf("no FROM instruction")
+		df.Stages = append(df.Stages, st)
 	}
 	return df, nil
 }
 
-func (df *dockerfile) add(text string, line int) error {
-	cmd, rest, _ := strings.Cut(text, " ")
-	cmd = strings.ToUpper(cmd)
-	rest = strings.TrimSpace(rest)
-	in := instruction{Cmd: cmd, Flags: map[string]string{}, Line: line}
-	if (cmd == "RUN" || cmd == "COPY" || cmd == "ADD") && heredocRe.MatchString(rest) {
-		return fmt.Errorf("line %d: heredocs (<<EOF) are not supported by this checker", line)
+func firstLine(loc []parser.Range) int {
+	if len(loc) == 0 {
+		return 0
 	}
-	// Leading --flags (FROM --platform, COPY --from/--chown/--link, RUN --mount).
-	for strings.HasPrefix(rest, "--") {
-		tok, tail, _ := strings.Cut(rest, " ")
-		k, v, _ := strings.Cut(strings.TrimPrefix(tok, "--"), "=")
-		if _, dup := in.Flags[k]; !dup { // RUN --mount repeats: keep the first
-			in.Flags[k] = v
-		}
-		rest = strings.TrimSpace(tail)
-	}
-	if strings.HasPrefix(rest, "[") {
-		var a []string
-		if err := json.Unmarshal([]byte(rest), &a); err == nil {
-			in.Args, in.JSON = a, true
-		}
-	}
-	if !in.JSON {
-		in.Args = strings.Fields(rest)
-	}
-	if cmd == "FROM" {
-		if len(in.Args) == 0 {
-			return fmt.Errorf("line %d: FROM without an image", line)
-		}
-		st := &stage{Base: in.Args[0], Index: len(df.Stages), Line: line}
-		if len(in.Args) >= 3 && strings.EqualFold(in.Args[1], "AS") {
-			st.Name = strings.ToLower(in.Args[2])
-		}
-		df.Stages = append(df.Stages, st)
-		return nil
-	}
-	if len(df.Stages) == 0 {
-		if cmd == "ARG" {
-			return nil // ARG before the first FROM
-		}
-		return fmt.Errorf("line %d: %s before the first FROM", line, cmd)
-	}
-	cur := df.Stages[len(df.Stages)-1]
-	cur.Instrs = append(cur.Instrs, in)
-	return nil
+	return loc[0].Start.Line
 }
 
 // stageRef resolves a stage name or index used before position `before`.

@@ -14,7 +14,9 @@
 //     bin dir, context COPY sources exist and are not excluded by
 //     .dockerignore;
 //   - each built service runs a binary the Dockerfile installs, and its
-//     --config file (TOML) parses and agrees with the compose file: broker
+//     --config file is accepted by that binary's --print-config (run from
+//     -built, the cargo build of the same sources), whose effective config,
+//     defaults included, agrees with the compose file: broker
 //     and redis hosts are services, secret env vars are set, published ports
 //     are the ones it listens on, Kafka topic names agree across services and
 //     some service creates them;
@@ -27,7 +29,7 @@
 // What it cannot see: anything only an engine or a registry knows (that an
 // image tag exists, what a base image contains, whether the build compiles).
 //
-// Usage: composecheck [-binaries a,b,c] [-bindir /usr/local/bin] [-prefix p] COMPOSE_FILE
+// Usage: composecheck -built DIR [-binaries a,b,c] [-bindir /usr/local/bin] [-prefix p] COMPOSE_FILE
 package main
 
 import (
@@ -83,9 +85,10 @@ func main() {
 	binaries := flag.String("binaries", "", "comma-separated binaries the Dockerfile(s) must copy into -bindir")
 	bindir := flag.String("bindir", "/usr/local/bin", "where the binaries must be installed")
 	prefix := flag.String("prefix", "composecheck", "prefix of every output line")
+	flag.StringVar(&binDir, "built", "", "the directory of the built hookline binaries: each service's config is read through its binary's --print-config")
 	flag.Parse()
-	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: composecheck [-binaries a,b] [-bindir dir] [-prefix p] COMPOSE_FILE")
+	if flag.NArg() != 1 || binDir == "" {
+		fmt.Fprintln(os.Stderr, "usage: composecheck -built dir [-binaries a,b] [-bindir dir] [-prefix p] COMPOSE_FILE")
 		os.Exit(2)
 	}
 	r := &reporter{prefix: *prefix}
@@ -98,6 +101,7 @@ func main() {
 	for _, b := range strings.Split(*binaries, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			want = append(want, b)
+			hooklineBinaries[b] = true
 		}
 	}
 	run(r, composeFile, want, *bindir)

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/BurntSushi/toml"
 	"go.yaml.in/yaml/v4"
 )
 
@@ -407,30 +406,15 @@ func loadContainerConfig(r *reporter, where string, argv []string, c *container,
 			r.fail("%s: --config %s: ConfigMap %s has no key %s", where, cfgPath, src, key)
 			return nil
 		}
-		var cfg map[string]any
-		if _, err := toml.Decode(text, &cfg); err != nil {
-			r.fail("%s: --config %s (ConfigMap %s): not valid TOML: %v", where, cfgPath, src, err)
+		cfg, err := effectiveConfig(argv[0], key, text)
+		if err != nil {
+			r.fail("%s: --config %s (ConfigMap %s): %v", where, cfgPath, src, err)
 			return nil
 		}
 		return cfg
 	}
 	r.fail("%s: --config %s is not in a mounted ConfigMap", where, cfgPath)
 	return nil
-}
-
-func tomlInt(cfg map[string]any, def int64, keys ...string) int64 {
-	var cur any = cfg
-	for _, k := range keys {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return def
-		}
-		cur = m[k]
-	}
-	if v, ok := cur.(int64); ok {
-		return v
-	}
-	return def
 }
 
 func portOf(addr string) int {
@@ -504,21 +488,21 @@ func checkGrace(r *reporter, where string, hc *hooklineContainer) {
 	if g := hc.w.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
 		grace = *g
 	}
-	produceS := float64(tomlInt(hc.config, 5000, "kafka", "produce_timeout_ms")) / 1000
+	produceS := float64(configInt(r, where, hc.config, "kafka", "produce_timeout_ms")) / 1000
 	var need float64
 	var why string
 	switch hc.binary {
 	case "hookline-gateway":
 		pre := preStopSeconds(hc.c)
-		drain := float64(tomlInt(hc.config, 15000, "limits", "drain_deadline_ms")) / 1000
-		grace := float64(tomlInt(hc.config, 2000, "limits", "drain_grace_ms")) / 1000
+		drain := float64(configInt(r, where, hc.config, "limits", "drain_deadline_ms")) / 1000
+		grace := float64(configInt(r, where, hc.config, "limits", "drain_grace_ms")) / 1000
 		need = float64(pre) + grace + drain + produceS
 		why = fmt.Sprintf("preStop %ds + drain_grace_ms %.0fs + drain_deadline_ms %.0fs + produce_timeout_ms %.0fs", pre, grace, drain, produceS)
 		if pre == 0 {
 			r.note("%s: no preStop sleep: requests may still be routed to a gateway that stopped accepting", where)
 		}
 	case "hookline-consumer":
-		handler := float64(tomlInt(hc.config, 10000, "handler", "timeout_ms")) / 1000
+		handler := float64(configInt(r, where, hc.config, "handler", "timeout_ms")) / 1000
 		need = handler + produceS
 		why = fmt.Sprintf("handler.timeout_ms %.0fs + produce_timeout_ms %.0fs (a dead-letter produce in hand)", handler, produceS)
 	default:
@@ -825,9 +809,9 @@ func checkGatewayMemory(r *reporter, hook []*hooklineContainer) {
 			r.fail("%s: memory limit: %v", where, err)
 			continue
 		}
-		bodies := tomlInt(hc.config, 256<<20, "limits", "max_body_buffer_bytes")
-		connections := tomlInt(hc.config, 4096, "limits", "max_connections")
-		heads := connections * tomlInt(hc.config, 64<<10, "limits", "max_header_bytes")
+		bodies := configInt(r, where, hc.config, "limits", "max_body_buffer_bytes")
+		connections := configInt(r, where, hc.config, "limits", "max_connections")
+		heads := connections * configInt(r, where, hc.config, "limits", "max_header_bytes")
 		producerQueue := int64(256 << 20) // queue.buffering.max.kbytes = 262144 (common/src/kafka.rs)
 		need := bodies + heads + producerQueue + base
 		if limit < need {

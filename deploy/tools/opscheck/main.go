@@ -7,7 +7,9 @@
 // separately, by kubernetes-validate). This checks what a schema cannot: that
 // the pieces fit together and fit the services' configs. Every container has
 // resource requests and limits and runs as non-root; each hookline container's
-// --config file is in a mounted ConfigMap and parses; its probes hit /readyz
+// --config file is in a mounted ConfigMap and its binary's --print-config
+// accepts it (the effective values, defaults included, come from the binary,
+// given with -bin-dir); its probes hit /readyz
 // and /livez on the admin port of that config; terminationGracePeriodSeconds
 // outlasts the drain (gateway: preStop + drain_grace_ms + drain_deadline_ms + produce_timeout_ms;
 // consumer: handler.timeout_ms + produce_timeout_ms); every secret file a
@@ -25,8 +27,9 @@
 // summary, a description and a runbook_url into docs/runbook.md (whose anchor
 // must exist once the runbook does), fires in at least one unit test of
 // alerts.test.yml, and every expression parses with the Prometheus PromQL
-// parser and names only metrics and labels the services export (read from
-// their Rust sources), plus the ones listed as -pending. Dashboards
+// parser and names only metrics and labels the services export (as each
+// binary's --print-metrics describes them, given with -metrics), plus the
+// ones listed as -pending. Dashboards
 // (deploy/grafana/dashboards/*.json): well-formed JSON, unique panel ids,
 // non-overlapping panels, every query on the datasource variable, every
 // variable defined, and every expression parsed and checked the same way.
@@ -59,8 +62,8 @@ func (r *reporter) fail(format string, a ...any) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: opscheck kubernetes [-prefix p] [-secret-example file] RENDERED.yaml")
-	fmt.Fprintln(os.Stderr, "       opscheck observability [-prefix p] [-root dir] [-src dir] [-pending list] [-emit-rules file]")
+	fmt.Fprintln(os.Stderr, "usage: opscheck kubernetes -bin-dir dir [-prefix p] [-secret-example file] RENDERED.yaml")
+	fmt.Fprintln(os.Stderr, "       opscheck observability [-prefix p] -metrics dir [-root dir] [-src dir] [-pending list] [-emit-rules file]")
 	os.Exit(2)
 }
 
@@ -74,15 +77,17 @@ func main() {
 	switch os.Args[1] {
 	case "kubernetes":
 		secretExample := fs.String("secret-example", "", "the example manifest of the webhook Secret, which the base leaves out")
+		fs.StringVar(&binDir, "bin-dir", "", "the directory of the built hookline binaries, whose --print-config gives each config's effective values")
 		_ = fs.Parse(os.Args[2:])
-		if fs.NArg() != 1 {
+		if fs.NArg() != 1 || binDir == "" {
 			usage()
 		}
 		r.prefix = *prefix
 		checkKubernetes(r, fs.Arg(0), *secretExample)
 	case "observability":
 		root := fs.String("root", ".", "the tree holding deploy/prometheus, deploy/grafana and docs/runbook.md")
-		src := fs.String("src", "", "the tree holding the services' Rust sources (default: -root)")
+		metricsDir := fs.String("metrics", "", "a directory of <binary>.json files, each the binary's --print-metrics output")
+		src := fs.String("src", "", "the tree holding the Rust sources the values of a few labels are read from (default: -root)")
 		pending := fs.String("pending", "", "metrics in flight in other work: name:label,label or name:* (any labels), space-separated")
 		emit := fs.String("emit-rules", "", "write the dashboards' expressions to this file as recording rules")
 		_ = fs.Parse(os.Args[2:])
@@ -93,7 +98,10 @@ func main() {
 			*src = *root
 		}
 		r.prefix = *prefix
-		checkObservability(r, *root, *src, *pending, *emit)
+		if *metricsDir == "" {
+			usage()
+		}
+		checkObservability(r, *root, *metricsDir, *src, *pending, *emit)
 	default:
 		usage()
 	}

@@ -4,6 +4,7 @@ package main
 // check of one PromQL expression against them.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,7 +23,7 @@ type metricFamily struct {
 	labels    map[string]bool
 	histogram bool
 	anyLabels bool   // a pending metric whose labels are not known yet
-	from      string // where it was found
+	from      string // the binary that exports it
 	pending   bool
 }
 
@@ -32,14 +33,18 @@ type catalog struct {
 	values map[string]map[string]map[string]bool
 }
 
-// Where the services define their metrics. Each metric's name is a string
-// literal; its labels are the next `&[...]` after it (the prometheus crate's
-// `XxxVec::new(Opts::new("name", "help"), &["label", ...])`).
-var metricSources = []string{"gateway/src", "consumer/src", "dlq-replayer/src", "reconciler/src"}
+// describedFamily is one entry of a binary's `--print-metrics` JSON.
+type describedFamily struct {
+	Name   string   `json:"name"`
+	Type   string   `json:"type"`
+	Help   string   `json:"help"`
+	Labels []string `json:"labels"`
+}
 
 // Where the values of a few labels that alert rules match on come from: every
 // snake_case string literal of these files is a possible value (a superset,
-// enough to catch a misspelt code).
+// enough to catch a misspelt code). The binaries describe metric names, types
+// and label names; the values of a label are not enumerable from them.
 var labelValueSources = map[string][]string{
 	"hookline_gateway_requests_total/outcome":           {"gateway/src/error.rs", "gateway/src/ingest.rs", "common/src/signature/mod.rs"},
 	"hookline_gateway_request_duration_seconds/outcome": {"gateway/src/error.rs", "gateway/src/ingest.rs", "common/src/signature/mod.rs"},
@@ -47,59 +52,50 @@ var labelValueSources = map[string][]string{
 	"hookline_consumer_events_total/outcome":            {"consumer/src/pipeline.rs"},
 }
 
-var (
-	nameLiteral  = regexp.MustCompile(`"(hookline_[a-z0-9_]+)"`)
-	labelList    = regexp.MustCompile(`&\[([^\]]*)\]`)
-	quoted       = regexp.MustCompile(`"([^"]*)"`)
-	snakeLiteral = regexp.MustCompile(`"([a-z][a-z0-9_]*)"`)
-)
+var snakeLiteral = regexp.MustCompile(`"([a-z][a-z0-9_]*)"`)
 
 // targetLabels are attached by Prometheus to every scraped series.
 var targetLabels = map[string]bool{"job": true, "instance": true}
 
-func loadCatalog(r *reporter, src, pending string) *catalog {
+// loadCatalog reads the metric families the binaries describe: metricsDir holds
+// one `<binary>.json` per binary, its `--print-metrics` output.
+func loadCatalog(r *reporter, metricsDir, src, pending string) *catalog {
 	c := &catalog{families: map[string]*metricFamily{}, values: map[string]map[string]map[string]bool{}}
-	for _, dir := range metricSources {
-		files, _ := filepath.Glob(filepath.Join(src, dir, "*.rs"))
-		if len(files) == 0 {
-			r.fail("metrics: no Rust sources in %s", filepath.Join(src, dir))
+	files, _ := filepath.Glob(filepath.Join(metricsDir, "*.json"))
+	if len(files) == 0 {
+		r.fail("metrics: no --print-metrics output (*.json) in %s", metricsDir)
+	}
+	for _, f := range files {
+		binary := strings.TrimSuffix(filepath.Base(f), ".json")
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			r.fail("metrics: %v", err)
+			continue
 		}
-		for _, f := range files {
-			raw, err := os.ReadFile(f)
-			if err != nil {
-				r.fail("metrics: %v", err)
+		var described []describedFamily
+		if err := json.Unmarshal(raw, &described); err != nil {
+			r.fail("metrics: %s --print-metrics is not the expected JSON: %v", binary, err)
+			continue
+		}
+		if len(described) == 0 {
+			r.fail("metrics: %s --print-metrics lists no metric", binary)
+		}
+		for _, d := range described {
+			if d.Name == "" {
+				r.fail("metrics: %s --print-metrics lists a metric without a name", binary)
 				continue
 			}
-			text := stripLineComments(string(raw))
-			locs := nameLiteral.FindAllStringSubmatchIndex(text, -1)
-			for i, loc := range locs {
-				name := text[loc[2]:loc[3]]
-				end := len(text)
-				if i+1 < len(locs) {
-					end = locs[i+1][0]
-				}
-				// Up to the end of the statement that defines it.
-				seg := text[loc[1]:end]
-				if j := strings.Index(seg, ")?"); j >= 0 {
-					seg = seg[:j+2]
-				}
-				fam := &metricFamily{name: name, labels: map[string]bool{}, from: relTo(src, f)}
-				if m := labelList.FindStringSubmatch(seg); m != nil {
-					for _, q := range quoted.FindAllStringSubmatch(m[1], -1) {
-						fam.labels[q[1]] = true
-					}
-				}
-				before := text[max(0, loc[0]-40):loc[0]]
-				fam.histogram = strings.Contains(before, "HistogramOpts::new(")
-				if old, dup := c.families[name]; dup {
-					for l := range fam.labels {
-						old.labels[l] = true
-					}
-					old.histogram = old.histogram || fam.histogram
-					continue
-				}
-				c.families[name] = fam
+			fam := c.families[d.Name]
+			if fam == nil {
+				fam = &metricFamily{name: d.Name, labels: map[string]bool{}, from: binary}
+				c.families[d.Name] = fam
+			} else {
+				fam.from += "," + binary
 			}
+			for _, l := range d.Labels {
+				fam.labels[l] = true
+			}
+			fam.histogram = fam.histogram || d.Type == "histogram"
 		}
 	}
 	for key, files := range labelValueSources {
@@ -162,26 +158,6 @@ func loadCatalog(r *reporter, src, pending string) *catalog {
 		}
 	}
 	return c
-}
-
-func stripLineComments(s string) string {
-	var b strings.Builder
-	for _, line := range strings.Split(s, "\n") {
-		if t := strings.TrimSpace(line); strings.HasPrefix(t, "//") {
-			b.WriteString("\n")
-			continue
-		}
-		b.WriteString(line)
-		b.WriteString("\n")
-	}
-	return b.String()
-}
-
-func relTo(base, p string) string {
-	if s, err := filepath.Rel(base, p); err == nil {
-		return s
-	}
-	return p
 }
 
 // family resolves a series name to its metric family and the extra label it may carry (le on _bucket).
