@@ -156,7 +156,7 @@ fn verify_benches(c: &mut Criterion) {
         let key = scheme.decode_secret(&case.secret).expect("valid secret");
         let secrets = vec![Secret::new("bench", key)];
         for (label, size) in [("1KiB", 1024), ("64KiB", 64 * 1024)] {
-            let body = body(size);
+            let body = bytes::Bytes::from(body(size));
             let now_ms = hookline_common::wire::now_ms();
             let mut headers = HeaderMap::new();
             for (name, value) in (case.headers)(&body, now_ms / 1000) {

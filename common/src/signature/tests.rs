@@ -1,6 +1,7 @@
 //! Helpers shared by the schemes' unit tests, and the property tests every header parser must pass: no input, however
 //! hostile, makes a scheme panic.
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use proptest::prelude::*;
 
@@ -46,7 +47,8 @@ pub(crate) fn check_at(
         .iter()
         .map(|(id, text)| Secret::new(*id, scheme.decode_secret(text.as_bytes()).expect("decodable test secret")))
         .collect();
-    let mut request = UnverifiedRequest::new(headers, body, now_ms).with_method(method);
+    let body = Bytes::copy_from_slice(body);
+    let mut request = UnverifiedRequest::new(headers, &body, now_ms).with_method(method);
     if let Some(url) = url {
         request = request.with_url(url);
     }
@@ -55,7 +57,7 @@ pub(crate) fn check_at(
 
 #[test]
 fn secrets_outside_their_window_are_not_tried() {
-    let body = b"Hello, World!";
+    let body = &Bytes::from_static(b"Hello, World!");
     let signature = github::sign(b"old", body);
     let headers = headers(&[("X-Hub-Signature-256", &signature)]);
     let secrets = [
@@ -74,6 +76,25 @@ fn secrets_outside_their_window_are_not_tried() {
     };
     assert_eq!(at(999), Err(VerifyError::Mismatch), "a secret before not_before is not accepted yet");
     assert_eq!(at(1_000), Ok("new".to_owned()));
+}
+
+#[test]
+fn a_proof_carries_the_bytes_it_verified_and_no_copy_of_them() {
+    let body = Bytes::from_static(b"Hello, World!");
+    let headers = headers(&[("X-Hub-Signature-256", &github::sign(b"secret", &body))]);
+    let secrets = [Secret::new("primary", b"secret".to_vec())];
+    let proof = verify(&GitHub, &UnverifiedRequest::new(&headers, &body, 0), &secrets).expect("a genuine signature");
+    assert_eq!(proof.body(), &body);
+    assert_eq!(proof.body().as_ptr(), body.as_ptr(), "the proof shares the received buffer");
+    assert_eq!(proof.provenance(), Provenance::Signature);
+    // A proof for other bytes is a different proof: the body is part of what it says.
+    let other = Bytes::from_static(b"Hello, World?");
+    let other_headers = self::headers(&[("X-Hub-Signature-256", &github::sign(b"secret", &other))]);
+    let other_proof = verify(&GitHub, &UnverifiedRequest::new(&other_headers, &other, 0), &secrets).expect("genuine");
+    assert_ne!(proof, other_proof);
+    assert!(!format!("{proof:?}").contains("Hello"), "a proof's Debug never prints the body");
+    let fetched = Verified::fetched_from_provider_api("cred", other.clone());
+    assert_eq!((fetched.body(), fetched.secret_id()), (&other, "api:cred"));
 }
 
 #[test]
@@ -222,6 +243,7 @@ proptest! {
             }
         }
         let key = Secret::new("k", b"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a".to_vec());
+        let body = Bytes::from(body);
         for scheme in all_schemes() {
             let mut request = UnverifiedRequest::new(&map, &body, now_ms);
             if let Some(url) = &url {
