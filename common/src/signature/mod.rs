@@ -229,12 +229,9 @@ impl Verified {
 /// Never prints the body (it may carry personal data); its length is enough to tell proofs apart.
 impl fmt::Debug for Verified {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Verified")
-            .field("secret_id", &self.secret_id)
-            .field("signed_headers", &self.signed_headers)
-            .field("provenance", &self.provenance)
-            .field("body_len", &self.body.len())
-            .finish()
+        let Self { secret_id, signed_headers, provenance, body } = self;
+        let body_len = body.len();
+        write!(f, "Verified {{ {provenance:?} by {secret_id:?}, covering {signed_headers:?}, {body_len} body bytes }}")
     }
 }
 
