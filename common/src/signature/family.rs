@@ -94,7 +94,8 @@ impl BodyHmac {
 
 /// Declares a provider whose whole scheme is a [`BodyHmac`]: a unit struct (with the attributes and doc comment
 /// given) whose [`Scheme`](super::Scheme) checks that signature and reads the event's identity with the rule
-/// given. Its `SIGNATURE` constant is the one place the provider's header and encoding are written.
+/// given, and the module's `sign` function. Its `SIGNATURE` constant is the one place the provider's header and
+/// encoding are written.
 macro_rules! body_hmac_provider {
     ($(#[$attribute:meta])* $provider:ident = $signature:expr, identity = $identity:expr $(,)?) => {
         $(#[$attribute])*
@@ -122,6 +123,12 @@ macro_rules! body_hmac_provider {
             fn identity(&self) -> $crate::signature::IdentityRule {
                 $identity
             }
+        }
+
+        /// The signature header's value for `body` under `key`, as the provider would send it: for tests, demos
+        /// and the load generator.
+        pub fn sign(key: &[u8], body: &[u8]) -> String {
+            $provider::SIGNATURE.sign(key, body)
         }
     };
 }

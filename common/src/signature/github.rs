@@ -14,11 +14,6 @@ body_hmac_provider! {
     ),
 }
 
-/// `sha256=<hex>` for `body` under `key`: what GitHub would send. For tests, demos and the load generator.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    GitHub::SIGNATURE.sign(key, body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,11 +14,6 @@ body_hmac_provider! {
     identity = IdentityRule::new(vec![FieldSource::pointer("/id")], vec![FieldSource::pointer("/topic")]),
 }
 
-/// The `X-Hub-Signature` value for `body`.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    Intercom::SIGNATURE.sign(key, body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,21 +17,14 @@ body_hmac_provider! {
     ),
 }
 
-/// The `X-Shopify-Hmac-Sha256` value for `body`.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    Shopify::SIGNATURE.sign(key, body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::signature::{
         VerifyError,
-        tests::{check, headers},
+        tests::{PROVIDERS_MD_BODY as BODY, PROVIDERS_MD_SECRET as SECRET, check, headers},
     };
 
-    const SECRET: &str = "test_secret_0123456789";
-    const BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
     const VECTOR: &str = "Z0xr5Eqf94t2b3OxLAeukM6e7eWeQMjn10HlQ8TkVdo=";
 
     fn run(value: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {

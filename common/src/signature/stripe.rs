@@ -69,10 +69,8 @@ pub fn sign(key: &[u8], body: &[u8], timestamp: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::tests::{check, headers};
+    use crate::signature::tests::{PROVIDERS_MD_BODY as BODY, PROVIDERS_MD_SECRET as SECRET, check, headers};
 
-    const SECRET: &str = "test_secret_0123456789";
-    const BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
     const T: i64 = 1_700_000_000;
     const VECTOR: &str = "t=1700000000,v1=3f17948b4d858184fd0a7e1ffa6d419597780d249ce7cb6132cb8569a7c61f43";
 

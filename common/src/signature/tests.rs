@@ -17,6 +17,11 @@ pub(crate) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
     map
 }
 
+/// The key of providers.md's HMAC vectors, which several providers' tests share.
+pub(crate) const PROVIDERS_MD_SECRET: &str = "test_secret_0123456789";
+/// The body of providers.md's HMAC vectors.
+pub(crate) const PROVIDERS_MD_BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
+
 /// A secret whose configured text `key` is decoded the plain way (UTF-8 bytes).
 pub(crate) fn secret(id: &str, key: &str) -> Secret {
     Secret::new(id, key.as_bytes().to_vec())

@@ -13,21 +13,13 @@ body_hmac_provider! {
     identity = IdentityRule::new(vec![FieldSource::pointer("/event_id")], vec![FieldSource::pointer("/event_type")]),
 }
 
-/// The `Typeform-Signature` value for `body`.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    Typeform::SIGNATURE.sign(key, body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::signature::{
         VerifyError,
-        tests::{check, headers},
+        tests::{PROVIDERS_MD_BODY as BODY, PROVIDERS_MD_SECRET as SECRET, check, headers},
     };
-
-    const SECRET: &str = "test_secret_0123456789";
-    const BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
 
     fn run(value: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
         check(&Typeform, &headers(&[(HEADER, value)]), body, secrets, 0)

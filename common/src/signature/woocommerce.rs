@@ -14,21 +14,13 @@ body_hmac_provider! {
     identity = IdentityRule::new(vec![FieldSource::BodySha256], vec![FieldSource::header("x-wc-webhook-topic")]),
 }
 
-/// The `X-WC-Webhook-Signature` value for `body`.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    WooCommerce::SIGNATURE.sign(key, body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::signature::{
         VerifyError,
-        tests::{check, headers},
+        tests::{PROVIDERS_MD_BODY as BODY, PROVIDERS_MD_SECRET as SECRET, check, headers},
     };
-
-    const SECRET: &str = "test_secret_0123456789";
-    const BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
 
     fn run(value: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
         check(&WooCommerce, &headers(&[(HEADER, value)]), body, secrets, 0)
