@@ -19,11 +19,9 @@ mod tests {
     use super::*;
     use crate::signature::{
         VerifyError,
-        tests::{check, headers},
+        tests::{GITHUB_DOCS_BODY as VECTOR_BODY, GITHUB_DOCS_SECRET as VECTOR_SECRET, check, headers},
     };
 
-    const VECTOR_SECRET: &str = "It's a Secret to Everybody";
-    const VECTOR_BODY: &[u8] = b"Hello, World!";
     const VECTOR_SIGNATURE: &str = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
 
     fn signed(signature: &str) -> http::HeaderMap {

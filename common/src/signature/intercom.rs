@@ -19,11 +19,8 @@ mod tests {
     use super::*;
     use crate::signature::{
         VerifyError,
-        tests::{check, headers},
+        tests::{GITHUB_DOCS_BODY as BODY, GITHUB_DOCS_SECRET as SECRET, check, headers},
     };
-
-    const SECRET: &str = "It's a Secret to Everybody";
-    const BODY: &[u8] = b"Hello, World!";
 
     fn run(value: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
         check(&Intercom, &headers(&[(HEADER, value)]), body, secrets, 0)

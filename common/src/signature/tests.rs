@@ -22,6 +22,11 @@ pub(crate) const PROVIDERS_MD_SECRET: &str = "test_secret_0123456789";
 /// The body of providers.md's HMAC vectors.
 pub(crate) const PROVIDERS_MD_BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
 
+/// The key of GitHub's documented HMAC example, which Intercom's tests reuse (same construction, SHA-1).
+pub(crate) const GITHUB_DOCS_SECRET: &str = "It's a Secret to Everybody";
+/// The body of GitHub's documented HMAC example.
+pub(crate) const GITHUB_DOCS_BODY: &[u8] = b"Hello, World!";
+
 /// A secret whose configured text `key` is decoded the plain way (UTF-8 bytes).
 pub(crate) fn secret(id: &str, key: &str) -> Secret {
     Secret::new(id, key.as_bytes().to_vec())
