@@ -208,6 +208,27 @@ pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<O
     Ok(records)
 }
 
+/// The partition ids of `topic`, ascending, as the broker's metadata lists them; an error when the topic is
+/// unknown or has none. Blocking: call off the runtime.
+pub fn partitions_of<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<i32>, KafkaError> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let mut partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    if partitions.is_empty() {
+        return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition));
+    }
+    partitions.sort_unstable();
+    Ok(partitions)
+}
+
 /// Calls `visit` with every record of `topic` up to each partition's high watermark at the moment of the call
 /// (in offset order within a partition), without keeping them: for topics too large to hold in memory.
 /// Reads by assignment: joins no group and commits nothing. Blocking: call off the runtime.
@@ -227,16 +248,7 @@ pub fn visit_topic(
         .set("fetch.message.max.bytes", "16777216")
         .set_log_level(RDKafkaLogLevel::Warning)
         .create_with_context(QuietContext::new("topic-reader"))?;
-    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic && t.error().is_none())
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition));
-    }
+    let partitions = partitions_of(&consumer, topic, timeout)?;
     // The last offset to read in each partition that holds anything.
     let mut last_offsets: HashMap<i32, i64> = HashMap::new();
     let mut assignment = TopicPartitionList::new();
