@@ -3,7 +3,7 @@
 //! only what is its own: names, identity rule, handshake, documentation.
 //!
 //! - [`BodyHmac`]: an HMAC of the raw body in one header, hex or base64, with an optional prefix (GitHub,
-//!   Shopify, WooCommerce, Typeform, Intercom, Linear); [`body_hmac_provider!`] declares a provider that is
+//!   Shopify, WooCommerce, Typeform, Intercom, Linear); `body_hmac_provider!` declares a provider that is
 //!   nothing more.
 //! - [`VersionedHmac`]: `v0=<hex>` over `"v0:<timestamp>:" + body` (Slack, Zoom).
 //! - [`TimestampedList`]: a `t=<unix s>,v1=<hex>,...` header over `"<t><separator>" + body` (Stripe, Paddle).
