@@ -30,6 +30,13 @@ struct Case {
     headers: SignHeaders,
 }
 
+impl Case {
+    /// A scheme keyed with the bench's HMAC secret, [`SECRET`].
+    fn hmac(scheme: &'static str, headers: SignHeaders) -> Self {
+        Self { scheme, secret: SECRET.into(), headers }
+    }
+}
+
 fn ed25519_key() -> ed25519_dalek::SigningKey {
     ed25519_dalek::SigningKey::from_bytes(&[7; 32])
 }
@@ -40,18 +47,10 @@ fn p256_key() -> p256::ecdsa::SigningKey {
 
 fn cases() -> Vec<Case> {
     vec![
-        Case {
-            scheme: "github",
-            secret: SECRET.into(),
-            headers: |body, _| {
-                vec![("x-hub-signature-256", github::sign(SECRET.as_bytes(), body)), ("x-github-delivery", ID.into())]
-            },
-        },
-        Case {
-            scheme: "stripe",
-            secret: SECRET.into(),
-            headers: |body, now| vec![("stripe-signature", stripe::sign(SECRET.as_bytes(), body, now))],
-        },
+        Case::hmac("github", |body, _| {
+            vec![("x-hub-signature-256", github::sign(SECRET.as_bytes(), body)), ("x-github-delivery", ID.into())]
+        }),
+        Case::hmac("stripe", |body, now| vec![("stripe-signature", stripe::sign(SECRET.as_bytes(), body, now))]),
         Case {
             scheme: "standard_webhooks",
             secret: WHSEC.into(),
@@ -64,43 +63,23 @@ fn cases() -> Vec<Case> {
                 ]
             },
         },
-        Case {
-            scheme: "shopify",
-            secret: SECRET.into(),
-            headers: |body, _| vec![("x-shopify-hmac-sha256", shopify::sign(SECRET.as_bytes(), body))],
-        },
-        Case {
-            scheme: "slack",
-            secret: SECRET.into(),
-            headers: |body, now| {
-                vec![
-                    ("x-slack-signature", slack::sign(SECRET.as_bytes(), body, now)),
-                    ("x-slack-request-timestamp", now.to_string()),
-                ]
-            },
-        },
-        Case {
-            scheme: "paddle",
-            secret: SECRET.into(),
-            headers: |body, now| vec![("paddle-signature", paddle::sign(SECRET.as_bytes(), body, now))],
-        },
-        Case {
-            scheme: "twitch",
-            secret: SECRET.into(),
-            headers: |body, now| {
-                let timestamp = rfc3339(now);
-                vec![
-                    ("twitch-eventsub-message-id", ID.into()),
-                    ("twitch-eventsub-message-timestamp", timestamp.clone()),
-                    ("twitch-eventsub-message-signature", twitch::sign(SECRET.as_bytes(), ID, &timestamp, body)),
-                ]
-            },
-        },
-        Case {
-            scheme: "typeform",
-            secret: SECRET.into(),
-            headers: |body, _| vec![("typeform-signature", typeform::sign(SECRET.as_bytes(), body))],
-        },
+        Case::hmac("shopify", |body, _| vec![("x-shopify-hmac-sha256", shopify::sign(SECRET.as_bytes(), body))]),
+        Case::hmac("slack", |body, now| {
+            vec![
+                ("x-slack-signature", slack::sign(SECRET.as_bytes(), body, now)),
+                ("x-slack-request-timestamp", now.to_string()),
+            ]
+        }),
+        Case::hmac("paddle", |body, now| vec![("paddle-signature", paddle::sign(SECRET.as_bytes(), body, now))]),
+        Case::hmac("twitch", |body, now| {
+            let timestamp = rfc3339(now);
+            vec![
+                ("twitch-eventsub-message-id", ID.into()),
+                ("twitch-eventsub-message-timestamp", timestamp.clone()),
+                ("twitch-eventsub-message-signature", twitch::sign(SECRET.as_bytes(), ID, &timestamp, body)),
+            ]
+        }),
+        Case::hmac("typeform", |body, _| vec![("typeform-signature", typeform::sign(SECRET.as_bytes(), body))]),
         Case {
             scheme: "discord",
             secret: hex::encode(ed25519_key().verifying_key().to_bytes()).into_bytes(),
@@ -156,7 +135,7 @@ fn verify_benches(c: &mut Criterion) {
         let key = scheme.decode_secret(&case.secret).expect("valid secret");
         let secrets = vec![Secret::new("bench", key)];
         for (label, size) in [("1KiB", 1024), ("64KiB", 64 * 1024)] {
-            let body = body(size);
+            let body = bytes::Bytes::from(body(size));
             let now_ms = hookline_common::wire::now_ms();
             let mut headers = HeaderMap::new();
             for (name, value) in (case.headers)(&body, now_ms / 1000) {

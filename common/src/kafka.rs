@@ -25,20 +25,34 @@ use crate::config::{KafkaConfig, refused_property};
 /// deadline the caller waits for, and a bounded local queue so a slow broker turns into fast refusals
 /// instead of unbounded memory.
 pub fn producer_config(kafka: &KafkaConfig) -> ClientConfig {
+    let message_timeout_ms = kafka.produce_timeout_ms.to_string();
+    client_config(
+        kafka,
+        &[
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("message.timeout.ms", &message_timeout_ms),
+            ("linger.ms", "2"),
+            ("compression.type", "lz4"),
+            ("queue.buffering.max.messages", "100000"),
+            ("queue.buffering.max.kbytes", "262144"),
+            ("message.max.bytes", "16777216"),
+            ("socket.keepalive.enable", "true"),
+        ],
+    )
+}
+
+/// What every client shares: the brokers, [`RECONNECT_BACKOFF_MAX_MS`] and warnings-only logging, then the
+/// role's own `settings`, then the operator's `kafka.properties` (those that would break a guarantee skipped).
+fn client_config(kafka: &KafkaConfig, settings: &[(&str, &str)]) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &kafka.brokers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("message.timeout.ms", kafka.produce_timeout_ms.to_string())
-        .set("linger.ms", "2")
-        .set("compression.type", "lz4")
-        .set("queue.buffering.max.messages", "100000")
-        .set("queue.buffering.max.kbytes", "262144")
-        .set("message.max.bytes", "16777216")
-        .set("socket.keepalive.enable", "true")
         .set("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX_MS)
         .set_log_level(RDKafkaLogLevel::Warning);
+    for (key, value) in settings {
+        config.set(*key, *value);
+    }
     apply_properties(&mut config, kafka);
     config
 }
@@ -50,29 +64,27 @@ const RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 /// Consumer settings for at-least-once delivery into the handler: offsets are stored by the application
 /// only once an event is fully handled, and auto-committed from that store (also on revoke and close).
 pub fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &kafka.brokers)
-        .set("group.id", group_id)
-        .set("enable.auto.commit", "true")
-        .set("auto.commit.interval.ms", "1000")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("session.timeout.ms", "10000")
-        .set("max.poll.interval.ms", "300000")
-        // Bounds prefetch memory when processing is slower than producing (rust-rdkafka #650).
-        .set("queued.max.messages.kbytes", "65536")
-        .set("fetch.message.max.bytes", "16777216")
-        // A consumer reading two topics (inbound and retry) where one is idle otherwise waits the broker's
-        // default 500 ms on the idle one between fetches of the busy one: measured, it capped one busy
-        // partition at about 2,000 records/s.
-        .set("fetch.wait.max.ms", "50")
-        .set("isolation.level", "read_committed")
-        .set("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX_MS)
-        .set_log_level(RDKafkaLogLevel::Warning);
-    apply_properties(&mut config, kafka);
-    config
+    client_config(
+        kafka,
+        &[
+            ("group.id", group_id),
+            ("enable.auto.commit", "true"),
+            ("auto.commit.interval.ms", "1000"),
+            ("enable.auto.offset.store", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("session.timeout.ms", "10000"),
+            ("max.poll.interval.ms", "300000"),
+            // Bounds prefetch memory when processing is slower than producing (rust-rdkafka #650).
+            ("queued.max.messages.kbytes", "65536"),
+            ("fetch.message.max.bytes", "16777216"),
+            // A consumer reading two topics (inbound and retry) where one is idle otherwise waits the broker's
+            // default 500 ms on the idle one between fetches of the busy one: measured, it capped one busy
+            // partition at about 2,000 records/s.
+            ("fetch.wait.max.ms", "50"),
+            ("isolation.level", "read_committed"),
+        ],
+    )
 }
 
 fn apply_properties(config: &mut ClientConfig, kafka: &KafkaConfig) {
@@ -196,6 +208,27 @@ pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<O
     Ok(records)
 }
 
+/// The partition ids of `topic`, ascending, as the broker's metadata lists them; an error when the topic is
+/// unknown or has none. Blocking: call off the runtime.
+pub fn partitions_of<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<i32>, KafkaError> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let mut partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    if partitions.is_empty() {
+        return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition));
+    }
+    partitions.sort_unstable();
+    Ok(partitions)
+}
+
 /// Calls `visit` with every record of `topic` up to each partition's high watermark at the moment of the call
 /// (in offset order within a partition), without keeping them: for topics too large to hold in memory.
 /// Reads by assignment: joins no group and commits nothing. Blocking: call off the runtime.
@@ -215,16 +248,7 @@ pub fn visit_topic(
         .set("fetch.message.max.bytes", "16777216")
         .set_log_level(RDKafkaLogLevel::Warning)
         .create_with_context(QuietContext::new("topic-reader"))?;
-    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic && t.error().is_none())
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition));
-    }
+    let partitions = partitions_of(&consumer, topic, timeout)?;
     // The last offset to read in each partition that holds anything.
     let mut last_offsets: HashMap<i32, i64> = HashMap::new();
     let mut assignment = TopicPartitionList::new();
@@ -255,4 +279,34 @@ pub fn visit_topic(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn producer_and_consumer_carry_the_shared_settings_and_their_own() {
+        let kafka = KafkaConfig {
+            brokers: "broker-a:9092,broker-b:9092".to_owned(),
+            properties: [("client.rack".to_owned(), "rack-1".to_owned())].into(),
+            ..KafkaConfig::default()
+        };
+        let timeout = kafka.produce_timeout_ms.to_string();
+        let producer = producer_config(&kafka);
+        let consumer = consumer_config(&kafka, "group-1");
+        for config in [&producer, &consumer] {
+            assert_eq!(config.get("bootstrap.servers"), Some("broker-a:9092,broker-b:9092"));
+            assert_eq!(config.get("reconnect.backoff.max.ms"), Some(RECONNECT_BACKOFF_MAX_MS));
+            assert_eq!(config.get("client.rack"), Some("rack-1"), "the operator's properties come last");
+            assert!(matches!(config.log_level, RDKafkaLogLevel::Warning));
+        }
+        assert_eq!(producer.get("acks"), Some("all"));
+        assert_eq!(producer.get("message.timeout.ms"), Some(timeout.as_str()));
+        assert_eq!(producer.get("group.id"), None);
+        assert_eq!(consumer.get("group.id"), Some("group-1"));
+        assert_eq!(consumer.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(consumer.get("isolation.level"), Some("read_committed"));
+        assert_eq!(consumer.get("enable.idempotence"), None);
+    }
 }

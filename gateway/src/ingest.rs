@@ -317,7 +317,7 @@ impl Ingest {
             ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&parts.headers, &body)),
         };
         let accepted_reply = source.scheme.accepted_reply(&unverified);
-        let webhook = VerifiedWebhook::new(proof, meta, body.clone(), &source.topic)
+        let webhook = VerifiedWebhook::new(proof, meta, &source.topic)
             .with_provider_event_id(identity.provider_event_id)
             .with_forwarded_headers(forwarded_headers(source, &parts.headers));
 

@@ -1,7 +1,9 @@
 //! Producing a verified webhook to the inbound topic, and waiting for the broker's acknowledgement.
 //!
-//! Only a [`VerifiedWebhook`] can be produced, and only a [`Verified`] proof from a signature scheme can make one:
-//! the type system keeps unverified bytes away from Kafka.
+//! Only a [`VerifiedWebhook`] can be produced, and only a [`Verified`] proof can make one. The proof carries the
+//! exact bytes it vouches for (the body `signature::verify` checked, shared, not copied) and the webhook takes its
+//! body from the proof: there is no parameter through which other bytes could enter. So the type system, not a
+//! convention at the call site, keeps unverified bytes away from Kafka.
 
 use std::time::Duration;
 
@@ -20,6 +22,9 @@ use rdkafka::{
 };
 
 /// A request body whose signature verified, with the metadata it will carry into Kafka.
+///
+/// Compile-level guarantee: `body` is private and set only in [`VerifiedWebhook::new`], from the proof's own
+/// bytes; a caller holding a proof for one body cannot produce another.
 #[derive(Debug)]
 pub struct VerifiedWebhook {
     meta: EventMeta,
@@ -32,9 +37,10 @@ pub struct VerifiedWebhook {
 }
 
 impl VerifiedWebhook {
-    /// `proof` must be the result of verifying exactly this body; the secret id comes from it.
-    pub fn new(proof: Verified, mut meta: EventMeta, body: Bytes, topic: impl Into<String>) -> Self {
+    /// The webhook for the bytes `proof` verified; the secret id comes from the proof too.
+    pub fn new(proof: Verified, mut meta: EventMeta, topic: impl Into<String>) -> Self {
         meta.secret_id = proof.secret_id().to_owned();
+        let body = proof.body().clone();
         Self { meta, body, topic: topic.into(), forwarded: Vec::new(), provider_event_id: None }
     }
 
@@ -56,6 +62,11 @@ impl VerifiedWebhook {
 
     pub fn topic(&self) -> &str {
         &self.topic
+    }
+
+    /// The bytes that will be produced: those the proof verified.
+    pub fn body(&self) -> &Bytes {
+        &self.body
     }
 
     fn headers(&self) -> OwnedHeaders {
@@ -127,5 +138,47 @@ impl EventProducer {
     /// Waits for queued records to be delivered. Blocking: call off the runtime.
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
         self.producer.flush(timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use hookline_common::{
+        signature::{self, GitHub, Secret, UnverifiedRequest},
+        wire::EventMeta,
+    };
+    use http::{HeaderMap, HeaderValue};
+
+    use super::VerifiedWebhook;
+
+    fn meta() -> EventMeta {
+        EventMeta {
+            source: "github".to_owned(),
+            event_id: "delivery-1".to_owned(),
+            event_type: Some("push".to_owned()),
+            received_at_ms: 1_700_000_000_000,
+            content_type: None,
+            secret_id: String::new(),
+            ordering_key: None,
+        }
+    }
+
+    #[test]
+    fn a_webhook_carries_the_very_bytes_its_proof_verified() {
+        let body = Bytes::from_static(br#"{"zen":"Keep it logically awesome."}"#);
+        let mut headers = HeaderMap::new();
+        let value = signature::github::sign(b"secret", &body);
+        headers.insert("x-hub-signature-256", HeaderValue::from_str(&value).expect("ASCII"));
+        let secrets = [Secret::new("primary", b"secret".to_vec())];
+        let request = UnverifiedRequest::new(&headers, &body, 0);
+        let proof = signature::verify(&GitHub, &request, &secrets).expect("a genuine signature");
+        assert_eq!(proof.body(), &body);
+
+        let webhook = VerifiedWebhook::new(proof, meta(), "inbound");
+        assert_eq!(webhook.body(), &body);
+        // The same allocation: the proof and the webhook share the received buffer, nothing was copied.
+        assert_eq!(webhook.body().as_ptr(), body.as_ptr());
+        assert_eq!(webhook.meta().secret_id, "primary");
     }
 }

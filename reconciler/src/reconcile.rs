@@ -317,8 +317,10 @@ impl Reconciler {
         event: &ProviderEvent,
         body: bytes::Bytes,
     ) -> Result<(), ReconcileError> {
-        let proof = Verified::fetched_from_provider_api(&source.credential.id);
+        // The proof owns the fetched bytes; everything below reads them from it.
+        let proof = Verified::fetched_from_provider_api(&source.credential.id, body);
         debug_assert_eq!(proof.provenance(), Provenance::ProviderApi);
+        let body = proof.body();
         let meta = EventMeta {
             source: source.name.clone(),
             event_id: event.id.clone(),
@@ -326,7 +328,7 @@ impl Reconciler {
             received_at_ms: wire::now_ms(),
             content_type: Some("application/json".to_owned()),
             secret_id: proof.secret_id().to_owned(),
-            ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&http::HeaderMap::new(), &body)),
+            ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&http::HeaderMap::new(), body)),
         };
         let headers = meta.to_headers().insert(Header { key: header::ORIGIN, value: Some(wire::origin::RECONCILED) });
         let topic = source.topic.as_deref().unwrap_or(&self.config.kafka.inbound_topic);

@@ -79,7 +79,8 @@ fn verify_with(
     let key = scheme.decode_secret(secret_text.as_bytes()).expect("secret");
     let secrets = [Secret::new("sdk", key)];
     let (headers, body, url) = request;
-    let mut unverified = UnverifiedRequest::new(headers, body, now_s * 1000);
+    let body = bytes::Bytes::copy_from_slice(body);
+    let mut unverified = UnverifiedRequest::new(headers, &body, now_s * 1000);
     if let Some(url) = url {
         unverified = unverified.with_url(url);
     }

@@ -18,8 +18,10 @@
 use ed25519_dalek::{Signature, VerifyingKey};
 
 use super::{
-    FieldSource, Handshake, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{ParsedKeys, Tolerance, check_timestamp_header, hex_of_len, required_header},
+    AcceptedReply, FieldSource, Handshake, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest,
+    VerifyError,
+    family::TimestampedPublicKey,
+    support::{Tolerance, hex_of_len},
 };
 
 /// Discord documents no window; ours, like Stripe's and Slack's.
@@ -28,15 +30,15 @@ pub const DEFAULT_TOLERANCE_S: u64 = 300;
 const SIGNATURE: &str = "X-Signature-Ed25519";
 const TIMESTAMP: &str = "X-Signature-Timestamp";
 
+/// Discord's scheme: the timestamp window, and the application public keys parsed so far.
 #[derive(Debug)]
 pub struct Discord {
-    tolerance: Tolerance,
-    keys: ParsedKeys<VerifyingKey>,
+    signed: TimestampedPublicKey<VerifyingKey>,
 }
 
 impl Discord {
     pub fn new(tolerance: Tolerance) -> Self {
-        Self { tolerance, keys: ParsedKeys::default() }
+        Self { signed: TimestampedPublicKey::new(SIGNATURE, TIMESTAMP, tolerance) }
     }
 }
 
@@ -64,35 +66,25 @@ impl Scheme for Discord {
         let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
         let bytes = hex_of_len(text.trim(), 32).ok_or("the public key must be 64 hex digits")?;
         let key = verifying_key(&bytes).ok_or("the public key is not a valid Ed25519 point")?;
-        self.keys.remember(&bytes, key);
+        self.signed.keys.remember(&bytes, key);
         Ok(bytes)
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, "x-signature-ed25519", SIGNATURE)?;
-        let timestamp = required_header(request.headers, "x-signature-timestamp", TIMESTAMP)?;
-        check_timestamp_header(self.tolerance, timestamp, TIMESTAMP, request.now_ms)?;
-        let signature = hex_of_len(value, 64).ok_or(VerifyError::malformed(SIGNATURE))?;
-        let signature = Signature::from_slice(&signature).map_err(|_| VerifyError::malformed(SIGNATURE))?;
-        let mut message = Vec::with_capacity(timestamp.len() + request.body.len());
-        message.extend_from_slice(timestamp.as_bytes());
-        message.extend_from_slice(request.body);
-        secrets
-            .iter()
-            .find(|secret| {
-                self.keys
-                    .get_or_parse(secret.key(), verifying_key)
-                    .is_some_and(|key| key.verify_strict(&message, &signature).is_ok())
-            })
-            .map(|secret| Verified::by(secret))
-            .ok_or(VerifyError::Mismatch)
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        self.signed.verify(
+            request,
+            secrets,
+            verifying_key,
+            |value| Signature::from_slice(&hex_of_len(value, 64)?).ok(),
+            |key, message, signature| key.verify_strict(message, signature).is_ok(),
+        )
     }
 
     fn identity(&self) -> IdentityRule {
         IdentityRule::new(vec![FieldSource::pointer("/id")], vec![FieldSource::pointer("/type")])
     }
 
-    fn accepted_reply(&self, request: &UnverifiedRequest<'_>) -> Option<super::AcceptedReply> {
+    fn accepted_reply(&self, request: &UnverifiedRequest<'_>) -> Option<AcceptedReply> {
         let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
         let reply: &[u8] = match body.get("type")?.as_u64()? {
             2 | 5 => br#"{"type":5}"#,
@@ -100,7 +92,7 @@ impl Scheme for Discord {
             4 => br#"{"type":8,"data":{"choices":[]}}"#,
             _ => return None,
         };
-        Some(super::AcceptedReply { status: 200, content_type: "application/json", body: reply.to_vec() })
+        Some(AcceptedReply { status: 200, content_type: "application/json", body: reply.to_vec() })
     }
 
     fn handshake(&self, request: &UnverifiedRequest<'_>, _secret: &Secret) -> Option<Handshake> {
@@ -111,6 +103,7 @@ impl Scheme for Discord {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
     use ed25519_dalek::{Signer, SigningKey};
 
     use super::*;
@@ -203,7 +196,9 @@ mod tests {
     #[test]
     fn other_interactions_get_a_deferred_response() {
         let headers = headers(&[]);
-        let reply = |body: &[u8]| Discord::default().accepted_reply(&UnverifiedRequest::new(&headers, body, 0));
+        let reply = |body: &[u8]| {
+            Discord::default().accepted_reply(&UnverifiedRequest::new(&headers, &Bytes::copy_from_slice(body), 0))
+        };
         assert_eq!(reply(BODY).map(|r| (r.status, r.body)), Some((200, br#"{"type":5}"#.to_vec())));
         assert_eq!(reply(br#"{"id":"1","type":3}"#).map(|r| r.body), Some(br#"{"type":6}"#.to_vec()));
         assert_eq!(
@@ -216,10 +211,15 @@ mod tests {
     #[test]
     fn ping_is_answered_with_type_1() {
         let headers = headers(&[]);
-        let ping = UnverifiedRequest::new(&headers, br#"{"id":"1","type":1}"#, 0);
+        let ping = Bytes::from_static(br#"{"id":"1","type":1}"#);
+        let ping = UnverifiedRequest::new(&headers, &ping, 0);
         let reply = Discord::default().handshake(&ping, &secret("a", "k"));
         assert_eq!(reply.map(|r| r.body), Some(br#"{"type":1}"#.to_vec()));
-        assert_eq!(Discord::default().handshake(&UnverifiedRequest::new(&headers, BODY, 0), &secret("a", "k")), None);
+        assert_eq!(
+            Discord::default()
+                .handshake(&UnverifiedRequest::new(&headers, &Bytes::copy_from_slice(BODY), 0), &secret("a", "k")),
+            None
+        );
         assert_eq!(Discord::default().identity().identify(&headers, BODY).event_type.as_deref(), Some("2"));
     }
 }

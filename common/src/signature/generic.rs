@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 pub use super::support::Algorithm;
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{BASE64_LENIENT, Tolerance, first_hmac_match, parse_unix},
 };
 
@@ -182,14 +182,6 @@ impl GenericHmac {
             tolerance,
         })
     }
-
-    fn digest_len(&self) -> usize {
-        match self.algorithm {
-            Algorithm::Sha1 => 20,
-            Algorithm::Sha256 => 32,
-            Algorithm::Sha512 => 64,
-        }
-    }
 }
 
 fn text_of<'a>(request: &UnverifiedRequest<'a>, name: &HeaderName) -> Result<&'a str, VerifyError> {
@@ -215,7 +207,7 @@ impl Scheme for GenericHmac {
         }
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
         let malformed = || VerifyError::MalformedSignature(Cow::Owned(self.signature_header.as_str().to_owned()));
         let value = text_of(request, &self.signature_header)?;
         let encoded = value.trim().strip_prefix(self.prefix.as_str()).ok_or_else(malformed)?;
@@ -223,7 +215,7 @@ impl Scheme for GenericHmac {
             Encoding::Hex => hex::decode(encoded).ok(),
             Encoding::Base64 => BASE64_LENIENT.decode(encoded).ok(),
         }
-        .filter(|bytes| bytes.len() == self.digest_len())
+        .filter(|bytes| bytes.len() == self.algorithm.digest_len())
         .ok_or_else(malformed)?;
         let id = self.id_header.as_ref().map(|name| text_of(request, name)).transpose()?;
         let timestamp_text = self.timestamp_header.as_ref().map(|name| text_of(request, name)).transpose()?;
@@ -241,7 +233,7 @@ impl Scheme for GenericHmac {
                 Part::Literal(bytes) => bytes.as_slice(),
                 Part::Id => id.unwrap_or_default().as_bytes(),
                 Part::Timestamp => timestamp_text.unwrap_or_default().as_bytes(),
-                Part::Body => request.body,
+                Part::Body => request.body.as_ref(),
             })
             .collect();
         // `new` refuses an id or timestamp header that the template does not sign.

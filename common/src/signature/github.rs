@@ -2,46 +2,26 @@
 //! Event id from `X-GitHub-Delivery` (stable across redeliveries), type from `X-GitHub-Event`.
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{Algorithm, first_hmac_match, hex_of_len, hmac, required_header},
+    FieldSource, IdentityRule,
+    family::{BodyHmac, body_hmac_provider},
 };
 
-const SIGNATURE_HEADER: &str = "x-hub-signature-256";
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct GitHub;
-
-impl Scheme for GitHub {
-    fn name(&self) -> &'static str {
-        "github"
-    }
-
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, SIGNATURE_HEADER, "X-Hub-Signature-256")?;
-        let signature = value
-            .strip_prefix("sha256=")
-            .and_then(|digest| hex_of_len(digest, 32))
-            .ok_or(VerifyError::malformed("X-Hub-Signature-256"))?;
-        first_hmac_match(Algorithm::Sha256, secrets, &[request.body], &[signature])
-    }
-
-    fn identity(&self) -> IdentityRule {
-        IdentityRule::new(vec![FieldSource::header("x-github-delivery")], vec![FieldSource::header("x-github-event")])
-    }
-}
-
-/// `sha256=<hex>` for `body` under `key`: what GitHub would send. For tests, demos and the load generator.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    format!("sha256={}", hex::encode(hmac(Algorithm::Sha256, key, &[body])))
+body_hmac_provider! {
+    GitHub = BodyHmac::hex("github", "X-Hub-Signature-256").prefixed("sha256="),
+    identity = IdentityRule::new(
+        vec![FieldSource::header("x-github-delivery")],
+        vec![FieldSource::header("x-github-event")],
+    ),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::tests::{check, headers};
+    use crate::signature::{
+        VerifyError,
+        tests::{GITHUB_DOCS_BODY as VECTOR_BODY, GITHUB_DOCS_SECRET as VECTOR_SECRET, check, headers},
+    };
 
-    const VECTOR_SECRET: &str = "It's a Secret to Everybody";
-    const VECTOR_BODY: &[u8] = b"Hello, World!";
     const VECTOR_SIGNATURE: &str = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
 
     fn signed(signature: &str) -> http::HeaderMap {

@@ -6,7 +6,7 @@
 use sha2::{Digest, Sha256};
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{equal, required_header},
 };
 
@@ -20,13 +20,13 @@ impl Scheme for GitLabToken {
         "gitlab"
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
         let token = required_header(request.headers, "x-gitlab-token", HEADER)?;
         let presented = Sha256::digest(token.as_bytes());
         secrets
             .iter()
             .find(|secret| equal(&Sha256::digest(secret.key()), &presented))
-            .map(|secret| Verified::by(secret))
+            .map(|secret| SignatureMatch::by(secret))
             .ok_or(VerifyError::Mismatch)
     }
 

@@ -7,7 +7,7 @@
 //! body's SHA-256 (identical retries share it) and each event's `eventId` stays in the body for the handler.
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{Algorithm, BASE64, Tolerance, base64_of_len, first_hmac_match, hmac, parse_unix, required_header},
 };
 use base64::Engine;
@@ -74,7 +74,7 @@ impl Scheme for HubSpot {
         "hubspot"
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
         let value = required_header(request.headers, "x-hubspot-signature-v3", SIGNATURE)?;
         let timestamp_text = required_header(request.headers, "x-hubspot-request-timestamp", TIMESTAMP)?;
         let signature = base64_of_len(value, 32).ok_or(VerifyError::malformed(SIGNATURE))?;

@@ -2,46 +2,25 @@
 //! still a sound MAC; it is what Intercom sends.) Event id and type from the body (`id`, `topic`).
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{Algorithm, first_hmac_match, hex_of_len, hmac, required_header},
+    FieldSource, IdentityRule,
+    family::{BodyHmac, body_hmac_provider},
+    support::Algorithm,
 };
 
 const HEADER: &str = "X-Hub-Signature";
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Intercom;
-
-impl Scheme for Intercom {
-    fn name(&self) -> &'static str {
-        "intercom"
-    }
-
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, "x-hub-signature", HEADER)?;
-        let signature = value
-            .strip_prefix("sha1=")
-            .and_then(|digest| hex_of_len(digest, 20))
-            .ok_or(VerifyError::malformed(HEADER))?;
-        first_hmac_match(Algorithm::Sha1, secrets, &[request.body], &[signature])
-    }
-
-    fn identity(&self) -> IdentityRule {
-        IdentityRule::new(vec![FieldSource::pointer("/id")], vec![FieldSource::pointer("/topic")])
-    }
-}
-
-/// The `X-Hub-Signature` value for `body`.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    format!("sha1={}", hex::encode(hmac(Algorithm::Sha1, key, &[body])))
+body_hmac_provider! {
+    Intercom = BodyHmac::hex("intercom", HEADER).prefixed("sha1=").hashed_with(Algorithm::Sha1),
+    identity = IdentityRule::new(vec![FieldSource::pointer("/id")], vec![FieldSource::pointer("/topic")]),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::tests::{check, headers};
-
-    const SECRET: &str = "It's a Secret to Everybody";
-    const BODY: &[u8] = b"Hello, World!";
+    use crate::signature::{
+        VerifyError,
+        tests::{GITHUB_DOCS_BODY as BODY, GITHUB_DOCS_SECRET as SECRET, check, headers},
+    };
 
     fn run(value: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
         check(&Intercom, &headers(&[(HEADER, value)]), body, secrets, 0)

@@ -3,13 +3,15 @@
 //! either way. Event id from `Linear-Delivery`, type from `Linear-Event` (then the body's `type`).
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{Algorithm, Tolerance, first_hmac_match, hex_of_len, hmac, json_field, required_header},
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
+    family::BodyHmac,
+    support::{Tolerance, json_field},
 };
 
 /// Linear's documented window (seconds).
 pub const DEFAULT_TOLERANCE_S: u64 = 60;
 const HEADER: &str = "Linear-Signature";
+const SIGNED: BodyHmac = BodyHmac::hex("linear", HEADER);
 
 #[derive(Debug, Clone, Copy)]
 pub struct Linear {
@@ -24,20 +26,18 @@ impl Linear {
 
 impl Scheme for Linear {
     fn name(&self) -> &'static str {
-        "linear"
+        SIGNED.name()
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, "linear-signature", HEADER)?;
-        let signature = hex_of_len(value.trim(), 32).ok_or(VerifyError::malformed(HEADER))?;
-        let verified = first_hmac_match(Algorithm::Sha256, secrets, &[request.body], &[signature])?;
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        let matched = SIGNED.verify(request, secrets)?;
         if let Some(tolerance) = self.tolerance {
             let timestamp_ms = json_field(request.body, "/webhookTimestamp")
                 .and_then(|value| value.as_i64())
                 .ok_or(VerifyError::MissingTimestamp("webhookTimestamp"))?;
             tolerance.check(timestamp_ms, request.now_ms)?;
         }
-        Ok(verified)
+        Ok(matched)
     }
 
     fn identity(&self) -> IdentityRule {
@@ -53,7 +53,7 @@ impl Scheme for Linear {
 
 /// The `Linear-Signature` value for `body`.
 pub fn sign(key: &[u8], body: &[u8]) -> String {
-    hex::encode(hmac(Algorithm::Sha256, key, &[body]))
+    SIGNED.sign(key, body)
 }
 
 #[cfg(test)]

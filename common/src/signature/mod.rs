@@ -15,6 +15,7 @@
 //! One module per provider; [`build`] maps a config name to a scheme.
 
 pub mod discord;
+pub mod family;
 pub mod generic;
 pub mod github;
 pub mod gitlab;
@@ -40,6 +41,7 @@ pub mod zoom;
 
 use std::{borrow::Cow, fmt};
 
+use bytes::Bytes;
 use http::{HeaderMap, Method};
 use secrecy::{ExposeSecret, SecretSlice};
 
@@ -98,14 +100,16 @@ pub struct UnverifiedRequest<'a> {
     /// plus the request's query string). Only Twilio, Square and HubSpot sign it; `None` when not configured.
     pub url: Option<&'a str>,
     pub headers: &'a HeaderMap,
-    pub body: &'a [u8],
+    /// The raw body as received. A `Bytes` so that [`verify`] can hand the very same bytes (a reference-counted
+    /// clone, not a copy) to the [`Verified`] proof it returns.
+    pub body: &'a Bytes,
     /// The gateway's clock when the request arrived, ms since the Unix epoch: timestamps are judged against it.
     pub now_ms: i64,
 }
 
 impl<'a> UnverifiedRequest<'a> {
     /// A `POST` without a public URL, received at `now_ms`.
-    pub fn new(headers: &'a HeaderMap, body: &'a [u8], now_ms: i64) -> Self {
+    pub fn new(headers: &'a HeaderMap, body: &'a Bytes, now_ms: i64) -> Self {
         Self { method: &Method::POST, url: None, headers, body, now_ms }
     }
 
@@ -118,15 +122,59 @@ impl<'a> UnverifiedRequest<'a> {
     }
 }
 
-/// Proof that an event is authentic, and of what kind. A [`Provenance::Signature`] proof says which secret
-/// matched and which request headers the signature covered (besides the body); only a scheme can make one. A
-/// [`Provenance::ProviderApi`] proof says the bytes were fetched from the provider's own API over TLS with our
-/// credential (the reconciler's missed events); it covers no request header and is never a signature.
+/// What a scheme's own [`Scheme::verify`] reports when a request's signature matched: which secret matched and
+/// which request headers the signature covered (besides the body). Only this module and its schemes can make one
+/// (no public constructor, private fields), and only [`verify`] turns one into a [`Verified`] proof, binding it
+/// to the body the scheme was given. A match alone cannot reach the producer.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureMatch {
+    secret_id: String,
+    signed_headers: Vec<Cow<'static, str>>,
+}
+
+impl SignatureMatch {
+    fn by(secret: &Secret) -> Self {
+        Self { secret_id: secret.id.clone(), signed_headers: Vec::new() }
+    }
+
+    /// The signature also covered these headers (lowercase names), so their values are as trustworthy as the body.
+    fn covering(mut self, names: impl IntoIterator<Item = Cow<'static, str>>) -> Self {
+        self.signed_headers.extend(names);
+        self
+    }
+
+    pub fn secret_id(&self) -> &str {
+        &self.secret_id
+    }
+}
+
+/// Proof that an event is authentic, and of what kind, carrying the exact bytes it vouches for.
+///
+/// A [`Provenance::Signature`] proof says which secret matched and which request headers the signature covered
+/// (besides the body); only [`verify`] makes one, from a scheme's [`SignatureMatch`] and the body that scheme
+/// checked. A [`Provenance::ProviderApi`] proof says the bytes were fetched from the provider's own API over TLS
+/// with our credential (the reconciler's missed events); it covers no request header and is never a signature.
+///
+/// Compile-level guarantee: the fields are private and the only constructors are [`verify`] and
+/// [`Verified::fetched_from_provider_api`], both of which take the body and keep it (a `Bytes` clone shares the
+/// allocation, nothing is copied). Whoever holds a proof therefore holds the bytes it verified and no others:
+/// [`Verified::body`] is the only way to the payload, so a proof cannot be paired with a different body.
+///
+/// ```compile_fail
+/// // Outside this module a proof cannot be assembled by hand.
+/// let forged = hookline_common::signature::Verified {
+///     secret_id: String::new(),
+///     signed_headers: Vec::new(),
+///     provenance: hookline_common::signature::Provenance::Signature,
+///     body: bytes::Bytes::from_static(b"unverified"),
+/// };
+/// ```
+#[derive(Clone, PartialEq, Eq)]
 pub struct Verified {
     secret_id: String,
     signed_headers: Vec<Cow<'static, str>>,
     provenance: Provenance,
+    body: Bytes,
 }
 
 /// Where a [`Verified`] proof comes from.
@@ -140,18 +188,21 @@ pub enum Provenance {
 }
 
 impl Verified {
-    fn by(secret: &Secret) -> Self {
-        Self { secret_id: secret.id.clone(), signed_headers: Vec::new(), provenance: Provenance::Signature }
+    /// The proof for `body`, which a scheme matched as `matched`.
+    fn signed(matched: SignatureMatch, body: Bytes) -> Self {
+        let SignatureMatch { secret_id, signed_headers } = matched;
+        Self { secret_id, signed_headers, provenance: Provenance::Signature, body }
     }
 
-    /// The proof for an event the reconciler fetched from the provider's API with the credential `credential_id`
-    /// (its `secret_id` reads `api:<credential_id>`). Only code that fetched the bytes from the provider over TLS
-    /// with that credential may make one; nothing in a request can lead here.
-    pub fn fetched_from_provider_api(credential_id: &str) -> Self {
+    /// The proof for `body`, an event the reconciler fetched from the provider's API with the credential
+    /// `credential_id` (its `secret_id` reads `api:<credential_id>`). Only code that fetched these bytes from the
+    /// provider over TLS with that credential may make one; nothing in a request can lead here.
+    pub fn fetched_from_provider_api(credential_id: &str, body: Bytes) -> Self {
         Self {
             secret_id: format!("api:{credential_id}"),
             signed_headers: Vec::new(),
             provenance: Provenance::ProviderApi,
+            body,
         }
     }
 
@@ -159,20 +210,28 @@ impl Verified {
         self.provenance
     }
 
-    /// The signature also covered these headers (lowercase names), so their values are as trustworthy as the body.
-    fn covering(mut self, names: impl IntoIterator<Item = Cow<'static, str>>) -> Self {
-        self.signed_headers.extend(names);
-        self
-    }
-
     pub fn secret_id(&self) -> &str {
         &self.secret_id
+    }
+
+    /// The bytes this proof vouches for: the body the scheme verified (or the provider's API returned).
+    pub fn body(&self) -> &Bytes {
+        &self.body
     }
 
     /// Whether the signature covered header `name` (case-insensitive). Every other header of the request could
     /// have been changed by whoever relayed or captured it.
     pub fn signs_header(&self, name: &str) -> bool {
         self.signed_headers.iter().any(|signed| signed.eq_ignore_ascii_case(name))
+    }
+}
+
+/// Never prints the body (it may carry personal data); its length is enough to tell proofs apart.
+impl fmt::Debug for Verified {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self { secret_id, signed_headers, provenance, body } = self;
+        let body_len = body.len();
+        write!(f, "Verified {{ {provenance:?} by {secret_id:?}, covering {signed_headers:?}, {body_len} body bytes }}")
     }
 }
 
@@ -265,8 +324,9 @@ pub trait Scheme: Send + Sync + fmt::Debug {
     }
 
     /// Checks the signature against each of `secrets` (already filtered to the active ones, in configured order),
-    /// in constant time per comparison, then the timestamp if the scheme signs one.
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError>;
+    /// in constant time per comparison, then the timestamp if the scheme signs one. The match it returns becomes
+    /// a [`Verified`] proof only through [`verify`], which binds it to `request.body`.
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError>;
 
     /// Where this provider puts the event id and type; a source's config may override either.
     fn identity(&self) -> IdentityRule;
@@ -299,14 +359,16 @@ pub trait Scheme: Send + Sync + fmt::Debug {
     }
 }
 
-/// Verifies `request` with `scheme` against those of `secrets` that are active at `request.now_ms`.
+/// Verifies `request` with `scheme` against those of `secrets` that are active at `request.now_ms`. The only way
+/// to a [`Provenance::Signature`] proof: it owns a clone of `request.body`, the bytes the scheme just checked.
 pub fn verify(
     scheme: &dyn Scheme,
     request: &UnverifiedRequest<'_>,
     secrets: &[Secret],
 ) -> Result<Verified, VerifyError> {
     let active: Vec<&Secret> = secrets.iter().filter(|secret| secret.is_active_at(request.now_ms)).collect();
-    scheme.verify(request, &active)
+    let matched = scheme.verify(request, &active)?;
+    Ok(Verified::signed(matched, request.body.clone()))
 }
 
 /// Per-source options a scheme is built with.

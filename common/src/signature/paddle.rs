@@ -4,14 +4,23 @@
 //! Event id and type from the body (`event_id`, `event_type`).
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{Algorithm, Tolerance, check_seconds, first_hmac_match, hex_of_len, hmac, parse_unix, required_header},
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
+    family::TimestampedList,
+    support::{Tolerance, required_header},
 };
 
 /// The Paddle SDKs' default (seconds).
 pub const DEFAULT_TOLERANCE_S: u64 = 5;
 const HEADER: &str = "Paddle-Signature";
+const SIGNED: TimestampedList = TimestampedList {
+    header: HEADER,
+    entry_separator: ';',
+    timestamp_key: "ts",
+    signature_key: "h1",
+    signed_separator: b":",
+};
 
+/// Paddle's scheme, with the timestamp window it was configured with.
 #[derive(Debug, Clone, Copy)]
 pub struct Paddle {
     tolerance: Option<Tolerance>,
@@ -26,23 +35,8 @@ impl Paddle {
 /// The timestamp and every decodable `h1` of a `Paddle-Signature` header; `None` without exactly one valid `ts`
 /// or without any `h1`. Entries that do not decode (the SDK tests send `h1=dummy`) are skipped.
 pub fn parse_header(value: &str) -> Option<(&str, Vec<Vec<u8>>)> {
-    let mut timestamp = None;
-    let mut h1 = Vec::new();
-    let mut any_h1 = false;
-    for item in value.split(';') {
-        let Some((key, entry)) = item.trim().split_once('=') else { continue };
-        match key {
-            "ts" if timestamp.is_some() => return None,
-            "ts" => timestamp = Some(entry),
-            "h1" => {
-                any_h1 = true;
-                h1.extend(hex_of_len(entry, 32));
-            }
-            _ => {}
-        }
-    }
-    let timestamp = timestamp.filter(|ts| parse_unix(ts).is_some())?;
-    any_h1.then_some((timestamp, h1))
+    let parsed = SIGNED.parse(value)?;
+    parsed.any_signature_entry.then_some((parsed.timestamp, parsed.signatures))
 }
 
 impl Scheme for Paddle {
@@ -50,14 +44,9 @@ impl Scheme for Paddle {
         "paddle"
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, "paddle-signature", HEADER)?;
-        let (timestamp_text, signatures) = parse_header(value).ok_or(VerifyError::malformed(HEADER))?;
-        let parts: [&[u8]; 3] = [timestamp_text.as_bytes(), b":", request.body];
-        let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &signatures)?;
-        let timestamp = parse_unix(timestamp_text).ok_or(VerifyError::malformed(HEADER))?;
-        check_seconds(self.tolerance, timestamp, request.now_ms)?;
-        Ok(verified)
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        let parsed = SIGNED.parse(required_header(request.headers, HEADER, HEADER)?);
+        SIGNED.verify(request, secrets, parsed.filter(|parsed| parsed.any_signature_entry), self.tolerance)
     }
 
     fn identity(&self) -> IdentityRule {
@@ -67,8 +56,7 @@ impl Scheme for Paddle {
 
 /// The `Paddle-Signature` value for `body` at `timestamp`.
 pub fn sign(key: &[u8], body: &[u8], timestamp: i64) -> String {
-    let ts = timestamp.to_string();
-    format!("ts={ts};h1={}", hex::encode(hmac(Algorithm::Sha256, key, &[ts.as_bytes(), b":", body])))
+    SIGNED.sign(key, body, timestamp)
 }
 
 #[cfg(test)]

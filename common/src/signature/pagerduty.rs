@@ -3,7 +3,7 @@
 //! rotation. Event id from `X-Webhook-Id`, type from the body's `event.event_type`.
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{Algorithm, first_hmac_match, hex_of_len, hmac, required_header},
 };
 
@@ -23,7 +23,7 @@ impl Scheme for PagerDuty {
         "pagerduty"
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
         let value = required_header(request.headers, "x-pagerduty-signature", HEADER)?;
         let signatures = parse_header(value).ok_or(VerifyError::malformed(HEADER))?;
         first_hmac_match(Algorithm::Sha256, secrets, &[request.body], &signatures)

@@ -14,8 +14,9 @@ use p256::{
 };
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{BASE64_LENIENT, ParsedKeys, Tolerance, check_timestamp_header, required_header},
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
+    family::TimestampedPublicKey,
+    support::{BASE64_LENIENT, Tolerance},
 };
 
 /// SendGrid documents no window; ours, like Stripe's and Slack's.
@@ -24,15 +25,15 @@ pub const DEFAULT_TOLERANCE_S: u64 = 300;
 const SIGNATURE: &str = "X-Twilio-Email-Event-Webhook-Signature";
 const TIMESTAMP: &str = "X-Twilio-Email-Event-Webhook-Timestamp";
 
+/// SendGrid's scheme: the timestamp window, and the verification keys parsed so far.
 #[derive(Debug)]
 pub struct SendGrid {
-    tolerance: Tolerance,
-    keys: ParsedKeys<VerifyingKey>,
+    signed: TimestampedPublicKey<VerifyingKey>,
 }
 
 impl SendGrid {
     pub fn new(tolerance: Tolerance) -> Self {
-        Self { tolerance, keys: ParsedKeys::default() }
+        Self { signed: TimestampedPublicKey::new(SIGNATURE, TIMESTAMP, tolerance) }
     }
 }
 
@@ -57,28 +58,18 @@ impl Scheme for SendGrid {
         let der = BASE64_LENIENT.decode(text.trim()).map_err(|_| "the public key is not base64".to_owned())?;
         let key = VerifyingKey::from_public_key_der(&der)
             .map_err(|_| "the public key is not a P-256 SPKI DER key".to_owned())?;
-        self.keys.remember(&der, key);
+        self.signed.keys.remember(&der, key);
         Ok(der)
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, "x-twilio-email-event-webhook-signature", SIGNATURE)?;
-        let timestamp = required_header(request.headers, "x-twilio-email-event-webhook-timestamp", TIMESTAMP)?;
-        check_timestamp_header(self.tolerance, timestamp, TIMESTAMP, request.now_ms)?;
-        let der = BASE64_LENIENT.decode(value.trim()).map_err(|_| VerifyError::malformed(SIGNATURE))?;
-        let signature = Signature::from_der(&der).map_err(|_| VerifyError::malformed(SIGNATURE))?;
-        let mut message = Vec::with_capacity(timestamp.len() + request.body.len());
-        message.extend_from_slice(timestamp.as_bytes());
-        message.extend_from_slice(request.body);
-        secrets
-            .iter()
-            .find(|secret| {
-                self.keys
-                    .get_or_parse(secret.key(), |der| VerifyingKey::from_public_key_der(der).ok())
-                    .is_some_and(|key| key.verify(&message, &signature).is_ok())
-            })
-            .map(|secret| Verified::by(secret))
-            .ok_or(VerifyError::Mismatch)
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        self.signed.verify(
+            request,
+            secrets,
+            |der| VerifyingKey::from_public_key_der(der).ok(),
+            |value| Signature::from_der(&BASE64_LENIENT.decode(value.trim()).ok()?).ok(),
+            |key, message, signature| key.verify(message, signature).is_ok(),
+        )
     }
 
     fn identity(&self) -> IdentityRule {

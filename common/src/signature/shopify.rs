@@ -3,47 +3,28 @@
 //! Event id from `X-Shopify-Event-Id` (then `X-Shopify-Webhook-Id`), type from `X-Shopify-Topic`.
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{Algorithm, BASE64, base64_of_len, first_hmac_match, hmac, required_header},
+    FieldSource, IdentityRule,
+    family::{BodyHmac, body_hmac_provider},
 };
-use base64::Engine;
 
 const HEADER: &str = "X-Shopify-Hmac-Sha256";
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Shopify;
-
-impl Scheme for Shopify {
-    fn name(&self) -> &'static str {
-        "shopify"
-    }
-
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, "x-shopify-hmac-sha256", HEADER)?;
-        let signature = base64_of_len(value, 32).ok_or(VerifyError::malformed(HEADER))?;
-        first_hmac_match(Algorithm::Sha256, secrets, &[request.body], &[signature])
-    }
-
-    fn identity(&self) -> IdentityRule {
-        IdentityRule::new(
-            vec![FieldSource::header("x-shopify-event-id"), FieldSource::header("x-shopify-webhook-id")],
-            vec![FieldSource::header("x-shopify-topic")],
-        )
-    }
-}
-
-/// The `X-Shopify-Hmac-Sha256` value for `body`.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    BASE64.encode(hmac(Algorithm::Sha256, key, &[body]))
+body_hmac_provider! {
+    Shopify = BodyHmac::base64("shopify", HEADER),
+    identity = IdentityRule::new(
+        vec![FieldSource::header("x-shopify-event-id"), FieldSource::header("x-shopify-webhook-id")],
+        vec![FieldSource::header("x-shopify-topic")],
+    ),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::tests::{check, headers};
+    use crate::signature::{
+        VerifyError,
+        tests::{PROVIDERS_MD_BODY as BODY, PROVIDERS_MD_SECRET as SECRET, check, headers},
+    };
 
-    const SECRET: &str = "test_secret_0123456789";
-    const BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
     const VECTOR: &str = "Z0xr5Eqf94t2b3OxLAeukM6e7eWeQMjn10HlQ8TkVdo=";
 
     fn run(value: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {

@@ -5,8 +5,8 @@
 //! Handshake: an Events API `url_verification` request is answered with its `challenge` after it verified.
 
 use super::{
-    FieldSource, Handshake, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{Algorithm, Tolerance, check_seconds, first_hmac_match, hex_of_len, hmac, parse_unix, required_header},
+    FieldSource, Handshake, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
+    family::VersionedHmac, support::Tolerance,
 };
 
 /// Slack's documented window (seconds).
@@ -14,6 +14,7 @@ pub const DEFAULT_TOLERANCE_S: u64 = 300;
 const SIGNATURE: &str = "X-Slack-Signature";
 const TIMESTAMP: &str = "X-Slack-Request-Timestamp";
 
+/// Slack's scheme, with the timestamp window it was configured with.
 #[derive(Debug, Clone, Copy)]
 pub struct Slack {
     tolerance: Option<Tolerance>,
@@ -30,18 +31,8 @@ impl Scheme for Slack {
         "slack"
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, "x-slack-signature", SIGNATURE)?;
-        let timestamp_text = required_header(request.headers, "x-slack-request-timestamp", TIMESTAMP)?;
-        let signature = value
-            .strip_prefix("v0=")
-            .and_then(|digest| hex_of_len(digest, 32))
-            .ok_or(VerifyError::malformed(SIGNATURE))?;
-        let timestamp = parse_unix(timestamp_text).ok_or(VerifyError::malformed(TIMESTAMP))?;
-        let parts: [&[u8]; 4] = [b"v0:", timestamp_text.as_bytes(), b":", request.body];
-        let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &[signature])?;
-        check_seconds(self.tolerance, timestamp, request.now_ms)?;
-        Ok(verified)
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        VersionedHmac { signature: SIGNATURE, timestamp: TIMESTAMP }.verify(request, secrets, self.tolerance)
     }
 
     fn identity(&self) -> IdentityRule {
@@ -63,14 +54,14 @@ impl Scheme for Slack {
 
 /// The `X-Slack-Signature` value for `body` at `timestamp`.
 pub fn sign(key: &[u8], body: &[u8], timestamp: i64) -> String {
-    let t = timestamp.to_string();
-    format!("v0={}", hex::encode(hmac(Algorithm::Sha256, key, &[b"v0:", t.as_bytes(), b":", body])))
+    VersionedHmac::sign(key, body, timestamp)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::signature::tests::{check, headers, secret};
+    use bytes::Bytes;
 
     const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
     const T: i64 = 1_531_420_618;
@@ -124,14 +115,19 @@ mod tests {
     fn url_verification_is_answered_with_the_challenge() {
         let body = br#"{"token":"t","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
         let headers = headers(&[]);
-        let request = UnverifiedRequest::new(&headers, body, 0);
+        let body = Bytes::from_static(body);
+        let request = UnverifiedRequest::new(&headers, &body, 0);
         let reply = slack().handshake(&request, &secret("a", SECRET));
         assert_eq!(
             reply.map(|r| String::from_utf8_lossy(&r.body).into_owned()),
             Some(r#"{"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}"#.to_owned())
         );
         let event = br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message"}}"#;
-        assert_eq!(slack().handshake(&UnverifiedRequest::new(&headers, event, 0), &secret("a", SECRET)), None);
+        assert_eq!(
+            slack()
+                .handshake(&UnverifiedRequest::new(&headers, &Bytes::copy_from_slice(event), 0), &secret("a", SECRET)),
+            None
+        );
         let identity = slack().identity().identify(&headers, event);
         assert_eq!((identity.event_id.as_deref(), identity.event_type.as_deref()), (Some("Ev1"), Some("message")));
     }

@@ -3,7 +3,7 @@
 //! request's query string): exactly what was registered with Square. Event id and type from the body.
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{Algorithm, BASE64, base64_of_len, first_hmac_match, hmac, required_header},
 };
 use base64::Engine;
@@ -18,7 +18,7 @@ impl Scheme for Square {
         "square"
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
         let value = required_header(request.headers, HEADER, HEADER)?;
         let signature = base64_of_len(value, 32).ok_or(VerifyError::malformed(HEADER))?;
         // Without a configured URL nothing can match (config validation requires one).

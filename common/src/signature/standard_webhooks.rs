@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use base64::Engine;
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{Algorithm, BASE64, BASE64_LENIENT, Tolerance, check_seconds, first_hmac_match, hmac, parse_unix},
 };
 
@@ -113,7 +113,7 @@ impl Scheme for StandardWebhooks {
         decode_secret(raw)
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
         let names = self
             .spellings
             .iter()

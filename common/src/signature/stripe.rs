@@ -4,14 +4,23 @@
 //! (`id` = `evt_...`, `type`).
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{Algorithm, Tolerance, check_seconds, first_hmac_match, hex_of_len, hmac, parse_unix, required_header},
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
+    family::TimestampedList,
+    support::{Tolerance, required_header},
 };
 
 /// The Stripe SDKs' default tolerance (seconds).
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
 const HEADER: &str = "Stripe-Signature";
+const SIGNED: TimestampedList = TimestampedList {
+    header: HEADER,
+    entry_separator: ',',
+    timestamp_key: "t",
+    signature_key: "v1",
+    signed_separator: b".",
+};
 
+/// Stripe's scheme, with the timestamp window it was configured with.
 #[derive(Debug, Clone, Copy)]
 pub struct Stripe {
     tolerance: Option<Tolerance>,
@@ -32,19 +41,8 @@ pub struct SignatureHeader<'a> {
 
 /// Parses the header; `None` when it has no single valid `t` or no decodable `v1` entry.
 pub fn parse_header(value: &str) -> Option<SignatureHeader<'_>> {
-    let mut timestamp = None;
-    let mut v1 = Vec::new();
-    for item in value.split(',') {
-        let Some((key, entry)) = item.trim().split_once('=') else { continue };
-        match key {
-            "t" if timestamp.is_some() => return None,
-            "t" => timestamp = Some(entry),
-            "v1" => v1.extend(hex_of_len(entry, 32)),
-            _ => {}
-        }
-    }
-    let timestamp = timestamp.filter(|t| parse_unix(t).is_some())?;
-    (!v1.is_empty()).then_some(SignatureHeader { timestamp, v1 })
+    let parsed = SIGNED.parse(value)?;
+    (!parsed.signatures.is_empty()).then_some(SignatureHeader { timestamp: parsed.timestamp, v1: parsed.signatures })
 }
 
 impl Scheme for Stripe {
@@ -52,14 +50,10 @@ impl Scheme for Stripe {
         "stripe"
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, "stripe-signature", HEADER)?;
-        let header = parse_header(value).ok_or(VerifyError::malformed(HEADER))?;
-        let parts: [&[u8]; 3] = [header.timestamp.as_bytes(), b".", request.body];
-        let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &header.v1)?;
-        let timestamp = parse_unix(header.timestamp).ok_or(VerifyError::malformed(HEADER))?;
-        check_seconds(self.tolerance, timestamp, request.now_ms)?;
-        Ok(verified)
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        let value = required_header(request.headers, HEADER, HEADER)?;
+        let parsed = SIGNED.parse(value).filter(|parsed| !parsed.signatures.is_empty());
+        SIGNED.verify(request, secrets, parsed, self.tolerance)
     }
 
     fn identity(&self) -> IdentityRule {
@@ -69,17 +63,14 @@ impl Scheme for Stripe {
 
 /// The `Stripe-Signature` value Stripe would send for `body` at `timestamp`.
 pub fn sign(key: &[u8], body: &[u8], timestamp: i64) -> String {
-    let t = timestamp.to_string();
-    format!("t={t},v1={}", hex::encode(hmac(Algorithm::Sha256, key, &[t.as_bytes(), b".", body])))
+    SIGNED.sign(key, body, timestamp)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::tests::{check, headers};
+    use crate::signature::tests::{PROVIDERS_MD_BODY as BODY, PROVIDERS_MD_SECRET as SECRET, check, headers};
 
-    const SECRET: &str = "test_secret_0123456789";
-    const BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
     const T: i64 = 1_700_000_000;
     const VECTOR: &str = "t=1700000000,v1=3f17948b4d858184fd0a7e1ffa6d419597780d249ce7cb6132cb8569a7c61f43";
 

@@ -8,7 +8,7 @@ use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use subtle::ConstantTimeEq;
 
-use super::{Secret, Verified, VerifyError};
+use super::{Secret, SignatureMatch, VerifyError};
 
 /// Standard-alphabet base64 that accepts padded and unpadded input (unpadded secrets and signatures occur).
 pub(crate) const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
@@ -45,6 +45,17 @@ pub enum Algorithm {
     Sha512,
 }
 
+impl Algorithm {
+    /// The length of the hash's output, and so of an HMAC under it, in bytes.
+    pub const fn digest_len(self) -> usize {
+        match self {
+            Self::Sha1 => 20,
+            Self::Sha256 => 32,
+            Self::Sha512 => 64,
+        }
+    }
+}
+
 /// HMAC of the concatenation of `parts` under `key`.
 pub(crate) fn hmac(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
@@ -74,14 +85,14 @@ pub(crate) fn first_hmac_match(
     secrets: &[&Secret],
     parts: &[&[u8]],
     candidates: &[Vec<u8>],
-) -> Result<Verified, VerifyError> {
+) -> Result<SignatureMatch, VerifyError> {
     secrets
         .iter()
         .find(|secret| {
             let expected = hmac(algorithm, secret.key(), parts);
             candidates.iter().any(|candidate| equal(&expected, candidate))
         })
-        .map(|secret| Verified::by(secret))
+        .map(|secret| SignatureMatch::by(secret))
         .ok_or(VerifyError::Mismatch)
 }
 

@@ -1,6 +1,7 @@
 //! Helpers shared by the schemes' unit tests, and the property tests every header parser must pass: no input, however
 //! hostile, makes a scheme panic.
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use proptest::prelude::*;
 
@@ -15,6 +16,16 @@ pub(crate) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
     }
     map
 }
+
+/// The key of providers.md's HMAC vectors, which several providers' tests share.
+pub(crate) const PROVIDERS_MD_SECRET: &str = "test_secret_0123456789";
+/// The body of providers.md's HMAC vectors.
+pub(crate) const PROVIDERS_MD_BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
+
+/// The key of GitHub's documented HMAC example, which Intercom's tests reuse (same construction, SHA-1).
+pub(crate) const GITHUB_DOCS_SECRET: &str = "It's a Secret to Everybody";
+/// The body of GitHub's documented HMAC example.
+pub(crate) const GITHUB_DOCS_BODY: &[u8] = b"Hello, World!";
 
 /// A secret whose configured text `key` is decoded the plain way (UTF-8 bytes).
 pub(crate) fn secret(id: &str, key: &str) -> Secret {
@@ -46,7 +57,8 @@ pub(crate) fn check_at(
         .iter()
         .map(|(id, text)| Secret::new(*id, scheme.decode_secret(text.as_bytes()).expect("decodable test secret")))
         .collect();
-    let mut request = UnverifiedRequest::new(headers, body, now_ms).with_method(method);
+    let body = Bytes::copy_from_slice(body);
+    let mut request = UnverifiedRequest::new(headers, &body, now_ms).with_method(method);
     if let Some(url) = url {
         request = request.with_url(url);
     }
@@ -55,7 +67,7 @@ pub(crate) fn check_at(
 
 #[test]
 fn secrets_outside_their_window_are_not_tried() {
-    let body = b"Hello, World!";
+    let body = &Bytes::from_static(b"Hello, World!");
     let signature = github::sign(b"old", body);
     let headers = headers(&[("X-Hub-Signature-256", &signature)]);
     let secrets = [
@@ -74,6 +86,25 @@ fn secrets_outside_their_window_are_not_tried() {
     };
     assert_eq!(at(999), Err(VerifyError::Mismatch), "a secret before not_before is not accepted yet");
     assert_eq!(at(1_000), Ok("new".to_owned()));
+}
+
+#[test]
+fn a_proof_carries_the_bytes_it_verified_and_no_copy_of_them() {
+    let body = Bytes::from_static(b"Hello, World!");
+    let headers = headers(&[("X-Hub-Signature-256", &github::sign(b"secret", &body))]);
+    let secrets = [Secret::new("primary", b"secret".to_vec())];
+    let proof = verify(&GitHub, &UnverifiedRequest::new(&headers, &body, 0), &secrets).expect("a genuine signature");
+    assert_eq!(proof.body(), &body);
+    assert_eq!(proof.body().as_ptr(), body.as_ptr(), "the proof shares the received buffer");
+    assert_eq!(proof.provenance(), Provenance::Signature);
+    // A proof for other bytes is a different proof: the body is part of what it says.
+    let other = Bytes::from_static(b"Hello, World?");
+    let other_headers = self::headers(&[("X-Hub-Signature-256", &github::sign(b"secret", &other))]);
+    let other_proof = verify(&GitHub, &UnverifiedRequest::new(&other_headers, &other, 0), &secrets).expect("genuine");
+    assert_ne!(proof, other_proof);
+    assert!(!format!("{proof:?}").contains("Hello"), "a proof's Debug never prints the body");
+    let fetched = Verified::fetched_from_provider_api("cred", other.clone());
+    assert_eq!((fetched.body(), fetched.secret_id()), (&other, "api:cred"));
 }
 
 #[test]
@@ -222,6 +253,7 @@ proptest! {
             }
         }
         let key = Secret::new("k", b"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a".to_vec());
+        let body = Bytes::from(body);
         for scheme in all_schemes() {
             let mut request = UnverifiedRequest::new(&map, &body, now_ms);
             if let Some(url) = &url {

@@ -10,7 +10,7 @@
 use sha2::{Digest, Sha256};
 
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{Algorithm, BASE64, BASE64_LENIENT, equal, first_hmac_match, header, hmac, required_header},
 };
 use base64::Engine;
@@ -90,7 +90,7 @@ impl Scheme for Twilio {
         "twilio"
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
         let value = required_header(request.headers, "x-twilio-signature", SIGNATURE)?;
         let algorithm = match header(request.headers, "x-twilio-webhooks-signature-settings") {
             None => Algorithm::Sha1,

@@ -7,7 +7,7 @@
 use std::time::UNIX_EPOCH;
 
 use super::{
-    FieldSource, Handshake, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
+    FieldSource, Handshake, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{Algorithm, Tolerance, first_hmac_match, hex_of_len, hmac, required_header},
 };
 
@@ -41,7 +41,7 @@ impl Scheme for Twitch {
         "twitch"
     }
 
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
         let value = required_header(request.headers, "twitch-eventsub-message-signature", SIGNATURE)?;
         let id = required_header(request.headers, "twitch-eventsub-message-id", ID)?;
         let timestamp_text = required_header(request.headers, "twitch-eventsub-message-timestamp", TIMESTAMP)?;
@@ -88,6 +88,7 @@ pub fn sign(key: &[u8], id: &str, timestamp: &str, body: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::signature::tests::{check, headers, secret};
+    use bytes::Bytes;
 
     const SECRET: &str = "s3cre7 for twitch";
     const ID_VALUE: &str = "e76c6bd4-55c9-4987-8304-da1588d8988b";
@@ -142,14 +143,18 @@ mod tests {
     fn callback_verification_is_answered_with_the_raw_challenge() {
         let body = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"type":"channel.follow"}}"#;
         let headers = headers(&[("Twitch-Eventsub-Message-Type", "webhook_callback_verification")]);
-        let reply = Twitch::new(None).handshake(&UnverifiedRequest::new(&headers, body, 0), &secret("a", SECRET));
+        let reply = Twitch::new(None)
+            .handshake(&UnverifiedRequest::new(&headers, &Bytes::copy_from_slice(body), 0), &secret("a", SECRET));
         assert_eq!(
             reply.map(|r| (r.content_type, r.body)),
             Some(("text/plain; charset=utf-8", b"pogchamp-kappa-360noscope-vohiyo".to_vec()))
         );
         let notification = headers_for("notification");
         assert_eq!(
-            Twitch::new(None).handshake(&UnverifiedRequest::new(&notification, body, 0), &secret("a", SECRET)),
+            Twitch::new(None).handshake(
+                &UnverifiedRequest::new(&notification, &Bytes::copy_from_slice(body), 0),
+                &secret("a", SECRET)
+            ),
             None
         );
     }

@@ -1,49 +1,25 @@
 //! Typeform: `Typeform-Signature: sha256=<base64>`, HMAC-SHA256 of the raw body. Event id and type from the body
 //! (`event_id`, `event_type`).
 
-use base64::Engine;
-
 use super::{
-    FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError,
-    support::{Algorithm, BASE64, base64_of_len, first_hmac_match, hmac, required_header},
+    FieldSource, IdentityRule,
+    family::{BodyHmac, body_hmac_provider},
 };
 
 const HEADER: &str = "Typeform-Signature";
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Typeform;
-
-impl Scheme for Typeform {
-    fn name(&self) -> &'static str {
-        "typeform"
-    }
-
-    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        let value = required_header(request.headers, "typeform-signature", HEADER)?;
-        let signature = value
-            .strip_prefix("sha256=")
-            .and_then(|encoded| base64_of_len(encoded, 32))
-            .ok_or(VerifyError::malformed(HEADER))?;
-        first_hmac_match(Algorithm::Sha256, secrets, &[request.body], &[signature])
-    }
-
-    fn identity(&self) -> IdentityRule {
-        IdentityRule::new(vec![FieldSource::pointer("/event_id")], vec![FieldSource::pointer("/event_type")])
-    }
-}
-
-/// The `Typeform-Signature` value for `body`.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    format!("sha256={}", BASE64.encode(hmac(Algorithm::Sha256, key, &[body])))
+body_hmac_provider! {
+    Typeform = BodyHmac::base64("typeform", HEADER).prefixed("sha256="),
+    identity = IdentityRule::new(vec![FieldSource::pointer("/event_id")], vec![FieldSource::pointer("/event_type")]),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::tests::{check, headers};
-
-    const SECRET: &str = "test_secret_0123456789";
-    const BODY: &[u8] = br#"{"id":"evt_1","type":"test.event"}"#;
+    use crate::signature::{
+        VerifyError,
+        tests::{PROVIDERS_MD_BODY as BODY, PROVIDERS_MD_SECRET as SECRET, check, headers},
+    };
 
     fn run(value: &str, body: &[u8], secrets: &[(&str, &str)]) -> Result<String, VerifyError> {
         check(&Typeform, &headers(&[(HEADER, value)]), body, secrets, 0)

@@ -3,7 +3,7 @@
 //! [`UNSIGNED_SECRET_ID`] so it stands out in metrics and Kafka headers. Event id from `Idempotency-Key`, else the
 //! body's SHA-256.
 
-use super::{FieldSource, IdentityRule, Scheme, Secret, UnverifiedRequest, Verified, VerifyError};
+use super::{FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError};
 
 /// The secret id an unsigned request is attributed to.
 pub const UNSIGNED_SECRET_ID: &str = "none";
@@ -16,12 +16,8 @@ impl Scheme for Unsigned {
         "none"
     }
 
-    fn verify(&self, _request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<Verified, VerifyError> {
-        Ok(Verified {
-            secret_id: UNSIGNED_SECRET_ID.to_owned(),
-            signed_headers: Vec::new(),
-            provenance: super::Provenance::Signature,
-        })
+    fn verify(&self, _request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        Ok(SignatureMatch { secret_id: UNSIGNED_SECRET_ID.to_owned(), signed_headers: Vec::new() })
     }
 
     fn identity(&self) -> IdentityRule {
