@@ -264,3 +264,47 @@ mod effective_tests {
         assert_eq!(config::effective_toml(&again).unwrap(), printed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example consumer config of docs/configuration.md parses with this parser, which refuses unknown keys,
+    /// so every key it shows exists; the values it gives as defaults are the defaults; and it validates once the
+    /// schema file it names exists.
+    #[test]
+    fn configuration_doc_consumer_example_is_valid_and_shows_the_defaults() {
+        let doc = include_str!("../../docs/configuration.md");
+        let start = doc.find("### Example: consumer.toml").expect("consumer example heading");
+        let block = doc[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
+        let mut config: ConsumerConfig = config::parse_str(block, "docs/configuration.md").expect("the example parses");
+        let defaults = ConsumerConfig::default();
+        assert_eq!(config.admin_addr, defaults.admin_addr);
+        for (section, documented, default) in [
+            ("redis", format!("{:?}", config.redis), format!("{:?}", defaults.redis)),
+            ("handler", format!("{:?}", config.handler), format!("{:?}", defaults.handler)),
+            ("retry", format!("{:?}", config.retry), format!("{:?}", defaults.retry)),
+            ("processing", format!("{:?}", config.processing), format!("{:?}", defaults.processing)),
+            ("alert", format!("{:?}", config.alert), format!("{:?}", defaults.alert)),
+            (
+                "kafka",
+                format!("{:?}", KafkaConfig { brokers: defaults.kafka.brokers.clone(), ..config.kafka.clone() }),
+                format!("{:?}", defaults.kafka),
+            ),
+        ] {
+            assert_eq!(documented, default, "[{section}] of the example is not the defaults");
+        }
+        assert_eq!(config.routes.len(), 1);
+        assert!(config.sources.contains_key("github"));
+
+        let directory = std::env::temp_dir().join(format!("hookline-consumer-config-doc-{}", std::process::id()));
+        std::fs::create_dir_all(directory.join("schemas")).unwrap();
+        std::fs::write(directory.join("schemas/github-push.json"), r#"{"type": "object"}"#).unwrap();
+        config.config_dir = directory.clone();
+        let built = crate::load::Loaded::build(config);
+        let _ = std::fs::remove_dir_all(&directory);
+        if let Err(problems) = built {
+            panic!("the documented consumer example does not validate: {problems}");
+        }
+    }
+}

@@ -165,10 +165,11 @@ async fn main() -> anyhow::Result<()> {
     };
     let config = ReplayerConfig::load(args.config.as_deref())?;
     let operator = |by: Option<String>| by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".to_owned());
-    let mut out = std::io::stdout().lock();
+    // Not locked for the whole command: building the index logs from a blocking thread, and logs go to stdout, so
+    // holding the lock across the awaits below would deadlock the CLI as soon as the DLQ has an entry.
+    let mut out = std::io::stdout();
     match command {
         Command::Serve => {
-            drop(out);
             let admin =
                 TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
             tracing::info!(

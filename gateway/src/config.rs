@@ -73,7 +73,7 @@ pub struct Limits {
     pub max_concurrent_streams: u32,
     /// Bytes of request bodies held at once, over all requests (read buffers included, being read or in flight):
     /// past it a request is answered 503 with `Retry-After`. With `max_connections x max_header_bytes` this
-    /// bounds the gateway's memory (see the README).
+    /// bounds the gateway's memory (see docs/operations.md).
     pub max_body_buffer_bytes: usize,
     /// Public-key verifications (Discord Ed25519, SendGrid ECDSA: 5 to 20 times an HMAC) one source may run at
     /// once, on the blocking pool; past it that source's requests get 503 `verify_busy` with `Retry-After`, so a
@@ -241,19 +241,19 @@ impl GatewayConfig {
 mod tests {
     use super::*;
 
-    /// The README's example gateway config: it parses, names every scheme, and each source validates once its
-    /// secrets point at files holding a key of the right shape.
+    /// The example gateway config of docs/configuration.md: it parses, names every scheme, and each source
+    /// validates once its secrets point at files holding a key of the right shape.
     #[test]
-    fn readme_example_config_is_valid_and_covers_every_scheme() {
-        let readme = include_str!("../../README.md");
-        let start = readme.find("Gateway (`hookline-gateway --config gateway.toml`)").expect("gateway section");
-        let block = readme[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
-        let config: GatewayConfig = config::parse_str(block, "README.md").expect("the README example parses");
+    fn configuration_doc_gateway_example_is_valid_and_covers_every_scheme() {
+        let doc = include_str!("../../docs/configuration.md");
+        let start = doc.find("### Example: gateway.toml").expect("gateway example heading");
+        let block = doc[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
+        let config: GatewayConfig = config::parse_str(block, "docs/configuration.md").expect("the example parses");
         let schemes: std::collections::HashSet<&str> = config.sources.iter().map(|s| s.scheme.as_str()).collect();
         for name in hookline_common::signature::SCHEME_NAMES {
-            assert!(schemes.contains(name), "the README example has no `{name}` source");
+            assert!(schemes.contains(name), "the documented example has no `{name}` source");
         }
-        let directory = std::env::temp_dir().join(format!("hookline-readme-{}", std::process::id()));
+        let directory = std::env::temp_dir().join(format!("hookline-config-doc-{}", std::process::id()));
         std::fs::create_dir_all(&directory).unwrap();
         for source in &config.sources {
             let key = match source.scheme.as_str() {
@@ -277,7 +277,7 @@ mod tests {
                 .collect();
             let source = SourceConfig { secrets, ..source.clone() };
             if let Err(problems) = crate::source::Source::from_config(&source, &config.kafka.inbound_topic) {
-                panic!("README source `{}`: {problems:?}", source.name);
+                panic!("documented source `{}`: {problems:?}", source.name);
             }
         }
         let _ = std::fs::remove_dir_all(&directory);

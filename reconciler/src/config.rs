@@ -406,6 +406,55 @@ mod tests {
         }
         assert_eq!(Provider::Paddle.window(), Duration::from_secs(90 * DAY_S));
     }
+
+    /// The example reconciler config of docs/configuration.md parses with this parser, which refuses unknown
+    /// keys, so every key it shows exists; the values it gives as defaults are the defaults; and it validates once
+    /// its credentials point at files.
+    #[test]
+    fn configuration_doc_reconciler_example_is_valid_and_shows_the_defaults() {
+        let doc = include_str!("../../docs/configuration.md");
+        let start = doc.find("### Example: reconciler.toml").expect("reconciler example heading");
+        let block = doc[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
+        let mut config: ReconcilerConfig =
+            config::parse_str(block, "docs/configuration.md").expect("the example parses");
+        let defaults = ReconcilerConfig::default();
+        assert_eq!(
+            (&config.admin_addr, &config.index_group_id, config.interval_s),
+            (&defaults.admin_addr, &defaults.index_group_id, defaults.interval_s)
+        );
+        assert_eq!(
+            (config.index_catch_up_timeout_ms, config.run_lease_s, &config.index_complete_since),
+            (defaults.index_catch_up_timeout_ms, defaults.run_lease_s, &defaults.index_complete_since)
+        );
+        assert_eq!(format!("{:?}", config.redis), format!("{:?}", defaults.redis), "[redis] is not the defaults");
+        let kafka = KafkaConfig { brokers: defaults.kafka.brokers.clone(), ..config.kafka.clone() };
+        assert_eq!(format!("{kafka:?}"), format!("{:?}", defaults.kafka), "[kafka] is not the defaults");
+        let providers: Vec<Provider> = config.sources.iter().map(|source| source.provider).collect();
+        assert_eq!(providers, [Provider::Stripe, Provider::Github, Provider::Paddle]);
+        let stripe = &config.sources[0];
+        let stripe_defaults = SourceConfig::new("stripe", Provider::Stripe, stripe.credential.clone());
+        assert_eq!(
+            (stripe.lookback(), stripe.requests_per_s(), stripe.index_ttl_s()),
+            (stripe_defaults.lookback(), stripe_defaults.requests_per_s(), stripe_defaults.index_ttl_s())
+        );
+        assert_eq!(
+            (stripe.settle_s, stripe.max_retry_after_s, stripe.apply),
+            (stripe_defaults.settle_s, stripe_defaults.max_retry_after_s, stripe_defaults.apply)
+        );
+
+        let directory = std::env::temp_dir().join(format!("hookline-reconciler-config-doc-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        for source in &mut config.sources {
+            let path = directory.join(&source.name);
+            std::fs::write(&path, "an-api-credential").unwrap();
+            source.credential = SecretRef::from_file(source.credential.id.clone(), path.display().to_string());
+        }
+        let validated = config.validate();
+        let _ = std::fs::remove_dir_all(&directory);
+        if let Err(problems) = validated {
+            panic!("the documented reconciler example does not validate: {problems}");
+        }
+    }
 }
 
 impl ReconcilerConfig {
