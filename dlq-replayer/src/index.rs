@@ -20,14 +20,14 @@ use std::{
 
 use hookline_common::{
     config::KafkaConfig,
-    kafka::QuietContext,
+    kafka::{QuietContext, partitions_of},
     wire::{DeadLetterEntry, EntryStatus, EntryStatusRecord, header, header_str, now_ms},
 };
 use rdkafka::{
     ClientConfig, Message, Offset, TopicPartitionList,
     config::RDKafkaLogLevel,
     consumer::{BaseConsumer, Consumer},
-    error::{KafkaError, RDKafkaErrorCode},
+    error::KafkaError,
     message::BorrowedMessage,
 };
 use serde::Serialize;
@@ -861,25 +861,6 @@ pub fn tail(
             }
         }
     }
-}
-
-fn partitions_of(
-    consumer: &BaseConsumer<QuietContext>,
-    topic: &str,
-    timeout: Duration,
-) -> Result<Vec<i32>, KafkaError> {
-    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-    let mut partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic && t.error().is_none())
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition));
-    }
-    partitions.sort_unstable();
-    Ok(partitions)
 }
 
 /// A consumer that reads by assignment: no group membership, no commits, only committed records. The user's

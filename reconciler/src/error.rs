@@ -39,7 +39,7 @@ pub enum ReconcileError {
     #[error("Kafka")]
     Kafka(#[source] rdkafka::error::KafkaError),
     #[error("cannot produce the fetched event to Kafka")]
-    Produce(#[source] rdkafka::error::KafkaError),
+    Produce(#[source] hookline_common::producer::ProduceError),
 }
 
 impl From<redis::RedisError> for ReconcileError {

@@ -6,14 +6,11 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use hookline_common::{
     config::KafkaConfig,
-    kafka::{QuietContext, producer_config},
+    producer::{AckedProducer, QueueWait},
     signature::{Provenance, Verified},
     wire::{self, EventMeta, header},
 };
-use rdkafka::{
-    message::Header,
-    producer::{FutureProducer, FutureRecord},
-};
+use rdkafka::{message::Header, producer::FutureRecord};
 use serde::Serialize;
 
 use crate::{
@@ -114,7 +111,7 @@ impl Report {
 pub struct Reconciler {
     config: ReconcilerConfig,
     store: Store,
-    producer: FutureProducer<QuietContext>,
+    producer: AckedProducer,
     index: Arc<IndexCheck>,
     providers: HashMap<String, ProviderClient>,
     metrics: Arc<Metrics>,
@@ -131,7 +128,7 @@ impl std::fmt::Debug for Reconciler {
 impl Reconciler {
     pub async fn connect(config: ReconcilerConfig, metrics: Arc<Metrics>) -> Result<Self, ReconcileError> {
         let store = Store::connect(&config.redis).await?;
-        let producer = producer_config(&config.kafka).create_with_context(QuietContext::new("reconciler"))?;
+        let producer = AckedProducer::new(&config.kafka, "reconciler")?;
         let index = Arc::new(IndexCheck::new(&config.kafka, &config.index_group_id, &config.sources)?);
         let mut providers = HashMap::new();
         for source in &config.sources {
@@ -333,8 +330,7 @@ impl Reconciler {
         let headers = meta.to_headers().insert(Header { key: header::ORIGIN, value: Some(wire::origin::RECONCILED) });
         let topic = source.topic.as_deref().unwrap_or(&self.config.kafka.inbound_topic);
         let record = FutureRecord::to(topic).key(meta.record_key()).payload(body.as_ref()).headers(headers);
-        let timeout = Duration::from_millis(self.config.kafka.produce_timeout_ms);
-        self.producer.send(record, timeout).await.map(drop).map_err(|(error, _)| ReconcileError::Produce(error))
+        self.producer.send(record, QueueWait::UpToDeadline).await.map(drop).map_err(ReconcileError::Produce)
     }
 
     pub fn kafka(&self) -> &KafkaConfig {
