@@ -14,6 +14,19 @@ pub fn init_tracing() {
     let _ = if json { builder.json().try_init() } else { builder.try_init() };
 }
 
+/// Logging for a command-line command (the replayer's and the reconciler's `list`, `run`, ...): warnings and
+/// errors only unless `RUST_LOG` says otherwise, on stderr, so that stdout carries nothing but the command's
+/// output (a `--json` report stays parseable).
+pub fn init_cli_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let _ = builder.try_init();
+}
+
 /// Rate limit for log lines that an outage repeats (a broker down, Redis frozen): per kind of line, at most one
 /// per `interval`, and that line carries how many were held back since the previous one. Metrics, not logs,
 /// count every occurrence: a 20 s outage must cost a handful of lines, not one per record or per retry.

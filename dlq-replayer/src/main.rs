@@ -148,8 +148,13 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    telemetry::init_tracing();
     let args = Args::parse();
+    // The service logs like the others; a command keeps stdout for its output.
+    if matches!(args.command, Some(Command::Serve)) {
+        telemetry::init_tracing();
+    } else {
+        telemetry::init_cli_tracing();
+    }
     if args.print_metrics {
         println!("{}", metrics_catalog::to_json(&Metrics::describe()?)?);
         return Ok(());
@@ -165,8 +170,8 @@ async fn main() -> anyhow::Result<()> {
     };
     let config = ReplayerConfig::load(args.config.as_deref())?;
     let operator = |by: Option<String>| by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".to_owned());
-    // Not locked for the whole command: building the index logs from a blocking thread, and logs go to stdout, so
-    // holding the lock across the awaits below would deadlock the CLI as soon as the DLQ has an entry.
+    // Not locked for the whole command: a lock held across the awaits below would deadlock against anything else
+    // writing to stdout from another thread (logs once did).
     let mut out = std::io::stdout();
     match command {
         Command::Serve => {

@@ -64,8 +64,13 @@ fn time_arg(text: &str, now_ms: i64) -> anyhow::Result<i64> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    telemetry::init_tracing();
     let args = Args::parse();
+    // The service logs like the others; a command keeps stdout for its output.
+    if matches!(args.command, Some(Command::Serve)) {
+        telemetry::init_tracing();
+    } else {
+        telemetry::init_cli_tracing();
+    }
     if args.print_metrics {
         println!("{}", metrics_catalog::to_json(&Metrics::describe()?)?);
         return Ok(());

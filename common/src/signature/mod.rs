@@ -382,7 +382,7 @@ pub struct SchemeOptions {
     pub hmac: Option<GenericHmacOptions>,
 }
 
-/// The names [`build`] knows, for config validation messages and the README.
+/// The names [`build`] knows, for config validation messages and docs/configuration.md.
 pub const SCHEME_NAMES: &[&str] = &[
     "stripe",
     "github",
@@ -419,7 +419,7 @@ pub const UNTIMED_SCHEMES: &[&str] =
 pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, String> {
     if options.tolerance_s.is_some() && UNTIMED_SCHEMES.contains(&name) {
         return Err(format!(
-            "scheme `{name}` signs no timestamp, so tolerance_s cannot apply: remove it (see the README on replays)"
+            "scheme `{name}` signs no timestamp, so tolerance_s cannot apply: remove it (docs/configuration.md, 'What each scheme signs')"
         ));
     }
     let tolerance = options.tolerance_s.map(support::Tolerance::seconds);
