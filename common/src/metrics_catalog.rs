@@ -127,3 +127,31 @@ mod tests {
         assert_eq!(gathered(&registry), with_sorted_labels(described));
     }
 }
+
+/// Constructors for a service's metric definitions, one call each, so that a service's list of metrics reads as
+/// a table of names, help texts and labels.
+pub mod new {
+    use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Result};
+
+    pub fn counter(name: &str, help: &str) -> Result<IntCounter> {
+        IntCounter::new(name, help)
+    }
+
+    pub fn counter_vec(name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec> {
+        IntCounterVec::new(Opts::new(name, help), labels)
+    }
+
+    pub fn gauge(name: &str, help: &str) -> Result<IntGauge> {
+        IntGauge::new(name, help)
+    }
+
+    pub fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec> {
+        IntGaugeVec::new(Opts::new(name, help), labels)
+    }
+
+    /// A histogram with Prometheus's default buckets, or `buckets` (upper bounds, ascending).
+    pub fn histogram_vec(name: &str, help: &str, labels: &[&str], buckets: Option<&[f64]>) -> Result<HistogramVec> {
+        let options = HistogramOpts::new(name, help);
+        HistogramVec::new(buckets.map_or(options.clone(), |buckets| options.buckets(buckets.to_vec())), labels)
+    }
+}

@@ -1,9 +1,10 @@
 //! The consumer's metrics, defined once. Labels are bounded: source names, outcomes, error classes.
 
-use hookline_common::metrics_catalog::{self, MetricDescription};
-use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, core::Collector,
+use hookline_common::metrics_catalog::{
+    self, MetricDescription,
+    new::{counter, counter_vec, gauge, gauge_vec, histogram_vec},
 };
+use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry, core::Collector};
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -53,66 +54,66 @@ pub struct Metrics {
 impl Metrics {
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let metrics = Self {
-            events: IntCounterVec::new(
-                Opts::new("hookline_consumer_events_total", "Events handled, by source and outcome."),
+            events: counter_vec(
+                "hookline_consumer_events_total",
+                "Events handled, by source and outcome.",
                 &["source", "outcome"],
             )?,
-            handler_failures: IntCounterVec::new(
-                Opts::new("hookline_consumer_handler_failures_total", "Failed handler attempts."),
+            handler_failures: counter_vec(
+                "hookline_consumer_handler_failures_total",
+                "Failed handler attempts.",
                 &["source", "class"],
             )?,
-            dead_lettered: IntCounterVec::new(
-                Opts::new("hookline_consumer_dead_lettered_total", "Events published to the dead-letter topic."),
+            dead_lettered: counter_vec(
+                "hookline_consumer_dead_lettered_total",
+                "Events published to the dead-letter topic.",
                 &["source", "error_class"],
             )?,
-            handle_duration: HistogramVec::new(
-                HistogramOpts::new("hookline_consumer_handle_duration_seconds", "Successful handler call time."),
+            handle_duration: histogram_vec(
+                "hookline_consumer_handle_duration_seconds",
+                "Successful handler call time.",
                 &["source"],
+                None,
             )?,
-            dedupe_errors: IntCounter::new("hookline_consumer_dedupe_errors_total", "Redis errors and timeouts.")?,
-            claim_conflicts: IntCounter::new(
+            dedupe_errors: counter("hookline_consumer_dedupe_errors_total", "Redis errors and timeouts.")?,
+            claim_conflicts: counter(
                 "hookline_consumer_claim_conflicts_total",
                 "Claims found held by another consumer.",
             )?,
-            dlq_produce_errors: IntCounter::new(
-                "hookline_consumer_dlq_produce_errors_total",
-                "Failed dead-letter produces.",
-            )?,
-            consumed: IntCounter::new("hookline_consumer_records_consumed_total", "Records fetched.")?,
-            retries: IntCounterVec::new(
-                Opts::new("hookline_consumer_retries_total", "Handler retries scheduled."),
-                &["source"],
-            )?,
-            redis_duration: HistogramVec::new(
-                HistogramOpts::new("hookline_consumer_redis_duration_seconds", "Dedupe round trips.")
-                    .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 2.5]),
+            dlq_produce_errors: counter("hookline_consumer_dlq_produce_errors_total", "Failed dead-letter produces.")?,
+            consumed: counter("hookline_consumer_records_consumed_total", "Records fetched.")?,
+            retries: counter_vec("hookline_consumer_retries_total", "Handler retries scheduled.", &["source"])?,
+            redis_duration: histogram_vec(
+                "hookline_consumer_redis_duration_seconds",
+                "Dedupe round trips.",
                 &["operation"],
+                Some(&[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 2.5]),
             )?,
-            fetch_errors: IntCounter::new(
+            fetch_errors: counter(
                 "hookline_consumer_fetch_errors_total",
                 "Errors received by the fetch loop (broker unreachable and the like).",
             )?,
-            paused: IntGauge::new("hookline_consumer_paused", "1 while processing is paused because Redis fails.")?,
-            lag: IntGaugeVec::new(
-                Opts::new(
-                    "hookline_consumer_lag_records",
-                    "Records behind the high watermark from the committed offset, per partition.",
-                ),
+            paused: gauge("hookline_consumer_paused", "1 while processing is paused because Redis fails.")?,
+            lag: gauge_vec(
+                "hookline_consumer_lag_records",
+                "Records behind the high watermark from the committed offset, per partition.",
                 &["partition"],
             )?,
-            assigned_partitions: IntGauge::new("hookline_consumer_assigned_partitions", "Partitions assigned.")?,
-            in_flight: IntGauge::new("hookline_consumer_in_flight_records", "Records in the handler stage.")?,
-            windowed: IntGauge::new("hookline_consumer_window_records", "Records fetched and not yet committed.")?,
-            dropped: IntCounter::new(
+            assigned_partitions: gauge("hookline_consumer_assigned_partitions", "Partitions assigned.")?,
+            in_flight: gauge("hookline_consumer_in_flight_records", "Records in the handler stage.")?,
+            windowed: gauge("hookline_consumer_window_records", "Records fetched and not yet committed.")?,
+            dropped: counter(
                 "hookline_consumer_records_dropped_total",
                 "Fetched records dropped: their partition was revoked, or they were fetched before.",
             )?,
-            deferred: IntCounterVec::new(
-                Opts::new("hookline_consumer_deferred_total", "Records parked in the retry topic without an attempt."),
+            deferred: counter_vec(
+                "hookline_consumer_deferred_total",
+                "Records parked in the retry topic without an attempt.",
                 &["source", "reason"],
             )?,
-            route_breaker_open: IntGaugeVec::new(
-                Opts::new("hookline_consumer_route_breaker_open", "1 while the route's circuit breaker is open."),
+            route_breaker_open: gauge_vec(
+                "hookline_consumer_route_breaker_open",
+                "1 while the route's circuit breaker is open.",
                 &["route"],
             )?,
         };

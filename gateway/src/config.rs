@@ -119,47 +119,37 @@ impl Default for Limits {
 /// always fits in one record. Raise it together with the topic's `max.message.bytes`.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1_000_000;
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SourceConfig {
-    /// Served at `POST /webhooks/{name}`.
+    /// Served at `POST /webhooks/{name}`. Required, like `scheme`: empty, it is refused when the source is built.
     pub name: String,
     /// Signature scheme name (see `hookline_common::signature::SCHEME_NAMES`). `none` accepts unsigned requests:
     /// an explicit opt-in for trusted internal senders, logged as a warning at every (re)load.
     pub scheme: String,
     /// Secrets tried in order; more than one during a rotation. Required by every scheme but `none`.
-    #[serde(default)]
     pub secrets: Vec<SecretRef>,
-    #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
     /// Timestamp tolerance in seconds, both directions; default: the scheme's own (Stripe, Slack, Standard
     /// Webhooks, HubSpot 300, Twitch 600, Linear 60, Paddle 5; Zoom none).
-    #[serde(default)]
     pub tolerance_s: Option<u64>,
     /// Kafka topic for this source's events; default `kafka.inbound_topic`.
-    #[serde(default)]
     pub topic: Option<String>,
     /// Where the event id (the dedupe key) comes from; default: the scheme's.
-    #[serde(default)]
     pub event_id: Option<FieldSource>,
     /// Where the event type comes from; default: the scheme's.
-    #[serde(default)]
     pub event_type: Option<FieldSource>,
     /// Where the ordering key comes from: `{ header = "..." }` or `{ json_pointer = "/data/object/id" }` into the
     /// verified body. Events of one key are handled in order (the record is keyed by it, and it rides in
     /// `hookline-ordering-key`); a request without the value is keyed by its event id, as if the source had none.
-    #[serde(default)]
     pub ordering_key: Option<FieldSource>,
     /// Request headers carried into Kafka, each as a record header named [`FORWARDED_HEADER_PREFIX`] + its
     /// lowercase name.
-    #[serde(default)]
     pub forward_headers: Vec<String>,
     /// The URL the provider sends to, as the provider sees it (scheme, host, path; no query): signed by Twilio,
     /// Square and HubSpot, and required for them. The request's query string is appended.
-    #[serde(default)]
     pub public_url: Option<String>,
     /// Settings of the generic HMAC scheme (`scheme = "hmac"`).
-    #[serde(default)]
     pub hmac: Option<GenericHmacOptions>,
 }
 
@@ -170,18 +160,27 @@ pub const FORWARDED_HEADER_PREFIX: &str = hookline_common::wire::header::FORWARD
 impl SourceConfig {
     /// A source with the given name, scheme and secrets and every other setting at its default.
     pub fn new(name: impl Into<String>, scheme: impl Into<String>, secrets: Vec<SecretRef>) -> Self {
-        Self {
-            name: name.into(),
-            scheme: scheme.into(),
-            secrets,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            ..Self::default()
-        }
+        Self { name: name.into(), scheme: scheme.into(), secrets, ..Self::default() }
     }
 }
 
-fn default_max_body_bytes() -> usize {
-    DEFAULT_MAX_BODY_BYTES
+impl Default for SourceConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            scheme: String::new(),
+            secrets: Vec::new(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            tolerance_s: None,
+            topic: None,
+            event_id: None,
+            event_type: None,
+            ordering_key: None,
+            forward_headers: Vec::new(),
+            public_url: None,
+            hmac: None,
+        }
+    }
 }
 
 /// Half the cores (at least one): a public-key flood on one source leaves the others the rest.

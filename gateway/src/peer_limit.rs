@@ -153,10 +153,11 @@ mod tests {
         let limiter = PeerLimiter::new(10.0, 1, Duration::from_secs(2), now).expect("on");
         assert_eq!(limiter.admit(A, now), Admission::Now);
         limiter.charge_failed_verification(A, now);
-        // Its next turn is ten intervals after the first, not one.
-        assert_eq!(limiter.admit(A, now), Admission::After(Duration::from_secs(1)));
-        assert_eq!(limiter.admit(B, now), Admission::Now);
-        assert_eq!(limiter.admit(B, now), Admission::After(Duration::from_millis(100)));
+        // A's next turn is ten intervals after its first, not one; B, charged nothing, is paced one interval apart.
+        let next = [A, B, B].map(|peer| limiter.admit(peer, now));
+        let expected =
+            [Admission::After(Duration::from_secs(1)), Admission::Now, Admission::After(Duration::from_millis(100))];
+        assert_eq!(next, expected);
     }
 
     #[test]
