@@ -293,14 +293,8 @@ fn is_hook_path(hook: &str) -> bool {
 }
 
 impl ReconcilerConfig {
-    /// [`Self::read`], then [`Self::validate`].
-    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let config = Self::read(path)?;
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// Defaults, then the file (if any), then environment overrides; nothing checked.
+    /// Defaults, then the file (if any), then environment overrides; nothing checked (that is
+    /// [`crate::load::Loaded::build`]).
     pub fn read(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut config: Self = match path {
             Some(path) => config::load_file(path)?,
@@ -310,18 +304,6 @@ impl ReconcilerConfig {
         config.redis.apply_env();
         config::env_override(env::ADMIN_ADDR, &mut config.admin_addr);
         Ok(config)
-    }
-
-    /// Every problem, the credentials' included (each is read once here to check it).
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut problems = Problems::default();
-        self.check_settings(&mut problems);
-        for source in &self.sources {
-            if let Err(problem) = source.credential.load() {
-                problems.push(format!("source `{}`: credential: {problem}", source.name));
-            }
-        }
-        problems.into_result()
     }
 
     /// The problems of everything but the credentials' values: what `--print-config` checks, reading no secret.
@@ -362,8 +344,8 @@ mod tests {
     use super::*;
 
     fn problems(config: &ReconcilerConfig) -> Vec<String> {
-        match config.validate() {
-            Ok(()) => Vec::new(),
+        match crate::load::Loaded::build(config.clone()) {
+            Ok(_) => Vec::new(),
             Err(ConfigError::Invalid(problems)) => problems,
             Err(other) => panic!("{other}"),
         }
@@ -449,7 +431,7 @@ mod tests {
             std::fs::write(&path, "an-api-credential").unwrap();
             source.credential = SecretRef::from_file(source.credential.id.clone(), path.display().to_string());
         }
-        let validated = config.validate();
+        let validated = crate::load::Loaded::build(config);
         let _ = std::fs::remove_dir_all(&directory);
         if let Err(problems) = validated {
             panic!("the documented reconciler example does not validate: {problems}");

@@ -15,6 +15,7 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod index;
+pub mod load;
 pub mod metrics;
 pub mod provider;
 pub mod reconcile;
@@ -29,16 +30,14 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use config::{Provider, ReconcilerConfig, SourceConfig};
 pub use error::ReconcileError;
+pub use load::Loaded;
 pub use reconcile::{Mode, Outcome, Reconciler, Report, RunRequest};
 
 /// Runs the indexer and, every `interval_s`, a reconciliation of each source over `[now - lookback, now -
 /// settle)`, until `shutdown`. A source's first run is a dry run; later ones act when the source says `apply`.
 /// Returns an error (and cancels everything) if the indexer fails: the orchestrator restarts a clean process.
-pub async fn run(
-    config: ReconcilerConfig,
-    admin: TcpListener,
-    shutdown: CancellationToken,
-) -> Result<(), ReconcileError> {
+pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken) -> Result<(), ReconcileError> {
+    let config = loaded.config.clone();
     let registry = Registry::new();
     let metrics = Arc::new(
         metrics::Metrics::register(&registry)
@@ -49,7 +48,7 @@ pub async fn run(
     let tracker = TaskTracker::new();
     tracker.spawn(hookline_common::http::serve_admin(admin, registry, readiness.clone(), shutdown.child_token()));
 
-    let reconciler = Arc::new(Reconciler::connect(config.clone(), metrics.clone()).await?);
+    let reconciler = Arc::new(Reconciler::connect(loaded, metrics.clone()).await?);
     redis_ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let indexer = tokio::spawn(index::run_indexer(
         config.kafka.clone(),

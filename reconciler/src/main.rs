@@ -6,7 +6,7 @@ use hookline_common::{
     config::{self, env},
     metrics_catalog, telemetry, wire,
 };
-use hookline_reconciler::{Mode, Reconciler, ReconcilerConfig, RunRequest, metrics::Metrics};
+use hookline_reconciler::{Loaded, Mode, Reconciler, ReconcilerConfig, RunRequest, metrics::Metrics};
 use tokio::net::TcpListener;
 
 /// Find the events a provider sent that never reached hookline, and bring them in exactly once.
@@ -86,7 +86,8 @@ async fn main() -> anyhow::Result<()> {
     let Some(command) = args.command else {
         Args::command().error(ErrorKind::MissingSubcommand, "a subcommand is required").exit()
     };
-    let config = ReconcilerConfig::load(args.config.as_deref())?;
+    let loaded = Loaded::load(args.config.as_deref())?;
+    let config = &loaded.config;
     match command {
         Command::Serve => {
             let admin =
@@ -97,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
                 sources = config.sources.len(),
                 "reconciler starting"
             );
-            hookline_reconciler::run(config, admin, hookline_common::signals::shutdown_on_signals()).await?;
+            hookline_reconciler::run(loaded, admin, hookline_common::signals::shutdown_on_signals()).await?;
         }
         Command::Run { source, since, until, apply, again_after_request, json } => {
             let source_config =
@@ -113,7 +114,7 @@ async fn main() -> anyhow::Result<()> {
             };
             anyhow::ensure!(from_ms < to_ms, "the window is empty: --since must be before --until");
             let metrics = Arc::new(Metrics::register(&prometheus::Registry::new())?);
-            let reconciler = Reconciler::connect(config, metrics).await?;
+            let reconciler = Reconciler::connect(loaded, metrics).await?;
             let mode = if apply { Mode::Apply } else { Mode::DryRun };
             let report = reconciler.run(&RunRequest { source, from_ms, to_ms, mode, again_after_request }).await?;
             let mut out = std::io::stdout().lock();

@@ -17,6 +17,7 @@ use crate::{
     config::{ReconcilerConfig, SourceConfig},
     error::ReconcileError,
     index::IndexCheck,
+    load::Loaded,
     metrics::Metrics,
     provider::{ProviderClient, ProviderEvent, Recovery},
     store::{Action, Store},
@@ -126,14 +127,20 @@ impl std::fmt::Debug for Reconciler {
 }
 
 impl Reconciler {
-    pub async fn connect(config: ReconcilerConfig, metrics: Arc<Metrics>) -> Result<Self, ReconcileError> {
+    /// Builds a client per source from `loaded`, then connects to Redis and Kafka.
+    pub async fn connect(loaded: Loaded, metrics: Arc<Metrics>) -> Result<Self, ReconcileError> {
+        let mut providers = HashMap::new();
+        for source in &loaded.config.sources {
+            let credential = loaded.credential(&source.name).ok_or_else(|| ReconcileError::Setup {
+                source_name: source.name.clone(),
+                error: "no credential was loaded for it".to_owned(),
+            })?;
+            providers.insert(source.name.clone(), ProviderClient::new(source, credential, metrics.clone())?);
+        }
+        let config = loaded.config;
         let store = Store::connect(&config.redis).await?;
         let producer = AckedProducer::new(&config.kafka, "reconciler")?;
         let index = Arc::new(IndexCheck::new(&config.kafka, &config.index_group_id, &config.sources)?);
-        let mut providers = HashMap::new();
-        for source in &config.sources {
-            providers.insert(source.name.clone(), ProviderClient::new(source, metrics.clone())?);
-        }
         Ok(Self { config, store, producer, index, providers, metrics })
     }
 

@@ -80,9 +80,9 @@ impl TestReconciler {
         };
         config.redis.url = redis_url();
         config.redis.key_prefix = format!("test:{run_id}:reconcile");
-        config.validate().expect("valid reconciler config");
+        let loaded = hookline_reconciler::Loaded::build(config.clone()).expect("valid reconciler config");
         let metrics = Arc::new(Metrics::register(&prometheus_registry()).expect("metrics"));
-        let reconciler = Reconciler::connect(config.clone(), metrics.clone()).await.expect("connect");
+        let reconciler = Reconciler::connect(loaded, metrics.clone()).await.expect("connect");
         let shutdown = CancellationToken::new();
         tokio::spawn(hookline_reconciler::index::run_indexer(
             config.kafka.clone(),
@@ -347,7 +347,8 @@ async fn missing_or_refused_credentials_and_long_rate_limits_give_clear_errors_a
         sources: vec![SourceConfig { hook: Some(GITHUB_HOOK.to_owned()), ..missing }],
         ..ReconcilerConfig::default()
     };
-    let problem = config.validate().expect_err("a missing credential is a config error").to_string();
+    let problem =
+        hookline_reconciler::Loaded::build(config).expect_err("a missing credential is a config error").to_string();
     assert!(
         problem.contains("source `github`: credential: secret `github-api`: environment variable HOOKLINE_RECONCILER_TEST_TOKEN_THAT_IS_NOT_SET is not set"),
         "{problem}"
@@ -460,11 +461,11 @@ async fn the_service_indexes_reports_ready_and_its_first_scheduled_run_is_a_dry_
     };
     config.redis.url = redis_url();
     config.redis.key_prefix = format!("test:{run_id}:reconcile");
-    config.validate().expect("valid config");
+    let loaded = hookline_reconciler::Loaded::build(config).expect("valid config");
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let admin_addr = admin.local_addr().expect("addr");
     let shutdown = CancellationToken::new();
-    let service = tokio::spawn(hookline_reconciler::run(config, admin, shutdown.clone()));
+    let service = tokio::spawn(hookline_reconciler::run(loaded, admin, shutdown.clone()));
 
     eventually(Duration::from_secs(30), "the first scheduled run reported as a dry run", || async {
         let (_, metrics) = admin_get(admin_addr, "/metrics").await;

@@ -52,12 +52,13 @@ pub enum ProviderClient {
 }
 
 impl ProviderClient {
-    pub fn new(source: &SourceConfig, metrics: Arc<Metrics>) -> Result<Self, ReconcileError> {
+    /// A client for `source`'s provider API, authenticating with `credential` (read by [`crate::load::Loaded`]).
+    pub fn new(
+        source: &SourceConfig,
+        credential: &SecretString,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, ReconcileError> {
         let setup = |error: String| ReconcileError::Setup { source_name: source.name.clone(), error };
-        let credential = SecretString::from(
-            String::from_utf8(source.credential.load().map_err(setup)?)
-                .map_err(|_| setup("the credential is not UTF-8".to_owned()))?,
-        );
         let mut headers = HeaderMap::new();
         let (name, value) = crate::api::credential_header(
             http::header::AUTHORIZATION,
