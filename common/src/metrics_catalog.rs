@@ -15,6 +15,19 @@ pub struct MetricDescription {
     pub help: String,
     /// The variable labels, in the order the code gives their values.
     pub labels: Vec<String>,
+    /// For a label whose values the code fixes (an outcome, not a source name): every value it can take.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub label_values: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// Records in `described` that label `label` of metric `name` takes only `values`.
+pub fn set_label_values(described: &mut [MetricDescription], name: &str, label: &str, values: &[&str]) {
+    for metric in described.iter_mut().filter(|metric| metric.name == name) {
+        let mut values: Vec<String> = values.iter().map(|value| (*value).to_owned()).collect();
+        values.sort();
+        values.dedup();
+        metric.label_values.insert(label.to_owned(), values);
+    }
 }
 
 /// The families of these collectors, sorted by name. A labelled metric with no series yet is described too: its
@@ -34,6 +47,7 @@ pub fn describe(collectors: &[Box<dyn Collector>]) -> Vec<MetricDescription> {
                 kind: type_name(family.get_field_type()).to_owned(),
                 help: family.help().to_owned(),
                 labels,
+                label_values: Default::default(),
             });
         }
     }
@@ -62,6 +76,7 @@ pub fn gathered(registry: &prometheus::Registry) -> Vec<MetricDescription> {
                 kind: type_name(family.get_field_type()).to_owned(),
                 help: family.help().to_owned(),
                 labels,
+                label_values: Default::default(),
             }
         })
         .collect();
@@ -69,10 +84,12 @@ pub fn gathered(registry: &prometheus::Registry) -> Vec<MetricDescription> {
     described
 }
 
-/// The same families with each one's labels sorted by name, to compare with [`gathered`].
+/// The same families with each one's labels sorted by name and without label values (a registry does not know
+/// them), to compare with [`gathered`].
 pub fn with_sorted_labels(mut described: Vec<MetricDescription>) -> Vec<MetricDescription> {
     for family in &mut described {
         family.labels.sort();
+        family.label_values.clear();
     }
     described
 }

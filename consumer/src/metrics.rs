@@ -151,8 +151,28 @@ impl Metrics {
     /// The service's metric families (name, type, help, labels), labelled ones without series included, with no
     /// registry, broker or config: what `--print-metrics` prints.
     pub fn describe() -> Result<Vec<MetricDescription>, prometheus::Error> {
-        Ok(metrics_catalog::describe(&Self::register(&Registry::new())?.collectors()))
+        let mut described = metrics_catalog::describe(&Self::register(&Registry::new())?.collectors());
+        metrics_catalog::set_label_values(
+            &mut described,
+            "hookline_consumer_events_total",
+            "outcome",
+            event_outcome::ALL,
+        );
+        Ok(described)
     }
+}
+
+/// The `outcome` label values of `hookline_consumer_events_total`.
+pub mod event_outcome {
+    pub const PROCESSED: &str = "processed";
+    pub const DUPLICATE: &str = "duplicate";
+    pub const DEAD_LETTERED: &str = "dead_lettered";
+    /// An ordered record retried in memory.
+    pub const RETRY_LATER: &str = "retry_later";
+    /// Parked in the retry topic.
+    pub const RETRY_SCHEDULED: &str = "retry_scheduled";
+    /// Every value, as `--print-metrics` lists them.
+    pub const ALL: &[&str] = &[PROCESSED, DUPLICATE, DEAD_LETTERED, RETRY_LATER, RETRY_SCHEDULED];
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ use crate::{
     dedupe::{Claim, ClaimToken, Dedupe, DedupeError},
     dlq::{DeadLetters, ErrorClass, Failure},
     handler::{Handler, HandlerError},
-    metrics::Metrics,
+    metrics::{Metrics, event_outcome},
     retry::{Attempts, RetryHeaders},
 };
 
@@ -92,6 +92,17 @@ enum Outcome {
 }
 
 impl Outcome {
+    /// The `outcome` label of `hookline_consumer_events_total`: one of [`event_outcome::ALL`].
+    fn label(&self) -> &'static str {
+        match self {
+            Outcome::Processed => event_outcome::PROCESSED,
+            Outcome::Duplicate => event_outcome::DUPLICATE,
+            Outcome::DeadLettered { .. } => event_outcome::DEAD_LETTERED,
+            Outcome::RetryLater { .. } => event_outcome::RETRY_LATER,
+            Outcome::RetryScheduled => event_outcome::RETRY_SCHEDULED,
+        }
+    }
+
     /// What this outcome says of the route's downstream, for its circuit breaker.
     fn downstream(&self) -> Downstream {
         match self {
@@ -125,7 +136,7 @@ impl Pipeline {
                 let Some(new_entry) = self.dead_letter(message, source, None, &failure).await else {
                     return (Interrupted, Downstream::NotCalled);
                 };
-                self.metrics.events.with_label_values(&[source, "dead_lettered"]).inc();
+                self.metrics.events.with_label_values(&[source, event_outcome::DEAD_LETTERED]).inc();
                 // A re-driven entry that is not a hookline record still gets its outcome, or it would stay
                 // `replayed` for ever.
                 let replay_of = header_str(message.headers(), header::REPLAY_OF).and_then(Result::ok);
@@ -157,14 +168,7 @@ impl Pipeline {
         };
         let downstream = outcome.downstream();
         let source = event.meta.source.as_str();
-        let outcome_label = match &outcome {
-            Outcome::Processed => "processed",
-            Outcome::Duplicate => "duplicate",
-            Outcome::DeadLettered { .. } => "dead_lettered",
-            Outcome::RetryLater { .. } => "retry_later",
-            Outcome::RetryScheduled => "retry_scheduled",
-        };
-        self.metrics.events.with_label_values(&[source, outcome_label]).inc();
+        self.metrics.events.with_label_values(&[source, outcome.label()]).inc();
         if let Some(entry_id) = &event.replay_of {
             let (status, new_entry, note) = match outcome {
                 Outcome::Processed => (EntryStatus::Succeeded, None, None),
@@ -507,5 +511,25 @@ impl Pipeline {
             () = self.shutdown.cancelled() => None,
             () = tokio::time::sleep(duration) => Some(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--print-metrics` lists the outcome values the deploy checks hold alert rules to: every label is among them.
+    #[test]
+    fn every_outcome_label_is_listed_for_print_metrics() {
+        let attempts = Attempts { attempts: 1, first_failure_at_ms: 0, last_error: String::new() };
+        let outcomes = [
+            Outcome::Processed,
+            Outcome::Duplicate,
+            Outcome::DeadLettered { new_entry: String::new(), exhausted: true },
+            Outcome::RetryLater { due_at_ms: 0, attempts },
+            Outcome::RetryScheduled,
+        ];
+        let labels: Vec<&str> = outcomes.iter().map(Outcome::label).collect();
+        assert_eq!(labels, event_outcome::ALL);
     }
 }

@@ -84,6 +84,44 @@ impl Rejection {
         }
     }
 
+    /// Every value [`Self::code`] can return (the `outcome` label's values besides the metrics' own).
+    pub fn codes() -> Vec<&'static str> {
+        // A new variant fails to compile here until it is listed in `each` too.
+        let listed = |rejection: &Self| match rejection {
+            Self::NotFound
+            | Self::UnknownSource
+            | Self::MethodNotAllowed
+            | Self::BodyTooLarge { .. }
+            | Self::BodyTimeout
+            | Self::BodyRead(_)
+            | Self::Verify(_)
+            | Self::MissingEventId
+            | Self::Overloaded
+            | Self::BodyBufferFull
+            | Self::VerifyBusy
+            | Self::PeerRateLimited
+            | Self::Produce(_) => rejection.code(),
+        };
+        let each = [
+            Self::NotFound,
+            Self::UnknownSource,
+            Self::MethodNotAllowed,
+            Self::BodyTooLarge { limit_bytes: 0 },
+            Self::BodyTimeout,
+            Self::BodyRead("unreadable".into()),
+            Self::MissingEventId,
+            Self::Overloaded,
+            Self::BodyBufferFull,
+            Self::VerifyBusy,
+            Self::PeerRateLimited,
+            Self::Produce(ProduceError::QueueFull),
+            Self::Produce(ProduceError::Timeout),
+        ];
+        let mut codes: Vec<&'static str> = each.iter().map(listed).collect();
+        codes.extend(VerifyError::reasons());
+        codes
+    }
+
     /// Whether the sender should retry later: then `Retry-After` is set.
     fn is_retryable(&self) -> bool {
         matches!(self.status(), StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS)

@@ -28,7 +28,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::{
     config::{FORWARDED_HEADER_PREFIX, Limits},
     error::Rejection,
-    metrics::Metrics,
+    metrics::{Metrics, outcome},
     peer_limit::{Admission, PeerLimiter},
     produce::{EventProducer, VerifiedWebhook},
     rejection_log::{RejectionLog, Verdict, log_summary},
@@ -70,8 +70,8 @@ fn resolve_handles(metrics: &Metrics, sources: &SourceTable) -> HashMap<String, 
         .map(|source| {
             let name = source.name.as_str();
             let handles = SourceHandles {
-                accepted: metrics.requests.with_label_values(&[name, "accepted"]),
-                accepted_duration: metrics.request_duration.with_label_values(&[name, "accepted"]),
+                accepted: metrics.requests.with_label_values(&[name, outcome::ACCEPTED]),
+                accepted_duration: metrics.request_duration.with_label_values(&[name, outcome::ACCEPTED]),
                 body_size: metrics.body_size.with_label_values(&[name]),
                 verified: source
                     .secrets
@@ -111,8 +111,8 @@ impl Ingest {
         let handles = resolve_handles(&metrics, &sources);
         Self {
             handles: ArcSwap::from_pointee(handles),
-            produce_acked: metrics.produce_duration.with_label_values(&["acked"]),
-            produce_failed: metrics.produce_duration.with_label_values(&["failed"]),
+            produce_acked: metrics.produce_duration.with_label_values(&[outcome::ACKED]),
+            produce_failed: metrics.produce_duration.with_label_values(&[outcome::FAILED]),
             sources: ArcSwap::from_pointee(sources),
             producer,
             metrics,
@@ -168,8 +168,8 @@ impl Ingest {
             Err(rejection) => Err(rejection.into()),
         };
         let (outcome, response) = match result {
-            Ok(Answer::Accepted(response)) => ("accepted", response),
-            Ok(Answer::Handshake(response)) => ("handshake", response),
+            Ok(Answer::Accepted(response)) => (outcome::ACCEPTED, response),
+            Ok(Answer::Handshake(response)) => (outcome::HANDSHAKE, response),
             Err(failure) => {
                 if let (Rejection::Verify(_), Some(limiter), Some(peer)) =
                     (&failure.rejection, &self.peer_limiter, peer)
@@ -185,7 +185,7 @@ impl Ingest {
             }
         };
         let handles = self.handles.load();
-        match handles.get(&source_label).filter(|_| outcome == "accepted") {
+        match handles.get(&source_label).filter(|_| outcome == outcome::ACCEPTED) {
             Some(handles) => {
                 handles.accepted.inc();
                 handles.accepted_duration.observe(started.elapsed().as_secs_f64());

@@ -103,13 +103,52 @@ impl Metrics {
     /// The service's metric families (name, type, help, labels), labelled ones without series included, with no
     /// registry, broker or config: what `--print-metrics` prints.
     pub fn describe() -> Result<Vec<MetricDescription>, prometheus::Error> {
-        Ok(metrics_catalog::describe(&Self::register(&Registry::new())?.collectors()))
+        let mut described = metrics_catalog::describe(&Self::register(&Registry::new())?.collectors());
+        let mut outcomes = vec![outcome::ACCEPTED, outcome::HANDSHAKE];
+        outcomes.extend(crate::error::Rejection::codes());
+        for name in ["hookline_gateway_requests_total", "hookline_gateway_request_duration_seconds"] {
+            metrics_catalog::set_label_values(&mut described, name, "outcome", &outcomes);
+        }
+        let produced = [outcome::ACKED, outcome::FAILED];
+        metrics_catalog::set_label_values(
+            &mut described,
+            "hookline_gateway_produce_duration_seconds",
+            "outcome",
+            &produced,
+        );
+        Ok(described)
     }
+}
+
+/// The `outcome` label values that are not a [`crate::error::Rejection`] code.
+pub mod outcome {
+    /// A request answered 2xx after the broker's acknowledgement.
+    pub const ACCEPTED: &str = "accepted";
+    /// A provider's handshake, answered after it verified and never produced.
+    pub const HANDSHAKE: &str = "handshake";
+    /// `produce_duration_seconds`: the broker acknowledged the record.
+    pub const ACKED: &str = "acked";
+    /// `produce_duration_seconds`: it did not (timeout, full queue, broker error).
+    pub const FAILED: &str = "failed";
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The outcome values alert rules may name come from the code, every rejection and verification failure included.
+    #[test]
+    fn print_metrics_lists_every_outcome_the_gateway_answers_with() {
+        let described = Metrics::describe().unwrap();
+        let requests = described.iter().find(|metric| metric.name == "hookline_gateway_requests_total").unwrap();
+        let outcomes = &requests.label_values["outcome"];
+        for expected in
+            ["accepted", "handshake", "signature_mismatch", "timestamp_stale", "rate_limited", "broker_unavailable"]
+        {
+            assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} not in {outcomes:?}");
+        }
+        assert_eq!(outcomes.len(), 2 + 13 + 7, "every rejection code and verification reason once: {outcomes:?}");
+    }
 
     /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered
     /// some other way, or described but not registered, fails here.

@@ -275,6 +275,30 @@ impl VerifyError {
         }
     }
 
+    /// Every value [`Self::reason`] can return.
+    pub fn reasons() -> Vec<&'static str> {
+        // A new variant fails to compile here until it is listed in `each` too.
+        let listed = |error: &Self| match error {
+            Self::MissingSignature(_)
+            | Self::MalformedSignature(_)
+            | Self::Mismatch
+            | Self::TimestampStale
+            | Self::TimestampFuture
+            | Self::MissingTimestamp(_)
+            | Self::UnsupportedContentType(_) => error.reason(),
+        };
+        let each = [
+            Self::missing("h"),
+            Self::malformed("h"),
+            Self::Mismatch,
+            Self::TimestampStale,
+            Self::TimestampFuture,
+            Self::MissingTimestamp("t"),
+            Self::UnsupportedContentType("c"),
+        ];
+        each.iter().map(listed).collect()
+    }
+
     pub(crate) fn missing(header: &'static str) -> Self {
         Self::MissingSignature(Cow::Borrowed(header))
     }

@@ -63,7 +63,7 @@ func (r *reporter) fail(format string, a ...any) {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: opscheck kubernetes -bin-dir dir [-prefix p] [-secret-example file] RENDERED.yaml")
-	fmt.Fprintln(os.Stderr, "       opscheck observability [-prefix p] -metrics dir [-root dir] [-src dir] [-pending list] [-emit-rules file]")
+	fmt.Fprintln(os.Stderr, "       opscheck observability [-prefix p] -metrics dir [-root dir] [-pending list] [-emit-rules file]")
 	os.Exit(2)
 }
 
@@ -87,21 +87,17 @@ func main() {
 	case "observability":
 		root := fs.String("root", ".", "the tree holding deploy/prometheus, deploy/grafana and docs/runbook.md")
 		metricsDir := fs.String("metrics", "", "a directory of <binary>.json files, each the binary's --print-metrics output")
-		src := fs.String("src", "", "the tree holding the Rust sources the values of a few labels are read from (default: -root)")
 		pending := fs.String("pending", "", "metrics in flight in other work: name:label,label or name:* (any labels), space-separated")
 		emit := fs.String("emit-rules", "", "write the dashboards' expressions to this file as recording rules")
 		_ = fs.Parse(os.Args[2:])
 		if fs.NArg() != 0 {
 			usage()
 		}
-		if *src == "" {
-			*src = *root
-		}
 		r.prefix = *prefix
 		if *metricsDir == "" {
 			usage()
 		}
-		checkObservability(r, *root, *metricsDir, *src, *pending, *emit)
+		checkObservability(r, *root, *metricsDir, *pending, *emit)
 	default:
 		usage()
 	}

@@ -1,7 +1,7 @@
 package main
 
-// The metrics the services export, read from their Rust sources, and the
-// check of one PromQL expression against them.
+// The metrics the services export, as the binaries describe them
+// (--print-metrics), and the check of one PromQL expression against them.
 
 import (
 	"encoding/json"
@@ -29,37 +29,25 @@ type metricFamily struct {
 
 type catalog struct {
 	families map[string]*metricFamily
-	// values[metric][label]: the label values the code can produce, where we can read them.
+	// values[metric][label]: every value the code gives that label, where the binary lists them.
 	values map[string]map[string]map[string]bool
 }
 
 // describedFamily is one entry of a binary's `--print-metrics` JSON.
 type describedFamily struct {
-	Name   string   `json:"name"`
-	Type   string   `json:"type"`
-	Help   string   `json:"help"`
-	Labels []string `json:"labels"`
+	Name        string              `json:"name"`
+	Type        string              `json:"type"`
+	Help        string              `json:"help"`
+	Labels      []string            `json:"labels"`
+	LabelValues map[string][]string `json:"label_values"`
 }
-
-// Where the values of a few labels that alert rules match on come from: every
-// snake_case string literal of these files is a possible value (a superset,
-// enough to catch a misspelt code). The binaries describe metric names, types
-// and label names; the values of a label are not enumerable from them.
-var labelValueSources = map[string][]string{
-	"hookline_gateway_requests_total/outcome":           {"gateway/src/error.rs", "gateway/src/ingest.rs", "common/src/signature/mod.rs"},
-	"hookline_gateway_request_duration_seconds/outcome": {"gateway/src/error.rs", "gateway/src/ingest.rs", "common/src/signature/mod.rs"},
-	"hookline_gateway_produce_duration_seconds/outcome": {"gateway/src/ingest.rs"},
-	"hookline_consumer_events_total/outcome":            {"consumer/src/pipeline.rs"},
-}
-
-var snakeLiteral = regexp.MustCompile(`"([a-z][a-z0-9_]*)"`)
 
 // targetLabels are attached by Prometheus to every scraped series.
 var targetLabels = map[string]bool{"job": true, "instance": true}
 
 // loadCatalog reads the metric families the binaries describe: metricsDir holds
 // one `<binary>.json` per binary, its `--print-metrics` output.
-func loadCatalog(r *reporter, metricsDir, src, pending string) *catalog {
+func loadCatalog(r *reporter, metricsDir, pending string) *catalog {
 	c := &catalog{families: map[string]*metricFamily{}, values: map[string]map[string]map[string]bool{}}
 	files, _ := filepath.Glob(filepath.Join(metricsDir, "*.json"))
 	if len(files) == 0 {
@@ -95,26 +83,22 @@ func loadCatalog(r *reporter, metricsDir, src, pending string) *catalog {
 			for _, l := range d.Labels {
 				fam.labels[l] = true
 			}
+			for label, values := range d.LabelValues {
+				if !fam.labels[label] {
+					r.fail("metrics: %s --print-metrics lists values of %s{%s}, which has no such label", binary, d.Name, label)
+				}
+				if c.values[d.Name] == nil {
+					c.values[d.Name] = map[string]map[string]bool{}
+				}
+				if c.values[d.Name][label] == nil {
+					c.values[d.Name][label] = map[string]bool{}
+				}
+				for _, v := range values {
+					c.values[d.Name][label][v] = true
+				}
+			}
 			fam.histogram = fam.histogram || d.Type == "histogram"
 		}
-	}
-	for key, files := range labelValueSources {
-		metric, label, _ := strings.Cut(key, "/")
-		vals := map[string]bool{}
-		for _, f := range files {
-			raw, err := os.ReadFile(filepath.Join(src, f))
-			if err != nil {
-				r.fail("metrics: label values of %s: %v", key, err)
-				continue
-			}
-			for _, m := range snakeLiteral.FindAllStringSubmatch(string(raw), -1) {
-				vals[m[1]] = true
-			}
-		}
-		if c.values[metric] == nil {
-			c.values[metric] = map[string]map[string]bool{}
-		}
-		c.values[metric][label] = vals
 	}
 	var names []string
 	for n, f := range c.families {

@@ -53,8 +53,8 @@ type ruleTestFile struct {
 	} `yaml:"tests"`
 }
 
-func checkObservability(r *reporter, root, metricsDir, src, pending, emit string) {
-	c := loadCatalog(r, metricsDir, src, pending)
+func checkObservability(r *reporter, root, metricsDir, pending, emit string) {
+	c := loadCatalog(r, metricsDir, pending)
 	anchors := checkRules(r, root, c)
 	checkRunbook(r, root, anchors)
 	checkDashboards(r, root, c, emit)
