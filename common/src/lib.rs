@@ -6,6 +6,7 @@
 //!
 //! This crate knows nothing about any one service or public route.
 
+pub mod cli;
 pub mod config;
 pub mod http;
 pub mod http_client;

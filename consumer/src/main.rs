@@ -1,11 +1,6 @@
-use std::path::PathBuf;
-
 use anyhow::Context;
 use clap::Parser;
-use hookline_common::{
-    config::{self, env},
-    metrics_catalog, telemetry,
-};
+use hookline_common::{cli::ServiceArgs, telemetry};
 use hookline_consumer::{Loaded, metrics::Metrics};
 use tokio::net::TcpListener;
 
@@ -13,31 +8,18 @@ use tokio::net::TcpListener;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// TOML config file.
-    #[arg(long, env = env::CONFIG)]
-    config: Option<PathBuf>,
-    /// Print the effective config (the file, every default, environment overrides; inline credentials
-    /// redacted) as TOML and exit. Reads no secret and connects to nothing; an invalid config exits non-zero.
-    #[arg(long)]
-    print_config: bool,
-    /// Print every metric family this binary exports (name, type, help, label names) as JSON and exit.
-    #[arg(long)]
-    print_metrics: bool,
+    #[command(flatten)]
+    service: ServiceArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
-    if args.print_metrics {
-        println!("{}", metrics_catalog::to_json(&Metrics::describe()?)?);
+    if args.service.print_requested(Metrics::describe, Loaded::read_checked)? {
         return Ok(());
     }
-    if args.print_config {
-        print!("{}", config::effective_toml(&Loaded::read_checked(args.config.as_deref())?)?);
-        return Ok(());
-    }
-    let loaded = Loaded::load(args.config.as_deref())?;
+    let loaded = Loaded::load(args.service.config())?;
     let config = &loaded.config;
     let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
     tracing::info!(

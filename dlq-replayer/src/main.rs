@@ -1,11 +1,8 @@
-use std::{io::Write, path::PathBuf};
+use std::io::Write;
 
 use anyhow::Context;
 use clap::{Args as ClapArgs, CommandFactory, Parser, Subcommand, error::ErrorKind};
-use hookline_common::{
-    config::{self, env},
-    metrics_catalog, telemetry,
-};
+use hookline_common::{cli::ServiceArgs, telemetry};
 use hookline_dlq_replayer::{
     ReplayerConfig,
     filter::Filter,
@@ -19,16 +16,8 @@ use tokio::net::TcpListener;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// TOML config file.
-    #[arg(long, env = env::CONFIG, global = true)]
-    config: Option<PathBuf>,
-    /// Print the effective config (the file, every default, environment overrides; inline credentials
-    /// redacted) as TOML and exit. Reads no secret and connects to nothing; an invalid config exits non-zero.
-    #[arg(long, global = true)]
-    print_config: bool,
-    /// Print every metric family this binary exports (name, type, help, label names) as JSON and exit.
-    #[arg(long, global = true)]
-    print_metrics: bool,
+    #[command(flatten)]
+    service: ServiceArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -155,20 +144,14 @@ async fn main() -> anyhow::Result<()> {
     } else {
         telemetry::init_cli_tracing();
     }
-    if args.print_metrics {
-        println!("{}", metrics_catalog::to_json(&Metrics::describe()?)?);
-        return Ok(());
-    }
-    if args.print_config {
-        // The replayer's config names its API token but reads it only when serving.
-        let config = ReplayerConfig::load(args.config.as_deref())?;
-        print!("{}", config::effective_toml(&config)?);
+    // The replayer's config names its API token but reads it only when serving: loading it reads no secret.
+    if args.service.print_requested(Metrics::describe, ReplayerConfig::load)? {
         return Ok(());
     }
     let Some(command) = args.command else {
         Args::command().error(ErrorKind::MissingSubcommand, "a subcommand is required").exit()
     };
-    let config = ReplayerConfig::load(args.config.as_deref())?;
+    let config = ReplayerConfig::load(args.service.config())?;
     let operator = |by: Option<String>| by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".to_owned());
     // Not locked for the whole command: a lock held across the awaits below would deadlock against anything else
     // writing to stdout from another thread (logs once did).

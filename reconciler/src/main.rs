@@ -1,11 +1,8 @@
-use std::{io::Write, path::PathBuf, sync::Arc};
+use std::{io::Write, sync::Arc};
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand, error::ErrorKind};
-use hookline_common::{
-    config::{self, env},
-    metrics_catalog, telemetry, wire,
-};
+use hookline_common::{cli::ServiceArgs, config, telemetry, wire};
 use hookline_reconciler::{Loaded, Mode, Reconciler, ReconcilerConfig, RunRequest, metrics::Metrics};
 use tokio::net::TcpListener;
 
@@ -13,16 +10,8 @@ use tokio::net::TcpListener;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// TOML config file.
-    #[arg(long, env = env::CONFIG, global = true)]
-    config: Option<PathBuf>,
-    /// Print the effective config (the file, every default, environment overrides; inline credentials
-    /// redacted) as TOML and exit. Reads no secret and connects to nothing; an invalid config exits non-zero.
-    #[arg(long, global = true)]
-    print_config: bool,
-    /// Print every metric family this binary exports (name, type, help, label names) as JSON and exit.
-    #[arg(long, global = true)]
-    print_metrics: bool,
+    #[command(flatten)]
+    service: ServiceArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -71,22 +60,19 @@ async fn main() -> anyhow::Result<()> {
     } else {
         telemetry::init_cli_tracing();
     }
-    if args.print_metrics {
-        println!("{}", metrics_catalog::to_json(&Metrics::describe()?)?);
-        return Ok(());
-    }
-    if args.print_config {
-        let config = ReconcilerConfig::read(args.config.as_deref())?;
+    let read_checked = |path: Option<&std::path::Path>| {
+        let config = ReconcilerConfig::read(path)?;
         let mut problems = config::Problems::default();
         config.check_settings(&mut problems);
-        problems.into_result()?;
-        print!("{}", config::effective_toml(&config)?);
+        problems.into_result().map(|()| config)
+    };
+    if args.service.print_requested(Metrics::describe, read_checked)? {
         return Ok(());
     }
     let Some(command) = args.command else {
         Args::command().error(ErrorKind::MissingSubcommand, "a subcommand is required").exit()
     };
-    let loaded = Loaded::load(args.config.as_deref())?;
+    let loaded = Loaded::load(args.service.config())?;
     let config = &loaded.config;
     match command {
         Command::Serve => {
