@@ -206,7 +206,7 @@ pub async fn redis_ceiling(
         dedupe_ttl_s: 60,
         ..RedisConfig::default()
     };
-    let dedupe = Dedupe::connect(&config).await?;
+    let dedupe = Dedupe::connect(&config, "bench").await?;
     let mut rows = Vec::new();
     for (mode, tasks) in [("sequential", 1), ("concurrent", concurrency)] {
         let start = Instant::now();

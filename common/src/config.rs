@@ -28,12 +28,15 @@ pub struct KafkaConfig {
     pub inbound_topic: String,
     pub dlq_topic: String,
     pub dlq_status_topic: String,
-    /// Where the consumer parks events between retries (written and read by the consumers only).
+    /// The base name of the consumer services' retry topics: service `S` parks events between handler attempts
+    /// in `<retry_topic>.<S>`, which only it writes and reads. (Before services had names, every consumer shared
+    /// this topic itself; an upgraded service drains what is left in it.)
     pub retry_topic: String,
     /// How long the gateway waits for the broker's acknowledgement before answering 503.
     /// Keep it below the providers' HTTP timeouts (GitHub: 10 s).
     pub produce_timeout_ms: u64,
-    /// Consumer group of the consumer service.
+    /// Consumer group of the consumer service (one group per service; also the service's name unless the
+    /// consumer sets `service.name`).
     pub group_id: String,
     /// Extra librdkafka properties (for example TLS or SASL settings), applied last. Keys that would break a
     /// guarantee (`acks`, `enable.idempotence`, `enable.auto.offset.store`, ...: see
@@ -130,7 +133,7 @@ pub struct RedisConfig {
     pub url: String,
     /// Connect to a Redis Cluster. Every dedupe script touches a single key, so no hash tags are needed.
     pub cluster: bool,
-    /// Dedupe keys are `<key_prefix>:<source>:<event id>`.
+    /// Dedupe keys are `<key_prefix>:svc=<service>:<source>:<event id>`.
     pub key_prefix: String,
     /// How long a processed event id is remembered. 72 hours covers the retry windows of the providers we
     /// know (Stripe retries for up to 3 days, GitHub does not redeliver on its own, Shopify for 48 hours).

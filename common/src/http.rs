@@ -339,9 +339,16 @@ impl Drop for ConnectionSlot {
 #[derive(Debug, Default)]
 pub struct Readiness {
     checks: Mutex<BTreeMap<&'static str, Arc<AtomicBool>>>,
+    /// Who answers, when the process is one of several kinds (`service billing`): named in every answer.
+    subject: Option<String>,
 }
 
 impl Readiness {
+    /// Readiness that names its subject in `/readyz` (`ready: service billing`).
+    pub fn of(subject: impl Into<String>) -> Self {
+        Self { checks: Mutex::default(), subject: Some(subject.into()) }
+    }
+
     /// Registers a condition (initially not ready) and returns its flag.
     pub fn check(&self, name: &'static str) -> Arc<AtomicBool> {
         let mut checks = self.checks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -377,10 +384,15 @@ pub fn admin_response(request: &Request<Incoming>, registry: &Registry, readines
     }
     match request.uri().path() {
         "/livez" => text(StatusCode::OK, "ok\n"),
-        "/readyz" => match readiness.failing().as_slice() {
-            [] => text(StatusCode::OK, "ready\n"),
-            failing => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", failing.join(", "))),
-        },
+        "/readyz" => {
+            let subject = readiness.subject.as_deref().map(|subject| format!(" ({subject})")).unwrap_or_default();
+            match readiness.failing().as_slice() {
+                [] => text(StatusCode::OK, format!("ready{subject}\n")),
+                failing => {
+                    text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready{subject}: {}\n", failing.join(", ")))
+                }
+            }
+        }
         "/metrics" => {
             let mut buffer = Vec::new();
             match TextEncoder::new().encode(&registry.gather(), &mut buffer) {

@@ -61,6 +61,11 @@ fn client_config(kafka: &KafkaConfig, settings: &[(&str, &str)]) -> ClientConfig
 /// 10 s, adds up to 10 s to every recovery after an outage). One attempt per second per broker costs nothing.
 const RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 
+/// An admin client's settings: the brokers and `kafka.properties` (TLS, SASL) every client of ours shares.
+pub fn admin_config(kafka: &KafkaConfig) -> ClientConfig {
+    client_config(kafka, &[])
+}
+
 /// Consumer settings for at-least-once delivery into the handler: offsets are stored by the application
 /// only once an event is fully handled, and auto-committed from that store (also on revoke and close).
 pub fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {

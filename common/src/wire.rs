@@ -60,6 +60,17 @@ pub mod header {
     /// the reconciler fetched from the provider's API (its proof is the API fetch, not a signature). Absent on a
     /// gateway record. Optional, readable by every version: no format bump.
     pub const ORIGIN: &str = "hookline-origin";
+    /// The one consumer service that may process this record; every other service skips it without side
+    /// effects (stores its offset, counts it, records no fate). Set by a consumer on its retry and deferral
+    /// records, and by the replayer on a re-driven DLQ entry and on a re-processing request. Absent on a
+    /// gateway record, which every service processes. Optional, readable by every version: no format bump.
+    pub const SERVICE: &str = "hookline-service";
+    /// Set by the replayer on a re-processing request (an event its service already processed, re-driven on an
+    /// operator's word): the request's run id. The service processes the event once per run id, whatever its
+    /// done marker says ([`super::redis_key::reprocess`]).
+    pub const REPROCESS_ID: &str = "hookline-reprocess-id";
+    /// With [`REPROCESS_ID`]: where the re-processed record was, `<topic>:<partition>:<offset>`.
+    pub const REPROCESS_OF: &str = "hookline-reprocess-of";
 
     /// Dead-letter headers, added to the original headers (which are kept unchanged).
     pub mod dlq {
@@ -67,6 +78,9 @@ pub mod header {
         pub const ORIGINAL_PARTITION: &str = "hookline-dlq-original-partition";
         pub const ORIGINAL_OFFSET: &str = "hookline-dlq-original-offset";
         pub const CONSUMER_GROUP: &str = "hookline-dlq-consumer-group";
+        /// The consumer service that dead-lettered the event: a replay re-drives it to that service only.
+        /// Absent on entries written before services had names: their service is their consumer group.
+        pub const SERVICE: &str = "hookline-dlq-service";
         pub const HANDLER: &str = "hookline-dlq-handler";
         pub const ATTEMPTS: &str = "hookline-dlq-attempts";
         /// `retryable_exhausted` or `poison`.
@@ -148,6 +162,10 @@ pub enum EntryStatus {
     Discarded,
 }
 
+/// Status-topic keys of re-processing fates start with this (`reprocess:<run id>:<topic>:<partition>:<offset>`,
+/// and `reprocess:<run id>` for the request itself): they are not DLQ entries.
+pub const REPROCESS_STATUS_KEY_PREFIX: &str = "reprocess:";
+
 /// Longest error message kept in a DLQ record, in bytes.
 pub const MAX_DLQ_ERROR_BYTES: usize = 2048;
 
@@ -160,7 +178,8 @@ pub enum TopicRole {
     DeadLetter,
     /// Compacted; keyed by DLQ entry id; the fate of each entry (replayed, succeeded, discarded).
     DeadLetterStatus,
-    /// Events waiting for their next handler attempt: written and read by the consumers only.
+    /// Events waiting for their next handler attempt: one topic per consumer service,
+    /// `<kafka.retry_topic>.<service>`, written and read by that service only.
     Retry,
 }
 
@@ -169,21 +188,52 @@ pub mod default_topic {
     pub const INBOUND: &str = "webhooks.inbound";
     pub const DEAD_LETTER: &str = "webhooks.dlq";
     pub const DEAD_LETTER_STATUS: &str = "webhooks.dlq-status";
+    /// The base of every service's retry topic (`webhooks.retry.<service>`); before services had names, the
+    /// one retry topic every consumer shared, still drained by an upgraded service.
     pub const RETRY: &str = "webhooks.retry";
 }
 
 /// Redis key layout.
 ///
-/// Dedupe key: `<prefix>:<source>:<event id>`. Its value is either a claim (`claim:<owner token>`, short lease)
-/// or the done marker [`DEDUPE_DONE`] (long TTL). Every script touches one key, so Redis Cluster needs no hash tag.
+/// Dedupe key: `<prefix>:svc=<service>:<source>:<event id>`, scoped to the consumer service, so that services
+/// sharing a Redis never see each other's claims or done markers. Its value is either a claim
+/// (`claim:<owner token>`, short lease) or the done marker [`DEDUPE_DONE`] (long TTL). `svc=<service>` cannot be
+/// mistaken for a source (source names are letters, digits, `-` and `_`). Every script touches one key, so Redis
+/// Cluster needs no hash tag.
 pub mod redis_key {
     /// Value of a dedupe key once its event was processed.
     pub const DEDUPE_DONE: &str = "done";
     /// Prefix of a dedupe key's value while a consumer holds the claim.
     pub const DEDUPE_CLAIM_PREFIX: &str = "claim:";
+    /// Value of [`service`] for a service that ran before keys were scoped: `upgraded:<ms>`, the time of its
+    /// first start on a scoped build. It honours [`dedupe_unscoped`] keys until they have expired.
+    pub const SERVICE_UPGRADED: &str = "upgraded";
+    /// Value of [`service`] for a service that started on a scoped build: `new:<ms>`. Unscoped keys were
+    /// written by other services' work, never its own, so it never reads them.
+    pub const SERVICE_NEW: &str = "new";
 
-    pub fn dedupe(prefix: &str, source: &str, event_id: &str) -> String {
+    pub fn dedupe(prefix: &str, service: &str, source: &str, event_id: &str) -> String {
+        format!("{prefix}:svc={service}:{source}:{event_id}")
+    }
+
+    /// The dedupe key of the layout before services (`<prefix>:<source>:<event id>`, wire layout 1): read,
+    /// never written, by a service that ran on it, for as long as such a key can live (its dedupe TTL after
+    /// the service's first scoped start), so that an upgrade reprocesses nothing.
+    pub fn dedupe_unscoped(prefix: &str, source: &str, event_id: &str) -> String {
         format!("{prefix}:{source}:{event_id}")
+    }
+
+    /// The dedupe key of one re-processing run ([`super::header::REPROCESS_ID`]) of an event:
+    /// `<prefix>:svc=<service>:reprocess=<run id>:<source>:<event id>`. The run processes the event once, whatever
+    /// the event's own key says.
+    pub fn reprocess(prefix: &str, service: &str, run_id: &str, source: &str, event_id: &str) -> String {
+        format!("{prefix}:svc={service}:reprocess={run_id}:{source}:{event_id}")
+    }
+
+    /// What a service's first start on a scoped build found: `<prefix>:svc=<service>` holds
+    /// `upgraded:<ms>` or `new:<ms>` ([`SERVICE_UPGRADED`], [`SERVICE_NEW`]). Set once, never expires.
+    pub fn service(prefix: &str, service: &str) -> String {
+        format!("{prefix}:svc={service}")
     }
 
     /// The reconciler's index of accepted events: `<prefix>:accepted:<source>:<id>` exists (value: the
@@ -307,6 +357,10 @@ pub struct InboundEvent {
     /// [`header::ORIGIN`]: `Some("reconciled")` when the reconciler fetched the event from the provider's API;
     /// `None` for a webhook the gateway verified.
     pub origin: Option<String>,
+    /// [`header::SERVICE`]: the only consumer service that may process this record, when it is addressed to one.
+    pub service: Option<String>,
+    /// [`header::REPROCESS_ID`]: the re-processing run this record belongs to, if any.
+    pub reprocess_id: Option<String>,
 }
 
 impl InboundEvent {
@@ -322,6 +376,8 @@ impl InboundEvent {
             replay_count: header_str(headers, header::REPLAY_COUNT).and_then(Result::ok).and_then(|n| n.parse().ok()),
             provider_event_id: header_str(headers, header::PROVIDER_EVENT_ID).and_then(Result::ok),
             origin: header_str(headers, header::ORIGIN).and_then(Result::ok),
+            service: header_str(headers, header::SERVICE).and_then(Result::ok),
+            reprocess_id: header_str(headers, header::REPROCESS_ID).and_then(Result::ok),
         })
     }
 }
@@ -352,8 +408,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dedupe_key_layout_is_prefix_source_event_id() {
-        assert_eq!(redis_key::dedupe("hookline:dedupe", "github", "abc"), "hookline:dedupe:github:abc");
+    fn dedupe_key_layout_is_prefix_service_source_event_id() {
+        assert_eq!(
+            redis_key::dedupe("hookline:dedupe", "billing", "github", "abc"),
+            "hookline:dedupe:svc=billing:github:abc"
+        );
+        assert_eq!(redis_key::dedupe_unscoped("hookline:dedupe", "github", "abc"), "hookline:dedupe:github:abc");
+        assert_eq!(
+            redis_key::reprocess("hookline:dedupe", "billing", "r1", "github", "abc"),
+            "hookline:dedupe:svc=billing:reprocess=r1:github:abc"
+        );
     }
 
     #[test]
@@ -394,6 +458,9 @@ pub struct DeadLetterEntry {
     pub partition: i32,
     pub offset: i64,
     pub source: Option<String>,
+    /// The consumer service that dead-lettered it ([`header::dlq::SERVICE`]; for an entry written before
+    /// services had names, its consumer group, which was the service's default name).
+    pub service: Option<String>,
     pub event_id: Option<String>,
     pub event_type: Option<String>,
     pub error_class: Option<String>,
@@ -423,6 +490,7 @@ impl DeadLetterEntry {
             partition: message.partition(),
             offset: message.offset(),
             source: text(header::SOURCE),
+            service: text(header::dlq::SERVICE).or_else(|| text(header::dlq::CONSUMER_GROUP)),
             event_id: text(header::EVENT_ID),
             event_type: text(header::EVENT_TYPE),
             error_class: text(header::dlq::ERROR_CLASS),

@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 pub struct ConsumerConfig {
     /// Admin listener for `/livez`, `/readyz`, `/metrics`.
     pub admin_addr: String,
+    /// The consumer service this consumer is a member of: its dedupe keys, retry topic, dead letters, replays
+    /// and metrics are its own.
+    pub service: ServiceConfig,
     pub kafka: KafkaConfig,
     pub redis: RedisConfig,
     /// The default handler, for events no route matches.
@@ -34,6 +37,7 @@ impl Default for ConsumerConfig {
     fn default() -> Self {
         Self {
             admin_addr: "127.0.0.1:9091".to_owned(),
+            service: ServiceConfig::default(),
             kafka: KafkaConfig::default(),
             redis: RedisConfig::default(),
             handler: HandlerConfig::default(),
@@ -46,6 +50,42 @@ impl Default for ConsumerConfig {
         }
     }
 }
+
+/// A consumer service: one name, one consumer group, reading the same stream as every other service at its own
+/// pace, with its own handler, dedupe keys, retry topic and dead letters.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// The service's name (letters, digits, `.`, `-`, `_`); absent: `kafka.group_id`. Dedupe keys are scoped
+    /// to it and its retry topic is `<kafka.retry_topic>.<name>`: two services must not share it.
+    pub name: Option<String>,
+    /// Where the service's consumer group starts reading the first time it runs (a group with committed
+    /// offsets resumes from them): `earliest`, every event still in the topic (the default: nothing is
+    /// skipped), or `latest`, only events that arrive after it joined.
+    pub starts_at: StartAt,
+}
+
+/// Where a new consumer group starts reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartAt {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+impl StartAt {
+    /// The `auto.offset.reset` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Earliest => "earliest",
+            Self::Latest => "latest",
+        }
+    }
+}
+
+/// Longest service name: it is part of a topic name (at most 249 bytes) and of every dedupe key.
+const MAX_SERVICE_NAME_BYTES: usize = 100;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -203,6 +243,15 @@ impl ConsumerConfig {
     /// Adds every problem of the settings that need nothing built (handlers, schemas and the alert client are
     /// checked by building them).
     pub(crate) fn check(&self, problems: &mut Problems) {
+        let service = self.service_name();
+        problems.check(
+            !service.is_empty()
+                && service.len() <= MAX_SERVICE_NAME_BYTES
+                && service.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')),
+            format!(
+                "service name `{service}` (service.name, or else kafka.group_id) must be 1 to {MAX_SERVICE_NAME_BYTES} letters, digits, `.`, `-` or `_`"
+            ),
+        );
         self.kafka.validate(problems);
         self.redis.validate(problems);
         problems.check(
@@ -235,9 +284,22 @@ impl ConsumerConfig {
 }
 
 impl ConsumerConfig {
-    /// The effective config as `--print-config` prints it: every default applied, inline credentials redacted.
+    /// The service's name: `service.name`, or else the consumer group.
+    pub fn service_name(&self) -> &str {
+        self.service.name.as_deref().unwrap_or(&self.kafka.group_id)
+    }
+
+    /// The service's own retry topic: `<kafka.retry_topic>.<service>`. Only this service writes and reads it.
+    pub fn service_retry_topic(&self) -> String {
+        format!("{}.{}", self.kafka.retry_topic, self.service_name())
+    }
+
+    /// The effective config as `--print-config` prints it: every default applied (the service's name
+    /// included), inline credentials redacted.
     pub fn effective(&self) -> Result<config::Table, config::PrintError> {
-        config::effective_table(self)
+        let mut resolved = self.clone();
+        resolved.service.name = Some(self.service_name().to_owned());
+        config::effective_table(&resolved)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Two-phase dedupe in Redis, so that a duplicate is processed at most once and a crash never loses an event.
 //!
 //! The naive "SET NX, then process" loses an event for good when processing fails or the process dies after the
-//! SET. Instead, per event key `<prefix>:<source>:<event id>`:
+//! SET. Instead, per event key `<prefix>:svc=<service>:<source>:<event id>` (scoped to the consumer service, so
+//! that services sharing a Redis never see each other's claims or done markers):
 //! 1. claim: `SET key claim:<token> NX PX <lease>` — a short lease, so a crashed consumer's claim expires;
 //! 2. done: after success, the key becomes the done marker with the long TTL;
 //! 3. release: after a retryable failure, delete the key only if it still holds our claim (compare-and-delete),
@@ -16,6 +17,12 @@
 //! pipelines in flight at once) and hands each caller its own reply. Each call is still the same single-key
 //! script with the same reply, so the rules above hold call by call; a failed pipeline fails every call in it,
 //! and each caller retries on its own. On a Redis Cluster, calls go one by one to their slot's node.
+//!
+//! Upgrading from the unscoped layout (`<prefix>:<source>:<event id>`, before services had names): a service
+//! that ran on it ([`ServiceHistory`], decided once at its first scoped start) reads the unscoped key before
+//! claiming, for as long as such a key can live, and takes its `done` as a duplicate and its claim as held by
+//! another consumer. A service that started on a scoped build never reads unscoped keys: they are other
+//! services' work.
 
 use std::time::Duration;
 
@@ -42,6 +49,34 @@ pub enum Claim {
 pub struct ClaimToken {
     key: String,
     value: String,
+    /// The event's key in the unscoped layout, read before claiming while the service honours that layout.
+    unscoped_key: Option<String>,
+}
+
+/// What a service's first start on a scoped build found, recorded once in `<prefix>:svc=<service>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceHistory {
+    /// The service's consumer group had committed offsets: it ran on the unscoped layout before.
+    pub upgraded: bool,
+    /// When it first started on a scoped build, ms since the epoch.
+    pub since_ms: i64,
+}
+
+impl ServiceHistory {
+    fn encode(self) -> String {
+        let kind = if self.upgraded { redis_key::SERVICE_UPGRADED } else { redis_key::SERVICE_NEW };
+        format!("{kind}:{}", self.since_ms)
+    }
+
+    fn decode(value: &str) -> Option<Self> {
+        let (kind, since) = value.split_once(':')?;
+        let upgraded = match kind {
+            redis_key::SERVICE_UPGRADED => true,
+            redis_key::SERVICE_NEW => false,
+            _ => return None,
+        };
+        Some(Self { upgraded, since_ms: since.parse().ok()? })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +144,9 @@ struct Call {
 pub struct Dedupe {
     connection: RedisConnection,
     prefix: String,
+    service: String,
+    /// Until when (ms since the epoch) unscoped keys are read before claiming; `None`: never.
+    unscoped_until_ms: Option<i64>,
     lease_ms: u64,
     done_ttl_ms: u64,
     claim: std::sync::Arc<Script>,
@@ -121,17 +159,20 @@ pub struct Dedupe {
 
 impl std::fmt::Debug for Dedupe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dedupe").field("prefix", &self.prefix).finish_non_exhaustive()
+        f.debug_struct("Dedupe").field("prefix", &self.prefix).field("service", &self.service).finish_non_exhaustive()
     }
 }
 
 impl Dedupe {
-    /// Connects to Redis. Fails when Redis cannot be reached now; the caller retries.
-    pub async fn connect(config: &RedisConfig) -> Result<Self, DedupeError> {
+    /// Connects to Redis, for the consumer service `service`. Fails when Redis cannot be reached now; the
+    /// caller retries. Unscoped keys are not read until [`Self::honour_unscoped_keys`] says so.
+    pub async fn connect(config: &RedisConfig, service: &str) -> Result<Self, DedupeError> {
         let connection = RedisConnection::connect(config).await?;
         let mut dedupe = Self {
             connection,
             prefix: config.key_prefix.clone(),
+            service: service.to_owned(),
+            unscoped_until_ms: None,
             lease_ms: config.claim_lease_ms,
             done_ttl_ms: config.dedupe_ttl_s * 1000,
             claim: std::sync::Arc::new(Script::new(CLAIM_SCRIPT)),
@@ -184,16 +225,74 @@ impl Dedupe {
         Ok(redis::from_redis_value(value)?)
     }
 
+    /// The service's history as recorded in Redis; `None` before its first scoped start.
+    pub async fn recorded_history(&self) -> Result<Option<ServiceHistory>, DedupeError> {
+        let key = redis_key::service(&self.prefix, &self.service);
+        let recorded: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut self.connection.clone()).await?;
+        Ok(recorded.as_deref().and_then(ServiceHistory::decode))
+    }
+
+    /// Records the service's history at its first scoped start (`upgraded`: its consumer group had committed
+    /// offsets), unless another member recorded it first; returns what is recorded.
+    pub async fn record_history(&self, upgraded: bool) -> Result<ServiceHistory, DedupeError> {
+        let key = redis_key::service(&self.prefix, &self.service);
+        let history = ServiceHistory { upgraded, since_ms: hookline_common::wire::now_ms() };
+        let mut connection = self.connection.clone();
+        let _: Option<String> =
+            redis::cmd("SET").arg(&key).arg(history.encode()).arg("NX").query_async(&mut connection).await?;
+        Ok(self.recorded_history().await?.unwrap_or(history))
+    }
+
+    /// Reads unscoped keys before claiming until `until_ms`: for a service that ran on the unscoped layout,
+    /// until every key it wrote there has expired.
+    pub fn honour_unscoped_keys(&mut self, until_ms: i64) {
+        self.unscoped_until_ms = Some(until_ms);
+    }
+
+    /// Until when an upgraded service must read unscoped keys: its first scoped start, plus the longest such a
+    /// key lives (a done marker's TTL; a claim's lease is shorter).
+    pub fn unscoped_keys_expire_at(&self, history: ServiceHistory) -> i64 {
+        history.since_ms.saturating_add(i64::try_from(self.done_ttl_ms.max(self.lease_ms)).unwrap_or(i64::MAX))
+    }
+
     /// A new claim token for this event: unique per processing attempt.
     pub fn token(&self, source: &str, event_id: &str) -> ClaimToken {
+        let honour_unscoped = self.unscoped_until_ms.is_some_and(|until| hookline_common::wire::now_ms() < until);
         ClaimToken {
-            key: redis_key::dedupe(&self.prefix, source, event_id),
-            value: format!("{DEDUPE_CLAIM_PREFIX}{}", uuid::Uuid::new_v4()),
+            key: redis_key::dedupe(&self.prefix, &self.service, source, event_id),
+            value: Self::claim_value(),
+            unscoped_key: honour_unscoped.then(|| redis_key::dedupe_unscoped(&self.prefix, source, event_id)),
         }
+    }
+
+    /// A claim token for one re-processing run of this event: the run processes it once, whatever the event's
+    /// own key says.
+    pub fn reprocess_token(&self, run_id: &str, source: &str, event_id: &str) -> ClaimToken {
+        ClaimToken {
+            key: redis_key::reprocess(&self.prefix, &self.service, run_id, source, event_id),
+            value: Self::claim_value(),
+            unscoped_key: None,
+        }
+    }
+
+    fn claim_value() -> String {
+        format!("{DEDUPE_CLAIM_PREFIX}{}", uuid::Uuid::new_v4())
     }
 
     /// Tries to claim with `token`. Safe to call again with the same token after an error.
     pub async fn claim(&self, token: &ClaimToken) -> Result<Claim, DedupeError> {
+        if let Some(unscoped_key) = &token.unscoped_key {
+            // A separate command, not part of the claim script: the two keys may live on different cluster
+            // nodes. The old layout is only ever read, so nothing can appear in it between this read and the
+            // claim, except from a consumer of the old build still running (upgrade by stopping them first).
+            let mut connection = self.connection.clone();
+            let unscoped: Option<String> = redis::cmd("GET").arg(unscoped_key).query_async(&mut connection).await?;
+            match unscoped.as_deref() {
+                Some(DEDUPE_DONE) => return Ok(Claim::AlreadyDone),
+                Some(value) if value.starts_with(DEDUPE_CLAIM_PREFIX) => return Ok(Claim::HeldByOther),
+                _ => {}
+            }
+        }
         let reply: String = self.call(Op::Claim, token).await?;
         Ok(match reply.as_str() {
             "acquired" => Claim::Acquired(token.clone()),

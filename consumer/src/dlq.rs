@@ -11,7 +11,7 @@ use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
     wire::{
         DeadLetterEntry, EntryStatusRecord, FORMAT_VERSION, MAX_DLQ_ERROR_BYTES,
-        header::{dlq, retry},
+        header::{self, dlq, retry},
     },
 };
 use rdkafka::{
@@ -57,6 +57,7 @@ pub struct DeadLetters {
     status_topic: String,
     retry_topic: String,
     group_id: String,
+    service: String,
 }
 
 impl std::fmt::Debug for DeadLetters {
@@ -66,13 +67,15 @@ impl std::fmt::Debug for DeadLetters {
 }
 
 impl DeadLetters {
-    pub fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
+    /// Dead letters, retries and fates of the consumer service `service`, whose retry topic is `retry_topic`.
+    pub fn new(kafka: &KafkaConfig, service: &str, retry_topic: &str) -> Result<Self, KafkaError> {
         Ok(Self {
             producer: AckedProducer::new(kafka, "consumer-dlq-producer")?,
             topic: kafka.dlq_topic.clone(),
             status_topic: kafka.dlq_status_topic.clone(),
-            retry_topic: kafka.retry_topic.clone(),
+            retry_topic: retry_topic.to_owned(),
             group_id: kafka.group_id.clone(),
+            service: service.to_owned(),
         })
     }
 
@@ -93,6 +96,7 @@ impl DeadLetters {
             (dlq::ORIGINAL_PARTITION, partition.as_str()),
             (dlq::ORIGINAL_OFFSET, offset.as_str()),
             (dlq::CONSUMER_GROUP, self.group_id.as_str()),
+            (dlq::SERVICE, self.service.as_str()),
             (dlq::HANDLER, failure.handler),
             (dlq::ATTEMPTS, attempts.as_str()),
             (dlq::ERROR_CLASS, failure.class.as_str()),
@@ -128,6 +132,8 @@ impl DeadLetters {
             (retry::ORIGINAL_TOPIC, origin.topic.as_str()),
             (retry::ORIGINAL_PARTITION, partition.as_str()),
             (retry::ORIGINAL_OFFSET, offset.as_str()),
+            // Only this service takes it back, wherever the record is read.
+            (header::SERVICE, self.service.as_str()),
         ];
         let record = copy_of(original, &self.retry_topic, &retry_headers);
         self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
@@ -141,8 +147,9 @@ impl DeadLetters {
         self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
     }
 
-    pub fn group_id(&self) -> &str {
-        &self.group_id
+    /// The consumer service whose dead letters these are.
+    pub fn service(&self) -> &str {
+        &self.service
     }
 
     /// Waits for queued dead-letter records. Blocking: call off the runtime.
@@ -151,10 +158,12 @@ impl DeadLetters {
     }
 }
 
-/// A record to `topic` with `original`'s key, body and headers (its retry headers left out) and `extra` headers.
+/// A record to `topic` with `original`'s key, body and headers (its retry headers, and any header `extra`
+/// replaces, left out) and `extra` headers.
 fn copy_of<'a>(original: &'a OwnedMessage, topic: &'a str, extra: &[(&str, &str)]) -> FutureRecord<'a, [u8], [u8]> {
     let mut headers = OwnedHeaders::new();
-    for (key, value) in &crate::retry::original_headers(original) {
+    let replaced = |key: &str| extra.iter().any(|(name, _)| *name == key);
+    for (key, value) in crate::retry::original_headers(original).iter().filter(|(key, _)| !replaced(key)) {
         headers = headers.insert(Header { key: key.as_str(), value: value.as_deref() });
     }
     for (key, value) in extra {

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod retry;
 pub mod schedule;
+pub mod service;
 pub mod window;
 
 use std::{
@@ -39,7 +40,6 @@ use hookline_common::{
     telemetry::LogThrottle,
     wire::{EventMeta, now_ms},
 };
-use prometheus::Registry;
 use rdkafka::{
     ClientContext, Message, Offset, TopicPartitionList,
     config::RDKafkaLogLevel,
@@ -58,6 +58,7 @@ use crate::{
     pipeline::Pipeline,
     retry::RetryHeaders,
     schedule::{Admission, Downstream, PartitionKey, Scheduler, Work},
+    service::ServiceTopics,
 };
 pub use crate::{config::ConsumerConfig, handler::Handler, load::Loaded};
 
@@ -81,9 +82,10 @@ pub const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// the group.
 pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken) -> Result<(), ConsumerError> {
     let Loaded { config, handler, alerts } = loaded;
-    let registry = Registry::new();
+    let service = config.service_name().to_owned();
+    let registry = metrics::service_registry(&service)?;
     let metrics = Metrics::register(&registry)?;
-    let readiness = Arc::new(Readiness::default());
+    let readiness = Arc::new(Readiness::of(format!("service {service}")));
     let redis_ready = readiness.check("redis");
     let kafka_ready = readiness.check("kafka");
     let assigned_ready = readiness.check("partitions_assigned");
@@ -93,7 +95,7 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
 
     // Never process without the dedupe gate: wait for Redis before joining the group.
     let dedupe = loop {
-        match Dedupe::connect(&config.redis).await {
+        match Dedupe::connect(&config.redis, &service).await {
             Ok(dedupe) => break dedupe,
             Err(error) => {
                 tracing::warn!(error = %error, cause = ?std::error::Error::source(&error), "redis unreachable; waiting")
@@ -116,21 +118,29 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         revoke_wait: Duration::from_millis(config.processing.revoke_wait_ms),
     });
     let context = GroupContext { quiet: QuietContext::new("consumer"), shared: shared.clone() };
-    let consumer: Arc<GroupConsumer> =
-        Arc::new(consumer_config(&config.kafka, &config.kafka.group_id).create_with_context(context)?);
-    // The retry topic is read like the inbound one: a parked event comes back through the same path when due.
-    consumer.subscribe(&[&config.kafka.inbound_topic, &config.kafka.retry_topic])?;
+    let mut client_config = consumer_config(&config.kafka, &config.kafka.group_id);
+    client_config.set("auto.offset.reset", config.service.starts_at.as_str());
+    let consumer: Arc<GroupConsumer> = Arc::new(client_config.create_with_context(context)?);
+    let Some((dedupe, topics)) = take_over(&config, dedupe, &consumer, &shutdown).await else {
+        tasks.close();
+        tasks.wait().await;
+        return Ok(());
+    };
+    // The retry topics are read like the inbound one: a parked event comes back through the same path when due.
+    consumer.subscribe(&topics.subscription())?;
     tracing::info!(
+        service = %service,
         group = %config.kafka.group_id,
-        topic = %config.kafka.inbound_topic,
-        retry_topic = %config.kafka.retry_topic,
+        topic = %topics.inbound,
+        retry_topic = %topics.retry,
+        shared_retry_topic = topics.shared_retry.as_deref().unwrap_or(""),
         "consumer joined"
     );
 
     let outage_log = Arc::new(LogThrottle::new(OUTAGE_LOG_INTERVAL));
     let pipeline = Pipeline {
         dedupe: dedupe.clone(),
-        dead_letters: DeadLetters::new(&config.kafka)?,
+        dead_letters: DeadLetters::new(&config.kafka, &service, &topics.retry)?,
         handler,
         handler_timeout: Duration::from_millis(config.handler.timeout_ms),
         retry: config.retry.clone(),
@@ -145,7 +155,7 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         dedupe,
         metrics.clone(),
         Flags { kafka: kafka_ready, redis: redis_ready, assigned: assigned_ready, retry_topic: retry_topic_ready },
-        Topics { inbound: config.kafka.inbound_topic.clone(), retry: config.kafka.retry_topic.clone() },
+        Topics { inbound: topics.inbound.clone(), retry: topics.retry.clone() },
         shutdown.clone(),
     ));
 
@@ -163,8 +173,12 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
             message = consumer.recv() => match message {
                 Ok(message) => {
                     metrics.consumed.inc();
+                    if service::addressed_elsewhere(&message, &service) {
+                        pass(&shared, &consumer, &metrics, &message);
+                        continue;
+                    }
                     let message = message.detach();
-                    let admission = admission_of(&message, &config.kafka.retry_topic);
+                    let admission = admission_of(&message, &topics);
                     if !shared.lock().admit(message, admission, now_ms()) {
                         metrics.dropped.inc();
                     }
@@ -213,6 +227,83 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     tasks.wait().await;
     tracing::info!("consumer stopped");
     Ok(())
+}
+
+/// Connects this service to what it finds: its history (did it run on the unscoped layout?), and so whether it
+/// honours unscoped dedupe keys and drains the shared retry topic; and its own retry topic, created if missing.
+/// Kafka and Redis errors are retried until they clear. `None` on shutdown.
+async fn take_over(
+    config: &ConsumerConfig,
+    mut dedupe: Dedupe,
+    consumer: &Arc<GroupConsumer>,
+    shutdown: &CancellationToken,
+) -> Option<(Dedupe, ServiceTopics)> {
+    let mut topics = ServiceTopics {
+        inbound: config.kafka.inbound_topic.clone(),
+        retry: config.service_retry_topic(),
+        shared_retry: None,
+    };
+    let history = loop {
+        match dedupe.recorded_history().await {
+            Ok(Some(history)) => break history,
+            Ok(None) => {
+                let (probe, inbound) = (consumer.clone(), topics.inbound.clone());
+                let committed =
+                    tokio::task::spawn_blocking(move || service::group_committed_before(&*probe, &inbound)).await;
+                match committed {
+                    Ok(Ok(upgraded)) => match dedupe.record_history(upgraded).await {
+                        Ok(history) => break history,
+                        Err(error) => tracing::warn!(error = %error, "cannot record the service's history; waiting"),
+                    },
+                    // Unanswered is not "new": that would skip the unscoped keys of an upgraded service.
+                    Ok(Err(error)) => {
+                        tracing::warn!(error = %error, "cannot read the group's committed offsets; waiting")
+                    }
+                    Err(error) => tracing::warn!(error = %error, "committed offsets probe failed; waiting"),
+                }
+            }
+            Err(error) => tracing::warn!(error = %error, "cannot read the service's history from redis; waiting"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(REDIS_CONNECT_BACKOFF) => {}
+        }
+    };
+    let honour_until_ms = dedupe.unscoped_keys_expire_at(history);
+    if history.upgraded && now_ms() < honour_until_ms {
+        dedupe.honour_unscoped_keys(honour_until_ms);
+        let probe = consumer.clone();
+        let shared = config.kafka.retry_topic.clone();
+        let exists = tokio::task::spawn_blocking(move || service::topic_exists(&*probe, &shared)).await;
+        if matches!(exists, Ok(Ok(true))) && config.kafka.retry_topic != topics.retry {
+            topics.shared_retry = Some(config.kafka.retry_topic.clone());
+        }
+        tracing::info!(
+            since_ms = history.since_ms,
+            until_ms = honour_until_ms,
+            "service ran before dedupe keys were scoped: honouring unscoped keys and draining the shared retry topic"
+        );
+    }
+    if let Err(error) = service::ensure_retry_topic(&**consumer, &config.kafka, &topics).await {
+        tracing::warn!(error = %error, topic = %topics.retry, "cannot create the service's retry topic");
+    }
+    Some((dedupe, topics))
+}
+
+/// A record addressed to another service: handled as it arrives, so it holds nothing back.
+fn pass(shared: &Shared, consumer: &GroupConsumer, metrics: &Metrics, message: &impl Message) {
+    let source = hookline_common::wire::header_str(message.headers(), hookline_common::wire::header::SOURCE)
+        .and_then(Result::ok)
+        .unwrap_or_else(|| "unknown".to_owned());
+    metrics.events.with_label_values(&[&source, metrics::event_outcome::OTHER_SERVICE]).inc();
+    let partition = (message.topic().to_owned(), message.partition());
+    let scheduler = &mut *shared.lock();
+    if let Some(prefix_end) = scheduler.pass(&partition, message.offset()) {
+        // Under the lock, like every stored prefix, so that it never moves backwards.
+        if let Err(error) = consumer.store_offset(&partition.0, partition.1, prefix_end) {
+            tracing::debug!(error = %error, partition = partition.1, "cannot store offset");
+        }
+    }
 }
 
 /// How long the fetch loop sleeps when nothing waits on time (it wakes on every record and completion anyway).
@@ -277,8 +368,8 @@ fn apply_pauses(shared: &Shared, consumer: &GroupConsumer) {
 /// What the scheduler needs from a record's headers. A record no gateway wrote gets no source (it is
 /// dead-lettered as poison by the pipeline, on the `unknown` route).
 /// A record of the retry topic waits until its due time.
-fn admission_of(message: &OwnedMessage, retry_topic: &str) -> Admission {
-    let retry = (message.topic() == retry_topic).then(|| RetryHeaders::read(message)).flatten();
+fn admission_of(message: &OwnedMessage, topics: &ServiceTopics) -> Admission {
+    let retry = topics.is_retry(message.topic()).then(|| RetryHeaders::read(message)).flatten();
     let due_at_ms = retry.as_ref().map(|headers| headers.due_at_ms);
     let first_failure_at_ms = retry.map(|headers| headers.attempts.first_failure_at_ms);
     match EventMeta::from_headers(message.headers()) {

@@ -152,6 +152,10 @@ impl Metrics {
     /// registry, broker or config: what `--print-metrics` prints.
     pub fn describe() -> Result<Vec<MetricDescription>, prometheus::Error> {
         let mut described = metrics_catalog::describe(&Self::register(&Registry::new())?.collectors());
+        // The service's registry adds the `service` label to every series (see [`service_registry`]).
+        for family in &mut described {
+            family.labels.push(SERVICE_LABEL.to_owned());
+        }
         metrics_catalog::set_label_values(
             &mut described,
             "hookline_consumer_events_total",
@@ -163,6 +167,16 @@ impl Metrics {
 }
 
 /// The `outcome` label values of `hookline_consumer_events_total`.
+/// The label every consumer series carries: the consumer service's name, so that several services' consumers
+/// scraped into one Prometheus stay apart (dashboards and alert rules group by it).
+pub const SERVICE_LABEL: &str = "service";
+
+/// The registry of one consumer: every metric registered in it is exported with `service="<service>"`.
+pub fn service_registry(service: &str) -> Result<Registry, prometheus::Error> {
+    let labels = std::collections::HashMap::from([(SERVICE_LABEL.to_owned(), service.to_owned())]);
+    Registry::new_custom(None, Some(labels))
+}
+
 pub mod event_outcome {
     pub const PROCESSED: &str = "processed";
     pub const DUPLICATE: &str = "duplicate";
@@ -172,7 +186,9 @@ pub mod event_outcome {
     /// Parked in the retry topic.
     pub const RETRY_SCHEDULED: &str = "retry_scheduled";
     /// Every value, as `--print-metrics` lists them.
-    pub const ALL: &[&str] = &[PROCESSED, DUPLICATE, DEAD_LETTERED, RETRY_LATER, RETRY_SCHEDULED];
+    /// Addressed to another consumer service (its retry, replay or re-processing record): skipped, no effect.
+    pub const OTHER_SERVICE: &str = "other_service";
+    pub const ALL: &[&str] = &[PROCESSED, DUPLICATE, DEAD_LETTERED, RETRY_LATER, RETRY_SCHEDULED, OTHER_SERVICE];
 }
 
 #[cfg(test)]
@@ -183,7 +199,7 @@ mod tests {
     /// some other way, or described but not registered, fails here.
     #[test]
     fn print_metrics_lists_what_the_registry_gathers() {
-        let registry = Registry::new();
+        let registry = service_registry("billing").unwrap();
         let metrics = Metrics::register(&registry).unwrap();
         metrics.events.with_label_values(&["s", "processed"]).inc();
         metrics.handler_failures.with_label_values(&["s", "retryable"]).inc();

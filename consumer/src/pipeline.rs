@@ -19,7 +19,10 @@
 //!   acknowledged.
 //! - a re-driven event (`hookline-replay-of`) takes exactly this path; its DLQ entry is then recorded as
 //!   `succeeded` (processed now or before) or `failed_again` (with the new entry's id), also when the re-driven
-//!   record is not a hookline record at all (its poison path).
+//!   record is not a hookline record at all (its poison path);
+//! - a re-processing request (`hookline-reprocess-id`, an event its service already processed, re-driven by an
+//!   operator) claims the run's own key instead of the event's, so it runs once per run whatever the done marker
+//!   says, then marks the event done too; its fate is recorded under `reprocess:<run id>:<position>`.
 
 use std::{
     sync::{
@@ -144,7 +147,7 @@ impl Pipeline {
                     let record = EntryStatusRecord {
                         status: EntryStatus::FailedAgain,
                         at_ms: now_ms(),
-                        by: format!("consumer:{}", self.dead_letters.group_id()),
+                        by: format!("consumer:{}", self.dead_letters.service()),
                         event_id: None,
                         new_entry: Some(new_entry),
                         note: Some("not a hookline record".to_owned()),
@@ -169,7 +172,14 @@ impl Pipeline {
         let downstream = outcome.downstream();
         let source = event.meta.source.as_str();
         self.metrics.events.with_label_values(&[source, outcome.label()]).inc();
-        if let Some(entry_id) = &event.replay_of {
+        // A re-driven DLQ entry's fate is keyed by its entry id; a re-processing request's by
+        // `reprocess:<run id>:<where the record was>`, so that each re-processing is recorded.
+        let fate_key = event.replay_of.clone().or_else(|| {
+            let run_id = event.reprocess_id.as_deref()?;
+            let of = header_str(message.headers(), header::REPROCESS_OF).and_then(Result::ok).unwrap_or_default();
+            Some(format!("{}{run_id}:{of}", hookline_common::wire::REPROCESS_STATUS_KEY_PREFIX))
+        });
+        if let Some(entry_id) = &fate_key {
             let (status, new_entry, note) = match outcome {
                 Outcome::Processed => (EntryStatus::Succeeded, None, None),
                 Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
@@ -179,7 +189,7 @@ impl Pipeline {
             let record = EntryStatusRecord {
                 status,
                 at_ms: now_ms(),
-                by: format!("consumer:{}", self.dead_letters.group_id()),
+                by: format!("consumer:{}", self.dead_letters.service()),
                 event_id: Some(event.meta.event_id.clone()),
                 new_entry,
                 note,
@@ -225,7 +235,11 @@ impl Pipeline {
         let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
         loop {
-            let token = self.dedupe.token(source, event_id);
+            // A re-processing request runs once per run, whatever the event's own done marker says.
+            let token = match &event.reprocess_id {
+                Some(run_id) => self.dedupe.reprocess_token(run_id, source, event_id),
+                None => self.dedupe.token(source, event_id),
+            };
             let token = match self.claim(&token).await? {
                 Claim::AlreadyDone => {
                     tracing::info!(source = %source, event_id = %event_id, "duplicate skipped");
@@ -256,6 +270,12 @@ impl Pipeline {
                 Ok(()) => {
                     self.metrics.handle_duration.with_label_values(&[source]).observe(started.elapsed().as_secs_f64());
                     self.renewing(&token, self.mark_done(&token, event)).await?;
+                    if event.reprocess_id.is_some() {
+                        // The event itself is processed now too, if it never was: its own delivery is then a
+                        // duplicate.
+                        let own = self.dedupe.token(source, event_id);
+                        self.redis_until_done("done", || self.dedupe.mark_done(&own)).await?;
+                    }
                     return Some(Outcome::Processed);
                 }
                 Err(error) => error,
@@ -529,7 +549,9 @@ mod tests {
             Outcome::RetryLater { due_at_ms: 0, attempts },
             Outcome::RetryScheduled,
         ];
-        let labels: Vec<&str> = outcomes.iter().map(Outcome::label).collect();
+        let mut labels: Vec<&str> = outcomes.iter().map(Outcome::label).collect();
+        // Skipped before the pipeline, in the fetch loop.
+        labels.push(event_outcome::OTHER_SERVICE);
         assert_eq!(labels, event_outcome::ALL);
     }
 }

@@ -416,6 +416,18 @@ impl Scheduler {
         true
     }
 
+    /// Admits a record that is handled as it arrives (addressed to another service: nothing to do for it), so
+    /// that it never holds its partition's prefix nor takes a route's slot. Returns the offset to store when the
+    /// prefix moved; `None` also when the record was not admitted (its partition is not ours, or it was fetched
+    /// before).
+    pub fn pass(&mut self, partition: &PartitionKey, offset: i64) -> Option<i64> {
+        let state = self.partitions.get_mut(partition).filter(|state| !state.revoked)?;
+        if !state.window.admit(offset) {
+            return None;
+        }
+        state.window.handled(offset)
+    }
+
     /// Queues a job that does not hold its key's turn yet.
     fn enqueue(&mut self, job: Job) {
         if let Some(key) = &job.chain {

@@ -580,6 +580,7 @@ impl Index {
                 partition,
                 offset: meta.offset,
                 source: text(meta.source),
+                service: None,
                 event_id,
                 event_type: text(meta.event_type),
                 error_class: text(meta.error_class),

@@ -309,7 +309,6 @@ impl TestStackBuilder {
             TopicSpec { name: kafka.inbound_topic.clone(), partitions: self.partitions.unwrap_or(3), compacted: false },
             TopicSpec { name: kafka.dlq_topic.clone(), partitions: 1, compacted: false },
             TopicSpec { name: kafka.dlq_status_topic.clone(), partitions: 1, compacted: true },
-            TopicSpec { name: kafka.retry_topic.clone(), partitions: 2, compacted: false },
         ];
         ensure_topics(&kafka.brokers, &topics, self.replication.unwrap_or(1))
             .await
@@ -367,6 +366,9 @@ impl TestStackBuilder {
             tweak(&mut consumer_config);
         }
         hookline_consumer::Loaded::build(consumer_config.clone()).expect("valid consumer config");
+        // The service's own retry topic (a consumer would create it too, with the inbound topic's partitions).
+        let retry = TopicSpec { name: consumer_config.service_retry_topic(), partitions: 2, compacted: false };
+        ensure_topics(&kafka.brokers, &[retry], self.replication.unwrap_or(1)).await.expect("create the retry topic");
         let mut stack = TestStack {
             kafka,
             redis,
@@ -466,12 +468,26 @@ impl TestStack {
 
     /// Starts one more consumer in the stack's group (a rebalance follows); returns its index.
     pub async fn start_consumer(&mut self) -> usize {
+        let (config, handler) = (self.consumer_config.clone(), self.handler.clone());
+        self.start_consumer_with(config, handler).await
+    }
+
+    /// The stack's consumer config for another consumer service named `service` (its own group; the same
+    /// topics, Redis and key prefix).
+    pub fn service_config(&self, service: &str) -> ConsumerConfig {
+        let mut config = self.consumer_config.clone();
+        config.kafka.group_id = format!("{}-{service}", self.kafka.group_id);
+        config.service.name = Some(service.to_owned());
+        config
+    }
+
+    /// Starts a consumer with this config and handler (another service's, say); returns its index.
+    pub async fn start_consumer_with(&mut self, config: ConsumerConfig, handler: Arc<dyn Handler>) -> usize {
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let admin_addr = admin.local_addr().expect("addr");
         let shutdown = self.shutdown.child_token();
-        let loaded = hookline_consumer::Loaded::build(self.consumer_config.clone()).expect("valid consumer config");
-        let task =
-            tokio::spawn(hookline_consumer::run(loaded.with_handler(self.handler.clone()), admin, shutdown.clone()));
+        let loaded = hookline_consumer::Loaded::build(config).expect("valid consumer config");
+        let task = tokio::spawn(hookline_consumer::run(loaded.with_handler(handler), admin, shutdown.clone()));
         self.consumers.push(RunningConsumer { admin_addr, shutdown, task: Some(task) });
         self.consumers.len() - 1
     }

@@ -252,7 +252,8 @@ async fn retry_records_survive_a_consumer_crash_and_the_dlq_record_counts_every_
     stack.handler.fail_with("parked", (0..10).map(|n| HandlerError::retryable(format!("503 number {n}"))));
     stack.produce_raw_batch(vec![record(0, &meta("github", "parked", None))]).await;
     eventually(Duration::from_secs(60), "the first attempt failed and the event is parked", || async {
-        stack.handler.attempts("parked") == 1 && stack.records(&stack.kafka.retry_topic).await.len() == 1
+        stack.handler.attempts("parked") == 1
+            && stack.records(&stack.consumer_config.service_retry_topic()).await.len() == 1
     })
     .await;
     // The consumer dies before the retry is due; its successor finds the parked record and keeps counting.
@@ -263,7 +264,7 @@ async fn retry_records_survive_a_consumer_crash_and_the_dlq_record_counts_every_
     })
     .await;
     assert_eq!(stack.handler.attempts("parked"), 4, "every attempt ran once, across the crash");
-    let retries = stack.records(&stack.kafka.retry_topic).await;
+    let retries = stack.records(&stack.consumer_config.service_retry_topic()).await;
     assert_eq!(retries.len(), 3, "parked after attempts 1, 2 and 3");
     let attempts: Vec<Option<String>> = retries.iter().map(|r| header_of(r, header::retry::ATTEMPTS)).collect();
     assert_eq!(attempts, vec![Some("1".into()), Some("2".into()), Some("3".into())]);

@@ -97,6 +97,7 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_done_marker() {
     let stack =
         TestStack::builder().consumer_config(move |config| config.redis.url = url.clone()).consumer().build().await;
     let prefix = stack.consumer_config.redis.key_prefix.clone();
+    let service = stack.consumer_config.service_name().to_owned();
 
     let deliveries: Vec<Delivery> = (0..300).map(|n| Delivery::new(format!(r#"{{"aof":{n}}}"#))).collect();
     post_all(&stack, &deliveries[..150]).await;
@@ -123,7 +124,7 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_done_marker() {
     let client = redis::Client::open(redis.url()).expect("client");
     let mut connection = client.get_multiplexed_async_connection().await.expect("connection");
     for delivery in &deliveries {
-        let key = redis_key::dedupe(&prefix, "github", &delivery.delivery_id);
+        let key = redis_key::dedupe(&prefix, &service, "github", &delivery.delivery_id);
         let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection).await.expect("GET");
         assert_eq!(value.as_deref(), Some(redis_key::DEDUPE_DONE), "done marker of {key} survived two crashes");
     }

@@ -203,6 +203,8 @@ mod tests {
             replay_count: None,
             provider_event_id: None,
             origin: None,
+            service: None,
+            reprocess_id: None,
         }
     }
 

@@ -1,0 +1,167 @@
+//! The consumer service a consumer belongs to: its name, the topics it reads, and what it must do to take over
+//! from the layout before services had names.
+//!
+//! Several services read the same inbound topic, each in its own consumer group with its own handler. What one
+//! service does never reaches another:
+//! - its dedupe keys are scoped to its name ([`crate::dedupe`]);
+//! - its retries and deferrals go to its own retry topic, `<kafka.retry_topic>.<service>`, created here if
+//!   missing (with the inbound topic's partitions and replication), and carry [`header::SERVICE`];
+//! - a record addressed to another service (its retry, a re-driven dead letter, a re-processing request) is
+//!   skipped as it arrives: its offset is stored, it is counted as `other_service`, and nothing else happens.
+//!
+//! **Upgrading.** Before services had names, every consumer shared one retry topic (`kafka.retry_topic` itself)
+//! and unscoped dedupe keys. A service whose consumer group had committed offsets when it first started on this
+//! build ran on that layout: for as long as its unscoped keys can live it reads them before claiming, and it
+//! drains the shared retry topic, taking the records written before the upgrade (no service header) and its
+//! own. A service that started on this build (no committed offsets) does neither: those keys and records are
+//! other services' work.
+
+use std::time::Duration;
+
+use hookline_common::{
+    config::KafkaConfig,
+    kafka::admin_config,
+    wire::{header, header_str},
+};
+use rdkafka::{
+    Message, Offset, TopicPartitionList,
+    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+    client::DefaultClientContext,
+    consumer::{Consumer, ConsumerContext},
+    error::{KafkaError, RDKafkaErrorCode},
+};
+
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The topics one service's consumer reads.
+#[derive(Debug, Clone)]
+pub struct ServiceTopics {
+    pub inbound: String,
+    /// The service's own retry topic.
+    pub retry: String,
+    /// The retry topic every consumer shared before services had names, drained by an upgraded service while it
+    /// exists.
+    pub shared_retry: Option<String>,
+}
+
+impl ServiceTopics {
+    /// Every topic to subscribe to.
+    pub fn subscription(&self) -> Vec<&str> {
+        let mut topics = vec![self.inbound.as_str(), self.retry.as_str()];
+        topics.extend(self.shared_retry.as_deref());
+        topics
+    }
+
+    /// Whether records of `topic` are retry records (they wait for their due time).
+    pub fn is_retry(&self, topic: &str) -> bool {
+        topic == self.retry || self.shared_retry.as_deref() == Some(topic)
+    }
+}
+
+/// Whether `message` is addressed to a service other than `service` ([`header::SERVICE`]): then this service
+/// skips it. A record without the header (what the gateway writes, and retry records from before services) is
+/// every service's.
+pub fn addressed_elsewhere<M: Message>(message: &M, service: &str) -> bool {
+    match header_str(message.headers(), header::SERVICE) {
+        Some(Ok(addressee)) => addressee != service,
+        // Damaged: not provably ours, and not provably another's. Taken, so that it ends processed or
+        // dead-lettered rather than nowhere.
+        Some(Err(_)) | None => false,
+    }
+}
+
+/// Whether the consumer's group committed an offset on any partition of `topic`: a service that ran before.
+/// Blocking: call off the runtime.
+pub fn group_committed_before<C: ConsumerContext>(
+    consumer: &impl Consumer<C>,
+    topic: &str,
+) -> Result<bool, KafkaError> {
+    let metadata = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT)?;
+    let mut partitions = TopicPartitionList::new();
+    for found in metadata.topics().iter().filter(|found| found.name() == topic && found.error().is_none()) {
+        for partition in found.partitions() {
+            partitions.add_partition(topic, partition.id());
+        }
+    }
+    if partitions.count() == 0 {
+        return Ok(false);
+    }
+    let committed = consumer.committed_offsets(partitions, METADATA_TIMEOUT)?;
+    Ok(committed.elements().iter().any(|element| matches!(element.offset(), Offset::Offset(_))))
+}
+
+/// Whether `topic` exists. Blocking.
+pub fn topic_exists<C: ConsumerContext>(consumer: &impl Consumer<C>, topic: &str) -> Result<bool, KafkaError> {
+    let metadata = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT)?;
+    Ok(metadata.topics().iter().any(|found| found.name() == topic && found.error().is_none()))
+}
+
+/// Creates the service's retry topic when it does not exist, with the inbound topic's partition count and
+/// replication factor, so that adding a service needs no topic job. A deployment that creates topics itself (or
+/// whose credentials may not) has it already; if creating fails, the consumer's `/readyz` says `retry_topic`.
+pub async fn ensure_retry_topic<C: ConsumerContext>(
+    consumer: &impl Consumer<C>,
+    kafka: &KafkaConfig,
+    topics: &ServiceTopics,
+) -> Result<(), KafkaError> {
+    if topic_exists(consumer, &topics.retry)? {
+        return Ok(());
+    }
+    let metadata = consumer.fetch_metadata(Some(&topics.inbound), METADATA_TIMEOUT)?;
+    let inbound = metadata
+        .topics()
+        .iter()
+        .find(|found| found.name() == topics.inbound && found.error().is_none())
+        .ok_or(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition))?;
+    let partitions = i32::try_from(inbound.partitions().len()).unwrap_or(i32::MAX).max(1);
+    let replication = inbound.partitions().first().map_or(1, |partition| partition.replicas().len()).max(1);
+    let replication = i32::try_from(replication).unwrap_or(1);
+    let admin: AdminClient<DefaultClientContext> = admin_config(kafka).create()?;
+    let topic = NewTopic::new(&topics.retry, partitions, TopicReplication::Fixed(replication));
+    let options = AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT));
+    for result in admin.create_topics([&topic], &options).await? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => return Err(KafkaError::AdminOp(code)),
+        }
+    }
+    tracing::info!(topic = %topics.retry, partitions, replication, "created the service's retry topic");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::{
+        Timestamp,
+        message::{Header, OwnedHeaders, OwnedMessage},
+    };
+
+    use super::*;
+
+    fn record(service: Option<&str>) -> OwnedMessage {
+        let mut headers = OwnedHeaders::new().insert(Header { key: header::SOURCE, value: Some("github") });
+        if let Some(service) = service {
+            headers = headers.insert(Header { key: header::SERVICE, value: Some(service) });
+        }
+        OwnedMessage::new(None, None, "t".into(), Timestamp::NotAvailable, 0, 0, Some(headers))
+    }
+
+    #[test]
+    fn only_a_record_addressed_to_another_service_is_skipped() {
+        assert!(!addressed_elsewhere(&record(None), "billing"), "a gateway record is every service's");
+        assert!(!addressed_elsewhere(&record(Some("billing")), "billing"));
+        assert!(addressed_elsewhere(&record(Some("analytics")), "billing"));
+    }
+
+    #[test]
+    fn an_upgraded_service_also_reads_the_shared_retry_topic() {
+        let topics = ServiceTopics {
+            inbound: "webhooks.inbound".into(),
+            retry: "webhooks.retry.billing".into(),
+            shared_retry: Some("webhooks.retry".into()),
+        };
+        assert_eq!(topics.subscription(), ["webhooks.inbound", "webhooks.retry.billing", "webhooks.retry"]);
+        assert!(topics.is_retry("webhooks.retry") && topics.is_retry("webhooks.retry.billing"));
+        assert!(!topics.is_retry("webhooks.inbound"));
+    }
+}
