@@ -37,6 +37,7 @@ use rdkafka::{
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+pub mod process;
 pub mod provider_fakes;
 
 /// The secret every test source is configured with.

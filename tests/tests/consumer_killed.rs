@@ -3,80 +3,17 @@
 //! are redelivered and skipped by their done markers; the only events a kill may let be processed twice are
 //! those whose handler succeeded before their done marker was written.
 
-use std::{
-    collections::HashSet,
-    io::{BufRead, BufReader},
-    process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::time::Duration;
 
 use hookline_common::wire::EventMeta;
-use hookline_tests::{Delivery, TestStack, eventually};
-
-/// A consumer process, killed when dropped: a failed assertion must not leave it running.
-struct ConsumerProcess(Child);
-
-impl ConsumerProcess {
-    fn kill(&mut self) {
-        self.0.kill().expect("SIGKILL");
-        self.0.wait().expect("reaped");
-    }
-}
-
-impl Drop for ConsumerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use hookline_tests::{
+    Delivery, TestStack, eventually,
+    process::{self, Announcements, ConsumerProcess, announced},
+};
 
 /// Starts `test-consumer` in `mode` on the stack's topics and group; its stdout lines are collected.
-fn spawn_consumer_process(stack: &TestStack, mode: &str) -> (ConsumerProcess, Arc<Mutex<Vec<String>>>) {
-    let config = &stack.consumer_config;
-    let config_file = std::env::temp_dir().join(format!("hookline-killed-{}.toml", uuid::Uuid::new_v4()));
-    std::fs::write(
-        &config_file,
-        format!(
-            "[kafka]\nbrokers = \"{}\"\ninbound_topic = \"{}\"\ndlq_topic = \"{}\"\ndlq_status_topic = \"{}\"\n\
-             group_id = \"{}\"\n[redis]\nurl = \"{}\"\nkey_prefix = \"{}\"\nclaim_lease_ms = {}\n\
-             [handler]\ntimeout_ms = {}\n[processing]\nmax_in_flight = {}\nroute_max_in_flight = {}\n",
-            config.kafka.brokers,
-            config.kafka.inbound_topic,
-            config.kafka.dlq_topic,
-            config.kafka.dlq_status_topic,
-            config.kafka.group_id,
-            config.redis.url,
-            config.redis.key_prefix,
-            config.redis.claim_lease_ms,
-            config.handler.timeout_ms,
-            config.processing.max_in_flight,
-            config.processing.route_max_in_flight,
-        ),
-    )
-    .expect("write config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_test-consumer"))
-        .arg(&config_file)
-        .arg(mode)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the consumer process");
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let stdout = child.stdout.take().expect("stdout");
-    let collected = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            collected.lock().expect("lines").push(line);
-        }
-    });
-    (ConsumerProcess(child), lines)
-}
-
-/// The event ids the process announced with `what` (`handling` or `done`).
-fn announced(lines: &Mutex<Vec<String>>, what: &str) -> HashSet<String> {
-    let prefix = format!("{what} ");
-    lines.lock().expect("lines").iter().filter_map(|line| line.strip_prefix(&prefix)).map(str::to_owned).collect()
+fn spawn_consumer_process(stack: &TestStack, mode: &str) -> (ConsumerProcess, Announcements) {
+    process::spawn_consumer_process(env!("CARGO_BIN_EXE_test-consumer").as_ref(), &stack.consumer_config, mode)
 }
 
 fn meta(event_id: &str) -> EventMeta {
