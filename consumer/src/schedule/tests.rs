@@ -1,0 +1,165 @@
+//! The scheduler's decisions, without Kafka: windows, routes, chains, deferral and breakers.
+
+use rdkafka::{Message, Timestamp, message::OwnedMessage};
+
+use super::*;
+
+fn config(max_in_flight: usize, route_max_in_flight: usize) -> ProcessingConfig {
+    ProcessingConfig { max_in_flight, route_max_in_flight, partition_window: 4, ..ProcessingConfig::default() }
+}
+
+fn record(partition: i32, offset: i64) -> OwnedMessage {
+    OwnedMessage::new(None, None, "t".to_owned(), Timestamp::NotAvailable, partition, offset, None)
+}
+
+fn admission(source: &str, ordering_key: Option<&str>) -> Admission {
+    Admission {
+        source: Some(source.to_owned()),
+        event_type: None,
+        ordering_key: ordering_key.map(str::to_owned),
+        due_at_ms: None,
+        first_failure_at_ms: None,
+    }
+}
+
+#[test]
+fn many_records_of_one_partition_run_at_once_and_the_prefix_waits_for_the_head() {
+    let mut scheduler = Scheduler::new(&config(8, 8), &[], &RetryConfig::default());
+    scheduler.assign([("t".to_owned(), 0)]);
+    for offset in 0..3 {
+        assert!(scheduler.admit(record(0, offset), admission("a", None), 0));
+    }
+    let jobs: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).collect();
+    assert_eq!(jobs.len(), 3);
+    let mut jobs = jobs.into_iter();
+    let head = jobs.next().expect("head");
+    assert_eq!(scheduler.complete(jobs.next().expect("1"), Completion::Handled, Downstream::Answered, 0), None);
+    assert_eq!(scheduler.complete(jobs.next().expect("2"), Completion::Handled, Downstream::Answered, 0), None);
+    assert_eq!(scheduler.complete(head, Completion::Handled, Downstream::Answered, 0), Some(2));
+}
+
+#[test]
+fn a_full_route_does_not_hold_back_another_route() {
+    let mut scheduler = Scheduler::new(&config(4, 1), &[], &RetryConfig::default());
+    scheduler.assign([("t".to_owned(), 0)]);
+    scheduler.admit(record(0, 0), admission("slow", None), 0);
+    scheduler.admit(record(0, 1), admission("slow", None), 0);
+    scheduler.admit(record(0, 2), admission("fast", None), 0);
+    let started: Vec<i64> =
+        std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).map(|job| job.message.offset()).collect();
+    assert_eq!(started, vec![0, 2], "the second `slow` record waits; `fast` starts");
+    assert_eq!(scheduler.running(), 2);
+}
+
+#[test]
+fn same_key_records_run_one_after_another_in_offset_order() {
+    let mut scheduler = Scheduler::new(&config(8, 8), &[], &RetryConfig::default());
+    scheduler.assign([("t".to_owned(), 0)]);
+    scheduler.admit(record(0, 0), admission("a", Some("k")), 0);
+    scheduler.admit(record(0, 1), admission("a", Some("k")), 0);
+    scheduler.admit(record(0, 2), admission("a", Some("other")), 0);
+    let first: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).collect();
+    assert_eq!(first.iter().map(|job| job.message.offset()).collect::<Vec<_>>(), vec![0, 2]);
+    let mut first = first.into_iter();
+    let head = first.next().expect("head");
+    let attempts = Attempts { attempts: 1, first_failure_at_ms: 0, last_error: "x".to_owned() };
+    scheduler.complete(head, Completion::RetryAt { due_at_ms: 10, attempts }, Downstream::Answered, 0);
+    assert!(scheduler.next_job(Instant::now(), 0).is_none(), "offset 1 waits for its key's head to be retried");
+    scheduler.release_due(10);
+    let retried = scheduler.next_job(Instant::now(), 0).expect("the head again");
+    assert_eq!(retried.message.offset(), 0);
+    assert_eq!(retried.prior.as_ref().map(|prior| prior.attempts), Some(1));
+    scheduler.complete(retried, Completion::Handled, Downstream::Answered, 0);
+    assert_eq!(scheduler.next_job(Instant::now(), 0).map(|job| job.message.offset()), Some(1));
+}
+
+#[test]
+fn a_full_window_pauses_its_partition_and_revoke_drops_what_is_queued() {
+    let mut scheduler = Scheduler::new(&config(1, 1), &[], &RetryConfig::default());
+    scheduler.assign([("t".to_owned(), 0), ("t".to_owned(), 1)]);
+    for offset in 0..4 {
+        scheduler.admit(record(0, offset), admission("a", None), 0);
+    }
+    scheduler.admit(record(1, 0), admission("a", None), 0);
+    let (pause, resume) = scheduler.pause_changes();
+    assert_eq!(pause, vec![("t".to_owned(), 0)]);
+    assert!(resume.is_empty());
+    let running = scheduler.next_job(Instant::now(), 0).expect("one starts");
+    scheduler.revoke(&[("t".to_owned(), 0)]);
+    assert_eq!(scheduler.running_in(&[("t".to_owned(), 0)]), 1);
+    scheduler.forget(&[("t".to_owned(), 0)]);
+    assert_eq!(
+        scheduler.complete(running, Completion::Handled, Downstream::Answered, 0),
+        None,
+        "revoked: nothing stored"
+    );
+    assert_eq!(scheduler.next_job(Instant::now(), 0).map(|job| job.partition.1), Some(1));
+    assert!(!scheduler.admit(record(0, 9), admission("a", None), 0), "a revoked partition's record is dropped");
+}
+
+#[test]
+fn a_saturated_route_defers_unordered_records_of_a_paused_partition_only() {
+    let mut scheduler = Scheduler::new(&config(8, 2), &[], &RetryConfig::default());
+    scheduler.assign([("t".to_owned(), 0)]);
+    for offset in 0..3 {
+        scheduler.admit(record(0, offset), admission("slow", None), 0);
+    }
+    scheduler.admit(record(0, 3), admission("slow", Some("k")), 0);
+    scheduler.admit(record(0, 4), admission("fast", None), 0);
+    scheduler.pause_changes();
+    let jobs: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).collect();
+    let started: Vec<(i64, Work)> = jobs.iter().map(|job| (job.message.offset(), job.work)).collect();
+    assert_eq!(started.len(), 4, "{started:?}");
+    assert_eq!(started[..3].iter().map(|(offset, _)| *offset).collect::<Vec<_>>(), vec![0, 4, 1]);
+    assert!(started[..3].iter().all(|(_, work)| *work == Work::Handle));
+    assert!(
+        matches!(started[3], (2, Work::Defer { reason: DeferReason::Saturated, due_at_ms }) if due_at_ms >= 500),
+        "offset 2 is deferred; the ordered offset 3 waits: {started:?}"
+    );
+    assert_eq!(scheduler.running(), 3);
+    assert_eq!(scheduler.deferring(), 1);
+}
+
+#[test]
+fn an_open_breaker_defers_to_its_next_probe_and_a_successful_probe_closes_it() {
+    let processing = ProcessingConfig { breaker_failures: 2, breaker_cooldown_ms: 1_000, ..config(8, 8) };
+    let mut scheduler = Scheduler::new(&processing, &[], &RetryConfig::default());
+    scheduler.assign([("t".to_owned(), 0)]);
+    for offset in 0..6 {
+        scheduler.admit(record(0, offset), admission("a", None), 0);
+    }
+    let first = scheduler.next_job(Instant::now(), 0).expect("0");
+    let second = scheduler.next_job(Instant::now(), 0).expect("1");
+    scheduler.complete(first, Completion::Handled, Downstream::Failed, 0);
+    assert!(scheduler.breaker_changes().is_empty(), "one failure: still closed");
+    scheduler.complete(second, Completion::Handled, Downstream::Failed, 0);
+    assert_eq!(scheduler.breaker_changes(), vec![("a".to_owned(), true)]);
+    let deferred = scheduler.next_job(Instant::now(), 10).expect("2");
+    assert!(
+        matches!(deferred.work, Work::Defer { reason: DeferReason::BreakerOpen, due_at_ms } if (1_000..=1_100).contains(&due_at_ms)),
+        "{:?}",
+        deferred.work
+    );
+    let probe = scheduler.next_job(Instant::now(), 1_000).expect("3, the probe");
+    assert_eq!(probe.work, Work::Handle);
+    let while_probing = scheduler.next_job(Instant::now(), 1_000).expect("4");
+    assert!(matches!(while_probing.work, Work::Defer { reason: DeferReason::BreakerOpen, .. }));
+    scheduler.complete(probe, Completion::Handled, Downstream::Answered, 1_001);
+    assert_eq!(scheduler.breaker_changes(), vec![("a".to_owned(), false)]);
+    assert_eq!(scheduler.next_job(Instant::now(), 1_001).map(|job| job.work), Some(Work::Handle));
+}
+
+#[test]
+fn a_record_past_its_retry_budget_gets_its_last_call_through_an_open_breaker() {
+    let processing = ProcessingConfig { breaker_failures: 1, ..config(8, 8) };
+    let retry = RetryConfig { max_total_ms: 100, ..RetryConfig::default() };
+    let mut scheduler = Scheduler::new(&processing, &[], &retry);
+    scheduler.assign([("t".to_owned(), 0)]);
+    scheduler.admit(record(0, 0), admission("a", None), 0);
+    let failing = scheduler.next_job(Instant::now(), 0).expect("0");
+    scheduler.complete(failing, Completion::Handled, Downstream::Failed, 0);
+    let spent = Admission { first_failure_at_ms: Some(0), ..admission("a", None) };
+    scheduler.admit(record(0, 1), spent, 200);
+    let last_call = scheduler.next_job(Instant::now(), 200).expect("1");
+    assert_eq!(last_call.work, Work::Handle, "not deferred again: its failure goes to the DLQ");
+}
