@@ -6,10 +6,9 @@
 //! stack's default ports.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
     future::Future,
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -17,12 +16,8 @@ use bytes::Bytes;
 use hookline_common::{
     config::{KafkaConfig, RedisConfig, SecretRef},
     kafka::{TopicSpec, ensure_topics, producer_config, read_topic},
-    wire::InboundEvent,
 };
-use hookline_consumer::{
-    ConsumerConfig,
-    handler::{BoxFuture, Handler, HandlerError},
-};
+use hookline_consumer::{ConsumerConfig, handler::Handler};
 use hookline_gateway::{
     GatewayConfig, Listeners,
     config::{Limits, SourceConfig},
@@ -37,8 +32,12 @@ use rdkafka::{
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+mod fake_endpoint;
+mod handler;
 pub mod process;
 pub mod provider_fakes;
+
+pub use crate::{fake_endpoint::FakeEndpoint, handler::TestHandler};
 
 /// The secret every test source is configured with.
 pub const TEST_SECRET: &str = "integration-test-secret";
@@ -97,117 +96,6 @@ where
     while !condition().await {
         assert!(started.elapsed() < deadline, "timed out after {deadline:?} waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A handler for tests: records every call and every success, and fails on demand.
-#[derive(Debug, Default)]
-pub struct TestHandler {
-    state: Mutex<TestHandlerState>,
-}
-
-#[derive(Debug, Default)]
-struct TestHandlerState {
-    calls: Vec<InboundEvent>,
-    successes: Vec<InboundEvent>,
-    /// Errors to return, in order, for an event id before it succeeds.
-    scripted: HashMap<String, VecDeque<HandlerError>>,
-    /// Event ids that always fail as poison.
-    poison: HashSet<String>,
-    delay: Duration,
-    /// Per event id: how long its calls take, instead of `delay`.
-    event_delays: HashMap<String, Duration>,
-    /// Calls in the handler right now, and the most seen at once.
-    in_handler: usize,
-    max_in_handler: usize,
-}
-
-impl TestHandler {
-    fn lock(&self) -> std::sync::MutexGuard<'_, TestHandlerState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Every call, failed or not.
-    pub fn calls(&self) -> Vec<InboundEvent> {
-        self.lock().calls.clone()
-    }
-
-    /// Every successful call.
-    pub fn successes(&self) -> Vec<InboundEvent> {
-        self.lock().successes.clone()
-    }
-
-    /// How many times the event with this id was processed successfully.
-    pub fn count(&self, event_id: &str) -> usize {
-        self.lock().successes.iter().filter(|event| event.meta.event_id == event_id).count()
-    }
-
-    /// How many times the handler was called for this event id.
-    pub fn attempts(&self, event_id: &str) -> usize {
-        self.lock().calls.iter().filter(|event| event.meta.event_id == event_id).count()
-    }
-
-    /// The next calls for `event_id` return these errors, in order; then it succeeds.
-    pub fn fail_with(&self, event_id: &str, errors: impl IntoIterator<Item = HandlerError>) {
-        self.lock().scripted.entry(event_id.to_owned()).or_default().extend(errors);
-    }
-
-    /// Every call for `event_id` fails as poison.
-    pub fn poison(&self, event_id: &str) {
-        self.lock().poison.insert(event_id.to_owned());
-    }
-
-    /// Calls for `event_id` succeed again (the downstream bug is fixed, or it is back up): no more poison, and
-    /// the failures still scripted for it are dropped.
-    pub fn heal(&self, event_id: &str) {
-        let mut state = self.lock();
-        state.poison.remove(event_id);
-        state.scripted.remove(event_id);
-    }
-
-    /// Every call takes this long before it answers.
-    pub fn set_delay(&self, delay: Duration) {
-        self.lock().delay = delay;
-    }
-
-    /// Calls for `event_id` take this long (instead of the common delay).
-    pub fn delay_event(&self, event_id: &str, delay: Duration) {
-        self.lock().event_delays.insert(event_id.to_owned(), delay);
-    }
-
-    /// The most calls that were in the handler at the same time.
-    pub fn max_concurrent_calls(&self) -> usize {
-        self.lock().max_in_handler
-    }
-}
-
-impl Handler for TestHandler {
-    fn name(&self) -> &str {
-        "test"
-    }
-
-    fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let delay = {
-                let mut state = self.lock();
-                state.calls.push(event.clone());
-                state.in_handler += 1;
-                state.max_in_handler = state.max_in_handler.max(state.in_handler);
-                state.event_delays.get(&event.meta.event_id).copied().unwrap_or(state.delay)
-            };
-            tokio::time::sleep(delay).await;
-            let mut state = self.lock();
-            state.in_handler -= 1;
-            let id = &event.meta.event_id;
-            if state.poison.contains(id) {
-                return Err(HandlerError::poison(format!("test poison for {id}")));
-            }
-            if let Some(error) = state.scripted.get_mut(id).and_then(VecDeque::pop_front) {
-                return Err(error);
-            }
-            state.successes.push(event.clone());
-            Ok(())
-        })
     }
 }
 
@@ -689,64 +577,5 @@ impl TestStack {
 impl Drop for TestStack {
     fn drop(&mut self) {
         self.shutdown.cancel();
-    }
-}
-
-/// A tiny HTTP server on loopback that records each request body and answers with scripted statuses
-/// (then 200): stands in for the third-party endpoints a test cannot reach (an alert webhook, a downstream
-/// service behind the `http` handler).
-#[derive(Debug, Clone)]
-pub struct FakeEndpoint {
-    pub addr: SocketAddr,
-    state: Arc<Mutex<FakeEndpointState>>,
-}
-
-#[derive(Debug, Default)]
-struct FakeEndpointState {
-    bodies: Vec<(HeaderMap, Bytes)>,
-    statuses: VecDeque<u16>,
-}
-
-impl FakeEndpoint {
-    pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let state = Arc::new(Mutex::new(FakeEndpointState::default()));
-        let handler_state = state.clone();
-        let handler = move |request: Request<hyper::body::Incoming>| {
-            let state = handler_state.clone();
-            async move {
-                let (parts, body) = request.into_parts();
-                let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                let status = {
-                    let mut state = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    state.bodies.push((parts.headers, body));
-                    state.statuses.pop_front().unwrap_or(200)
-                };
-                let mut response = hookline_common::http::text(StatusCode::OK, "ok");
-                *response.status_mut() = StatusCode::from_u16(status).expect("status");
-                response
-            }
-        };
-        tokio::spawn(hookline_common::http::serve(
-            listener,
-            handler,
-            hookline_common::http::ServeLimits::default(),
-            CancellationToken::new(),
-        ));
-        Self { addr, state }
-    }
-
-    /// The next requests are answered with these statuses, in order; then 200.
-    pub fn respond_with(&self, statuses: impl IntoIterator<Item = u16>) {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).statuses.extend(statuses);
-    }
-
-    pub fn requests(&self) -> Vec<(HeaderMap, Bytes)> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).bodies.clone()
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
     }
 }
