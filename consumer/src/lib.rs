@@ -49,6 +49,7 @@ use rdkafka::{
 };
 use tokio::{net::TcpListener, sync::Notify};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::Instrument;
 
 use crate::{
     alert::Alerts,
@@ -73,6 +74,8 @@ pub enum ConsumerError {
 type GroupConsumer = StreamConsumer<GroupContext>;
 
 const REDIS_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
+/// How long the start waits for a just-created retry topic to show in the broker's metadata.
+const RETRY_TOPIC_WAIT: Duration = Duration::from_secs(10);
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 /// At most one line per kind of outage failure (fetch, Redis, a produce retried) per interval; metrics count all.
 pub const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -81,6 +84,12 @@ pub const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// handler finish (claims of events not finished are released, or expire), commits the stored prefixes and leaves
 /// the group.
 pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken) -> Result<(), ConsumerError> {
+    // Every line this consumer logs, its record tasks' included, names its service.
+    let span = tracing::info_span!("consumer", service = %loaded.config.service_name());
+    consume(loaded, admin, shutdown).instrument(span).await
+}
+
+async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken) -> Result<(), ConsumerError> {
     let Loaded { config, handler, alerts } = loaded;
     let service = config.service_name().to_owned();
     let registry = metrics::service_registry(&service)?;
@@ -91,7 +100,7 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     let assigned_ready = readiness.check("partitions_assigned");
     let retry_topic_ready = readiness.check("retry_topic");
     let tasks = TaskTracker::new();
-    tasks.spawn(serve_admin(admin, registry, readiness.clone(), shutdown.child_token()));
+    tasks.spawn(serve_admin(admin, registry, readiness.clone(), shutdown.child_token()).in_current_span());
 
     // Never process without the dedupe gate: wait for Redis before joining the group.
     let dedupe = loop {
@@ -150,14 +159,17 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         outage_log: outage_log.clone(),
         shutdown: shutdown.clone(),
     };
-    tasks.spawn(watch(
-        consumer.clone(),
-        dedupe,
-        metrics.clone(),
-        Flags { kafka: kafka_ready, redis: redis_ready, assigned: assigned_ready, retry_topic: retry_topic_ready },
-        Topics { inbound: topics.inbound.clone(), retry: topics.retry.clone() },
-        shutdown.clone(),
-    ));
+    tasks.spawn(
+        watch(
+            consumer.clone(),
+            dedupe,
+            metrics.clone(),
+            Flags { kafka: kafka_ready, redis: redis_ready, assigned: assigned_ready, retry_topic: retry_topic_ready },
+            Topics { inbound: topics.inbound.clone(), retry: topics.retry.clone() },
+            shutdown.clone(),
+        )
+        .in_current_span(),
+    );
 
     let workers = TaskTracker::new();
     loop {
@@ -287,6 +299,19 @@ async fn take_over(
     if let Err(error) = service::ensure_retry_topic(&**consumer, &config.kafka, &topics).await {
         tracing::warn!(error = %error, topic = %topics.retry, "cannot create the service's retry topic");
     }
+    // Subscribe once the topic shows in metadata: a subscribed topic missing at the group join is only looked
+    // for again at the next metadata refresh, and retries would wait that long.
+    let deadline = Instant::now() + RETRY_TOPIC_WAIT;
+    while Instant::now() < deadline {
+        let (probe, retry) = (consumer.clone(), topics.retry.clone());
+        if matches!(tokio::task::spawn_blocking(move || service::topic_exists(&*probe, &retry)).await, Ok(Ok(true))) {
+            break;
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
     Some((dedupe, topics))
 }
 
@@ -324,7 +349,7 @@ fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &P
         };
         let Some(job) = job else { return };
         let (shared, consumer, pipeline) = (shared.clone(), consumer.clone(), pipeline.clone());
-        workers.spawn(async move {
+        let task = async move {
             let (completion, downstream) = match job.work {
                 Work::Handle => pipeline.process(&job.message, job.prior.clone()).await,
                 Work::Defer { due_at_ms, reason } => {
@@ -343,7 +368,8 @@ fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &P
             }
             drop(scheduler);
             shared.notify.notify_one();
-        });
+        };
+        workers.spawn(task.in_current_span());
     }
 }
 
