@@ -332,6 +332,7 @@ func checkKubernetes(r *reporter, rendered, secretExample string) {
 	}
 	checkServices(r, m)
 	checkScaling(r, m)
+	checkConsumerServices(r, hook)
 	checkTopicJob(r, m, hook)
 	checkGatewayMemory(r, hook)
 }

@@ -15,16 +15,17 @@ var (
 	partitionsOf = regexp.MustCompile(`--partitions[= ]+"?\$?\{?([A-Za-z0-9_]+)\}?"?`)
 )
 
-// checkTopicJob: the Job creates every topic the configs name (and no other), with enough inbound partitions for
-// the consumer replicas.
+// checkTopicJob: the Job creates every topic the configs name (and no other), each consumer service's retry topic
+// among them, with enough inbound partitions for the replicas of each consumer service.
 func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 	want := map[string][]string{} // topic -> who names it
 	inbound, dlq := "", ""
-	consumers := 0
+	replicas := map[string]int{} // consumer group -> the replicas of the Deployments that join it
 	for _, hc := range hook {
 		kafka, _ := hc.config["kafka"].(map[string]any)
 		for k, v := range kafka {
-			if t, ok := v.(string); ok && strings.HasSuffix(k, "_topic") {
+			// kafka.retry_topic is the base name of the consumer services' retry topics, not a topic.
+			if t, ok := v.(string); ok && strings.HasSuffix(k, "_topic") && k != "retry_topic" {
 				want[t] = append(want[t], hc.w.Metadata.Name+" kafka."+k)
 				if k == "inbound_topic" {
 					inbound = t
@@ -39,8 +40,17 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 				want[t] = append(want[t], fmt.Sprintf("%s source %v", hc.w.Metadata.Name, s["name"]))
 			}
 		}
-		if hc.binary == "hookline-consumer" && hc.w.Spec.Replicas != nil {
-			consumers += *hc.w.Spec.Replicas
+		if cs, ok := consumerServiceOf(hc); ok {
+			want[cs.retryTopic] = append(want[cs.retryTopic], fmt.Sprintf("%s: the retry topic of consumer service %s", hc.w.Metadata.Name, cs.name))
+			if hc.w.Spec.Replicas != nil {
+				replicas[cs.group] += *hc.w.Spec.Replicas
+			}
+		}
+	}
+	consumers, busiest := 0, ""
+	for _, g := range sortedKeys(replicas) {
+		if replicas[g] > consumers {
+			consumers, busiest = replicas[g], g
 		}
 	}
 	var job *workload
@@ -101,7 +111,7 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 		if n := created[inbound]; n == 0 {
 			r.fail("%s: cannot read the partition count of %s", where, inbound)
 		} else if consumers > n {
-			r.fail("%s: %s gets %d partitions, fewer than the %d consumer replicas (the extra ones would idle, not ready)", where, inbound, n, consumers)
+			r.fail("%s: %s gets %d partitions, fewer than the %d consumer replicas of group %s (the extra ones would idle, not ready)", where, inbound, n, consumers, busiest)
 		}
 	}
 	if r.fails == before {
@@ -110,7 +120,7 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 			ts = append(ts, fmt.Sprintf("%s(%d partitions)", t, n))
 		}
 		sort.Strings(ts)
-		r.ok("%s: creates exactly the topics the configs name: %s; %d consumer replicas <= %d inbound partitions",
+		r.ok("%s: creates exactly the topics the configs name: %s; at most %d consumer replicas in a group <= %d inbound partitions",
 			where, strings.Join(ts, ", "), consumers, created[inbound])
 	}
 }
