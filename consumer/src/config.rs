@@ -354,6 +354,7 @@ mod tests {
             ("retry", format!("{:?}", config.retry), format!("{:?}", defaults.retry)),
             ("processing", format!("{:?}", config.processing), format!("{:?}", defaults.processing)),
             ("alert", format!("{:?}", config.alert), format!("{:?}", defaults.alert)),
+            ("service", format!("{:?}", config.service), format!("{:?}", defaults.service)),
             (
                 "kafka",
                 format!("{:?}", KafkaConfig { brokers: defaults.kafka.brokers.clone(), ..config.kafka.clone() }),
