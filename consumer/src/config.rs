@@ -294,12 +294,17 @@ impl ConsumerConfig {
         format!("{}.{}", self.kafka.retry_topic, self.service_name())
     }
 
+    /// The config with the service's name resolved (`service.name`, or else the consumer group): what
+    /// `--print-config` prints, so that deploy checks read the name without knowing its default.
+    pub fn resolved(mut self) -> Self {
+        self.service.name = Some(self.service_name().to_owned());
+        self
+    }
+
     /// The effective config as `--print-config` prints it: every default applied (the service's name
     /// included), inline credentials redacted.
     pub fn effective(&self) -> Result<config::Table, config::PrintError> {
-        let mut resolved = self.clone();
-        resolved.service.name = Some(self.service_name().to_owned());
-        config::effective_table(&resolved)
+        config::effective_table(&self.clone().resolved())
     }
 }
 
@@ -315,6 +320,7 @@ mod effective_tests {
         )
         .unwrap();
         let table = parsed.effective().unwrap();
+        assert_eq!(table["service"]["name"].as_str(), Some(parsed.kafka.group_id.as_str()), "the name is resolved");
         assert_eq!(table["handler"]["timeout_ms"].as_integer(), Some(HandlerConfig::default().timeout_ms as i64));
         assert_eq!(table["retry"]["max_total_ms"].as_integer(), Some(RetryConfig::default().max_total_ms as i64));
         assert_eq!(table["redis"]["url"].as_str(), Some("redis://app:<redacted>@redis:6379"));
@@ -348,6 +354,7 @@ mod tests {
             ("retry", format!("{:?}", config.retry), format!("{:?}", defaults.retry)),
             ("processing", format!("{:?}", config.processing), format!("{:?}", defaults.processing)),
             ("alert", format!("{:?}", config.alert), format!("{:?}", defaults.alert)),
+            ("service", format!("{:?}", config.service), format!("{:?}", defaults.service)),
             (
                 "kafka",
                 format!("{:?}", KafkaConfig { brokers: defaults.kafka.brokers.clone(), ..config.kafka.clone() }),

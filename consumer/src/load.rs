@@ -28,13 +28,13 @@ impl Loaded {
     }
 
     /// The config as read, with the settings that need nothing built checked: no handler, schema or client is
-    /// built. What `--print-config` prints.
+    /// built. What `--print-config` prints, so its service name is resolved ([`ConsumerConfig::resolved`]).
     pub fn read_checked(path: Option<&Path>) -> Result<ConsumerConfig, ConfigError> {
         let config = ConsumerConfig::read(path)?;
         let mut problems = Problems::default();
         config.check(&mut problems);
         problems.into_result()?;
-        Ok(config)
+        Ok(config.resolved())
     }
 
     /// Checks `config` and builds its handlers, schemas and alert client; on failure returns every problem at once.

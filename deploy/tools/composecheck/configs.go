@@ -173,7 +173,9 @@ func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func
 				}
 			}
 			for k, v := range kafka {
-				if t, ok := v.(string); ok && strings.HasSuffix(k, "_topic") {
+				// kafka.retry_topic is the base name of the consumer services' retry topics (their own
+				// checks below), not a topic, and no other binary uses it.
+				if t, ok := v.(string); ok && strings.HasSuffix(k, "_topic") && k != "retry_topic" {
 					if topics[k] == nil {
 						topics[k] = map[string][]string{}
 					}
@@ -263,6 +265,7 @@ func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func
 		script.WriteString(strings.Join(s.Entrypoint, " ") + " " + strings.Join(s.Command, " ") + "\n")
 	}
 	all := script.String()
+	checkConsumerServices(r, cfgs, all)
 	var created []string
 	for _, k := range sortedKeys(topics) {
 		if len(topics[k]) > 1 {
@@ -275,8 +278,7 @@ func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func
 			continue
 		}
 		for t := range topics[k] {
-			re := regexp.MustCompile(`--topic[= ]+['"]?` + regexp.QuoteMeta(t) + `['"]?(\s|$)`)
-			if strings.Contains(all, "--create") && re.MatchString(all) {
+			if createdByScript(all, t) {
 				created = append(created, t)
 				if k == "dlq_topic" && !dlqRetentionUnlimited(all, t) {
 					r.fail("kafka.%s = %q: created without --config retention.ms=-1: a dead letter nobody triaged would expire unseen", k, t)
@@ -393,6 +395,12 @@ func mounted(s types.ServiceConfig, file string) bool {
 		}
 	}
 	return false
+}
+
+// createdByScript: some command of the compose file creates topic t (kafka-topics --create ... --topic t).
+func createdByScript(script, t string) bool {
+	re := regexp.MustCompile(`--topic[= ]+['"]?` + regexp.QuoteMeta(t) + `['"]?(\s|$)`)
+	return strings.Contains(script, "--create") && re.MatchString(script)
 }
 
 // dlqRetentionUnlimited: the line that creates topic t sets retention.ms=-1, so no DLQ entry ever expires.

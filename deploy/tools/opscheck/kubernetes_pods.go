@@ -1,0 +1,211 @@
+package main
+
+// Checks of each hookline container against its own config: probes on the admin port, a grace period that
+// outlasts the drain, source secrets mounted, the gateway's memory limit.
+
+import (
+	"fmt"
+	"net"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+func portOf(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+func checkProbes(r *reporter, where string, hc *hooklineContainer) {
+	addr, _ := hc.config["admin_addr"].(string)
+	hc.adminPort = portOf(addr)
+	if hc.adminPort == 0 {
+		r.fail("%s: its config has no admin_addr host:port (the default listens on 127.0.0.1 only, out of the kubelet's reach)", where)
+		return
+	}
+	if host, _, _ := net.SplitHostPort(addr); host == "127.0.0.1" || host == "localhost" {
+		r.fail("%s: admin_addr %s is loopback: the kubelet's probes and Prometheus cannot reach it", where, addr)
+	}
+	named := map[string]int{}
+	declared := false
+	for _, p := range hc.c.Ports {
+		named[p.Name] = p.ContainerPort
+		declared = declared || p.ContainerPort == hc.adminPort
+	}
+	if !declared {
+		r.fail("%s: the admin port %d (admin_addr) is not a containerPort", where, hc.adminPort)
+	}
+	for _, pr := range []struct {
+		kind, path string
+		p          *probe
+	}{{"readinessProbe", "/readyz", hc.c.ReadinessProbe}, {"livenessProbe", "/livez", hc.c.LivenessProbe}} {
+		if pr.p == nil || pr.p.HTTPGet == nil {
+			r.fail("%s: no %s httpGet", where, pr.kind)
+			continue
+		}
+		port := 0
+		switch v := pr.p.HTTPGet.Port.(type) {
+		case int:
+			port = v
+		case string:
+			port = named[v]
+		}
+		if port != hc.adminPort || pr.p.HTTPGet.Path != pr.path {
+			r.fail("%s: %s GET %s on port %v, want %s on the admin port %d", where, pr.kind, pr.p.HTTPGet.Path, pr.p.HTTPGet.Port, pr.path, hc.adminPort)
+		}
+	}
+}
+
+func preStopSeconds(c *container) int {
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
+		return 0
+	}
+	ps := c.Lifecycle.PreStop
+	if ps.Sleep != nil {
+		return ps.Sleep.Seconds
+	}
+	if ps.Exec != nil && len(ps.Exec.Command) == 2 && path.Base(ps.Exec.Command[0]) == "sleep" {
+		n, _ := strconv.Atoi(ps.Exec.Command[1])
+		return n
+	}
+	return 0
+}
+
+// checkGrace: SIGTERM starts the drain; the kubelet kills after terminationGracePeriodSeconds, counted from the
+// start of preStop.
+func checkGrace(r *reporter, where string, hc *hooklineContainer) {
+	grace := 30
+	if g := hc.w.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = *g
+	}
+	produceS := float64(configInt(r, where, hc.config, "kafka", "produce_timeout_ms")) / 1000
+	var need float64
+	var why string
+	switch hc.binary {
+	case "hookline-gateway":
+		pre := preStopSeconds(hc.c)
+		drain := float64(configInt(r, where, hc.config, "limits", "drain_deadline_ms")) / 1000
+		grace := float64(configInt(r, where, hc.config, "limits", "drain_grace_ms")) / 1000
+		need = float64(pre) + grace + drain + produceS
+		why = fmt.Sprintf("preStop %ds + drain_grace_ms %.0fs + drain_deadline_ms %.0fs + produce_timeout_ms %.0fs", pre, grace, drain, produceS)
+		if pre == 0 {
+			r.note("%s: no preStop sleep: requests may still be routed to a gateway that stopped accepting", where)
+		}
+	case "hookline-consumer":
+		handler := float64(configInt(r, where, hc.config, "handler", "timeout_ms")) / 1000
+		need = handler + produceS
+		why = fmt.Sprintf("handler.timeout_ms %.0fs + produce_timeout_ms %.0fs (a dead-letter produce in hand)", handler, produceS)
+	default:
+		return
+	}
+	if float64(grace) <= need {
+		r.fail("%s: terminationGracePeriodSeconds %d does not outlast the drain: %s = %.0fs", where, grace, why, need)
+		return
+	}
+	r.ok("%s: terminationGracePeriodSeconds %d > %s; probes on admin port %d", where, grace, why, hc.adminPort)
+}
+
+// checkSecretsMounted: each source secret read from a file is in a mounted Secret (and its example manifest); each
+// read from an environment variable is set from a Secret.
+func checkSecretsMounted(r *reporter, where string, hc *hooklineContainer, volumes map[string]string, m *manifests, example map[string]*dataObject) {
+	var facts []string
+	for _, src := range tables(hc.config["sources"]) {
+		for _, sec := range tables(src["secrets"]) {
+			if file, _ := sec["file"].(string); file != "" {
+				found := false
+				for _, vm := range hc.c.VolumeMounts {
+					rel, ok := strings.CutPrefix(path.Clean(file), path.Clean(vm.MountPath)+"/")
+					name, isSecret := strings.CutPrefix(volumes[vm.Name], "secret:")
+					if !ok || !isSecret {
+						continue
+					}
+					found = true
+					obj := m.secrets[name]
+					if obj == nil {
+						obj = example[name]
+					}
+					if obj == nil {
+						break
+					}
+					if _, ok := obj.StringData[rel]; !ok {
+						if _, ok := obj.Data[rel]; !ok {
+							r.fail("%s: source %v reads %s, but Secret %s (example) has no key %s", where, src["name"], file, name, rel)
+							break
+						}
+					}
+					facts = append(facts, fmt.Sprintf("%v <- secret %s/%s", src["name"], name, rel))
+				}
+				if !found {
+					r.fail("%s: source %v reads its secret from %s, which no mounted Secret provides", where, src["name"], file)
+				}
+			}
+			if name, _ := sec["env"].(string); name != "" {
+				set := false
+				for _, e := range hc.c.Env {
+					set = set || (e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil)
+				}
+				for _, ef := range hc.c.EnvFrom {
+					set = set || ef.SecretRef != nil
+				}
+				if !set {
+					r.fail("%s: source %v reads its secret from $%s, which is not set from a Secret", where, src["name"], name)
+				}
+			}
+		}
+	}
+	if len(facts) > 0 {
+		sort.Strings(facts)
+		r.ok("%s: every source secret is a key of a mounted Secret: %s", where, strings.Join(facts, ", "))
+	}
+}
+
+// checkGatewayMemory: what the gateway may hold must fit its memory limit. Request bodies (being read or in
+// flight) are bounded together by limits.max_body_buffer_bytes; each open connection may hold a request head of
+// limits.max_header_bytes; plus a fixed allowance for the process itself and the producer's queue.
+func checkGatewayMemory(r *reporter, hook []*hooklineContainer) {
+	const base = 128 << 20 // runtime, TLS-free hyper, rdkafka's queue.buffering.max.kbytes is separate (below)
+	for _, hc := range hook {
+		if hc.binary != "hookline-gateway" {
+			continue
+		}
+		where := hc.w.Kind + "/" + hc.w.Metadata.Name
+		limit, err := parseQuantity(hc.c.Resources.Limits["memory"])
+		if err != nil {
+			r.fail("%s: memory limit: %v", where, err)
+			continue
+		}
+		bodies := configInt(r, where, hc.config, "limits", "max_body_buffer_bytes")
+		connections := configInt(r, where, hc.config, "limits", "max_connections")
+		heads := connections * configInt(r, where, hc.config, "limits", "max_header_bytes")
+		producerQueue := int64(256 << 20) // queue.buffering.max.kbytes = 262144 (common/src/kafka.rs)
+		need := bodies + heads + producerQueue + base
+		if limit < need {
+			r.fail("%s: memory limit %s is below max_body_buffer_bytes %d + max_connections %d x max_header_bytes (%d MiB) + producer queue 256 MiB + 128 MiB = %d MiB", where, hc.c.Resources.Limits["memory"], bodies, connections, heads>>20, need>>20)
+			continue
+		}
+		r.ok("%s: memory limit %s holds max_body_buffer_bytes %d + %d connections' heads (%d MiB) + producer queue + base (%d MiB)", where, hc.c.Resources.Limits["memory"], bodies, connections, heads>>20, need>>20)
+	}
+}
+
+func parseQuantity(q string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(q, u.suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			return v * u.mult, err
+		}
+	}
+	v, err := strconv.ParseInt(q, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cannot read quantity %q", q)
+	}
+	return v, nil
+}
