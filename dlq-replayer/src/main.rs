@@ -27,6 +27,9 @@ struct FilterArgs {
     /// Only entries of this source.
     #[arg(long)]
     source: Option<String>,
+    /// Only entries dead-lettered by this consumer service.
+    #[arg(long)]
+    service: Option<String>,
     #[arg(long)]
     event_type: Option<String>,
     /// `poison` or `retryable_exhausted`.
@@ -50,6 +53,7 @@ impl From<FilterArgs> for Filter {
     fn from(args: FilterArgs) -> Self {
         Self {
             source: args.source,
+            service: args.service,
             event_type: args.event_type,
             error_class: args.error_class,
             status: args.status,
@@ -76,7 +80,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Count entries by source, error class and status.
+    /// Count entries by source, service, error class and status.
     Stats {
         #[command(flatten)]
         filter: FilterArgs,
@@ -190,6 +194,7 @@ async fn main() -> anyhow::Result<()> {
                 writeln!(out, "{} entries", stats.total)?;
                 for (title, counts) in [
                     ("by source", &stats.by_source),
+                    ("by service", &stats.by_service),
                     ("by error class", &stats.by_error_class),
                     ("by status", &stats.by_status),
                 ] {
@@ -207,6 +212,7 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 let entry = &detail.entry;
                 writeln!(out, "entry      {}", entry.entry.id)?;
+                writeln!(out, "service    {}", entry.entry.service.as_deref().unwrap_or("- (every service)"))?;
                 writeln!(out, "status     {}{}", entry.status.as_str(), if entry.flagged { " (flagged)" } else { "" })?;
                 writeln!(out, "replays    {}   failed again: {}", entry.replays, entry.failed_again)?;
                 if let Some(last) = &entry.last_status {
@@ -252,11 +258,12 @@ fn print_table(out: &mut impl Write, entries: &[Entry], total_matching: usize) -
         let e = &entry.entry;
         writeln!(
             out,
-            "{}  {}{}  source={}  event_id={}  type={}  class={}  attempts={}  failed={}  error={}",
+            "{}  {}{}  source={}  service={}  event_id={}  type={}  class={}  attempts={}  failed={}  error={}",
             e.id,
             entry.status.as_str(),
             if entry.flagged { "(flagged)" } else { "" },
             e.source.clone().unwrap_or_else(dash),
+            e.service.clone().unwrap_or_else(dash),
             e.event_id.clone().unwrap_or_else(dash),
             e.event_type.clone().unwrap_or_else(dash),
             e.error_class.clone().unwrap_or_else(dash),

@@ -31,6 +31,7 @@ pub(super) fn filter_of(form: &Form) -> Filter {
     let get = |name: &str| field(form, name).filter(|value| !value.is_empty()).map(str::to_owned);
     Filter {
         source: get("source"),
+        service: get("service"),
         event_type: get("event_type"),
         error_class: get("error_class"),
         status: get("status"),

@@ -157,6 +157,7 @@ fn filter_hidden(filter: &Filter) -> String {
 fn filter_pairs(filter: &Filter) -> Vec<(&'static str, String)> {
     [
         ("source", &filter.source),
+        ("service", &filter.service),
         ("event_type", &filter.event_type),
         ("error_class", &filter.error_class),
         ("status", &filter.status),

@@ -29,6 +29,7 @@ pub(super) async fn overview(api: &Api, session: &Session) -> Response<Body> {
     let mut content =
         format!("<h1>Overview</h1><p>{} dead-letter entries in all.</p><div class=\"cards\">", stats.total);
     for (title, key, counts) in [
+        ("By service", "service", &stats.by_service),
         ("By source", "source", &stats.by_source),
         ("By error class", "error_class", &stats.by_error_class),
         ("By status", "status", &stats.by_status),
@@ -126,6 +127,7 @@ pub(super) async fn list(api: &Api, session: &Session, query: &str) -> Response<
         r#"<h1>Entries</h1>
 <form class="filters" method="get" action="/ui/entries" id="filters">
 <label>Source<input name="source" value="{}"></label>
+<label>Service<input name="service" value="{}"></label>
 <label>Event type<input name="event_type" value="{}"></label>
 <label>Error class<input name="error_class" value="{}" list="classes"></label>
 <datalist id="classes"><option>poison</option><option>retryable_exhausted</option></datalist>
@@ -136,6 +138,7 @@ pub(super) async fn list(api: &Api, session: &Session, query: &str) -> Response<
 <button type="submit" class="primary">Filter</button> <a href="/ui/entries">clear</a></form>
 <p id="matching">{} entries match.</p>"#,
         value(&filter.source),
+        value(&filter.service),
         value(&filter.event_type),
         value(&filter.error_class),
         value(&filter.since),
@@ -147,7 +150,7 @@ pub(super) async fn list(api: &Api, session: &Session, query: &str) -> Response<
         content,
         r#"<form method="post" action="/ui/actions/preview" id="selection"><input type="hidden" name="csrf" value="{csrf}">
 <table id="entries"><thead><tr><th><input type="checkbox" id="select-page" aria-label="select every entry on this page"></th>
-<th>Entry</th><th>Status</th><th>Source</th><th>Event type</th><th>Class</th><th class="num">Attempts</th><th>Dead-lettered</th><th>Error</th></tr></thead><tbody>"#
+<th>Entry</th><th>Status</th><th>Source</th><th>Service</th><th>Event type</th><th>Class</th><th class="num">Attempts</th><th>Dead-lettered</th><th>Error</th></tr></thead><tbody>"#
     );
     for entry in &entries_page.entries {
         let e = &entry.entry;
@@ -155,9 +158,10 @@ pub(super) async fn list(api: &Api, session: &Session, query: &str) -> Response<
         let _ = write!(
             content,
             r#"<tr data-entry="{id}"><td><input type="checkbox" name="ids" value="{id}" aria-label="select {id}"></td>
-<td><a href="/ui/entries/{link}">{id}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="num">{}</td><td>{}</td><td class="error">{}</td></tr>"#,
+<td><a href="/ui/entries/{link}">{id}</a></td><td>{}</td><td>{}</td><td class="service">{}</td><td>{}</td><td>{}</td><td class="num">{}</td><td>{}</td><td class="error">{}</td></tr>"#,
             status_badge(entry),
             esc(e.source.as_deref().unwrap_or("–")),
+            esc(e.service.as_deref().unwrap_or("–")),
             esc(e.event_type.as_deref().unwrap_or("–")),
             esc(e.error_class.as_deref().unwrap_or("–")),
             e.attempts.map_or_else(|| "–".to_owned(), |n| n.to_string()),
@@ -269,6 +273,7 @@ pub(super) async fn entry_page(api: &Api, session: &Session, id: &str) -> Respon
     content.push_str(r#"<h2>Event</h2><table id="facts">"#);
     for (name, value) in [
         ("source", e.source.clone()),
+        ("service", Some(e.service.clone().unwrap_or_else(|| "– (a replay goes to every service)".to_owned()))),
         ("event id", e.event_id.clone()),
         ("event type", e.event_type.clone()),
         ("error class", e.error_class.clone()),

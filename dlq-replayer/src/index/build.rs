@@ -6,7 +6,7 @@ use std::{
     sync::Arc,
 };
 
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, header, header_str};
+use hookline_common::wire::{EntryStatus, EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX, header, header_str};
 use rdkafka::{Message, message::BorrowedMessage};
 
 use super::{Index, Position, Status};
@@ -68,6 +68,43 @@ impl PackedPosition {
     }
 }
 
+/// Where an entry came from: its original topic and the consumer service that dead-lettered it (interned
+/// strings), so that an entry names both with one number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(super) struct Origin {
+    pub(super) topic: u32,
+    pub(super) service: u32,
+}
+
+/// The distinct [`Origin`]s, numbered from 0 (the origin with neither).
+#[derive(Debug)]
+pub(super) struct Origins {
+    ids: HashMap<Origin, u32>,
+    pub(super) values: Vec<Origin>,
+}
+
+impl Default for Origins {
+    fn default() -> Self {
+        Self { ids: HashMap::from([(Origin::default(), 0)]), values: vec![Origin::default()] }
+    }
+}
+
+impl Origins {
+    fn intern(&mut self, origin: Origin) -> u32 {
+        if let Some(&id) = self.ids.get(&origin) {
+            return id;
+        }
+        let id = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
+        self.values.push(origin);
+        self.ids.insert(origin, id);
+        id
+    }
+
+    pub(super) fn get(&self, id: u32) -> Origin {
+        self.values.get(id as usize).copied().unwrap_or_default()
+    }
+}
+
 /// The latest status record of an entry, compacted.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct StatusMeta {
@@ -89,7 +126,9 @@ pub(super) struct Meta {
     pub(super) event_type: u32,
     pub(super) error_class: u32,
     pub(super) error: u32,
-    pub(super) original_topic: u32,
+    /// The (original topic, service) pair, as a number in [`State::origins`]: few distinct pairs exist, and an
+    /// entry holding both strings' numbers would outgrow the per-entry budget.
+    pub(super) origin: u32,
     pub(super) original_partition: i32,
     pub(super) attempts: u32,
     pub(super) original_offset: i64,
@@ -135,6 +174,7 @@ pub(super) struct State {
     /// Per DLQ partition, entries in offset order.
     pub(super) partitions: BTreeMap<i32, Partition>,
     pub(super) strings: Interner,
+    pub(super) origins: Origins,
     /// Status records whose entry the DLQ tail has not reached yet (both topics are tailed independently).
     pub(super) early_statuses: HashMap<Position, (StatusMeta, u32)>,
     /// Next offset to apply, per partition of the status topic (for read-your-writes).
@@ -167,7 +207,13 @@ impl State {
             event_type: strings.intern(text(header::EVENT_TYPE).as_deref()),
             error_class: strings.intern(text(header::dlq::ERROR_CLASS).as_deref()),
             error: strings.intern(text(header::dlq::ERROR).as_deref()),
-            original_topic: strings.intern(text(header::dlq::ORIGINAL_TOPIC).as_deref()),
+            origin: self.origins.intern(Origin {
+                topic: strings.intern(text(header::dlq::ORIGINAL_TOPIC).as_deref()),
+                // The service header, or for an entry written before services had names its consumer group
+                // (the service's default name): the same rule as `DeadLetterEntry::from_message`.
+                service: strings
+                    .intern(text(header::dlq::SERVICE).or_else(|| text(header::dlq::CONSUMER_GROUP)).as_deref()),
+            }),
             original_partition: number(header::dlq::ORIGINAL_PARTITION)
                 .and_then(|n| i32::try_from(n).ok())
                 .unwrap_or(-1),
@@ -266,8 +312,10 @@ impl Index {
         let strings: usize = state.strings.values.iter().map(|value| value.len() + 16).sum::<usize>()
             + state.strings.ids.capacity() * (std::mem::size_of::<(Arc<str>, u32)>() + 1)
             + state.strings.values.capacity() * std::mem::size_of::<Arc<str>>();
+        let origins = state.origins.values.capacity() * std::mem::size_of::<Origin>()
+            + state.origins.ids.capacity() * (std::mem::size_of::<(Origin, u32)>() + 1);
         let early = state.early_statuses.capacity() * (std::mem::size_of::<(Position, (StatusMeta, u32))>() + 1);
-        entries + strings + early
+        entries + strings + origins + early
     }
 
     /// Applies a batch of records of either topic, in the order they were read.
@@ -280,6 +328,11 @@ impl Index {
                 state.status_next.insert(message.partition(), message.offset() + 1);
                 let (Some(key), Some(value)) = (message.key(), message.payload()) else { continue };
                 let key = String::from_utf8_lossy(key);
+                // A re-processing request and its fates (`reprocess:...`) are kept in the same topic but are no
+                // DLQ entry: never an entry, never an early status waiting for one.
+                if key.starts_with(REPROCESS_STATUS_KEY_PREFIX) {
+                    continue;
+                }
                 let Some(position) = Position::parse(&self.dlq_topic, &key) else { continue };
                 match serde_json::from_slice::<EntryStatusRecord>(value) {
                     Ok(record) => state.apply_status(position, &record, &self.dlq_topic),

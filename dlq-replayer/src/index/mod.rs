@@ -5,8 +5,8 @@
 //!
 //! Entries are kept per DLQ partition in offset order (tailing appends in that order), so the stable listing
 //! order is (partition, offset) and a cursor is the last position a page returned. Strings that repeat across
-//! entries (source, event type, error class, error message, who, notes) are interned once; an entry holds their
-//! numbers. Bodies and full headers are fetched from Kafka by partition and offset when one entry is shown or
+//! entries (source, service, event type, error class, error message, who, notes) are interned once; an entry holds
+//! their numbers. Bodies and full headers are fetched from Kafka by partition and offset when one entry is shown or
 //! re-driven ([`crate::fetch`]).
 //!
 //! `build` holds the compact state and applies records to it, `query` answers from it (filters, pages,
@@ -130,6 +130,7 @@ impl Entry {
 #[derive(Debug, Clone, Default)]
 pub struct Criteria {
     pub source: Option<String>,
+    pub service: Option<String>,
     pub event_type: Option<String>,
     pub error_class: Option<String>,
     pub status: Option<Status>,
@@ -148,27 +149,29 @@ pub struct Page {
     pub total_matching: usize,
 }
 
-/// Counts by source, error class and status.
+/// Counts by source, service, error class and status.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Stats {
     pub total: usize,
     pub by_source: BTreeMap<String, usize>,
+    pub by_service: BTreeMap<String, usize>,
     pub by_error_class: BTreeMap<String, usize>,
     pub by_status: BTreeMap<String, usize>,
 }
 
-/// Per source: how many entries nobody has dealt with, and when the oldest of them became a dead letter.
+/// Per source and service: how many entries nobody has dealt with, and when the oldest of them became a dead letter.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Untriaged {
     pub count: usize,
     pub oldest_at_ms: i64,
 }
 
-/// What the gauges show: entries per (status, source, error class), and the untriaged ones per source.
+/// What the gauges show: entries per (status, source, service, error class), and the untriaged ones per
+/// (source, service).
 #[derive(Debug, Clone, Default)]
 pub struct Gauges {
-    pub counts: Vec<((Status, String, String), usize)>,
-    pub untriaged: BTreeMap<String, Untriaged>,
+    pub counts: Vec<((Status, String, String, String), usize)>,
+    pub untriaged: BTreeMap<(String, String), Untriaged>,
 }
 
 /// The index, shared between the tail that advances it and the readers.

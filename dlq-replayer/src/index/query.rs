@@ -18,6 +18,7 @@ const UNKNOWN: &str = "unknown";
 #[derive(Debug)]
 pub struct Query {
     source: Option<u32>,
+    service: Option<u32>,
     event_type: Option<u32>,
     error_class: Option<u32>,
     status: Option<Status>,
@@ -42,6 +43,7 @@ impl Index {
             })
         };
         let source = lookup(&criteria.source);
+        let service = lookup(&criteria.service);
         let event_type = lookup(&criteria.event_type);
         let error_class = lookup(&criteria.error_class);
         let errors = criteria.text.as_ref().map(|text| {
@@ -52,6 +54,7 @@ impl Index {
         });
         Query {
             source,
+            service,
             event_type,
             error_class,
             status: criteria.status,
@@ -65,6 +68,7 @@ impl Index {
     fn matches(&self, state: &State, query: &Query, meta: &Meta, now: i64) -> bool {
         !query.impossible
             && query.source.is_none_or(|source| meta.source == source)
+            && query.service.is_none_or(|service| state.origins.get(meta.origin).service == service)
             && query.event_type.is_none_or(|event_type| meta.event_type == event_type)
             && query.error_class.is_none_or(|class| meta.error_class == class)
             && query.since_ms.is_none_or(|since| meta.last_failure_at_ms >= since)
@@ -76,6 +80,7 @@ impl Index {
     fn entry_of(&self, state: &State, partition: i32, meta: &Meta, now: i64) -> Entry {
         let strings = &state.strings;
         let text = |id: u32| strings.get(id).map(str::to_owned);
+        let origin = state.origins.get(meta.origin);
         let event_id = state.partitions.get(&partition).and_then(|part| part.event_id(meta)).map(str::to_owned);
         let failed_again = state.failed_again_depth(meta);
         let last_status = meta.status.map(|status| EntryStatusRecord {
@@ -93,13 +98,13 @@ impl Index {
                 partition,
                 offset: meta.offset,
                 source: text(meta.source),
-                service: None,
+                service: text(origin.service),
                 event_id,
                 event_type: text(meta.event_type),
                 error_class: text(meta.error_class),
                 error: text(meta.error),
                 attempts: (meta.attempts > 0).then_some(meta.attempts),
-                original_topic: text(meta.original_topic),
+                original_topic: text(origin.topic),
                 original_partition: (meta.original_partition >= 0).then_some(meta.original_partition),
                 original_offset: (meta.original_offset >= 0).then_some(meta.original_offset),
                 first_failure_at_ms: (meta.first_failure_at_ms > 0).then_some(meta.first_failure_at_ms),
@@ -178,6 +183,7 @@ impl Index {
         // Counters indexed by interned number and by status: a million entries, no hashing per entry.
         let n_strings = state.strings.values.len() + 1;
         let mut by_source = vec![0_usize; n_strings];
+        let mut by_service = vec![0_usize; n_strings];
         let mut by_class = vec![0_usize; n_strings];
         let mut by_status = [0_usize; Status::ALL.len()];
         let mut total = 0;
@@ -185,6 +191,7 @@ impl Index {
             for meta in part.metas.iter().filter(|meta| self.matches(&state, query, meta, now)) {
                 total += 1;
                 by_source[meta.source as usize] += 1;
+                by_service[state.origins.get(meta.origin).service as usize] += 1;
                 by_class[meta.error_class as usize] += 1;
                 let status = state.status_of(meta, self.replay_outcome_timeout_ms, now);
                 by_status[Status::ALL.iter().position(|s| *s == status).unwrap_or(0)] += 1;
@@ -201,6 +208,7 @@ impl Index {
         Stats {
             total,
             by_source: named(by_source),
+            by_service: named(by_service),
             by_error_class: named(by_class),
             by_status: Status::ALL
                 .iter()
@@ -211,19 +219,22 @@ impl Index {
         }
     }
 
-    /// Counts by (status, source, error class), for the `hookline_dlq_entries` gauge, and the untriaged entries
-    /// per source.
+    /// Counts by (status, source, service, error class), for the `hookline_dlq_entries` gauge, and the untriaged
+    /// entries per (source, service).
     pub fn gauges(&self) -> Gauges {
         let state = self.read();
         let now = now_ms();
-        let mut counts: HashMap<(Status, u32, u32), usize> = HashMap::new();
-        let mut untriaged: HashMap<u32, Untriaged> = HashMap::new();
+        let mut counts: HashMap<(Status, u32, u32, u32), usize> = HashMap::new();
+        let mut untriaged: HashMap<(u32, u32), Untriaged> = HashMap::new();
         for part in state.partitions.values() {
             for meta in &part.metas {
                 let status = state.status_of(meta, self.replay_outcome_timeout_ms, now);
-                *counts.entry((status, meta.source, meta.error_class)).or_default() += 1;
+                let service = state.origins.get(meta.origin).service;
+                *counts.entry((status, meta.source, service, meta.error_class)).or_default() += 1;
                 if status.is_untriaged() {
-                    let seen = untriaged.entry(meta.source).or_insert(Untriaged { count: 0, oldest_at_ms: i64::MAX });
+                    let seen = untriaged
+                        .entry((meta.source, service))
+                        .or_insert(Untriaged { count: 0, oldest_at_ms: i64::MAX });
                     seen.count += 1;
                     seen.oldest_at_ms = seen.oldest_at_ms.min(meta.last_failure_at_ms);
                 }
@@ -233,9 +244,12 @@ impl Index {
         Gauges {
             counts: counts
                 .into_iter()
-                .map(|((status, source, class), n)| ((status, name(source), name(class)), n))
+                .map(|((status, source, service, class), n)| ((status, name(source), name(service), name(class)), n))
                 .collect(),
-            untriaged: untriaged.into_iter().map(|(source, seen)| (name(source), seen)).collect(),
+            untriaged: untriaged
+                .into_iter()
+                .map(|((source, service), seen)| ((name(source), name(service)), seen))
+                .collect(),
         }
     }
 
