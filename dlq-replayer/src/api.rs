@@ -8,6 +8,9 @@
 //! - `GET  /v1/entries/{id}` — one entry with every header and its body (text, or base64), read from Kafka
 //! - `POST /v1/replay`  body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `dry_run`, `rate`,
 //!   `force`, `by`
+//! - `POST /v1/reprocess` body: `{"service": "...", "from": "<RFC 3339>", "to": "<RFC 3339>"}` and/or
+//!   `"event_ids": [...]`, plus `source`, `apply` (without it a dry run), `rate_per_s`, `by` — re-drives already
+//!   processed events of the inbound topic to that one service; answers the run id and the records
 //! - `POST /v1/discard` body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `reason`, `dry_run`,
 //!   `by`
 //!
@@ -28,7 +31,7 @@ use serde::Serialize;
 use crate::{
     filter::Filter,
     metrics::Metrics,
-    ops::{DiscardRequest, OpError, ReplayRequest, Replayer},
+    ops::{DiscardRequest, OpError, ReplayRequest, Replayer, ReprocessRequest},
     session::Console,
 };
 
@@ -91,6 +94,15 @@ impl Api {
                         }
                         json(StatusCode::OK, &report)
                     })
+                }
+                Err(response) => return response,
+            },
+            (Method::POST, "/v1/reprocess") => match read_json::<ReprocessRequest>(request).await {
+                Ok(mut reprocess) => {
+                    if reprocess.by.is_empty() {
+                        reprocess.by = "api".to_owned();
+                    }
+                    self.replayer.reprocess(&reprocess).await.map(|report| json(StatusCode::OK, &report))
                 }
                 Err(response) => return response,
             },

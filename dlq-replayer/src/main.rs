@@ -8,7 +8,7 @@ use hookline_dlq_replayer::{
     filter::Filter,
     index::Entry,
     metrics::Metrics,
-    ops::{DiscardRequest, ReplayRequest, Replayer, Report},
+    ops::{DiscardRequest, ReplayRequest, Replayer, Report, ReprocessReport, ReprocessRequest},
 };
 use tokio::net::TcpListener;
 
@@ -135,6 +135,36 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Re-process events of the inbound topic a service already processed: re-drive them to that service only,
+    /// which runs its handler once per run. A dry run (lists what would be re-driven) unless --apply.
+    Reprocess {
+        /// The consumer service to re-process for.
+        #[arg(long)]
+        service: String,
+        /// Only this event id (repeatable); without --from/--to the topic's whole retention is searched.
+        #[arg(long = "event-id")]
+        event_ids: Vec<String>,
+        /// Records the broker timestamped at or after this RFC 3339 time.
+        #[arg(long)]
+        from: Option<String>,
+        /// Records the broker timestamped before this RFC 3339 time.
+        #[arg(long)]
+        to: Option<String>,
+        /// Only records of this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// Record the request and re-drive; without it nothing changes.
+        #[arg(long)]
+        apply: bool,
+        /// At most this many records per second.
+        #[arg(long)]
+        rate_per_s: Option<f64>,
+        /// Who is asking (recorded); default: $USER.
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the HTTP admin API (and /livez, /readyz, /metrics) on `admin_addr`.
     Serve,
 }
@@ -238,6 +268,12 @@ async fn main() -> anyhow::Result<()> {
             let report = replayer(config)?.replay(&request).await?;
             print_report(&mut out, &report, if dry_run { "would replay" } else { "replayed" }, json)?;
         }
+        Command::Reprocess { service, event_ids, from, to, source, apply, rate_per_s, by, json } => {
+            let request =
+                ReprocessRequest { service, event_ids, from, to, source, apply, rate_per_s, by: operator(by) };
+            let report = replayer(config)?.reprocess(&request).await?;
+            print_reprocess(&mut out, &report, json)?;
+        }
         Command::Discard { ids, all, filter, dry_run, reason, by, json } => {
             let request = DiscardRequest { ids, all, filter: filter.into(), dry_run, reason, by: operator(by) };
             let report = replayer(config)?.discard(&request).await?;
@@ -289,6 +325,33 @@ fn print_report(out: &mut impl Write, report: &Report, verb: &str, json: bool) -
         for skipped in &report.skipped {
             writeln!(out, "  {}: {}", skipped.id, skipped.reason)?;
         }
+    }
+    Ok(())
+}
+
+fn print_reprocess(out: &mut impl Write, report: &ReprocessReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(report)?)?;
+        return Ok(());
+    }
+    let n = report.records.len();
+    match &report.run_id {
+        Some(run_id) => {
+            writeln!(out, "re-processing run {run_id}: {n} records re-driven to service {}", report.service)?
+        }
+        None if report.applied => writeln!(out, "nothing to re-process for service {}", report.service)?,
+        None => writeln!(out, "would re-process {n} records for service {} (dry run: add --apply)", report.service)?,
+    }
+    let dash = || "-".to_owned();
+    for record in &report.records {
+        writeln!(
+            out,
+            "  {}  source={}  event_id={}  received={}",
+            record.position,
+            printable(record.source.as_deref().unwrap_or("-")),
+            printable(record.event_id.as_deref().unwrap_or("-")),
+            record.received_at_ms.map_or_else(dash, format_ms),
+        )?;
     }
     Ok(())
 }

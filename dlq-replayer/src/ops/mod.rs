@@ -1,6 +1,9 @@
 //! The operations on dead-letter entries, shared by the CLI and the HTTP API so both have the same semantics:
 //! list, stats, show, replay (re-drive to the inbound topic through the consumer's normal dedupe and handler path)
-//! and discard. Every fate is recorded in the status topic; nothing is ever deleted from Kafka.
+//! and discard. Every fate is recorded in the status topic; nothing is ever deleted from Kafka. Re-processing
+//! events beyond the DLQ (already processed ones, re-driven to one service) is in [`reprocess`].
+
+mod reprocess;
 
 use std::{
     sync::Arc,
@@ -21,6 +24,7 @@ use rdkafka::{
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub use self::reprocess::{ReprocessReport, ReprocessRequest, Reprocessed};
 pub use crate::index::{Page, Stats};
 use crate::{
     config::ReplayerConfig,
