@@ -1,8 +1,8 @@
 //! The HTTP admin API: the CLI's operations with the same semantics, under `/v1/`, behind a bearer token
 //! (compared in constant time). `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
 //!
-//! - `GET  /v1/entries?source=&service=&event_type=&error_class=&status=&since=&until=&text=&cursor=&limit=` — one page
-//!   (`{"entries": [...], "next_cursor": "...", "total_matching": n}`), in stable (partition, offset) order;
+//! - `GET  /v1/entries?source=&service=&event_type=&error_class=&status=&since=&until=&text=&cursor=&limit=` —
+//!   one page (`{"entries": [...], "next_cursor": "...", "total_matching": n}`), in stable (partition, offset) order;
 //!   `limit` defaults to 100 (at most 1000); pass `next_cursor` back as `cursor` for the next page
 //! - `GET  /v1/stats?<same filter>` — counts by source, service, error class and status
 //! - `GET  /v1/entries/{id}` — one entry with every header and its body (text, or base64), read from Kafka
