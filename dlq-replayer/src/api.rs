@@ -1,13 +1,16 @@
 //! The HTTP admin API: the CLI's operations with the same semantics, under `/v1/`, behind a bearer token
 //! (compared in constant time). `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
 //!
-//! - `GET  /v1/entries?source=&event_type=&error_class=&status=&since=&until=&text=&cursor=&limit=` — one page
-//!   (`{"entries": [...], "next_cursor": "...", "total_matching": n}`), in stable (partition, offset) order;
+//! - `GET  /v1/entries?source=&service=&event_type=&error_class=&status=&since=&until=&text=&cursor=&limit=` —
+//!   one page (`{"entries": [...], "next_cursor": "...", "total_matching": n}`), in stable (partition, offset) order;
 //!   `limit` defaults to 100 (at most 1000); pass `next_cursor` back as `cursor` for the next page
-//! - `GET  /v1/stats?<same filter>` — counts by source, error class and status
+//! - `GET  /v1/stats?<same filter>` — counts by source, service, error class and status
 //! - `GET  /v1/entries/{id}` — one entry with every header and its body (text, or base64), read from Kafka
 //! - `POST /v1/replay`  body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `dry_run`, `rate`,
 //!   `force`, `by`
+//! - `POST /v1/reprocess` body: `{"service": "...", "from": "<RFC 3339>", "to": "<RFC 3339>"}` and/or
+//!   `"event_ids": [...]`, plus `source`, `apply` (without it a dry run), `rate_per_s`, `by` — re-drives already
+//!   processed events of the inbound topic to that one service; answers the run id and the records
 //! - `POST /v1/discard` body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `reason`, `dry_run`,
 //!   `by`
 //!
@@ -28,7 +31,7 @@ use serde::Serialize;
 use crate::{
     filter::Filter,
     metrics::Metrics,
-    ops::{DiscardRequest, OpError, ReplayRequest, Replayer},
+    ops::{DiscardRequest, OpError, ReplayRequest, Replayer, ReprocessRequest},
     session::Console,
 };
 
@@ -91,6 +94,15 @@ impl Api {
                         }
                         json(StatusCode::OK, &report)
                     })
+                }
+                Err(response) => return response,
+            },
+            (Method::POST, "/v1/reprocess") => match read_json::<ReprocessRequest>(request).await {
+                Ok(mut reprocess) => {
+                    if reprocess.by.is_empty() {
+                        reprocess.by = "api".to_owned();
+                    }
+                    self.replayer.reprocess(&reprocess).await.map(|report| json(StatusCode::OK, &report))
                 }
                 Err(response) => return response,
             },
@@ -162,6 +174,7 @@ pub fn parse_query(query: &str) -> Result<ListQuery, String> {
         let value = Some(value.into_owned());
         match key.as_ref() {
             "source" => filter.source = value,
+            "service" => filter.service = value,
             "event_type" => filter.event_type = value,
             "error_class" => filter.error_class = value,
             "status" => filter.status = value,
@@ -207,8 +220,10 @@ mod tests {
         assert_eq!(decode_path_segment("a+b%20c"), "a+b c");
         assert_eq!(decode_path_segment("100%"), "100%");
         assert_eq!(decode_path_segment("%zz"), "%zz");
-        let filter = parse_query("source=github&status=new&text=time%20out+now&limit=5").unwrap().filter;
+        let filter =
+            parse_query("source=github&service=billing&status=new&text=time%20out+now&limit=5").unwrap().filter;
         assert_eq!(filter.source.as_deref(), Some("github"));
+        assert_eq!(filter.service.as_deref(), Some("billing"));
         assert_eq!(filter.text.as_deref(), Some("time out now"));
         assert!(parse_query("colour=red").is_err());
         assert!(parse_query("limit=0").is_err() && parse_query("limit=1001").is_err());

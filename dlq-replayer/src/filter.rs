@@ -10,6 +10,9 @@ use crate::index::{Criteria, Status};
 #[serde(default, deny_unknown_fields)]
 pub struct Filter {
     pub source: Option<String>,
+    /// The consumer service that dead-lettered the entry (`hookline-dlq-service`, or for an entry written before
+    /// services had names its consumer group).
+    pub service: Option<String>,
     pub event_type: Option<String>,
     /// `poison` or `retryable_exhausted`.
     pub error_class: Option<String>,
@@ -40,6 +43,7 @@ impl Filter {
         let named = |value: &Option<String>| value.clone().filter(|value| !value.is_empty());
         Ok(Criteria {
             source: named(&self.source),
+            service: named(&self.service),
             event_type: named(&self.event_type),
             error_class: named(&self.error_class),
             status,

@@ -5,6 +5,8 @@
 //!
 //! Re-driving produces the entry's raw body and headers back to the inbound topic; the consumer takes it through
 //! its normal dedupe and handler path, so a replay is processed at most once however often it is sent.
+//! A replay is addressed to the service that dead-lettered the entry (`hookline-service`); `reprocess` re-drives
+//! events a service already processed, from the inbound topic, to that one service ([`ops`]).
 
 pub mod api;
 pub mod config;

@@ -8,7 +8,7 @@ use hookline_dlq_replayer::{
     filter::Filter,
     index::Entry,
     metrics::Metrics,
-    ops::{DiscardRequest, ReplayRequest, Replayer, Report},
+    ops::{DiscardRequest, ReplayRequest, Replayer, Report, ReprocessReport, ReprocessRequest},
 };
 use tokio::net::TcpListener;
 
@@ -27,6 +27,9 @@ struct FilterArgs {
     /// Only entries of this source.
     #[arg(long)]
     source: Option<String>,
+    /// Only entries dead-lettered by this consumer service.
+    #[arg(long)]
+    service: Option<String>,
     #[arg(long)]
     event_type: Option<String>,
     /// `poison` or `retryable_exhausted`.
@@ -50,6 +53,7 @@ impl From<FilterArgs> for Filter {
     fn from(args: FilterArgs) -> Self {
         Self {
             source: args.source,
+            service: args.service,
             event_type: args.event_type,
             error_class: args.error_class,
             status: args.status,
@@ -76,7 +80,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Count entries by source, error class and status.
+    /// Count entries by source, service, error class and status.
     Stats {
         #[command(flatten)]
         filter: FilterArgs,
@@ -126,6 +130,36 @@ enum Command {
         dry_run: bool,
         #[arg(long)]
         reason: String,
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-process events of the inbound topic a service already processed: re-drive them to that service only,
+    /// which runs its handler once per run. A dry run (lists what would be re-driven) unless --apply.
+    Reprocess {
+        /// The consumer service to re-process for.
+        #[arg(long)]
+        service: String,
+        /// Only this event id (repeatable); without --from/--to the topic's whole retention is searched.
+        #[arg(long = "event-id")]
+        event_ids: Vec<String>,
+        /// Records the broker timestamped at or after this RFC 3339 time.
+        #[arg(long)]
+        from: Option<String>,
+        /// Records the broker timestamped before this RFC 3339 time.
+        #[arg(long)]
+        to: Option<String>,
+        /// Only records of this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// Record the request and re-drive; without it nothing changes.
+        #[arg(long)]
+        apply: bool,
+        /// At most this many records per second.
+        #[arg(long)]
+        rate_per_s: Option<f64>,
+        /// Who is asking (recorded); default: $USER.
         #[arg(long)]
         by: Option<String>,
         #[arg(long)]
@@ -190,6 +224,7 @@ async fn main() -> anyhow::Result<()> {
                 writeln!(out, "{} entries", stats.total)?;
                 for (title, counts) in [
                     ("by source", &stats.by_source),
+                    ("by service", &stats.by_service),
                     ("by error class", &stats.by_error_class),
                     ("by status", &stats.by_status),
                 ] {
@@ -207,6 +242,7 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 let entry = &detail.entry;
                 writeln!(out, "entry      {}", entry.entry.id)?;
+                writeln!(out, "service    {}", entry.entry.service.as_deref().unwrap_or("- (every service)"))?;
                 writeln!(out, "status     {}{}", entry.status.as_str(), if entry.flagged { " (flagged)" } else { "" })?;
                 writeln!(out, "replays    {}   failed again: {}", entry.replays, entry.failed_again)?;
                 if let Some(last) = &entry.last_status {
@@ -232,6 +268,12 @@ async fn main() -> anyhow::Result<()> {
             let report = replayer(config)?.replay(&request).await?;
             print_report(&mut out, &report, if dry_run { "would replay" } else { "replayed" }, json)?;
         }
+        Command::Reprocess { service, event_ids, from, to, source, apply, rate_per_s, by, json } => {
+            let request =
+                ReprocessRequest { service, event_ids, from, to, source, apply, rate_per_s, by: operator(by) };
+            let report = replayer(config)?.reprocess(&request).await?;
+            print_reprocess(&mut out, &report, json)?;
+        }
         Command::Discard { ids, all, filter, dry_run, reason, by, json } => {
             let request = DiscardRequest { ids, all, filter: filter.into(), dry_run, reason, by: operator(by) };
             let report = replayer(config)?.discard(&request).await?;
@@ -252,11 +294,12 @@ fn print_table(out: &mut impl Write, entries: &[Entry], total_matching: usize) -
         let e = &entry.entry;
         writeln!(
             out,
-            "{}  {}{}  source={}  event_id={}  type={}  class={}  attempts={}  failed={}  error={}",
+            "{}  {}{}  source={}  service={}  event_id={}  type={}  class={}  attempts={}  failed={}  error={}",
             e.id,
             entry.status.as_str(),
             if entry.flagged { "(flagged)" } else { "" },
             e.source.clone().unwrap_or_else(dash),
+            e.service.clone().unwrap_or_else(dash),
             e.event_id.clone().unwrap_or_else(dash),
             e.event_type.clone().unwrap_or_else(dash),
             e.error_class.clone().unwrap_or_else(dash),
@@ -282,6 +325,33 @@ fn print_report(out: &mut impl Write, report: &Report, verb: &str, json: bool) -
         for skipped in &report.skipped {
             writeln!(out, "  {}: {}", skipped.id, skipped.reason)?;
         }
+    }
+    Ok(())
+}
+
+fn print_reprocess(out: &mut impl Write, report: &ReprocessReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(report)?)?;
+        return Ok(());
+    }
+    let n = report.records.len();
+    match &report.run_id {
+        Some(run_id) => {
+            writeln!(out, "re-processing run {run_id}: {n} records re-driven to service {}", report.service)?
+        }
+        None if report.applied => writeln!(out, "nothing to re-process for service {}", report.service)?,
+        None => writeln!(out, "would re-process {n} records for service {} (dry run: add --apply)", report.service)?,
+    }
+    let dash = || "-".to_owned();
+    for record in &report.records {
+        writeln!(
+            out,
+            "  {}  source={}  event_id={}  received={}",
+            record.position,
+            printable(record.source.as_deref().unwrap_or("-")),
+            printable(record.event_id.as_deref().unwrap_or("-")),
+            record.received_at_ms.map_or_else(dash, format_ms),
+        )?;
     }
     Ok(())
 }

@@ -7,10 +7,10 @@ use crate::index::Index;
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    /// `hookline_dlq_entries{status,source,error_class}`: entries in the DLQ topic, refreshed periodically.
+    /// `hookline_dlq_entries{status,source,service,error_class}`: entries in the DLQ topic, refreshed periodically.
     pub entries: IntGaugeVec,
-    /// `hookline_dlq_oldest_untriaged_age_seconds{source}`: how long ago the oldest entry nobody has dealt with
-    /// (`new`, `replay_failed`, `replay_overdue`) became a dead letter; absent for a source with none.
+    /// `hookline_dlq_oldest_untriaged_age_seconds{source,service}`: how long ago the oldest entry nobody has dealt with
+    /// (`new`, `replay_failed`, `replay_overdue`) became a dead letter; absent for a (source, service) with none.
     pub oldest_untriaged_age_seconds: IntGaugeVec,
     /// `hookline_dlq_index_entries`: entries the replayer's index holds.
     pub index_entries: IntGauge,
@@ -24,15 +24,18 @@ impl Metrics {
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let metrics = Self {
             entries: IntGaugeVec::new(
-                Opts::new("hookline_dlq_entries", "Dead-letter entries by status, source and error class."),
-                &["status", "source", "error_class"],
+                Opts::new(
+                    "hookline_dlq_entries",
+                    "Dead-letter entries by status, source, consumer service and error class.",
+                ),
+                &["status", "source", "service", "error_class"],
             )?,
             oldest_untriaged_age_seconds: IntGaugeVec::new(
                 Opts::new(
                     "hookline_dlq_oldest_untriaged_age_seconds",
-                    "Age of the oldest dead-letter entry nobody has replayed or discarded, per source.",
+                    "Age of the oldest dead-letter entry nobody has replayed or discarded, per source and service.",
                 ),
-                &["source"],
+                &["source", "service"],
             )?,
             index_entries: IntGauge::new("hookline_dlq_index_entries", "Entries in the replayer's index.")?,
             replays: IntCounter::new("hookline_dlq_replays_total", "Entries re-driven through the admin API.")?,
@@ -65,13 +68,15 @@ impl Metrics {
     pub fn refresh(&self, index: &Index, now_ms: i64) {
         let gauges = index.gauges();
         self.entries.reset();
-        for ((status, source, class), n) in gauges.counts {
-            self.entries.with_label_values(&[status.as_str(), source.as_str(), class.as_str()]).set(n as i64);
+        for ((status, source, service, class), n) in gauges.counts {
+            self.entries
+                .with_label_values(&[status.as_str(), source.as_str(), service.as_str(), class.as_str()])
+                .set(n as i64);
         }
         self.oldest_untriaged_age_seconds.reset();
-        for (source, seen) in gauges.untriaged {
+        for ((source, service), seen) in gauges.untriaged {
             let age_s = (now_ms - seen.oldest_at_ms).max(0) / 1000;
-            self.oldest_untriaged_age_seconds.with_label_values(&[source.as_str()]).set(age_s);
+            self.oldest_untriaged_age_seconds.with_label_values(&[source.as_str(), service.as_str()]).set(age_s);
         }
         self.index_entries.set(index.len() as i64);
     }
@@ -87,8 +92,8 @@ mod tests {
     fn print_metrics_lists_what_the_registry_gathers() {
         let registry = Registry::new();
         let metrics = Metrics::register(&registry).unwrap();
-        metrics.entries.with_label_values(&["new", "s", "poison"]).set(1);
-        metrics.oldest_untriaged_age_seconds.with_label_values(&["s"]).set(1);
+        metrics.entries.with_label_values(&["new", "s", "billing", "poison"]).set(1);
+        metrics.oldest_untriaged_age_seconds.with_label_values(&["s", "billing"]).set(1);
         metrics.index_entries.set(1);
         metrics.replays.inc();
         metrics.discards.inc();

@@ -2,8 +2,8 @@
 // replayer the Rust test `console_in_a_real_browser` started over the real broker. Exits non-zero on the first
 // failed check; the Rust test then checks in Kafka what was processed and recorded.
 //
-// Env: CONSOLE_URL, CONSOLE_TOKEN, ENTRY_TO_REPLAY, ENTRY_TO_DISCARD, ENTRY_FILTER_TEXT, N_ENTRIES, SCREENSHOTS
-// (a directory), CHROMIUM (the browser binary).
+// Env: CONSOLE_URL, CONSOLE_TOKEN, ENTRY_TO_REPLAY, ENTRY_TO_DISCARD, ENTRY_FILTER_TEXT, N_ENTRIES, SERVICE (the
+// consumer service that dead-lettered them), SCREENSHOTS (a directory), CHROMIUM (the browser binary).
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
 import assert from "node:assert/strict";
@@ -19,6 +19,7 @@ const toReplay = env("ENTRY_TO_REPLAY");
 const toDiscard = env("ENTRY_TO_DISCARD");
 const filterText = env("ENTRY_FILTER_TEXT");
 const nEntries = Number(env("N_ENTRIES"));
+const service = env("SERVICE");
 const shots = env("SCREENSHOTS");
 mkdirSync(shots, { recursive: true });
 
@@ -65,15 +66,19 @@ try {
   assert.match(csp, /script-src 'self'/);
   assert.ok(await page.isVisible("#chart"), "the chart is drawn");
   assert.equal(await page.textContent("#by-status td.num"), String(nEntries));
+  assert.equal((await page.textContent("#by-service td a")).trim(), service, "counts grouped by service");
+  assert.equal(await page.textContent("#by-service td.num"), String(nEntries));
   await shot("overview");
 
   step("filter the list");
   await page.click("header >> text=Entries");
   assert.equal((await page.textContent("#matching")).trim(), `${nEntries} entries match.`);
   await page.fill("input[name=source]", "github");
+  await page.fill("input[name=service]", service);
   await page.selectOption("select[name=status]", "new");
   await page.click("#filters button[type=submit]");
   assert.equal((await page.textContent("#matching")).trim(), `${nEntries} entries match.`);
+  assert.equal((await page.textContent("#entries tbody td.service")).trim(), service, "the service column");
   await shot("list");
   await page.fill("input[name=text]", filterText);
   await page.click("#filters button[type=submit]");

@@ -426,7 +426,7 @@ async fn service_index_follows_both_topics_pages_with_a_stable_cursor_and_gauges
 
     let metric = |text: &str| {
         text.lines()
-            .find(|l| l.starts_with("hookline_dlq_oldest_untriaged_age_seconds{source=\"github\"}"))
+            .find(|l| l.starts_with("hookline_dlq_oldest_untriaged_age_seconds{") && l.contains("source=\"github\""))
             .and_then(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
     };
     eventually(Duration::from_secs(15), "the untriaged gauge shows github", || async {

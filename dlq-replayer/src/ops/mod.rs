@@ -1,6 +1,9 @@
 //! The operations on dead-letter entries, shared by the CLI and the HTTP API so both have the same semantics:
 //! list, stats, show, replay (re-drive to the inbound topic through the consumer's normal dedupe and handler path)
-//! and discard. Every fate is recorded in the status topic; nothing is ever deleted from Kafka.
+//! and discard. Every fate is recorded in the status topic; nothing is ever deleted from Kafka. Re-processing
+//! events beyond the DLQ (already processed ones, re-driven to one service) is in [`reprocess`].
+
+mod reprocess;
 
 use std::{
     sync::Arc,
@@ -21,6 +24,7 @@ use rdkafka::{
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub use self::reprocess::{ReprocessReport, ReprocessRequest, Reprocessed};
 pub use crate::index::{Page, Stats};
 use crate::{
     config::ReplayerConfig,
@@ -270,7 +274,10 @@ impl Replayer {
     }
 
     /// Re-drives entries: `replayed` is recorded, then each is produced to its original topic with its original
-    /// key, raw body and headers, plus `hookline-replay-of` (the entry id) and `hookline-replay-count`.
+    /// key, raw body and headers, plus `hookline-replay-of` (the entry id) and `hookline-replay-count`, and
+    /// `hookline-service` (the entry's service: only that service processes it; an entry without a service goes
+    /// to every service, as it did before services had names). `hookline-reprocess-*` headers are kept: a
+    /// re-processing that failed replays as that re-processing.
     /// The consumer's dedupe makes a second replay of the same entry a duplicate, never a second processing.
     pub async fn replay(&self, request: &ReplayRequest) -> Result<Report, OpError> {
         if request.rate.is_some_and(|rate| !(rate.is_finite() && rate > 0.0)) {
@@ -314,8 +321,10 @@ impl Replayer {
         let mut headers = OwnedHeaders::new();
         if let Some(original) = record.headers() {
             for h in original.iter() {
-                let ours =
-                    h.key.starts_with("hookline-dlq-") || h.key == header::REPLAY_OF || h.key == header::REPLAY_COUNT;
+                let ours = h.key.starts_with("hookline-dlq-")
+                    || h.key == header::REPLAY_OF
+                    || h.key == header::REPLAY_COUNT
+                    || h.key == header::SERVICE;
                 if !ours {
                     headers = headers.insert(Header { key: h.key, value: h.value });
                 }
@@ -324,6 +333,9 @@ impl Replayer {
         headers = headers
             .insert(Header { key: header::REPLAY_OF, value: Some(id.as_str()) })
             .insert(Header { key: header::REPLAY_COUNT, value: Some(count.as_str()) });
+        if let Some(service) = &entry.entry.service {
+            headers = headers.insert(Header { key: header::SERVICE, value: Some(service.as_str()) });
+        }
         let topic = entry.entry.original_topic.as_deref().unwrap_or(&self.config.kafka.inbound_topic);
         let mut out =
             FutureRecord::<[u8], [u8]>::to(topic).headers(headers).payload(record.payload().unwrap_or_default());
@@ -353,7 +365,7 @@ impl Replayer {
             }
             return Err(error);
         }
-        tracing::info!(entry_id = %id, topic, replays, "entry replayed");
+        tracing::info!(entry_id = %id, topic, replays, service = entry.entry.service.as_deref(), "entry replayed");
         Ok(written)
     }
 

@@ -1,0 +1,240 @@
+//! The console's forms: logging in, and the replay and discard actions (a dry-run preview, then the confirmed
+//! run in the background).
+
+use std::{fmt::Write as _, sync::Arc};
+
+use hookline_common::{http::Body, wire::now_ms};
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use super::{MAX_FORM_BYTES, esc, filter_hidden, op_problem, page, problem_page, redirect, same_origin, skipped_list};
+use crate::{
+    api::Api,
+    filter::Filter,
+    ops::{DiscardRequest, OpError, ReplayRequest, Report},
+    session::{Action, COOKIE, Job, SESSION_TTL, Session},
+};
+
+pub(super) type Form = Vec<(String, String)>;
+
+pub(super) async fn read_form(request: Request<Incoming>) -> Option<Form> {
+    let body = Limited::new(request.into_body(), MAX_FORM_BYTES).collect().await.ok()?.to_bytes();
+    Some(form_urlencoded::parse(&body).into_owned().collect())
+}
+
+pub(super) fn field<'a>(form: &'a Form, name: &str) -> Option<&'a str> {
+    form.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+}
+
+pub(super) fn filter_of(form: &Form) -> Filter {
+    let get = |name: &str| field(form, name).filter(|value| !value.is_empty()).map(str::to_owned);
+    Filter {
+        source: get("source"),
+        service: get("service"),
+        event_type: get("event_type"),
+        error_class: get("error_class"),
+        status: get("status"),
+        since: get("since"),
+        until: get("until"),
+        text: get("text"),
+    }
+}
+
+pub(super) fn login_page(status: StatusCode, problem: Option<&str>) -> Response<Body> {
+    let problem =
+        problem.map(|text| format!(r#"<p class="problem" id="login-problem">{}</p>"#, esc(text))).unwrap_or_default();
+    let content = format!(
+        r#"<div class="login"><h1>Log in</h1>{problem}
+<form method="post" action="/ui/login"><label for="token">Replayer API token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+<button class="primary" type="submit">Log in</button></form>
+<p class="muted">The token is the replayer's <code>api_token</code>, the same one the JSON API takes.</p></div>"#
+    );
+    page(status, "Log in", None, &content, false)
+}
+
+pub(super) async fn login(api: &Api, request: Request<Incoming>) -> Response<Body> {
+    if !same_origin(request.headers()) {
+        return login_page(StatusCode::FORBIDDEN, Some("this form was posted from another site"));
+    }
+    let Some(form) = read_form(request).await else {
+        return login_page(StatusCode::BAD_REQUEST, Some("the form could not be read"));
+    };
+    if !api.token_matches(field(&form, "token").unwrap_or("")) {
+        tracing::warn!("console login with a wrong token");
+        return login_page(StatusCode::UNAUTHORIZED, Some("wrong token"));
+    }
+    let (id, _) = api.console.login();
+    let mut response = redirect("/ui/");
+    let cookie =
+        format!("{COOKIE}={id}; Path=/ui; Max-Age={}; Secure; HttpOnly; SameSite=Strict", SESSION_TTL.as_secs());
+    if let Ok(value) = header::HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// What a form asks for: replay or discard, of ids or of every entry a filter matches.
+struct Ask {
+    action: Action,
+    ids: Vec<String>,
+    all: bool,
+    filter: Filter,
+    reason: String,
+    rate: Option<f64>,
+}
+
+fn ask_of(form: &Form) -> Result<Ask, String> {
+    let action = field(form, "action").and_then(Action::parse).ok_or("choose replay or discard")?;
+    let ids: Vec<String> = form.iter().filter(|(key, _)| key == "ids").map(|(_, value)| value.clone()).collect();
+    let all = field(form, "all") == Some("1");
+    if !all && ids.is_empty() {
+        return Err("select at least one entry".to_owned());
+    }
+    let rate = match field(form, "rate").map(str::trim).filter(|rate| !rate.is_empty()) {
+        Some(rate) => Some(rate.parse::<f64>().map_err(|_| format!("`{rate}` is not a rate"))?),
+        None => None,
+    };
+    Ok(Ask {
+        action,
+        ids: if all { Vec::new() } else { ids },
+        all,
+        filter: if all { filter_of(form) } else { Filter::default() },
+        reason: field(form, "reason").unwrap_or("").trim().to_owned(),
+        rate,
+    })
+}
+
+async fn execute(api: &Api, ask: &Ask, dry_run: bool) -> Result<Report, OpError> {
+    match ask.action {
+        Action::Replay => {
+            let request = ReplayRequest {
+                ids: ask.ids.clone(),
+                all: ask.all,
+                filter: ask.filter.clone(),
+                dry_run,
+                rate: ask.rate,
+                force: false,
+                by: "console".to_owned(),
+            };
+            api.replayer.replay(&request).await
+        }
+        Action::Discard => {
+            let request = DiscardRequest {
+                ids: ask.ids.clone(),
+                all: ask.all,
+                filter: ask.filter.clone(),
+                dry_run,
+                reason: ask.reason.clone(),
+                by: "console".to_owned(),
+            };
+            api.replayer.discard(&request).await
+        }
+    }
+}
+
+pub(super) async fn preview(api: &Api, session: &Session, form: &Form) -> Response<Body> {
+    let ask = match ask_of(form) {
+        Ok(ask) => ask,
+        Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem),
+    };
+    let report = match execute(api, &ask, true).await {
+        Ok(report) => report,
+        Err(error) => return op_problem(&session.csrf, &error),
+    };
+    let n = report.done.len();
+    let verb = if ask.action == Action::Replay { "replay" } else { "discard" };
+    let mut content = format!(
+        r#"<h1>Confirm: {verb} {n} entr{}</h1><p class="notice" id="preview-count">This will {verb} <strong>{n}</strong> entr{} (dry run: nothing has changed yet).</p>"#,
+        if n == 1 { "y" } else { "ies" },
+        if n == 1 { "y" } else { "ies" }
+    );
+    if ask.all {
+        content.push_str("<p class=\"muted\">The filter is applied again when you confirm: entries that arrive meanwhile and match are included.</p>");
+    }
+    if ask.action == Action::Replay {
+        let _ = write!(
+            content,
+            "<p>Rate: {}.</p>",
+            ask.rate
+                .map_or_else(|| "as fast as Kafka takes them".to_owned(), |rate| format!("at most {rate} per second"))
+        );
+    } else {
+        let _ = write!(content, "<p>Reason: {}</p>", esc(&ask.reason));
+    }
+    if !report.done.is_empty() {
+        content.push_str("<ul id=\"preview-ids\">");
+        for id in report.done.iter().take(20) {
+            let _ = write!(content, "<li><code>{}</code></li>", esc(id));
+        }
+        if n > 20 {
+            let _ = write!(content, "<li>… and {} more</li>", n - 20);
+        }
+        content.push_str("</ul>");
+    }
+    content.push_str(&skipped_list(&report));
+    if n > 0 {
+        let mut hidden = format!(
+            r#"<input type="hidden" name="csrf" value="{}"><input type="hidden" name="action" value="{}"><input type="hidden" name="reason" value="{}">"#,
+            esc(&session.csrf),
+            ask.action.as_str(),
+            esc(&ask.reason)
+        );
+        if let Some(rate) = ask.rate {
+            let _ = write!(hidden, r#"<input type="hidden" name="rate" value="{rate}">"#);
+        }
+        if ask.all {
+            hidden.push_str(r#"<input type="hidden" name="all" value="1">"#);
+            hidden.push_str(&filter_hidden(&ask.filter));
+        } else {
+            for id in &ask.ids {
+                let _ = write!(hidden, r#"<input type="hidden" name="ids" value="{}">"#, esc(id));
+            }
+        }
+        let _ = write!(
+            content,
+            r#"<form method="post" action="/ui/actions/run" id="confirm">{hidden}<div class="actions"><button type="submit" class="{}" id="confirm-button">Yes, {verb} {n}</button> <a href="/ui/entries">Cancel</a></div></form>"#,
+            if ask.action == Action::Replay { "primary" } else { "danger" }
+        );
+    } else {
+        content.push_str(r#"<p><a href="/ui/entries">Back to the entries</a></p>"#);
+    }
+    page(StatusCode::OK, "Confirm", Some(&session.csrf), &content, false)
+}
+
+pub(super) async fn run(api: &Arc<Api>, session: &Session, form: &Form) -> Response<Body> {
+    let ask = match ask_of(form) {
+        Ok(ask) => ask,
+        Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem),
+    };
+    if ask.action == Action::Discard && ask.reason.is_empty() {
+        return problem_page(&session.csrf, StatusCode::BAD_REQUEST, "a discard needs a reason");
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let jobs = api.console.jobs.clone();
+    jobs.lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .insert(id.clone(), Job { action: ask.action, started_ms: now_ms(), outcome: None });
+    let (api, job_id) = (api.clone(), id.clone());
+    // A bulk replay at a rate can take long: it runs on, and its page shows the report when it is done.
+    tokio::spawn(async move {
+        let outcome = execute(&api, &ask, false).await.map_err(|error| match error {
+            OpError::BadRequest(problem) => problem,
+            other => {
+                tracing::warn!(error = %other, "console action failed");
+                "Kafka could not be read or written; what was done is recorded, run it again for the rest".to_owned()
+            }
+        });
+        if let Ok(report) = &outcome {
+            match ask.action {
+                Action::Replay => api.metrics.replays.inc_by(report.done.len() as u64),
+                Action::Discard => api.metrics.discards.inc_by(report.done.len() as u64),
+            }
+        }
+        if let Some(job) = jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get_mut(&job_id) {
+            job.outcome = Some(outcome);
+        }
+    });
+    redirect(&format!("/ui/jobs/{id}"))
+}
