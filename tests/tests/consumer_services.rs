@@ -1,7 +1,7 @@
 //! Several consumer services on one stream (issue 20): each processes every event once with its own dedupe keys,
 //! retries and dead letters; a dead letter replays to its service alone; a service added later starts where it
 //! is told; a consumer upgraded from the unscoped key layout processes nothing twice; a SIGKILLed consumer of one
-//! service changes nothing for the others.
+//! service changes nothing for the others; a re-processing request runs its events once more, for one service.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
@@ -12,7 +12,7 @@ use hookline_common::{
 use hookline_consumer::{config::StartAt, handler::HandlerError};
 use hookline_dlq_replayer::{
     ReplayerConfig,
-    ops::{ReplayRequest, Replayer},
+    ops::{ReplayRequest, Replayer, ReprocessRequest},
 };
 use hookline_tests::{
     Delivery, TestHandler, TestStack, eventually,
@@ -326,5 +326,101 @@ async fn a_sigkill_of_one_services_consumer_changes_nothing_for_the_others() {
     })
     .await;
     assert_eq!(billing.calls().len(), 60);
+    stack.shutdown().await;
+}
+
+fn rfc3339(ms: i64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
+}
+
+#[tokio::test]
+async fn reprocessing_a_time_range_runs_exactly_those_events_once_for_that_service_only() {
+    let mut stack = TestStack::builder().build().await;
+    let (billing, analytics) = (Arc::new(TestHandler::default()), Arc::new(TestHandler::default()));
+    let billing_index = stack.start_consumer_with(stack.service_config("billing"), billing.clone()).await;
+    let analytics_index = stack.start_consumer_with(stack.service_config("analytics"), analytics.clone()).await;
+    let before = deliveries("before-range", 8);
+    post_all(&stack, &before).await;
+    let from_ms = hookline_common::wire::now_ms();
+    let inside = deliveries("in-range", 10);
+    post_all(&stack, &inside).await;
+    let last_inside = stack.inbound_records().await.iter().filter_map(|record| record.timestamp().to_millis()).max();
+    eventually(WAIT, "the clock passed the range", || async {
+        last_inside.is_some_and(|last| hookline_common::wire::now_ms() > last)
+    })
+    .await;
+    let to_ms = hookline_common::wire::now_ms();
+    let after = deliveries("after-range", 5);
+    post_all(&stack, &after).await;
+    eventually(WAIT, "both services processed the stream", || async {
+        billing.successes().len() == 23 && analytics.successes().len() == 23
+    })
+    .await;
+
+    // Billing's handler had a bug for those two hours: re-process them for billing alone.
+    let replayer =
+        Replayer::new(ReplayerConfig { kafka: stack.kafka.clone(), ..ReplayerConfig::default() }).expect("replayer");
+    let request = ReprocessRequest {
+        service: "billing".into(),
+        from: Some(rfc3339(from_ms)),
+        to: Some(rfc3339(to_ms)),
+        apply: true,
+        by: "test".into(),
+        ..ReprocessRequest::default()
+    };
+    let report = replayer.reprocess(&request).await.expect("reprocess");
+    assert_eq!(report.records.len(), inside.len());
+    let run_id = report.run_id.expect("a run id");
+    eventually(WAIT, "billing re-processed the range and analytics skipped it", || async {
+        billing.successes().len() == 33 && events(&stack, analytics_index, "other_service").await == 10
+    })
+    .await;
+    for delivery in &inside {
+        assert_eq!(billing.count(&delivery.delivery_id), 2, "processed, then re-processed once");
+    }
+    assert_each_processed_once(&billing, &before, "billing");
+    assert_each_processed_once(&billing, &after, "billing");
+    assert_eq!(analytics.calls().len(), 23, "analytics re-processed nothing");
+    assert_eq!(events(&stack, billing_index, "duplicate").await, 0);
+    let fates: Vec<(String, EntryStatusRecord)> = stack
+        .records(&stack.kafka.dlq_status_topic)
+        .await
+        .iter()
+        .filter_map(|record| {
+            let key = String::from_utf8(record.key()?.to_vec()).ok()?;
+            Some((key, serde_json::from_slice(record.payload()?).ok()?))
+        })
+        .filter(|(key, _)| key.starts_with(&format!("reprocess:{run_id}:")))
+        .collect();
+    assert_eq!(fates.len(), inside.len(), "each re-processing recorded");
+    assert!(fates.iter().all(|(_, fate)| fate.status == EntryStatus::Succeeded && fate.by == "consumer:billing"));
+
+    // The same run's records delivered again (a second copy of each) are not processed again.
+    let again: Vec<_> = stack
+        .inbound_records()
+        .await
+        .into_iter()
+        .filter(|record| {
+            header_str(record.headers(), header::REPROCESS_ID).and_then(Result::ok) == Some(run_id.clone())
+        })
+        .collect();
+    assert_eq!(again.len(), inside.len());
+    let copies = again
+        .iter()
+        .map(|record| {
+            let mut headers = OwnedHeaders::new();
+            for h in rdkafka::message::Headers::iter(record.headers().expect("headers")) {
+                headers = headers.insert(Header { key: h.key, value: h.value });
+            }
+            let key = String::from_utf8_lossy(record.key().unwrap_or_default()).into_owned();
+            (record.partition(), key, headers, record.payload().unwrap_or_default().to_vec())
+        })
+        .collect();
+    stack.produce_raw_batch(copies).await;
+    eventually(WAIT, "billing skipped the redelivered run", || async {
+        events(&stack, billing_index, "duplicate").await == 10
+    })
+    .await;
+    assert_eq!(billing.successes().len(), 33);
     stack.shutdown().await;
 }
