@@ -279,6 +279,24 @@ impl TestStackBuilder {
     }
 }
 
+/// The replayer's HTTP API and console, running in-process on a loopback port with a bearer token.
+#[derive(Debug)]
+pub struct ReplayerApi {
+    pub addr: SocketAddr,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), hookline_dlq_replayer::ServeError>>,
+    token_file: std::path::PathBuf,
+}
+
+impl ReplayerApi {
+    /// Stops it and asserts it served without error.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("replayer task").expect("served");
+        let _ = std::fs::remove_file(self.token_file);
+    }
+}
+
 /// A consumer running in-process, stoppable on its own.
 #[derive(Debug)]
 pub struct RunningConsumer {
@@ -396,6 +414,23 @@ impl TestStack {
             Listeners { public, admin },
             self.gateway_shutdown.clone(),
         )));
+    }
+
+    /// Starts the replayer's API and console on the stack's topics, taking `token` (index refresh every second).
+    pub async fn start_replayer_api(&self, token: &str) -> ReplayerApi {
+        let token_file = std::env::temp_dir().join(format!("hookline-api-token-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&token_file, token).expect("token file");
+        let config = hookline_dlq_replayer::ReplayerConfig {
+            kafka: self.kafka.clone(),
+            api_token: Some(SecretRef::from_file("api", token_file.display().to_string())),
+            refresh_interval_s: 1,
+            ..hookline_dlq_replayer::ReplayerConfig::default()
+        };
+        let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = admin.local_addr().expect("addr");
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(hookline_dlq_replayer::serve_api(config, admin, shutdown.clone()));
+        ReplayerApi { addr, shutdown, task, token_file }
     }
 
     /// Stops consumer `index` gracefully and waits until it has left.

@@ -6,7 +6,6 @@
 
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
-use hookline_common::config::SecretRef;
 use hookline_dlq_replayer::{ReplayerConfig, filter::Filter, index::Status, ops::Replayer};
 use hookline_tests::{Delivery, TestStack};
 
@@ -30,7 +29,11 @@ async fn console_in_a_real_browser() {
         browser_dir.join("node_modules/playwright-core").is_dir(),
         "playwright-core is not installed: run tests/browser/install (scripts/test does)"
     );
-    let stack = TestStack::builder().consumer().build().await;
+    let stack = TestStack::builder()
+        .consumer_config(|config| config.service.name = Some("billing".to_owned()))
+        .consumer()
+        .build()
+        .await;
     let deliveries: Vec<Delivery> = (0..3)
         .map(|i| Delivery::new(format!(r#"{{"order":{{"id":{i},"total":"12.50","items":[1,2]}}}}"#).into_bytes()))
         .collect();
@@ -53,19 +56,9 @@ async fn console_in_a_real_browser() {
     // The fix: the handler takes this event now.
     stack.handler.heal(&deliveries[0].delivery_id);
 
-    let token_file = std::env::temp_dir().join(format!("hookline-console-token-{}", uuid::Uuid::new_v4()));
     let token = uuid::Uuid::new_v4().simple().to_string();
-    std::fs::write(&token_file, &token).expect("token file");
-    let config = ReplayerConfig {
-        kafka: stack.kafka.clone(),
-        api_token: Some(SecretRef::from_file("api", token_file.display().to_string())),
-        refresh_interval_s: 1,
-        ..ReplayerConfig::default()
-    };
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = admin.local_addr().expect("addr");
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(hookline_dlq_replayer::serve_api(config, admin, shutdown.clone()));
+    let api = stack.start_replayer_api(&token).await;
+    let addr = api.addr;
 
     let screenshots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/console");
     let mut node = tokio::process::Command::new("node");
@@ -104,8 +97,6 @@ async fn console_in_a_real_browser() {
     assert_eq!(discarded.by, "console");
     assert_eq!(entries.len(), 3, "nothing else reached the DLQ");
 
-    shutdown.cancel();
-    server.await.expect("task").expect("served");
-    let _ = std::fs::remove_file(token_file);
+    api.stop().await;
     stack.shutdown().await;
 }

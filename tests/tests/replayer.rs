@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use hookline_common::config::SecretRef;
 use hookline_common::wire::{EntryStatus, EntryStatusRecord, now_ms};
 use hookline_dlq_replayer::{
     ReplayerConfig,
@@ -211,18 +210,8 @@ async fn replay_rate_cap_holds() {
 async fn admin_api_requires_the_token_and_has_the_cli_semantics() {
     let stack = TestStack::builder().consumer().build().await;
     let delivery = dead_lettered(&stack, 1).await.remove(0);
-    let token_file = std::env::temp_dir().join(format!("hookline-api-token-{}", uuid::Uuid::new_v4()));
-    std::fs::write(&token_file, "s3cret-token").expect("token file");
-    let config = ReplayerConfig {
-        kafka: stack.kafka.clone(),
-        api_token: Some(SecretRef::from_file("api", token_file.display().to_string())),
-        refresh_interval_s: 1,
-        ..ReplayerConfig::default()
-    };
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = admin.local_addr().expect("addr");
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(hookline_dlq_replayer::serve_api(config, admin, shutdown.clone()));
+    let api = stack.start_replayer_api("s3cret-token").await;
+    let addr = api.addr;
     let request = |method: &str, path: &str, token: Option<&str>, body: &str| {
         let mut builder = Request::builder().method(method).uri(format!("http://{addr}{path}"));
         if let Some(token) = token {
@@ -278,9 +267,7 @@ async fn admin_api_requires_the_token_and_has_the_cli_semantics() {
             })
     })
     .await;
-    shutdown.cancel();
-    server.await.expect("task").expect("served");
-    let _ = std::fs::remove_file(token_file);
+    api.stop().await;
     stack.shutdown().await;
 }
 
@@ -364,19 +351,9 @@ async fn redriven_record_that_is_not_a_hookline_record_is_recorded_failed_again(
 #[tokio::test]
 async fn service_index_follows_both_topics_pages_with_a_stable_cursor_and_gauges_untriaged_age() {
     let stack = TestStack::builder().consumer().build().await;
-    let token_file = std::env::temp_dir().join(format!("hookline-api-token-{}", uuid::Uuid::new_v4()));
-    std::fs::write(&token_file, "t0ken").expect("token file");
     let first = dead_lettered(&stack, 5).await;
-    let config = ReplayerConfig {
-        kafka: stack.kafka.clone(),
-        api_token: Some(SecretRef::from_file("api", token_file.display().to_string())),
-        refresh_interval_s: 1,
-        ..ReplayerConfig::default()
-    };
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = admin.local_addr().expect("addr");
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(hookline_dlq_replayer::serve_api(config, admin, shutdown.clone()));
+    let api = stack.start_replayer_api("t0ken").await;
+    let addr = api.addr;
     let get = |path: String| {
         Request::get(format!("http://{addr}{path}"))
             .header("authorization", "Bearer t0ken")
@@ -458,9 +435,7 @@ async fn service_index_follows_both_topics_pages_with_a_stable_cursor_and_gauges
     })
     .await;
     assert_eq!(stack.handler.attempts(&more[0].delivery_id), 1, "discarding re-drives nothing");
-    shutdown.cancel();
-    server.await.expect("task").expect("served");
-    let _ = std::fs::remove_file(token_file);
+    api.stop().await;
     stack.shutdown().await;
 }
 

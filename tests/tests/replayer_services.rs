@@ -6,10 +6,7 @@
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use hookline_common::{
-    config::SecretRef,
-    wire::{EntryStatus, EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX, header, header_str, now_ms},
-};
+use hookline_common::wire::{EntryStatus, EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX, header, header_str, now_ms};
 use hookline_dlq_replayer::{
     ReplayerConfig,
     filter::Filter,
@@ -98,18 +95,8 @@ async fn entries_are_listed_filtered_and_counted_by_the_service_that_dead_letter
     assert!(detail.entry.entry.service.is_some(), "show names the service");
 
     // The API takes `service=` like the other filters; the untriaged gauge is per source and service.
-    let token_file = std::env::temp_dir().join(format!("hookline-api-token-{}", uuid::Uuid::new_v4()));
-    std::fs::write(&token_file, "t0ken").expect("token file");
-    let config = ReplayerConfig {
-        kafka: stack.kafka.clone(),
-        api_token: Some(SecretRef::from_file("api", token_file.display().to_string())),
-        refresh_interval_s: 1,
-        ..ReplayerConfig::default()
-    };
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = admin.local_addr().expect("addr");
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(hookline_dlq_replayer::serve_api(config, admin, shutdown.clone()));
+    let api = stack.start_replayer_api("t0ken").await;
+    let addr = api.addr;
     let get = |path: &str| {
         Request::get(format!("http://{addr}{path}"))
             .header("authorization", "Bearer t0ken")
@@ -138,9 +125,7 @@ async fn entries_are_listed_filtered_and_counted_by_the_service_that_dead_letter
         series("billing") && series(&default_service)
     })
     .await;
-    shutdown.cancel();
-    server.await.expect("task").expect("served");
-    let _ = std::fs::remove_file(token_file);
+    api.stop().await;
     stack.shutdown().await;
 }
 
