@@ -130,7 +130,9 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     let mut client_config = consumer_config(&config.kafka, &config.kafka.group_id);
     client_config.set("auto.offset.reset", config.service.starts_at.as_str());
     let consumer: Arc<GroupConsumer> = Arc::new(client_config.create_with_context(context)?);
-    let Some((dedupe, topics)) = take_over(&config, dedupe, &consumer, &shutdown).await else {
+    let outage_log = Arc::new(LogThrottle::new(OUTAGE_LOG_INTERVAL));
+    let start = Start { consumer: consumer.clone(), metrics: metrics.clone(), outage_log: outage_log.clone() };
+    let Some((dedupe, topics)) = take_over(&config, dedupe, &start, &shutdown).await else {
         tasks.close();
         tasks.wait().await;
         return Ok(());
@@ -146,7 +148,6 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         "consumer joined"
     );
 
-    let outage_log = Arc::new(LogThrottle::new(OUTAGE_LOG_INTERVAL));
     let pipeline = Pipeline {
         dedupe: dedupe.clone(),
         dead_letters: DeadLetters::new(&config.kafka, &service, &topics.retry)?,
@@ -241,13 +242,59 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     Ok(())
 }
 
+/// What the start needs to ask Kafka while a broker may be down: the client, and the fetch-error counter and
+/// log throttle an outage is reported through.
+struct Start {
+    consumer: Arc<GroupConsumer>,
+    metrics: Metrics,
+    outage_log: Arc<LogThrottle>,
+}
+
+impl Start {
+    fn outage_log_redis(&self, error: &dedupe::DedupeError) {
+        if let Some(held_back) = self.outage_log.admit("redis failed", Instant::now()) {
+            tracing::warn!(error = %error, held_back, "cannot read or record the service's history in redis; waiting");
+        }
+    }
+
+    /// Asks Kafka (a blocking call, off the runtime) until it answers; a failure counts in
+    /// `hookline_consumer_fetch_errors_total` and is logged at most once per interval, like the fetch loop's.
+    /// `None` on shutdown.
+    async fn ask<T, F>(&self, what: &'static str, shutdown: &CancellationToken, question: F) -> Option<T>
+    where
+        T: Send + 'static,
+        F: Fn(&GroupConsumer) -> Result<T, KafkaError> + Send + Sync + 'static,
+    {
+        let question = Arc::new(question);
+        loop {
+            let (consumer, question) = (self.consumer.clone(), question.clone());
+            match tokio::task::spawn_blocking(move || question(&consumer)).await {
+                Ok(Ok(answer)) => return Some(answer),
+                Ok(Err(error)) => self.failed(what, &error),
+                Err(error) => self.failed(what, &error),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return None,
+                () = tokio::time::sleep(REDIS_CONNECT_BACKOFF) => {}
+            }
+        }
+    }
+
+    fn failed(&self, what: &'static str, error: &dyn std::fmt::Display) {
+        self.metrics.fetch_errors.inc();
+        if let Some(held_back) = self.outage_log.admit(what, Instant::now()) {
+            tracing::warn!(error = %error, held_back, "{what}; waiting (rate-limited log)");
+        }
+    }
+}
+
 /// Connects this service to what it finds: its history (did it run on the unscoped layout?), and so whether it
 /// honours unscoped dedupe keys and drains the shared retry topic; and its own retry topic, created if missing.
 /// Kafka and Redis errors are retried until they clear. `None` on shutdown.
 async fn take_over(
     config: &ConsumerConfig,
     mut dedupe: Dedupe,
-    consumer: &Arc<GroupConsumer>,
+    start: &Start,
     shutdown: &CancellationToken,
 ) -> Option<(Dedupe, ServiceTopics)> {
     let mut topics = ServiceTopics {
@@ -255,26 +302,24 @@ async fn take_over(
         retry: config.service_retry_topic(),
         shared_retry: None,
     };
+    let consumer = &start.consumer;
     let history = loop {
         match dedupe.recorded_history().await {
             Ok(Some(history)) => break history,
             Ok(None) => {
-                let (probe, inbound) = (consumer.clone(), topics.inbound.clone());
-                let committed =
-                    tokio::task::spawn_blocking(move || service::group_committed_before(&*probe, &inbound)).await;
-                match committed {
-                    Ok(Ok(upgraded)) => match dedupe.record_history(upgraded).await {
-                        Ok(history) => break history,
-                        Err(error) => tracing::warn!(error = %error, "cannot record the service's history; waiting"),
-                    },
-                    // Unanswered is not "new": that would skip the unscoped keys of an upgraded service.
-                    Ok(Err(error)) => {
-                        tracing::warn!(error = %error, "cannot read the group's committed offsets; waiting")
-                    }
-                    Err(error) => tracing::warn!(error = %error, "committed offsets probe failed; waiting"),
+                // Unanswered is not "new": that would skip the unscoped keys of an upgraded service.
+                let inbound = topics.inbound.clone();
+                let upgraded = start
+                    .ask("cannot read the group's committed offsets", shutdown, move |consumer| {
+                        service::group_committed_before(consumer, &inbound)
+                    })
+                    .await?;
+                match dedupe.record_history(upgraded).await {
+                    Ok(history) => break history,
+                    Err(error) => start.outage_log_redis(&error),
                 }
             }
-            Err(error) => tracing::warn!(error = %error, "cannot read the service's history from redis; waiting"),
+            Err(error) => start.outage_log_redis(&error),
         }
         tokio::select! {
             () = shutdown.cancelled() => return None,
@@ -284,10 +329,13 @@ async fn take_over(
     let honour_until_ms = dedupe.unscoped_keys_expire_at(history);
     if history.upgraded && now_ms() < honour_until_ms {
         dedupe.honour_unscoped_keys(honour_until_ms);
-        let probe = consumer.clone();
         let shared = config.kafka.retry_topic.clone();
-        let exists = tokio::task::spawn_blocking(move || service::topic_exists(&*probe, &shared)).await;
-        if matches!(exists, Ok(Ok(true))) && config.kafka.retry_topic != topics.retry {
+        let exists = start
+            .ask("cannot read the shared retry topic's metadata", shutdown, move |consumer| {
+                service::topic_exists(consumer, &shared)
+            })
+            .await?;
+        if exists && config.kafka.retry_topic != topics.retry {
             topics.shared_retry = Some(config.kafka.retry_topic.clone());
         }
         tracing::info!(

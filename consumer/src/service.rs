@@ -70,8 +70,8 @@ pub fn addressed_elsewhere<M: Message>(message: &M, service: &str) -> bool {
     }
 }
 
-/// Whether the consumer's group committed an offset on any partition of `topic`: a service that ran before.
-/// Blocking: call off the runtime.
+/// Whether the consumer's group committed an offset on any partition of `topic`: a service that ran before. An
+/// error while the topic's partitions cannot be listed. Blocking: call off the runtime.
 pub fn group_committed_before<C: ConsumerContext>(
     consumer: &impl Consumer<C>,
     topic: &str,
@@ -84,7 +84,8 @@ pub fn group_committed_before<C: ConsumerContext>(
         }
     }
     if partitions.count() == 0 {
-        return Ok(false);
+        // No answer about the group (the topic is missing, or its metadata is not ready): not "never ran".
+        return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition));
     }
     let committed = consumer.committed_offsets(partitions, METADATA_TIMEOUT)?;
     Ok(committed.elements().iter().any(|element| matches!(element.offset(), Offset::Offset(_))))

@@ -79,7 +79,8 @@ async fn every_service_processes_every_event_once_and_its_dead_letters_replay_to
 
     // Retries went to analytics' own retry topic, tagged for it; billing's has nothing.
     let analytics_retries = stack.records(&stack.service_config("analytics").service_retry_topic()).await;
-    assert_eq!(analytics_retries.len(), 8, "4 events x 2 retries");
+    // 4 events x 2 retries, and deferrals if analytics' breaker opened meanwhile.
+    assert!(analytics_retries.len() >= 8, "{} retry records", analytics_retries.len());
     for record in &analytics_retries {
         assert_eq!(header_str(record.headers(), header::SERVICE).and_then(Result::ok).as_deref(), Some("analytics"));
     }
