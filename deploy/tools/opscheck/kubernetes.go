@@ -93,6 +93,10 @@ type podSpec struct {
 		} `yaml:"configMap"`
 		Secret *struct {
 			SecretName string `yaml:"secretName"`
+			Items      []struct {
+				Key  string `yaml:"key"`
+				Path string `yaml:"path"`
+			} `yaml:"items"`
 		} `yaml:"secret"`
 	} `yaml:"volumes"`
 }
@@ -324,7 +328,7 @@ func checkKubernetes(r *reporter, rendered, secretExample string) {
 			hook = append(hook, hc)
 			checkProbes(r, cwhere, hc)
 			checkGrace(r, cwhere, hc)
-			checkSecretsMounted(r, cwhere, hc, volumes, m, example)
+			checkSecrets(r, cwhere, hc, ps, volumes, m, example)
 		}
 		if r.fails == before {
 			r.ok("%s: pod runs as non-root with requests and limits on every container; its ConfigMaps and Secrets exist", where)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -108,60 +107,6 @@ func checkGrace(r *reporter, where string, hc *hooklineContainer) {
 		return
 	}
 	r.ok("%s: terminationGracePeriodSeconds %d > %s; probes on admin port %d", where, grace, why, hc.adminPort)
-}
-
-// checkSecretsMounted: each source secret read from a file is in a mounted Secret (and its example manifest); each
-// read from an environment variable is set from a Secret.
-func checkSecretsMounted(r *reporter, where string, hc *hooklineContainer, volumes map[string]string, m *manifests, example map[string]*dataObject) {
-	var facts []string
-	for _, src := range tables(hc.config["sources"]) {
-		for _, sec := range tables(src["secrets"]) {
-			if file, _ := sec["file"].(string); file != "" {
-				found := false
-				for _, vm := range hc.c.VolumeMounts {
-					rel, ok := strings.CutPrefix(path.Clean(file), path.Clean(vm.MountPath)+"/")
-					name, isSecret := strings.CutPrefix(volumes[vm.Name], "secret:")
-					if !ok || !isSecret {
-						continue
-					}
-					found = true
-					obj := m.secrets[name]
-					if obj == nil {
-						obj = example[name]
-					}
-					if obj == nil {
-						break
-					}
-					if _, ok := obj.StringData[rel]; !ok {
-						if _, ok := obj.Data[rel]; !ok {
-							r.fail("%s: source %v reads %s, but Secret %s (example) has no key %s", where, src["name"], file, name, rel)
-							break
-						}
-					}
-					facts = append(facts, fmt.Sprintf("%v <- secret %s/%s", src["name"], name, rel))
-				}
-				if !found {
-					r.fail("%s: source %v reads its secret from %s, which no mounted Secret provides", where, src["name"], file)
-				}
-			}
-			if name, _ := sec["env"].(string); name != "" {
-				set := false
-				for _, e := range hc.c.Env {
-					set = set || (e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil)
-				}
-				for _, ef := range hc.c.EnvFrom {
-					set = set || ef.SecretRef != nil
-				}
-				if !set {
-					r.fail("%s: source %v reads its secret from $%s, which is not set from a Secret", where, src["name"], name)
-				}
-			}
-		}
-	}
-	if len(facts) > 0 {
-		sort.Strings(facts)
-		r.ok("%s: every source secret is a key of a mounted Secret: %s", where, strings.Join(facts, ", "))
-	}
 }
 
 // checkGatewayMemory: what the gateway may hold must fit its memory limit. Request bodies (being read or in
