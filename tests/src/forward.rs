@@ -22,7 +22,8 @@ fn repo_root() -> PathBuf {
 
 /// The stack's TLS folder (`ca.pem`, `server.pem`, `server.key`, ...), made by `scripts/stack certs` if missing.
 pub fn stack_tls_dir() -> PathBuf {
-    let output = std::process::Command::new(repo_root().join("scripts/stack")).arg("certs").output().expect("run stack");
+    let output =
+        std::process::Command::new(repo_root().join("scripts/stack")).arg("certs").output().expect("run stack");
     assert!(output.status.success(), "scripts/stack certs failed: {}", String::from_utf8_lossy(&output.stderr));
     let printed = String::from_utf8_lossy(&output.stdout);
     PathBuf::from(printed.lines().last().expect("the TLS folder").trim())
@@ -97,7 +98,11 @@ impl Downstream {
             }
             Verifier::Node => {
                 let install = std::process::Command::new(folder.join("install")).output().expect("run install");
-                assert!(install.status.success(), "tests/forward/install: {}", String::from_utf8_lossy(&install.stderr));
+                assert!(
+                    install.status.success(),
+                    "tests/forward/install: {}",
+                    String::from_utf8_lossy(&install.stderr)
+                );
                 let mut command = Command::new("node");
                 command.arg(folder.join("downstream.mjs"));
                 command
@@ -152,8 +157,9 @@ impl Downstream {
 
 /// The provider-SDK virtualenv's python (`tests/tools/sdk-venv`), created on first use.
 fn sdk_python() -> PathBuf {
-    let output =
-        std::process::Command::new(repo_root().join("tests/tools/sdk-venv")).output().expect("run tests/tools/sdk-venv");
+    let output = std::process::Command::new(repo_root().join("tests/tools/sdk-venv"))
+        .output()
+        .expect("run tests/tools/sdk-venv");
     assert!(output.status.success(), "sdk-venv failed: {}", String::from_utf8_lossy(&output.stderr));
     PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
 }

@@ -153,7 +153,8 @@ async fn every_forward_verifies_with_the_official_python_and_node_libraries_over
         assert!(connections.len() < requests.len(), "connections are reused: {requests:#?}");
     }
     // HTTP/2 multiplexes: every forward to the downstream that offers it shares the first connection.
-    let node_connections: Vec<u64> = node.requests().iter().filter_map(|request| request["connection"].as_u64()).collect();
+    let node_connections: Vec<u64> =
+        node.requests().iter().filter_map(|request| request["connection"].as_u64()).collect();
     assert!(node_connections.iter().all(|connection| *connection == node_connections[0]), "{node_connections:?}");
     assert_eq!(stack.consumer_events("dead_lettered").await, 0);
     stack.shutdown().await;
@@ -206,10 +207,7 @@ async fn during_a_rotation_both_secrets_sign_and_a_downstream_knowing_either_one
     let rfc3339 = |time| humantime::format_rfc3339_seconds(time).to_string();
     let rotating = || {
         vec![
-            SecretRef {
-                not_after: Some(rfc3339(now + Duration::from_secs(3600))),
-                ..secret_file("forward-old", &old)
-            },
+            SecretRef { not_after: Some(rfc3339(now + Duration::from_secs(3600))), ..secret_file("forward-old", &old) },
             SecretRef { not_before: Some(rfc3339(now - Duration::from_secs(60))), ..secret_file("forward-new", &new) },
         ]
     };

@@ -78,9 +78,9 @@ impl HttpHandler {
         let shown_url = redact::url_password(url);
         let url = http_client::check_url(url).map_err(|problem| format!("handler url `{shown_url}` {problem}"))?;
         let https = url.scheme_str() == Some("https");
-        if !https && (config.ca_file.is_some() || config.client_certificate.is_some() || config.client_key.is_some())
-        {
-            problems.push(format!("ca_file, client_certificate and client_key need an https:// url, not `{shown_url}`"));
+        if !https && (config.ca_file.is_some() || config.client_certificate.is_some() || config.client_key.is_some()) {
+            problems
+                .push(format!("ca_file, client_certificate and client_key need an https:// url, not `{shown_url}`"));
         }
         let identity = match (&config.client_certificate, &config.client_key) {
             (None, None) => None,

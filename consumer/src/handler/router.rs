@@ -47,11 +47,7 @@ impl std::fmt::Debug for SourceRules {
 }
 
 /// Builds a built-in handler from its config; relative paths in it are resolved from `config_dir`.
-pub fn build_handler(
-    config: &HandlerConfig,
-    timeout: Duration,
-    config_dir: &Path,
-) -> Result<Box<dyn Handler>, String> {
+pub fn build_handler(config: &HandlerConfig, timeout: Duration, config_dir: &Path) -> Result<Box<dyn Handler>, String> {
     match config.kind.as_str() {
         "log" => Ok(Box::new(LogHandler)),
         "http" => Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir)?)),
@@ -69,7 +65,8 @@ impl Router {
     ) -> Result<Self, Vec<String>> {
         let timeout = Duration::from_millis(default.timeout_ms);
         let mut problems = Vec::new();
-        let default_handler = build_handler(default, timeout, config_dir).map_err(|problem| vec![format!("[handler]: {problem}")]);
+        let default_handler =
+            build_handler(default, timeout, config_dir).map_err(|problem| vec![format!("[handler]: {problem}")]);
         let mut built_routes = Vec::new();
         for (index, route) in routes.iter().enumerate() {
             match build_handler(&route.handler, timeout, config_dir) {
