@@ -1,10 +1,14 @@
-//! Outbound HTTP for the services' own calls (the alert webhook): one client for `http://` and `https://`
-//! URLs. It trusts the Mozilla root certificates compiled into the binary (the images carry no CA bundle) and,
-//! optionally, the certificates of a PEM file, for an endpoint behind a private CA.
+//! Outbound HTTP for the services' own calls (the alert webhook, the reconciler's provider APIs, the consumer's
+//! `http` handler): one client for `http://` and `https://` URLs. It trusts the Mozilla root certificates
+//! compiled into the binary (the same roots on every image and host) and, optionally, the certificates of a PEM
+//! file, for an endpoint behind a private CA; it can present a client certificate (mutual TLS) and speak HTTP/2
+//! where the server offers it through ALPN. Connections are pooled per client: build one client per endpoint
+//! and keep it.
 
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -14,7 +18,7 @@ use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::TokioExecutor,
 };
-use rustls::pki_types::{CertificateDer, pem::PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 
 pub type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
@@ -28,12 +32,73 @@ pub enum ClientError {
     },
     #[error("the CA file {0} holds no certificate")]
     EmptyCaFile(PathBuf),
+    #[error("cannot read the client certificate file {path}")]
+    CertificateFile {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("the client certificate file {0} holds no certificate")]
+    EmptyCertificateFile(PathBuf),
+    /// The key's own text is never part of the message.
+    #[error("the client key `{0}` is not a PEM private key (PKCS#8, PKCS#1 or SEC1)")]
+    ClientKey(String),
     #[error("invalid certificate or TLS setting")]
     Tls(#[from] rustls::Error),
 }
 
+/// A client certificate chain and its private key, for mutual TLS.
+pub struct ClientIdentity {
+    pub certificates: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientIdentity").field("certificates", &self.certificates.len()).finish_non_exhaustive()
+    }
+}
+
+impl ClientIdentity {
+    /// The certificate chain of a PEM file and a PEM private key read from a secret (`key_id` names the secret
+    /// in errors; the key's bytes never appear in one).
+    pub fn from_pem(certificate_file: &Path, key_id: &str, key_pem: &[u8]) -> Result<Self, ClientError> {
+        let file_error = |source| ClientError::CertificateFile { path: certificate_file.to_path_buf(), source };
+        let certificates = CertificateDer::pem_file_iter(certificate_file)
+            .map_err(file_error)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(file_error)?;
+        if certificates.is_empty() {
+            return Err(ClientError::EmptyCertificateFile(certificate_file.to_path_buf()));
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| ClientError::ClientKey(key_id.to_owned()))?;
+        Ok(Self { certificates, key })
+    }
+}
+
+/// What a client built by [`client_with`] trusts, presents and speaks.
+#[derive(Debug, Default)]
+pub struct ClientOptions<'a> {
+    /// A PEM file of CA certificates trusted besides the Mozilla roots.
+    pub extra_roots: Option<&'a Path>,
+    /// Presented when a server asks for a client certificate.
+    pub identity: Option<ClientIdentity>,
+    /// Offer HTTP/2 through ALPN (`h2`, then `http/1.1`); a server that does not choose it gets HTTP/1.1.
+    /// Plain `http://` is always HTTP/1.1.
+    pub offer_http2: bool,
+    /// Bound on establishing a TCP connection (the TLS handshake is bounded by the caller's request timeout).
+    pub connect_timeout: Option<Duration>,
+}
+
 /// A client for `http://` and `https://` URLs; `extra_roots` is a PEM file of further trusted CA certificates.
 pub fn client(extra_roots: Option<&Path>) -> Result<HttpsClient, ClientError> {
+    client_with(ClientOptions { extra_roots, ..ClientOptions::default() })
+}
+
+/// A client for `http://` and `https://` URLs as `options` say. Its connections are pooled and reused (HTTP/1.1
+/// keep-alive, or one multiplexed HTTP/2 connection).
+pub fn client_with(options: ClientOptions<'_>) -> Result<HttpsClient, ClientError> {
+    let ClientOptions { extra_roots, identity, offer_http2, connect_timeout } = options;
     let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
     if let Some(path) = extra_roots {
         let ca_error = |source| ClientError::CaFile { path: path.to_path_buf(), source };
@@ -48,10 +113,18 @@ pub fn client(extra_roots: Option<&Path>) -> Result<HttpsClient, ClientError> {
     }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let tls = match identity {
+        Some(identity) => tls.with_client_auth_cert(identity.certificates, identity.key)?,
+        None => tls.with_no_client_auth(),
+    };
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_connect_timeout(connect_timeout);
+    tcp.set_nodelay(true);
+    let protocols = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1();
     let connector =
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+        if offer_http2 { protocols.enable_http2().wrap_connector(tcp) } else { protocols.wrap_connector(tcp) };
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 

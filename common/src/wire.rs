@@ -357,6 +357,10 @@ pub struct InboundEvent {
     /// [`header::ORIGIN`]: `Some("reconciled")` when the reconciler fetched the event from the provider's API;
     /// `None` for a webhook the gateway verified.
     pub origin: Option<String>,
+    /// The provider's request headers the gateway carried ([`header::FORWARDED_PREFIX`], its source's
+    /// `forward_headers` allowlist): lowercase name without the prefix, and value, one entry per value, in record
+    /// order. Bounded by what the gateway accepted of the request's headers.
+    pub forwarded_headers: Vec<(String, Bytes)>,
     /// [`header::SERVICE`]: the only consumer service that may process this record, when it is addressed to one.
     pub service: Option<String>,
     /// [`header::REPROCESS_ID`]: the re-processing run this record belongs to, if any.
@@ -376,10 +380,23 @@ impl InboundEvent {
             replay_count: header_str(headers, header::REPLAY_COUNT).and_then(Result::ok).and_then(|n| n.parse().ok()),
             provider_event_id: header_str(headers, header::PROVIDER_EVENT_ID).and_then(Result::ok),
             origin: header_str(headers, header::ORIGIN).and_then(Result::ok),
+            forwarded_headers: forwarded_headers(headers),
             service: header_str(headers, header::SERVICE).and_then(Result::ok),
             reprocess_id: header_str(headers, header::REPROCESS_ID).and_then(Result::ok),
         })
     }
+}
+
+/// The record's `http-*` headers ([`header::FORWARDED_PREFIX`]) as (lowercase name without the prefix, value).
+fn forwarded_headers<H: Headers>(headers: Option<&H>) -> Vec<(String, Bytes)> {
+    let Some(headers) = headers else { return Vec::new() };
+    headers
+        .iter()
+        .filter_map(|header| {
+            let name = header.key.strip_prefix(header::FORWARDED_PREFIX)?;
+            Some((name.to_ascii_lowercase(), Bytes::copy_from_slice(header.value.unwrap_or_default())))
+        })
+        .collect()
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -92,17 +92,43 @@ const MAX_SERVICE_NAME_BYTES: usize = 100;
 pub struct HandlerConfig {
     /// Built-in handler: `log` writes one structured line per event; `http` POSTs the raw body to `url`.
     pub kind: String,
-    /// For `http`: an `http://` URL of an internal service (printed without a password it may carry).
+    /// For `http`: the downstream's `https://` (or, in-cluster, `http://`) URL (printed without a password it
+    /// may carry).
     #[serde(serialize_with = "config::redact::optional_url_password")]
     pub url: Option<String>,
     /// A handler call that takes longer is a retryable failure. Must stay below `redis.claim_lease_ms`, so a
     /// claim cannot expire while its event is still being processed. Only read from `[handler]`.
     pub timeout_ms: u64,
+    /// For `http`: a PEM file of CA certificates trusted besides the built-in Mozilla roots (a downstream
+    /// behind a private CA). Relative to the config file's folder.
+    pub ca_file: Option<PathBuf>,
+    /// For `http`: a PEM certificate chain presented for mutual TLS, with `client_key`.
+    pub client_certificate: Option<PathBuf>,
+    /// For `http`: the PEM private key of `client_certificate`, from a secret.
+    pub client_key: Option<config::SecretRef>,
+    /// For `http`: Standard Webhooks secrets (`whsec_...`) that sign each forward; every one valid now
+    /// (`not_before` / `not_after`) signs, so a rotation overlaps. Empty: forwards are not signed.
+    pub signing_secrets: Vec<config::SecretRef>,
+    /// For `http`: the whole `Authorization` header value (`Bearer ...`), from a secret.
+    pub authorization: Option<config::SecretRef>,
+    /// For `http`: provider request headers sent on, by name, when the record carries them (the gateway
+    /// source's `forward_headers` must carry them into Kafka too).
+    pub forward_headers: Vec<String>,
 }
 
 impl Default for HandlerConfig {
     fn default() -> Self {
-        Self { kind: "log".to_owned(), url: None, timeout_ms: 10_000 }
+        Self {
+            kind: "log".to_owned(),
+            url: None,
+            timeout_ms: 10_000,
+            ca_file: None,
+            client_certificate: None,
+            client_key: None,
+            signing_secrets: Vec::new(),
+            authorization: None,
+            forward_headers: Vec::new(),
+        }
     }
 }
 

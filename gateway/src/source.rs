@@ -84,15 +84,10 @@ impl Source {
             problems.push("ordering_key must be a header or a json_pointer (a body digest orders nothing)".to_owned());
         }
         let mut forward_headers = Vec::new();
-        let signature_header = config.hmac.as_ref().map(|hmac| hmac.signature_header.to_ascii_lowercase());
         for name in &config.forward_headers {
             match HeaderName::from_bytes(name.as_bytes()) {
-                Ok(header)
-                    if is_credential(header.as_str()) || signature_header.as_deref() == Some(header.as_str()) =>
-                {
-                    problems.push(format!(
-                        "forward_headers: `{name}` carries a credential or signature; it must not reach Kafka"
-                    ));
+                Ok(header) if is_credential(header.as_str()) => {
+                    problems.push(format!("forward_headers: `{name}` carries a credential; it must not reach Kafka"));
                 }
                 Ok(header) => forward_headers.push(header),
                 Err(_) => problems.push(format!("forward_headers: `{name}` is not a valid header name")),
@@ -143,11 +138,14 @@ impl Source {
     }
 }
 
-/// Whether a header (lowercase name) may carry a credential or a signature: never forwarded into Kafka, where
-/// every consumer, the DLQ and its replays would hold it.
+/// Whether a header (lowercase name) may carry a credential: never forwarded into Kafka, where every consumer,
+/// the DLQ and its replays would hold it. A provider's signature (`Stripe-Signature`, `X-Hub-Signature-256`) is
+/// not one: it is a MAC of this one request that reveals nothing of the secret, and a downstream may verify it
+/// again (the consumer's `http` handler forwards it when its route allows it); re-sent to the gateway it only
+/// makes a duplicate.
 fn is_credential(name: &str) -> bool {
     const EXACT: &[&str] = &["authorization", "proxy-authorization", "cookie", "set-cookie", "x-gitlab-token"];
-    const PARTS: &[&str] = &["signature", "hmac", "token", "secret", "api-key", "apikey", "password", "auth"];
+    const PARTS: &[&str] = &["token", "secret", "api-key", "apikey", "password", "auth"];
     EXACT.contains(&name) || PARTS.iter().any(|part| name.contains(part))
 }
 
@@ -341,14 +339,15 @@ mod tests {
             ..SourceConfig::new("gh", "github", vec![SecretRef::from_file("a", &file)])
         };
         assert!(problems_of(&config).contains("`bad header` is not a valid header name"));
-        for credential in ["Authorization", "Cookie", "X-Gitlab-Token", "X-Hub-Signature-256", "X-Shopify-Hmac-Sha256"]
-        {
+        for credential in ["Authorization", "Cookie", "X-Gitlab-Token", "X-Api-Key", "X-Webhook-Secret"] {
             let config = SourceConfig { forward_headers: vec![credential.into()], ..config.clone() };
-            assert!(problems_of(&config).contains("carries a credential or signature"), "{credential}");
+            assert!(problems_of(&config).contains("carries a credential"), "{credential}");
         }
-        let config = SourceConfig { forward_headers: vec!["User-Agent".into()], ..config };
+        let allowed = ["User-Agent", "X-Hub-Signature-256", "Stripe-Signature", "X-Shopify-Hmac-Sha256"];
+        let config = SourceConfig { forward_headers: allowed.map(str::to_owned).to_vec(), ..config };
         let source = Source::from_config(&config, "t").unwrap();
         assert_eq!(source.identity.event_id, vec![signature::FieldSource::pointer("/delivery")]);
         assert_eq!(source.forward_headers[0].as_str(), "user-agent");
+        assert_eq!(source.forward_headers[2].as_str(), "stripe-signature");
     }
 }

@@ -33,6 +33,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 mod fake_endpoint;
+pub mod forward;
 mod handler;
 pub mod process;
 pub mod provider_fakes;

@@ -128,7 +128,7 @@ impl Scheme for StandardWebhooks {
         let timestamp_text = text(names.timestamp)?;
         let timestamp = parse_unix(timestamp_text).ok_or(VerifyError::malformed(names.timestamp))?;
         let signatures = parse_signatures(signature_value).ok_or(VerifyError::malformed(names.signature))?;
-        let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp_text.as_bytes(), b".", request.body];
+        let parts = signed_parts(id, timestamp_text, request.body);
         let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &signatures)?
             .covering([Cow::Borrowed(names.id), Cow::Borrowed(names.timestamp)]);
         check_seconds(self.tolerance, timestamp, request.now_ms)?;
@@ -140,10 +140,18 @@ impl Scheme for StandardWebhooks {
     }
 }
 
-/// The signature header value (`v1,<base64>`) for one message, keyed with an already decoded secret.
+/// What a signature covers: `"<id>.<timestamp>." + body`, the timestamp as sent (decimal seconds). The one
+/// definition of the string to sign, for verifying inbound webhooks and signing the consumer's forwards.
+fn signed_parts<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
+    [id.as_bytes(), b".", timestamp.as_bytes(), b".", body]
+}
+
+/// The signature header entry (`v1,<base64>`) for one message, keyed with an already decoded secret
+/// ([`decode_secret`]). Several entries, space-separated, make the header of a message signed with several
+/// secrets during a rotation.
 pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
     let t = timestamp.to_string();
-    let mac = hmac(Algorithm::Sha256, key, &[id.as_bytes(), b".", t.as_bytes(), b".", body]);
+    let mac = hmac(Algorithm::Sha256, key, &signed_parts(id, &t, body));
     format!("v1,{}", BASE64.encode(mac))
 }
 

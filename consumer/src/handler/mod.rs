@@ -1,10 +1,11 @@
 //! What processes an event. Implement [`Handler`] to build your own consumer binary on this library; the
 //! consumer guarantees it is called at least once per event and, through dedupe, succeeds at most once.
 //!
-//! Built-in handlers: [`log`] (one structured line per event) and [`http`] (POST to an internal URL). The
+//! Built-in handlers: [`log`] (one structured line per event) and [`http`] (a signed POST to a downstream URL). The
 //! [`router`] picks one per source and event type and applies the validation that makes an event poison
 //! before any handler runs.
 
+pub mod forward_signing;
 pub mod http;
 pub mod log;
 pub mod router;

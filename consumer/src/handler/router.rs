@@ -46,14 +46,11 @@ impl std::fmt::Debug for SourceRules {
     }
 }
 
-/// Builds a built-in handler from its config.
-pub fn build_handler(config: &HandlerConfig, timeout: Duration) -> Result<Box<dyn Handler>, String> {
+/// Builds a built-in handler from its config; relative paths in it are resolved from `config_dir`.
+pub fn build_handler(config: &HandlerConfig, timeout: Duration, config_dir: &Path) -> Result<Box<dyn Handler>, String> {
     match config.kind.as_str() {
         "log" => Ok(Box::new(LogHandler)),
-        "http" => {
-            let url = config.url.as_deref().ok_or("an `http` handler needs `url`")?;
-            Ok(Box::new(HttpHandler::new(url, timeout)?))
-        }
+        "http" => Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir)?)),
         other => Err(format!("unknown handler kind `{other}` (known: log, http)")),
     }
 }
@@ -68,10 +65,11 @@ impl Router {
     ) -> Result<Self, Vec<String>> {
         let timeout = Duration::from_millis(default.timeout_ms);
         let mut problems = Vec::new();
-        let default_handler = build_handler(default, timeout).map_err(|problem| vec![format!("[handler]: {problem}")]);
+        let default_handler =
+            build_handler(default, timeout, config_dir).map_err(|problem| vec![format!("[handler]: {problem}")]);
         let mut built_routes = Vec::new();
         for (index, route) in routes.iter().enumerate() {
-            match build_handler(&route.handler, timeout) {
+            match build_handler(&route.handler, timeout, config_dir) {
                 Ok(handler) => built_routes.push(Route {
                     source: route.source.clone(),
                     event_types: route.event_types.as_ref().map(|types| types.iter().cloned().collect()),
@@ -203,6 +201,7 @@ mod tests {
             replay_count: None,
             provider_event_id: None,
             origin: None,
+            forwarded_headers: Vec::new(),
             service: None,
             reprocess_id: None,
         }
