@@ -43,6 +43,8 @@ pub struct KafkaConfig {
     /// [`REFUSED_PROPERTIES`]) are refused. Printed with credentials redacted.
     #[serde(serialize_with = "redact::kafka_properties")]
     pub properties: std::collections::BTreeMap<String, String>,
+    /// `[kafka.record_auth]`: the internal keys every record is signed and verified with.
+    pub record_auth: crate::record_auth::RecordAuthConfig,
 }
 
 impl Default for KafkaConfig {
@@ -56,6 +58,7 @@ impl Default for KafkaConfig {
             produce_timeout_ms: 5_000,
             group_id: "hookline-consumer".to_owned(),
             properties: Default::default(),
+            record_auth: Default::default(),
         }
     }
 }
@@ -114,6 +117,7 @@ impl KafkaConfig {
                 problems.push(format!("kafka.properties.\"{key}\" is refused: {why}"));
             }
         }
+        self.record_auth.validate(problems);
     }
 
     pub fn apply_env(&mut self) {

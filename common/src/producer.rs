@@ -1,7 +1,8 @@
 //! The one way hookline writes to Kafka. Every writer (the gateway's inbound produce, the consumer's dead letters,
 //! retries and fates, the replayer's re-drives and fates, the reconciler's recovered events) sends through an
 //! [`AckedProducer`]: idempotent with `acks=all` ([`producer_config`]), and every send resolves, acknowledged or
-//! not, within the produce timeout, so no caller can hang on a delivery report that never comes.
+//! not, within the produce timeout, so no caller can hang on a delivery report that never comes. It also signs
+//! every record it sends with the service's record key ([`crate::record_auth`]): no writer can forget to.
 
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ use rdkafka::{
 use crate::{
     config::KafkaConfig,
     kafka::{QuietContext, producer_config},
+    record_auth::{RecordKeys, SignError},
+    wire::now_ms,
 };
 
 /// Beyond `produce_timeout_ms` (librdkafka's own `message.timeout.ms`, which ends the delivery attempt), how long
@@ -38,6 +41,9 @@ pub enum ProduceError {
     Timeout,
     #[error("the broker refused or could not be reached")]
     Kafka(#[source] KafkaError),
+    /// Nothing was sent: no record key is valid now (all before their `not_before` or past their `not_after`).
+    #[error("the record cannot be signed")]
+    Sign(#[source] SignError),
 }
 
 /// How long a send may wait for room in the producer's local queue.
@@ -54,6 +60,7 @@ pub enum QueueWait {
 pub struct AckedProducer {
     producer: FutureProducer<QuietContext>,
     deadline: Duration,
+    keys: RecordKeys,
 }
 
 impl std::fmt::Debug for AckedProducer {
@@ -63,12 +70,21 @@ impl std::fmt::Debug for AckedProducer {
 }
 
 impl AckedProducer {
-    /// A producer for `kafka`, logging as `name`. Creating one does not connect.
+    /// A producer for `kafka`, logging as `name`, signing with the keys of `kafka.record_auth` (a config without a
+    /// loadable key is refused, like a bad property). Creating one does not connect.
     pub fn new(kafka: &KafkaConfig, name: &'static str) -> Result<Self, KafkaError> {
+        let keys =
+            RecordKeys::load(&kafka.record_auth).map_err(|problems| KafkaError::ClientCreation(problems.join("; ")))?;
         Ok(Self {
             producer: producer_config(kafka).create_with_context(QuietContext::new(name))?,
             deadline: Duration::from_millis(kafka.produce_timeout_ms) + REPORT_MARGIN,
+            keys,
         })
+    }
+
+    /// The keys this producer signs with.
+    pub fn record_keys(&self) -> &RecordKeys {
+        &self.keys
     }
 
     /// Produces `record` and resolves once the broker acknowledged it (all in-sync replicas), or refused it, or the
@@ -84,7 +100,7 @@ impl AckedProducer {
     /// [`Self::send`], giving up after `limit` if that comes before the produce timeout.
     pub async fn send_within<K, P>(
         &self,
-        record: FutureRecord<'_, K, P>,
+        mut record: FutureRecord<'_, K, P>,
         queue: QueueWait,
         limit: Duration,
     ) -> Result<Delivery, ProduceError>
@@ -92,6 +108,17 @@ impl AckedProducer {
         K: ToBytes + ?Sized,
         P: ToBytes + ?Sized,
     {
+        let headers = self
+            .keys
+            .sign(
+                record.topic,
+                record.key.map(ToBytes::to_bytes),
+                record.payload.map(ToBytes::to_bytes),
+                record.headers.as_ref(),
+                now_ms(),
+            )
+            .map_err(ProduceError::Sign)?;
+        record.headers = Some(headers);
         let deadline = limit.min(self.deadline);
         let queue_timeout = match queue {
             QueueWait::Never => Duration::ZERO,
@@ -143,8 +170,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_send_to_no_broker_resolves_within_the_produce_timeout() {
-        let kafka =
-            KafkaConfig { brokers: "127.0.0.1:1".to_owned(), produce_timeout_ms: 300, ..KafkaConfig::default() };
+        let kafka = KafkaConfig {
+            brokers: "127.0.0.1:1".to_owned(),
+            produce_timeout_ms: 300,
+            record_auth: crate::record_auth::RecordAuthConfig {
+                keys: vec![crate::config::SecretRef::from_env("k1", "CARGO_PKG_DESCRIPTION")],
+                accept_unsigned_until: None,
+            },
+            ..KafkaConfig::default()
+        };
         let producer = AckedProducer::new(&kafka, "test-producer").unwrap();
         let record = FutureRecord::<str, str>::to("nowhere").payload("x");
         // A liveness bound (the send must end), far above produce_timeout_ms plus the margin: not a benchmark.

@@ -20,6 +20,13 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 ///   The dedupe id is always [`header::EVENT_ID`], never the key. Readers accept both versions.
 pub const FORMAT_VERSION: &str = "2";
 
+/// The version of the record MAC ([`header::MAC`]): the first field of its value, and part of what is MACed.
+pub const RECORD_MAC_VERSION: &str = "v1";
+
+/// The domain tag that starts every record MAC's input, so that no other HMAC made with the same key (none is)
+/// could ever be mistaken for one.
+pub const RECORD_MAC_DOMAIN: &str = "hookline-record-mac";
+
 /// Every record format version this build reads.
 pub const READABLE_FORMAT_VERSIONS: &[&str] = &["1", "2"];
 
@@ -71,6 +78,11 @@ pub mod header {
     pub const REPROCESS_ID: &str = "hookline-reprocess-id";
     /// With [`REPROCESS_ID`]: where the re-processed record was, `<topic>:<partition>:<offset>`.
     pub const REPROCESS_OF: &str = "hookline-reprocess-of";
+    /// The record's MAC: `v1,<key id>,<base64 of HMAC-SHA256>` ([`super::RECORD_MAC_VERSION`]), over the topic,
+    /// key, body and every other header ([`crate::record_auth::mac_input`]). Set by every hookline writer on
+    /// every record (through [`crate::producer::AckedProducer`]); checked by every reader before dedupe or any
+    /// handler. Optional for readers only inside `kafka.record_auth.accept_unsigned_until`: no format bump.
+    pub const MAC: &str = "hookline-mac";
 
     /// Dead-letter headers, added to the original headers (which are kept unchanged).
     pub mod dlq {
@@ -83,7 +95,7 @@ pub mod header {
         pub const SERVICE: &str = "hookline-dlq-service";
         pub const HANDLER: &str = "hookline-dlq-handler";
         pub const ATTEMPTS: &str = "hookline-dlq-attempts";
-        /// `retryable_exhausted` or `poison`.
+        /// `retryable_exhausted`, `poison` or `unauthenticated_record` ([`super::super::UNAUTHENTICATED_RECORD_CLASS`]).
         pub const ERROR_CLASS: &str = "hookline-dlq-error-class";
         /// The last error message, truncated to [`super::super::MAX_DLQ_ERROR_BYTES`].
         pub const ERROR: &str = "hookline-dlq-error";
@@ -165,6 +177,10 @@ pub enum EntryStatus {
 /// Status-topic keys of re-processing fates start with this (`reprocess:<run id>:<topic>:<partition>:<offset>`,
 /// and `reprocess:<run id>` for the request itself): they are not DLQ entries.
 pub const REPROCESS_STATUS_KEY_PREFIX: &str = "reprocess:";
+
+/// [`header::dlq::ERROR_CLASS`] of a record dead-lettered because its MAC ([`header::MAC`]) was missing or wrong.
+/// The replayer refuses to re-drive such an entry without `force`.
+pub const UNAUTHENTICATED_RECORD_CLASS: &str = "unauthenticated_record";
 
 /// Longest error message kept in a DLQ record, in bytes.
 pub const MAX_DLQ_ERROR_BYTES: usize = 2048;

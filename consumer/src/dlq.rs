@@ -26,8 +26,12 @@ use rdkafka::{
 pub enum ErrorClass {
     /// Retryable failures that did not clear within the retry budget.
     RetryableExhausted,
-    /// A failure no retry can fix (including a record no gateway wrote).
+    /// A failure no retry can fix (including a record with no hookline headers).
     Poison,
+    /// A record without hookline's valid MAC ([`hookline_common::record_auth`]): written by something that does
+    /// not hold the record key, or changed since. Never processed, never claimed in dedupe; alerted, and never
+    /// replayed without `force`.
+    UnauthenticatedRecord,
 }
 
 impl ErrorClass {
@@ -35,6 +39,7 @@ impl ErrorClass {
         match self {
             Self::RetryableExhausted => "retryable_exhausted",
             Self::Poison => "poison",
+            Self::UnauthenticatedRecord => hookline_common::wire::UNAUTHENTICATED_RECORD_CLASS,
         }
     }
 }
@@ -145,6 +150,11 @@ impl DeadLetters {
         let value = serde_json::to_vec(status).expect("a status record serialises");
         let record = FutureRecord::<str, [u8]>::to(&self.status_topic).key(entry_id).payload(&value);
         self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
+    }
+
+    /// The record keys this service signs with and verifies with.
+    pub fn record_keys(&self) -> &hookline_common::record_auth::RecordKeys {
+        self.producer.record_keys()
     }
 
     /// The consumer service whose dead letters these are.

@@ -160,6 +160,13 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         outage_log: outage_log.clone(),
         shutdown: shutdown.clone(),
     };
+    let keys = pipeline.dead_letters.record_keys();
+    tracing::info!(
+        key_ids = ?keys.key_ids(),
+        signing_key = keys.signing_key_id(now_ms()).unwrap_or("none valid now"),
+        accept_unsigned_until_ms = keys.accept_unsigned_until_ms(),
+        "record keys loaded: records are signed with the signing key; records without a valid MAC are dead-lettered as unauthenticated_record"
+    );
     tasks.spawn(
         watch(
             consumer.clone(),
@@ -191,7 +198,13 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
                         continue;
                     }
                     let message = message.detach();
-                    let admission = admission_of(&message, &topics);
+                    // A record without hookline's MAC gets no route of its own and no due time: whatever its
+                    // headers claim, it only goes to the pipeline, which dead-letters it.
+                    let admission = if pipeline.is_authentic(&message) {
+                        admission_of(&message, &topics)
+                    } else {
+                        Admission::default()
+                    };
                     if !shared.lock().admit(message, admission, now_ms()) {
                         metrics.dropped.inc();
                     }
@@ -440,7 +453,7 @@ fn apply_pauses(shared: &Shared, consumer: &GroupConsumer) {
 }
 
 /// What the scheduler needs from a record's headers. A record no gateway wrote gets no source (it is
-/// dead-lettered as poison by the pipeline, on the `unknown` route).
+/// dead-lettered as poison by the pipeline, on the `unknown` route; so does a record without hookline's MAC).
 /// A record of the retry topic waits until its due time.
 fn admission_of(message: &OwnedMessage, topics: &ServiceTopics) -> Admission {
     let retry = topics.is_retry(message.topic()).then(|| RetryHeaders::read(message)).flatten();

@@ -49,6 +49,10 @@ pub struct Metrics {
     pub deferred: IntCounterVec,
     /// `hookline_consumer_route_breaker_open{route}`: 1 while the route's circuit breaker is open or probing.
     pub route_breaker_open: IntGaugeVec,
+    /// `hookline_consumer_record_auth_total{outcome}`: every record's MAC check, before dedupe or any handler
+    /// (`authentic`, `unsigned_accepted` in the transition window, or why it was refused: see
+    /// [`hookline_common::record_auth::outcome::ALL`]). No source label: a refused record's source is not known.
+    pub record_auth: IntCounterVec,
 }
 
 impl Metrics {
@@ -116,6 +120,11 @@ impl Metrics {
                 "1 while the route's circuit breaker is open.",
                 &["route"],
             )?,
+            record_auth: counter_vec(
+                "hookline_consumer_record_auth_total",
+                "Records checked for hookline's MAC before dedupe, by outcome.",
+                &["outcome"],
+            )?,
         };
         for collector in metrics.collectors() {
             registry.register(collector)?;
@@ -145,6 +154,7 @@ impl Metrics {
             Box::new(self.dropped.clone()),
             Box::new(self.deferred.clone()),
             Box::new(self.route_breaker_open.clone()),
+            Box::new(self.record_auth.clone()),
         ]
     }
 
@@ -161,6 +171,12 @@ impl Metrics {
             "hookline_consumer_events_total",
             "outcome",
             event_outcome::ALL,
+        );
+        metrics_catalog::set_label_values(
+            &mut described,
+            "hookline_consumer_record_auth_total",
+            "outcome",
+            hookline_common::record_auth::outcome::ALL,
         );
         Ok(described)
     }
@@ -220,8 +236,9 @@ mod tests {
         metrics.dropped.inc();
         metrics.deferred.with_label_values(&["s", "saturated"]).inc();
         metrics.route_breaker_open.with_label_values(&["r"]).set(1);
+        metrics.record_auth.with_label_values(&["authentic"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 19);
+        assert_eq!(described.len(), 20);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

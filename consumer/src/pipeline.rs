@@ -3,6 +3,11 @@
 //! [`Handled`] (store the offset) or [`Interrupted`] (shutdown: do not store; the record is redelivered).
 //!
 //! Failure rules, decided here and nowhere else:
+//! - a record without hookline's valid MAC (`hookline-mac`, [`hookline_common::record_auth`]) is dead-lettered at
+//!   once as `unauthenticated_record`, before dedupe: it claims nothing (a forged record carrying a real event id
+//!   must not block the real event), reaches no handler and records no replay fate; it is counted in
+//!   `hookline_consumer_record_auth_total` and alerted like every dead letter. Inside
+//!   `kafka.record_auth.accept_unsigned_until` a record with no MAC at all is processed as before, and counted;
 //! - a record no gateway wrote (headers missing) is poison: dead-lettered at once;
 //! - a duplicate (key marked done) is skipped, and counted;
 //! - a claim held by another consumer is waited on, never skipped;
@@ -33,6 +38,7 @@ use std::{
 };
 
 use hookline_common::{
+    record_auth::Verdict,
     telemetry::LogThrottle,
     wire::{EntryStatus, EntryStatusRecord, InboundEvent, header, header_str, now_ms},
 };
@@ -122,6 +128,32 @@ impl Pipeline {
     /// Processes one record; `prior` carries the attempts of an ordered record retried in memory. Returns how
     /// it ended and what the handler call said of the downstream.
     pub async fn process(&self, message: &OwnedMessage, prior: Option<Attempts>) -> (Disposition, Downstream) {
+        let verdict = self.authenticate(message);
+        self.metrics.record_auth.with_label_values(&[verdict.label()]).inc();
+        if let Verdict::Refused(refusal) = verdict {
+            let now = now_ms();
+            let error = format!(
+                "record not written by hookline: {} (no valid {} header; see docs/security.md)",
+                refusal.as_str(),
+                header::MAC
+            );
+            let failure = Failure {
+                class: ErrorClass::UnauthenticatedRecord,
+                error: &error,
+                attempts: 0,
+                handler: self.handler.name(),
+                first_failure_at_ms: now,
+                last_failure_at_ms: now,
+            };
+            // Its headers are not to be believed, its source name included: the bounded `unknown` label.
+            let source = "unknown";
+            let event_id = header_str(message.headers(), header::EVENT_ID).and_then(Result::ok);
+            if self.dead_letter(message, source, event_id.as_deref(), &failure).await.is_none() {
+                return (Interrupted, Downstream::NotCalled);
+            }
+            self.metrics.events.with_label_values(&[source, event_outcome::DEAD_LETTERED]).inc();
+            return (Handled, Downstream::NotCalled);
+        }
         let event = match InboundEvent::from_message(message) {
             Ok(event) => event,
             Err(error) => {
@@ -209,6 +241,10 @@ impl Pipeline {
     /// the latest (`retry.max_total_ms`). The offset may be stored once this returns `Handled`: the broker
     /// acknowledged the copy, exactly as for a retry.
     pub async fn defer(&self, message: &OwnedMessage, due_at_ms: i64, reason: DeferReason) -> Disposition {
+        if !self.is_authentic(message) {
+            // Never copied (and so signed) into the retry topic: dead-lettered now instead.
+            return self.process(message, None).await.0;
+        }
         let attempts = RetryHeaders::read(message).map(|headers| headers.attempts).unwrap_or_else(|| Attempts {
             attempts: 0,
             first_failure_at_ms: now_ms(),
@@ -222,6 +258,24 @@ impl Pipeline {
             .unwrap_or_else(|| "unknown".to_owned());
         self.metrics.deferred.with_label_values(&[source.as_str(), reason.as_str()]).inc();
         Handled
+    }
+
+    /// The record's MAC checked with this service's keys, at this consumer's clock (never the record's timestamp,
+    /// which its writer chose).
+    fn authenticate(&self, message: &OwnedMessage) -> Verdict {
+        self.dead_letters.record_keys().verify(
+            message.topic(),
+            message.key(),
+            message.payload(),
+            message.headers(),
+            now_ms(),
+        )
+    }
+
+    /// Whether the record may be processed (authentic, or unsigned inside the transition window). Not counted:
+    /// [`Self::process`] counts each record once.
+    pub fn is_authentic(&self, message: &OwnedMessage) -> bool {
+        self.authenticate(message).accepted()
     }
 
     /// Dedupe, handler and retries for a well-formed event. `None` on shutdown.

@@ -245,6 +245,7 @@ async fn main() -> anyhow::Result<()> {
                 writeln!(out, "service    {}", entry.entry.service.as_deref().unwrap_or("- (every service)"))?;
                 writeln!(out, "status     {}{}", entry.status.as_str(), if entry.flagged { " (flagged)" } else { "" })?;
                 writeln!(out, "replays    {}   failed again: {}", entry.replays, entry.failed_again)?;
+                writeln!(out, "record mac {}", detail.authenticity)?;
                 if let Some(last) = &entry.last_status {
                     writeln!(out, "last       {:?} at {} by {}", last.status, format_ms(last.at_ms), last.by)?;
                 }

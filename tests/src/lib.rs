@@ -37,6 +37,7 @@ pub mod forward;
 mod handler;
 pub mod process;
 pub mod provider_fakes;
+pub mod record_auth;
 
 pub use crate::{fake_endpoint::FakeEndpoint, handler::TestHandler};
 
@@ -194,6 +195,7 @@ impl TestStackBuilder {
             produce_timeout_ms: self.produce_timeout_ms.unwrap_or(5_000),
             group_id: format!("test-{run_id}-consumer"),
             properties: Default::default(),
+            record_auth: record_auth::test_record_auth(),
         };
         let topics = [
             TopicSpec { name: kafka.inbound_topic.clone(), partitions: self.partitions.unwrap_or(3), compacted: false },
@@ -500,8 +502,16 @@ impl TestStack {
     }
 
     /// Produces a record straight to the inbound topic (bypassing the gateway), to `partition`, with these
-    /// headers: for records the gateway would never write, or to place copies of one event on two partitions.
+    /// headers, signed with the stack's record key as a hookline writer would: for records the gateway would never
+    /// write, or to place copies of one event on two partitions. ([`Self::produce_unsigned`] for the unsigned.)
     pub async fn produce_raw(&self, partition: i32, key: &str, headers: OwnedHeaders, body: &[u8]) {
+        let headers = self.signed(&self.kafka.inbound_topic, Some(key.as_bytes()), body, &headers);
+        self.produce_unsigned(partition, key, headers, body).await;
+    }
+
+    /// Produces a record straight to the inbound topic with exactly these headers: what a client without the
+    /// record key can write.
+    pub async fn produce_unsigned(&self, partition: i32, key: &str, headers: OwnedHeaders, body: &[u8]) {
         let producer: FutureProducer = producer_config(&self.kafka).create().expect("producer");
         let record =
             FutureRecord::to(&self.kafka.inbound_topic).partition(partition).key(key).payload(body).headers(headers);
@@ -516,11 +526,12 @@ impl TestStack {
         let deliveries: Vec<_> = records
             .iter()
             .map(|(partition, key, headers, body)| {
+                let headers = self.signed(&self.kafka.inbound_topic, Some(key.as_bytes()), body, headers);
                 let record = FutureRecord::to(&self.kafka.inbound_topic)
                     .partition(*partition)
                     .key(key.as_str())
                     .payload(body.as_slice())
-                    .headers(headers.clone());
+                    .headers(headers);
                 producer.send_result(record).map_err(|(error, _)| error).expect("enqueued")
             })
             .collect();

@@ -251,10 +251,11 @@ async fn a_consumer_upgraded_from_unscoped_keys_mid_stream_processes_nothing_twi
             // A newer service's retry record in the shared topic (two services misconfigured onto one topic).
             headers = headers.insert(Header { key: header::SERVICE, value: Some("another-service") });
         }
-        let parked = FutureRecord::to(&stack.kafka.retry_topic)
-            .key(meta.event_id.as_str())
-            .payload(record.payload().unwrap_or_default())
-            .headers(headers);
+        let body = record.payload().unwrap_or_default();
+        // Signed: these stand for a hookline consumer's retry records.
+        let headers = stack.signed(&stack.kafka.retry_topic, Some(meta.event_id.as_bytes()), body, &headers);
+        let parked =
+            FutureRecord::to(&stack.kafka.retry_topic).key(meta.event_id.as_str()).payload(body).headers(headers);
         producer.send(parked, Duration::from_secs(10)).await.expect("parked");
     }
     let group: BaseConsumer =

@@ -106,7 +106,7 @@ pub enum Downstream {
 }
 
 /// What the scheduler needs to know of a fetched record.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Admission {
     pub source: Option<String>,
     pub event_type: Option<String>,

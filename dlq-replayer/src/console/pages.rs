@@ -277,6 +277,7 @@ pub(super) async fn entry_page(api: &Api, session: &Session, id: &str) -> Respon
         ("event id", e.event_id.clone()),
         ("event type", e.event_type.clone()),
         ("error class", e.error_class.clone()),
+        ("record MAC", Some(detail.authenticity.to_owned())),
         ("attempts", e.attempts.map(|n| n.to_string())),
         ("error", e.error.clone()),
         ("first failure", Some(time(e.first_failure_at_ms))),

@@ -13,7 +13,8 @@ use std::{
 use base64::Engine as _;
 use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
-    wire::{EntryStatus, EntryStatusRecord, header, now_ms},
+    record_auth::Verdict,
+    wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, header, now_ms},
 };
 use rdkafka::{
     Message,
@@ -104,6 +105,10 @@ pub struct Detail {
     pub body: Option<String>,
     /// ...or else base64.
     pub body_base64: Option<String>,
+    /// The record's MAC checked with this replayer's keys ([`hookline_common::record_auth`]): `authentic`,
+    /// `unsigned_accepted`, or why it is refused (`unsigned`, `bad_mac`, ...). A refused entry, or one whose error
+    /// class is `unauthenticated_record`, is not replayed without `force`.
+    pub authenticity: &'static str,
 }
 
 /// Every header of a record, values as UTF-8 text (or `base64:` + base64 when they are not).
@@ -229,12 +234,19 @@ impl Replayer {
         let Some(record) = self.fetch(position).await? else { return Ok(None) };
         let body = record.payload().unwrap_or_default();
         let text = std::str::from_utf8(body).ok().map(str::to_owned);
+        let authenticity = self.authenticate(&record).label();
         Ok(Some(Detail {
+            authenticity,
             headers: headers_of(&record),
             body_base64: text.is_none().then(|| base64::engine::general_purpose::STANDARD.encode(body)),
             body: text,
             entry,
         }))
+    }
+
+    /// The DLQ record's MAC, checked at this replayer's clock.
+    fn authenticate(&self, record: &OwnedMessage) -> Verdict {
+        self.producer.record_keys().verify(record.topic(), record.key(), record.payload(), record.headers(), now_ms())
     }
 
     async fn fetch(&self, position: Position) -> Result<Option<OwnedMessage>, OpError> {
@@ -297,6 +309,22 @@ impl Replayer {
                 report.skipped.push(Skipped { id, reason });
                 continue;
             }
+            // The record itself, checked: a DLQ record nobody signed (or changed since) is never laundered into
+            // a signed inbound record without an operator's `force`.
+            let Some(record) = self.fetch(entry.position()).await? else {
+                report.skipped.push(Skipped { id, reason: "no longer in the topic".to_owned() });
+                continue;
+            };
+            if let Verdict::Refused(why) = self.authenticate(&record) {
+                if !request.force {
+                    report.skipped.push(Skipped {
+                        id,
+                        reason: format!("not written by hookline: {} (needs force)", why.as_str()),
+                    });
+                    continue;
+                }
+                tracing::warn!(entry_id = %id, refusal = why.as_str(), by = %request.by, "forced replay of an entry without a valid MAC");
+            }
             if request.dry_run {
                 report.done.push(id);
                 continue;
@@ -304,18 +332,22 @@ impl Replayer {
             if let Some(limiter) = &mut limiter {
                 limiter.acquire().await;
             }
-            written.extend(self.redrive(&index, &entry, &request.by).await?);
+            written.extend(self.redrive(&index, &entry, &record, &request.by).await?);
             report.done.push(id);
         }
         self.await_visible(&index, &written).await;
         Ok(report)
     }
 
-    async fn redrive(&self, index: &Index, entry: &Entry, by: &str) -> Result<Vec<(i32, i64)>, OpError> {
+    /// Re-drives `record`, the entry's DLQ record (already checked by the caller). The producer signs the copy.
+    async fn redrive(
+        &self,
+        index: &Index,
+        entry: &Entry,
+        record: &OwnedMessage,
+        by: &str,
+    ) -> Result<Vec<(i32, i64)>, OpError> {
         let id = &entry.entry.id;
-        let Some(record) = self.fetch(entry.position()).await? else {
-            return Err(OpError::BadRequest(format!("entry `{id}` is no longer in the topic")));
-        };
         let replays = entry.replays + 1;
         let count = replays.to_string();
         let mut headers = OwnedHeaders::new();
@@ -457,6 +489,9 @@ fn refusal(entry: &Entry, force: bool, all: bool) -> Option<String> {
     }
     if entry.flagged && !force {
         return Some(format!("flagged: failed again {} times after replays (needs force)", entry.failed_again));
+    }
+    if entry.entry.error_class.as_deref() == Some(UNAUTHENTICATED_RECORD_CLASS) && !force {
+        return Some(format!("{UNAUTHENTICATED_RECORD_CLASS}: the event was not written by hookline (needs force)"));
     }
     None
 }

@@ -187,6 +187,12 @@ impl Replayer {
         while let Some(record) = records.recv().await {
             let record = record?;
             let Some(selected) = selected.get(&(record.partition(), record.offset())) else { continue };
+            let verdict = self.authenticate(&record);
+            if !verdict.accepted() {
+                // Never laundered into a signed record: the consumer refused it too.
+                tracing::warn!(at = %selected.position, refusal = verdict.label(), "not re-processed: the record has no valid MAC");
+                continue;
+            }
             if let Some(limiter) = &mut limiter {
                 limiter.acquire().await;
             }
