@@ -46,6 +46,11 @@ pub fn brokers() -> String {
     std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned())
 }
 
+/// The single-node stack's brokers over PLAINTEXT, as a [`KafkaConfig`] (other keys default).
+pub fn plaintext_kafka() -> KafkaConfig {
+    KafkaConfig { brokers: brokers(), ..KafkaConfig::default() }
+}
+
 /// The three brokers of `scripts/stack up --brokers 3` (`CLUSTER_KAFKA_BROKERS`).
 pub fn cluster_brokers() -> String {
     std::env::var("CLUSTER_KAFKA_BROKERS")
@@ -199,7 +204,7 @@ impl TestStackBuilder {
             TopicSpec { name: kafka.dlq_topic.clone(), partitions: 1, compacted: false },
             TopicSpec { name: kafka.dlq_status_topic.clone(), partitions: 1, compacted: true },
         ];
-        ensure_topics(&kafka.brokers, &topics, self.replication.unwrap_or(1))
+        ensure_topics(&kafka, &topics, self.replication.unwrap_or(1))
             .await
             .expect("create test topics (is `scripts/stack up` running?)");
 
@@ -257,7 +262,7 @@ impl TestStackBuilder {
         hookline_consumer::Loaded::build(consumer_config.clone()).expect("valid consumer config");
         // The service's own retry topic (a consumer would create it too, with the inbound topic's partitions).
         let retry = TopicSpec { name: consumer_config.service_retry_topic(), partitions: 2, compacted: false };
-        ensure_topics(&kafka.brokers, &[retry], self.replication.unwrap_or(1)).await.expect("create the retry topic");
+        ensure_topics(&kafka, &[retry], self.replication.unwrap_or(1)).await.expect("create the retry topic");
         let mut stack = TestStack {
             kafka,
             redis,
@@ -486,8 +491,8 @@ impl TestStack {
 
     /// Every record now in `topic`.
     pub async fn records(&self, topic: &str) -> Vec<OwnedMessage> {
-        let (brokers, topic) = (self.kafka.brokers.clone(), topic.to_owned());
-        tokio::task::spawn_blocking(move || read_topic(&brokers, &topic, Duration::from_secs(20)))
+        let (kafka, topic) = (self.kafka.clone(), topic.to_owned());
+        tokio::task::spawn_blocking(move || read_topic(&kafka, &topic, Duration::from_secs(20)))
             .await
             .expect("reader task")
             .expect("read topic")
