@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{KafkaConfig, Problems, SecretRef};
 
 /// `[kafka.tls]`: talk TLS to the brokers. An empty table means TLS with the system's CA roots.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KafkaTlsConfig {
     /// PEM file of the CA certificates that sign the brokers' certificates (a private CA); the system roots when
@@ -68,7 +68,7 @@ impl SaslMechanism {
 }
 
 /// `[kafka.sasl]`: authenticate with SASL, always over TLS (`SASL_SSL`; `[kafka.tls]` optional).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSaslConfig {
     pub mechanism: SaslMechanism,
@@ -179,7 +179,7 @@ fn validate_tls(tls: &KafkaTlsConfig, problems: &mut Problems) {
 
 fn validate_sasl(sasl: &KafkaSaslConfig, problems: &mut Problems) {
     let mechanism = sasl.mechanism.name();
-    let mut check_secret = |key: &str, secret: &SecretRef| {
+    let check_secret = |problems: &mut Problems, key: &str, secret: &SecretRef| {
         if let Err(problem) = secret.load() {
             problems.push(format!("kafka.sasl.{key}: {problem}"));
         }
@@ -187,7 +187,7 @@ fn validate_sasl(sasl: &KafkaSaslConfig, problems: &mut Problems) {
     match sasl.mechanism {
         SaslMechanism::Plain | SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
             match &sasl.password {
-                Some(password) => check_secret("password", password),
+                Some(password) => check_secret(problems, "password", password),
                 None => problems.push(format!("kafka.sasl.password is required with {mechanism}")),
             }
             problems.check(
@@ -205,7 +205,7 @@ fn validate_sasl(sasl: &KafkaSaslConfig, problems: &mut Problems) {
         }
         SaslMechanism::OauthBearer => {
             match &sasl.client_secret {
-                Some(secret) => check_secret("client_secret", secret),
+                Some(secret) => check_secret(problems, "client_secret", secret),
                 None => problems.push("kafka.sasl.client_secret is required with OAUTHBEARER"),
             }
             problems.check(

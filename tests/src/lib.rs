@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 mod fake_endpoint;
 mod handler;
+pub mod kafka_tls;
 pub mod process;
 pub mod provider_fakes;
 
@@ -119,6 +120,7 @@ pub struct TestStackBuilder {
     gateway_limits: Option<Limits>,
     brokers: Option<String>,
     replication: Option<i32>,
+    kafka_security: Option<kafka_tls::KafkaSecurity>,
 }
 
 impl std::fmt::Debug for TestStackBuilder {
@@ -181,6 +183,12 @@ impl TestStackBuilder {
         self
     }
 
+    /// Run every service and client of the stack over these brokers and TLS/SASL settings (see [`kafka_tls`]).
+    pub fn kafka_security(mut self, security: kafka_tls::KafkaSecurity) -> Self {
+        self.kafka_security = Some(security);
+        self
+    }
+
     /// Replication factor of the stack's topics (default 1).
     pub fn replication(mut self, replication: i32) -> Self {
         self.replication = Some(replication);
@@ -189,7 +197,7 @@ impl TestStackBuilder {
 
     pub async fn build(self) -> TestStack {
         let run_id = uuid::Uuid::new_v4().simple().to_string();
-        let kafka = KafkaConfig {
+        let mut kafka = KafkaConfig {
             brokers: self.brokers.clone().unwrap_or_else(brokers),
             inbound_topic: format!("test-{run_id}-inbound"),
             dlq_topic: format!("test-{run_id}-dlq"),
@@ -197,8 +205,11 @@ impl TestStackBuilder {
             retry_topic: format!("test-{run_id}-retry"),
             produce_timeout_ms: self.produce_timeout_ms.unwrap_or(5_000),
             group_id: format!("test-{run_id}-consumer"),
-            properties: Default::default(),
+            ..KafkaConfig::default()
         };
+        if let Some(security) = &self.kafka_security {
+            security.apply_to(&mut kafka);
+        }
         let topics = [
             TopicSpec { name: kafka.inbound_topic.clone(), partitions: self.partitions.unwrap_or(3), compacted: false },
             TopicSpec { name: kafka.dlq_topic.clone(), partitions: 1, compacted: false },
