@@ -54,7 +54,9 @@ impl KafkaSecurity {
     /// SASL_SSL with `mechanism`, the stack's CA and its test user's password.
     pub fn sasl_ssl(mechanism: SaslMechanism) -> Self {
         let password_file = match mechanism {
-            SaslMechanism::Plain => env_or("KAFKA_PLAIN_PASSWORD_FILE", || stack_path("kafka/credentials/plain-password")),
+            SaslMechanism::Plain => {
+                env_or("KAFKA_PLAIN_PASSWORD_FILE", || stack_path("kafka/credentials/plain-password"))
+            }
             _ => env_or("KAFKA_SCRAM_PASSWORD_FILE", || stack_path("kafka/credentials/scram-password")),
         };
         Self {

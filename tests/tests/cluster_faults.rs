@@ -63,9 +63,10 @@ async fn run_stack(args: &[&str]) {
 /// The node leading each partition of `topic`.
 fn leaders(brokers: &str, topic: &str) -> Vec<i32> {
     let kafka = KafkaConfig { brokers: brokers.to_owned(), ..KafkaConfig::default() };
-    let consumer: BaseConsumer = hookline_common::kafka::client_config(&kafka, &[("group.id", "hookline-cluster-probe")])
-        .create()
-        .expect("probe client");
+    let consumer: BaseConsumer =
+        hookline_common::kafka::client_config(&kafka, &[("group.id", "hookline-cluster-probe")])
+            .create()
+            .expect("probe client");
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
     let topic = metadata.topics().iter().find(|t| t.name() == topic).expect("topic in metadata");
     let mut partitions: Vec<_> = topic.partitions().iter().map(|p| (p.id(), p.leader())).collect();

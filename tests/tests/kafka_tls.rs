@@ -50,8 +50,10 @@ async fn pipeline_over(security: KafkaSecurity) {
 
     let fine = Delivery::new(&b"{\"tls\":\"fine\"}"[..]);
     stack.post_accepted(&fine).await;
-    eventually(Duration::from_secs(30), "the event is handled", || async { stack.handler.count(&fine.delivery_id) == 1 })
-        .await;
+    eventually(Duration::from_secs(30), "the event is handled", || async {
+        stack.handler.count(&fine.delivery_id) == 1
+    })
+    .await;
 
     let poison = Delivery::new(&b"{\"tls\":\"poison\"}"[..]);
     stack.handler.poison(&poison.delivery_id);
@@ -202,7 +204,8 @@ async fn refused_at_start(security: KafkaSecurity, why: &str) {
     if let Ok(response) = &reply {
         assert!(!response.status().is_success(), "a 2xx from a gateway the broker refuses: {}", response.status());
     }
-    let result = tokio::time::timeout(Duration::from_secs(60), gateway).await.expect("the gateway stops").expect("task");
+    let result =
+        tokio::time::timeout(Duration::from_secs(60), gateway).await.expect("the gateway stops").expect("task");
     let error = result.expect_err("the gateway refuses to run").to_string();
     assert!(error.contains("refuse") && error.contains(why), "{error}");
 
@@ -214,12 +217,10 @@ async fn refused_at_start(security: KafkaSecurity, why: &str) {
     };
     let loaded = hookline_consumer::Loaded::build(consumer_config).expect("valid config");
     let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let result = tokio::time::timeout(
-        Duration::from_secs(60),
-        hookline_consumer::run(loaded, admin, CancellationToken::new()),
-    )
-    .await
-    .expect("the consumer stops");
+    let result =
+        tokio::time::timeout(Duration::from_secs(60), hookline_consumer::run(loaded, admin, CancellationToken::new()))
+            .await
+            .expect("the consumer stops");
     let error = result.expect_err("the consumer refuses to run").to_string();
     assert!(error.contains("refuse") && error.contains(why), "{error}");
 
