@@ -429,7 +429,12 @@ async fn http_run(
         partitions,
         compacted: false,
     });
-    hookline_common::kafka::ensure_topics(&config.brokers, &specs, 1).await?;
+    hookline_common::kafka::ensure_topics(
+        &KafkaConfig { brokers: config.brokers.clone(), ..KafkaConfig::default() },
+        &specs,
+        1,
+    )
+    .await?;
     // Enough events for several seconds at the expected rate, bounded for the slow cases.
     let n_events: u64 = match delay_ms {
         0..=5 => 20_000,

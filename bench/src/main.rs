@@ -13,7 +13,10 @@ use hookline_bench::{
     signing::{SchemeKind, Signer},
     topic_check,
 };
-use hookline_common::kafka::{TopicSpec, ensure_topics};
+use hookline_common::{
+    config::KafkaConfig,
+    kafka::{TopicSpec, ensure_topics},
+};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -448,7 +451,9 @@ fn own_cpu_seconds() -> Option<f64> {
 
 async fn create_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
     let spec = TopicSpec { name: topic.to_owned(), partitions, compacted: false };
-    ensure_topics(brokers, &[spec], 1).await.with_context(|| format!("create topic {topic}"))
+    ensure_topics(&KafkaConfig { brokers: brokers.to_owned(), ..KafkaConfig::default() }, &[spec], 1)
+        .await
+        .with_context(|| format!("create topic {topic}"))
 }
 
 fn write_json(path: Option<&std::path::Path>, value: &impl serde::Serialize) -> anyhow::Result<()> {

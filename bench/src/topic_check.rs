@@ -13,7 +13,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use hookline_common::kafka::visit_topic;
+use hookline_common::{config::KafkaConfig, kafka::visit_topic};
 use rdkafka::{Message, error::KafkaError};
 
 use crate::loadgen::{Delivery, Outcome};
@@ -110,7 +110,7 @@ pub fn compare(topic: &str, deliveries: &[Delivery], copies: &HashMap<String, u6
 /// How many records of `topic` carry each key, from the start of every partition to its high watermark now.
 pub fn count_keys(brokers: &str, topic: &str, timeout: Duration) -> Result<HashMap<String, u64>, KafkaError> {
     let mut copies: HashMap<String, u64> = HashMap::new();
-    visit_topic(brokers, topic, timeout, |record| {
+    visit_topic(&KafkaConfig { brokers: brokers.to_owned(), ..KafkaConfig::default() }, topic, timeout, |record| {
         let key = String::from_utf8_lossy(record.key().unwrap_or_default()).into_owned();
         *copies.entry(key).or_insert(0) += 1;
     })?;

@@ -45,6 +45,12 @@ pub struct KafkaConfig {
     pub properties: std::collections::BTreeMap<String, String>,
     /// `[kafka.record_auth]`: the internal keys every record is signed and verified with.
     pub record_auth: crate::record_auth::RecordAuthConfig,
+    /// `[kafka.tls]`: TLS to the brokers (see [`crate::kafka_security`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::kafka_security::KafkaTlsConfig>,
+    /// `[kafka.sasl]`: SASL authentication, always over TLS (see [`crate::kafka_security`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<crate::kafka_security::KafkaSaslConfig>,
 }
 
 impl Default for KafkaConfig {
@@ -59,6 +65,8 @@ impl Default for KafkaConfig {
             group_id: "hookline-consumer".to_owned(),
             properties: Default::default(),
             record_auth: Default::default(),
+            tls: None,
+            sasl: None,
         }
     }
 }
@@ -92,8 +100,12 @@ pub const REFUSED_PROPERTIES: &[(&str, &str)] = &[
 
 /// Why `key` may not be set through `kafka.properties`, if it may not.
 pub fn refused_property(key: &str) -> Option<&'static str> {
-    let key = key.trim().to_ascii_lowercase();
-    REFUSED_PROPERTIES.iter().find(|(refused, _)| *refused == key).map(|(_, why)| *why)
+    let lower = key.trim().to_ascii_lowercase();
+    REFUSED_PROPERTIES
+        .iter()
+        .find(|(refused, _)| *refused == lower)
+        .map(|(_, why)| *why)
+        .or_else(|| crate::kafka_security::refused_security_property(key))
 }
 
 impl KafkaConfig {
@@ -118,6 +130,7 @@ impl KafkaConfig {
             }
         }
         self.record_auth.validate(problems);
+        crate::kafka_security::validate(self, problems);
     }
 
     pub fn apply_env(&mut self) {
@@ -441,7 +454,7 @@ mod tests {
         for (key, value) in [("acks", "1"), ("Enable.Idempotence", "false"), ("enable.auto.offset.store", "true")] {
             kafka.properties.insert(key.to_owned(), value.to_owned());
         }
-        kafka.properties.insert("security.protocol".to_owned(), "ssl".to_owned());
+        kafka.properties.insert("client.rack".to_owned(), "rack-1".to_owned());
         let mut problems = Problems::default();
         kafka.validate(&mut problems);
         let Err(ConfigError::Invalid(problems)) = problems.into_result() else { panic!("refused") };
@@ -453,7 +466,7 @@ mod tests {
         let config = crate::kafka::producer_config(&kafka);
         assert_eq!(config.get("acks"), Some("all"));
         assert_eq!(config.get("enable.idempotence"), Some("true"));
-        assert_eq!(config.get("security.protocol"), Some("ssl"));
+        assert_eq!(config.get("client.rack"), Some("rack-1"));
     }
 
     #[test]

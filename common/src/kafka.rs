@@ -18,7 +18,10 @@ use rdkafka::{
     producer::ProducerContext,
 };
 
-use crate::config::{KafkaConfig, refused_property};
+use crate::{
+    config::{KafkaConfig, refused_property},
+    kafka_security,
+};
 
 /// Producer settings for a producer that loses nothing: idempotence (which implies `acks=all` and
 /// bounded in-flight requests, so retries cannot reorder or duplicate), a delivery timeout equal to the
@@ -42,14 +45,16 @@ pub fn producer_config(kafka: &KafkaConfig) -> ClientConfig {
     )
 }
 
-/// What every client shares: the brokers, [`RECONNECT_BACKOFF_MAX_MS`] and warnings-only logging, then the
-/// role's own `settings`, then the operator's `kafka.properties` (those that would break a guarantee skipped).
-fn client_config(kafka: &KafkaConfig, settings: &[(&str, &str)]) -> ClientConfig {
+/// What every client shares: the brokers, [`RECONNECT_BACKOFF_MAX_MS`] and warnings-only logging, the TLS and SASL
+/// settings ([`kafka_security::apply`]), then the role's own `settings`, then the operator's `kafka.properties`
+/// (those that would break a guarantee or carry a credential skipped). Every Kafka client of hookline starts here.
+pub fn client_config(kafka: &KafkaConfig, settings: &[(&str, &str)]) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &kafka.brokers)
         .set("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX_MS)
         .set_log_level(RDKafkaLogLevel::Warning);
+    kafka_security::apply(&mut config, kafka);
     for (key, value) in settings {
         config.set(*key, *value);
     }
@@ -181,8 +186,8 @@ pub struct TopicSpec {
 
 /// Creates the topics that do not exist yet (replication factor 1 is for local stacks and tests;
 /// production topics are created by the deployment's topic job).
-pub async fn ensure_topics(brokers: &str, topics: &[TopicSpec], replication: i32) -> Result<(), KafkaError> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
+pub async fn ensure_topics(kafka: &KafkaConfig, topics: &[TopicSpec], replication: i32) -> Result<(), KafkaError> {
+    let admin: AdminClient<DefaultClientContext> = admin_config(kafka).create()?;
     let new_topics: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|topic| {
@@ -206,9 +211,9 @@ pub async fn ensure_topics(brokers: &str, topics: &[TopicSpec], replication: i32
 /// Every record of `topic`, from the start of each partition up to its high watermark at the moment of the call,
 /// in partition then offset order. Reads by assignment: joins no group and commits nothing.
 /// Blocking: call off the runtime.
-pub fn read_topic(brokers: &str, topic: &str, timeout: Duration) -> Result<Vec<OwnedMessage>, KafkaError> {
+pub fn read_topic(kafka: &KafkaConfig, topic: &str, timeout: Duration) -> Result<Vec<OwnedMessage>, KafkaError> {
     let mut records = Vec::new();
-    visit_topic(brokers, topic, timeout, |record| records.push(record.detach()))?;
+    visit_topic(kafka, topic, timeout, |record| records.push(record.detach()))?;
     records.sort_by_key(|record| (record.partition(), record.offset()));
     Ok(records)
 }
@@ -238,21 +243,24 @@ pub fn partitions_of<C: ConsumerContext>(
 /// (in offset order within a partition), without keeping them: for topics too large to hold in memory.
 /// Reads by assignment: joins no group and commits nothing. Blocking: call off the runtime.
 pub fn visit_topic(
-    brokers: &str,
+    kafka: &KafkaConfig,
     topic: &str,
     timeout: Duration,
     mut visit: impl FnMut(&BorrowedMessage<'_>),
 ) -> Result<(), KafkaError> {
-    let consumer: BaseConsumer<QuietContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        // Required by librdkafka even for assign(); nothing is committed to it.
-        .set("group.id", format!("hookline-reader-{}", uuid::Uuid::new_v4()))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("isolation.level", "read_committed")
-        .set("fetch.message.max.bytes", "16777216")
-        .set_log_level(RDKafkaLogLevel::Warning)
-        .create_with_context(QuietContext::new("topic-reader"))?;
+    // A group id is required by librdkafka even for assign(); nothing is committed to it.
+    let group_id = format!("hookline-reader-{}", uuid::Uuid::new_v4());
+    let consumer: BaseConsumer<QuietContext> = client_config(
+        kafka,
+        &[
+            ("group.id", &group_id),
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "false"),
+            ("isolation.level", "read_committed"),
+            ("fetch.message.max.bytes", "16777216"),
+        ],
+    )
+    .create_with_context(QuietContext::new("topic-reader"))?;
     let partitions = partitions_of(&consumer, topic, timeout)?;
     // The last offset to read in each partition that holds anything.
     let mut last_offsets: HashMap<i32, i64> = HashMap::new();

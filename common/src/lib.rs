@@ -1,6 +1,8 @@
 //! What the hookline services share: the wire format of the Kafka records and Redis keys ([`wire`]), the
 //! signature schemes that decide authenticity ([`signature`]), Kafka client settings that keep data safe
-//! ([`kafka`]) and the one producer every writer uses ([`producer`]), which signs every record ([`record_auth`]), one Redis connection type
+//! ([`kafka`]) with their TLS and SASL settings
+//! ([`kafka_security`]), and the one producer every writer uses ([`producer`]), which signs every record
+//! ([`record_auth`]), one Redis connection type
 //! ([`redis_connection`]), configuration loading ([`config`]), HTTP/admin plumbing and logging ([`http`],
 //! [`telemetry`]), and the description of a service's metrics ([`metrics_catalog`]).
 //!
@@ -11,6 +13,7 @@ pub mod config;
 pub mod http;
 pub mod http_client;
 pub mod kafka;
+pub mod kafka_security;
 pub mod metrics_catalog;
 pub mod producer;
 pub mod record_auth;

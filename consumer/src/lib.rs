@@ -91,6 +91,12 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
 
 async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken) -> Result<(), ConsumerError> {
     let Loaded { config, handler, alerts } = loaded;
+    // A broker that refuses our TLS or SASL settings is a configuration error, not an outage to wait out.
+    hookline_common::kafka_security::check_broker_accepts(
+        &config.kafka,
+        hookline_common::kafka_security::ACCEPT_CHECK_WAIT,
+    )
+    .await?;
     let service = config.service_name().to_owned();
     let registry = metrics::service_registry(&service)?;
     let metrics = Metrics::register(&registry)?;

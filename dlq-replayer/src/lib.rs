@@ -57,6 +57,12 @@ pub async fn serve_api(
         .ok_or_else(|| ServeError::Config("`api_token` is required to serve the admin API".to_owned()))?
         .load()
         .map_err(ServeError::Config)?;
+    // A broker that refuses our TLS or SASL settings is a configuration error, not an outage to wait out.
+    hookline_common::kafka_security::check_broker_accepts(
+        &config.kafka,
+        hookline_common::kafka_security::ACCEPT_CHECK_WAIT,
+    )
+    .await?;
     let registry = Registry::new();
     let metrics = Metrics::register(&registry)?;
     let readiness = Arc::new(Readiness::default());

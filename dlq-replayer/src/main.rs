@@ -190,6 +190,14 @@ async fn main() -> anyhow::Result<()> {
     // Not locked for the whole command: a lock held across the awaits below would deadlock against anything else
     // writing to stdout from another thread (logs once did).
     let mut out = std::io::stdout();
+    if !matches!(command, Command::Serve) {
+        // A broker that refuses our TLS or SASL settings: one clear line, not a command that times out.
+        hookline_common::kafka_security::check_broker_accepts(
+            &config.kafka,
+            hookline_common::kafka_security::ACCEPT_CHECK_WAIT,
+        )
+        .await?;
+    }
     match command {
         Command::Serve => {
             let admin =

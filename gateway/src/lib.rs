@@ -63,6 +63,12 @@ pub async fn run_with_origin(
     shutdown: CancellationToken,
 ) -> Result<(), GatewayError> {
     let Loaded { config, sources, reload_token } = loaded;
+    // A broker that refuses our TLS or SASL settings is a configuration error, not an outage to wait out.
+    hookline_common::kafka_security::check_broker_accepts(
+        &config.kafka,
+        hookline_common::kafka_security::ACCEPT_CHECK_WAIT,
+    )
+    .await?;
     let registry = Registry::new();
     let metrics = Metrics::register(&registry)?;
     let producer = EventProducer::new(&config.kafka)?;

@@ -22,7 +22,7 @@ use std::{
 
 use hookline_common::{
     config::KafkaConfig,
-    kafka::{QuietContext, consumer_config},
+    kafka::{QuietContext, client_config, consumer_config},
     wire::{self, header, header_str},
 };
 use rdkafka::{
@@ -171,11 +171,7 @@ impl std::fmt::Debug for IndexCheck {
 impl IndexCheck {
     pub fn new(kafka: &KafkaConfig, group_id: &str, sources: &[SourceConfig]) -> Result<Self, ReconcileError> {
         // Never subscribes: only reads the group's committed offsets and the topic's watermarks.
-        let consumer = ClientConfig::new()
-            .set("bootstrap.servers", &kafka.brokers)
-            .set("group.id", group_id)
-            .set("enable.auto.commit", "false")
-            .set_log_level(RDKafkaLogLevel::Warning)
+        let consumer = client_config(kafka, &[("group.id", group_id), ("enable.auto.commit", "false")])
             .create_with_context(QuietContext::new("reconciler-index-check"))?;
         Ok(Self { consumer, topics: indexed_topics(kafka, sources) })
     }

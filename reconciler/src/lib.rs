@@ -38,6 +38,12 @@ pub use reconcile::{Mode, Outcome, Reconciler, Report, RunRequest};
 /// Returns an error (and cancels everything) if the indexer fails: the orchestrator restarts a clean process.
 pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken) -> Result<(), ReconcileError> {
     let config = loaded.config.clone();
+    // A broker that refuses our TLS or SASL settings is a configuration error, not an outage to wait out.
+    hookline_common::kafka_security::check_broker_accepts(
+        &config.kafka,
+        hookline_common::kafka_security::ACCEPT_CHECK_WAIT,
+    )
+    .await?;
     let registry = Registry::new();
     let metrics = Arc::new(
         metrics::Metrics::register(&registry)

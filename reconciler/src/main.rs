@@ -87,6 +87,12 @@ async fn main() -> anyhow::Result<()> {
             hookline_reconciler::run(loaded, admin, hookline_common::signals::shutdown_on_signals()).await?;
         }
         Command::Run { source, since, until, apply, again_after_request, json } => {
+            // A broker that refuses our TLS or SASL settings: one clear line, not a run that times out.
+            hookline_common::kafka_security::check_broker_accepts(
+                &config.kafka,
+                hookline_common::kafka_security::ACCEPT_CHECK_WAIT,
+            )
+            .await?;
             let source_config =
                 config.source(&source).with_context(|| format!("source `{source}` is not configured"))?;
             let now = wire::now_ms();

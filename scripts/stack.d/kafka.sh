@@ -4,6 +4,54 @@
 
 KAFKA_PATTERN="kafka.Kafka $KAFKA_PROPS"
 
+# The TLS listeners beside PLAINTEXT (deploy/kafka/server.properties.template): SASL_SSL and mutual TLS.
+KAFKA_SASL_SSL_PORT=${KAFKA_SASL_SSL_PORT:-19094}
+KAFKA_MTLS_PORT=${KAFKA_MTLS_PORT:-19095}
+# The test users' passwords: generated once per stack, never committed. One user name for every mechanism.
+KAFKA_CREDENTIALS_DIR="$KAFKA_DIR/credentials"
+KAFKA_SASL_USER=hookline
+# Records which SCRAM passwords the broker's metadata holds (format time or kafka-configs), so `up` adds them once.
+KAFKA_SCRAM_MARKER="$KAFKA_DATA/.hookline-scram-users"
+
+# kafka_ensure_credentials: the password files (SCRAM, PLAIN), made if missing.
+kafka_ensure_credentials() {
+  local name
+  mkdir -p "$KAFKA_CREDENTIALS_DIR"
+  chmod 700 "$KAFKA_CREDENTIALS_DIR"
+  for name in scram-password plain-password; do
+    if [[ ! -s $KAFKA_CREDENTIALS_DIR/$name ]]; then
+      (umask 077 && head -c 18 /dev/urandom | base64 | tr '+/' '-_' >"$KAFKA_CREDENTIALS_DIR/$name")
+    fi
+  done
+}
+
+# The --add-scram values for both SCRAM mechanisms; NAME=[...] is what kafka-storage wants, kafka-configs the same
+# without the name.
+kafka_scram_specs() {
+  local password
+  password=$(cat "$KAFKA_CREDENTIALS_DIR/scram-password")
+  printf '%s\n' "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$password]" \
+    "SCRAM-SHA-256=[name=$KAFKA_SASL_USER,password=$password]"
+}
+
+kafka_scram_fingerprint() { sha256sum "$KAFKA_CREDENTIALS_DIR/scram-password" | awk '{print $1}'; }
+
+# kafka_ensure_scram_users: a stack formatted before the SASL listener (or whose password file was replaced)
+# gets its SCRAM users through kafka-configs, once; a freshly formatted one has them already.
+kafka_ensure_scram_users() {
+  local want t0 password
+  want=$(kafka_scram_fingerprint)
+  [[ $(cat "$KAFKA_SCRAM_MARKER" 2>/dev/null || true) == "$want" ]] && return 0
+  t0=$(now_ms)
+  password=$(cat "$KAFKA_CREDENTIALS_DIR/scram-password")
+  kafka_java org.apache.kafka.tools.ConfigCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
+    --command-config "$KAFKA_ADMIN_PROPS" --alter --entity-type users --entity-name "$KAFKA_SASL_USER" \
+    --add-config "SCRAM-SHA-512=[password=$password],SCRAM-SHA-256=[password=$password]" \
+    >/dev/null 2>>"$KAFKA_LOGS/tools.err" || die "kafka: could not add the SCRAM users (see $KAFKA_LOGS/tools.err)"
+  printf '%s\n' "$want" >"$KAFKA_SCRAM_MARKER"
+  log "kafka: SCRAM users added to an existing storage ($(since "$t0"))"
+}
+
 jvm_common_opts() {
   printf '%s\n' -Djava.awt.headless=true "-Dkafka.logs.dir=$KAFKA_LOGS" \
     "-Dlog4j2.configurationFile=$LOG4J_CONF"
@@ -52,7 +100,14 @@ render_kafka_config() {
     -e "s|@KAFKA_CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
     -e "s|@KAFKA_DATA_DIR@|$KAFKA_DATA|g" \
     -e "s|@OFFSETS_PARTITIONS@|$OFFSETS_PARTITIONS|g" \
+    -e "s|@KAFKA_SASL_SSL_PORT@|$KAFKA_SASL_SSL_PORT|g" \
+    -e "s|@KAFKA_MTLS_PORT@|$KAFKA_MTLS_PORT|g" \
+    -e "s|@TLS_DIR@|$TLS_DIR|g" \
+    -e "s|@KAFKA_CREDENTIALS_DIR@|$KAFKA_CREDENTIALS_DIR|g" \
+    -e "s|@KAFKA_SASL_USER@|$KAFKA_SASL_USER|g" \
+    -e "s|@KAFKA_PLAIN_PASSWORD@|$(cat "$KAFKA_CREDENTIALS_DIR/plain-password")|g" \
     "$PROPS_TEMPLATE" >"$KAFKA_PROPS.tmp"
+  chmod 600 "$KAFKA_PROPS.tmp"
   mv "$KAFKA_PROPS.tmp" "$KAFKA_PROPS"
 }
 
@@ -68,7 +123,7 @@ EOF
 }
 
 format_kafka_storage() {
-  local t0 uuid out
+  local t0 uuid out spec
   [[ -f $KAFKA_DATA/meta.properties ]] && return 0
   t0=$(now_ms)
   # Same form as `StorageTool random-uuid` (16 random bytes, URL-safe base64, no padding, not
@@ -77,10 +132,13 @@ format_kafka_storage() {
   while [[ $uuid == -* || ${#uuid} -ne 22 ]]; do
     uuid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
   done
-  if ! out=$(kafka_java kafka.tools.StorageTool format -t "$uuid" -c "$KAFKA_PROPS" 2>&1); then
+  local -a scram=()
+  while IFS= read -r spec; do scram+=(--add-scram "$spec"); done < <(kafka_scram_specs)
+  if ! out=$(kafka_java kafka.tools.StorageTool format -t "$uuid" -c "$KAFKA_PROPS" "${scram[@]}" 2>&1); then
     printf '%s\n' "$out" >&2
     die "formatting Kafka storage failed"
   fi
+  kafka_scram_fingerprint >"$KAFKA_SCRAM_MARKER"
   log "kafka: formatted storage in $KAFKA_DATA (cluster $uuid, $(since "$t0"))"
 }
 
@@ -127,6 +185,8 @@ start_kafka() {
   t0=$(now_ms)
   ensure_jars
   write_admin_config
+  tls_ensure_certs
+  kafka_ensure_credentials
   if pid=$(pid_ours "$KAFKA_PID" "$KAFKA_PATTERN"); then
     if port_open "$KAFKA_PORT"; then
       log "kafka: already running (pid $pid, port $KAFKA_PORT), reusing"
@@ -134,12 +194,15 @@ start_kafka() {
       log "kafka: pid $pid is starting, waiting for it"
     fi
     wait_kafka_ready "$t0"
+    kafka_ensure_scram_users
+    port_open "$KAFKA_SASL_SSL_PORT" ||
+      log "kafka: the running broker has no SASL_SSL listener on $KAFKA_SASL_SSL_PORT (started before it existed?): restart-kafka adds it"
     return 0
   fi
   rm -f "$KAFKA_PID"
-  for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+  for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_SSL_PORT" "$KAFKA_MTLS_PORT"; do
     if port_open "$p"; then
-      die "kafka: port 127.0.0.1:$p is in use by a process this script did not start (set KAFKA_PORT / KAFKA_CONTROLLER_PORT)"
+      die "kafka: port 127.0.0.1:$p is in use by a process this script did not start (set KAFKA_PORT / KAFKA_CONTROLLER_PORT / KAFKA_SASL_SSL_PORT / KAFKA_MTLS_PORT)"
     fi
   done
   render_kafka_config
@@ -159,6 +222,7 @@ start_kafka() {
   log "kafka: started broker (pid $pid, ports $KAFKA_PORT/$KAFKA_CONTROLLER_PORT), waiting until it answers ..."
   sleep 0.2
   wait_kafka_ready "$t0"
+  kafka_ensure_scram_users
 }
 
 stop_kafka() { stop_pid kafka "$KAFKA_PID" "$KAFKA_PATTERN"; }

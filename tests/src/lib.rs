@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 mod fake_endpoint;
 pub mod forward;
 mod handler;
+pub mod kafka_tls;
 pub mod process;
 pub mod provider_fakes;
 pub mod record_auth;
@@ -46,6 +47,11 @@ pub const TEST_SECRET: &str = "integration-test-secret";
 
 pub fn brokers() -> String {
     std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned())
+}
+
+/// The single-node stack's brokers over PLAINTEXT, as a [`KafkaConfig`] (other keys default).
+pub fn plaintext_kafka() -> KafkaConfig {
+    KafkaConfig { brokers: brokers(), ..KafkaConfig::default() }
 }
 
 /// The three brokers of `scripts/stack up --brokers 3` (`CLUSTER_KAFKA_BROKERS`).
@@ -116,6 +122,7 @@ pub struct TestStackBuilder {
     gateway_limits: Option<Limits>,
     brokers: Option<String>,
     replication: Option<i32>,
+    kafka_security: Option<kafka_tls::KafkaSecurity>,
 }
 
 impl std::fmt::Debug for TestStackBuilder {
@@ -178,6 +185,12 @@ impl TestStackBuilder {
         self
     }
 
+    /// Run every service and client of the stack over these brokers and TLS/SASL settings (see [`kafka_tls`]).
+    pub fn kafka_security(mut self, security: kafka_tls::KafkaSecurity) -> Self {
+        self.kafka_security = Some(security);
+        self
+    }
+
     /// Replication factor of the stack's topics (default 1).
     pub fn replication(mut self, replication: i32) -> Self {
         self.replication = Some(replication);
@@ -186,7 +199,7 @@ impl TestStackBuilder {
 
     pub async fn build(self) -> TestStack {
         let run_id = uuid::Uuid::new_v4().simple().to_string();
-        let kafka = KafkaConfig {
+        let mut kafka = KafkaConfig {
             brokers: self.brokers.clone().unwrap_or_else(brokers),
             inbound_topic: format!("test-{run_id}-inbound"),
             dlq_topic: format!("test-{run_id}-dlq"),
@@ -194,15 +207,18 @@ impl TestStackBuilder {
             retry_topic: format!("test-{run_id}-retry"),
             produce_timeout_ms: self.produce_timeout_ms.unwrap_or(5_000),
             group_id: format!("test-{run_id}-consumer"),
-            properties: Default::default(),
             record_auth: record_auth::test_record_auth(),
+            ..KafkaConfig::default()
         };
+        if let Some(security) = &self.kafka_security {
+            security.apply_to(&mut kafka);
+        }
         let topics = [
             TopicSpec { name: kafka.inbound_topic.clone(), partitions: self.partitions.unwrap_or(3), compacted: false },
             TopicSpec { name: kafka.dlq_topic.clone(), partitions: 1, compacted: false },
             TopicSpec { name: kafka.dlq_status_topic.clone(), partitions: 1, compacted: true },
         ];
-        ensure_topics(&kafka.brokers, &topics, self.replication.unwrap_or(1))
+        ensure_topics(&kafka, &topics, self.replication.unwrap_or(1))
             .await
             .expect("create test topics (is `scripts/stack up` running?)");
 
@@ -260,7 +276,7 @@ impl TestStackBuilder {
         hookline_consumer::Loaded::build(consumer_config.clone()).expect("valid consumer config");
         // The service's own retry topic (a consumer would create it too, with the inbound topic's partitions).
         let retry = TopicSpec { name: consumer_config.service_retry_topic(), partitions: 2, compacted: false };
-        ensure_topics(&kafka.brokers, &[retry], self.replication.unwrap_or(1)).await.expect("create the retry topic");
+        ensure_topics(&kafka, &[retry], self.replication.unwrap_or(1)).await.expect("create the retry topic");
         let mut stack = TestStack {
             kafka,
             redis,
@@ -489,8 +505,8 @@ impl TestStack {
 
     /// Every record now in `topic`.
     pub async fn records(&self, topic: &str) -> Vec<OwnedMessage> {
-        let (brokers, topic) = (self.kafka.brokers.clone(), topic.to_owned());
-        tokio::task::spawn_blocking(move || read_topic(&brokers, &topic, Duration::from_secs(20)))
+        let (kafka, topic) = (self.kafka.clone(), topic.to_owned());
+        tokio::task::spawn_blocking(move || read_topic(&kafka, &topic, Duration::from_secs(20)))
             .await
             .expect("reader task")
             .expect("read topic")

@@ -15,12 +15,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use hookline_common::config::KafkaConfig;
 use hookline_tests::{Delivery, TEST_SECRET, TestStack, cluster_brokers, eventually, stack_script_args};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use rdkafka::{
-    ClientConfig, Message,
+    Message,
     consumer::{BaseConsumer, Consumer},
 };
 
@@ -61,11 +62,11 @@ async fn run_stack(args: &[&str]) {
 
 /// The node leading each partition of `topic`.
 fn leaders(brokers: &str, topic: &str) -> Vec<i32> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "hookline-cluster-probe")
-        .create()
-        .expect("probe client");
+    let kafka = KafkaConfig { brokers: brokers.to_owned(), ..KafkaConfig::default() };
+    let consumer: BaseConsumer =
+        hookline_common::kafka::client_config(&kafka, &[("group.id", "hookline-cluster-probe")])
+            .create()
+            .expect("probe client");
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
     let topic = metadata.topics().iter().find(|t| t.name() == topic).expect("topic in metadata");
     let mut partitions: Vec<_> = topic.partitions().iter().map(|p| (p.id(), p.leader())).collect();

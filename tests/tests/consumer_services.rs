@@ -237,7 +237,7 @@ async fn a_consumer_upgraded_from_unscoped_keys_mid_stream_processes_nothing_twi
             redis::cmd("SET").arg(&key).arg("done").arg("EX").arg(3600).query_async(&mut connection).await.unwrap();
     }
     ensure_topics(
-        &stack.kafka.brokers,
+        &stack.kafka,
         &[TopicSpec { name: stack.kafka.retry_topic.clone(), partitions: 1, compacted: false }],
         1,
     )

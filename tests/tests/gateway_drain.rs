@@ -125,7 +125,7 @@ async fn a_draining_gateway_fails_readyz_first_and_answers_kept_alive_connection
     assert!(TcpStream::connect(public).await.is_err(), "the listener is closed after the drain");
 
     let records = tokio::task::spawn_blocking(move || {
-        hookline_common::kafka::read_topic(&hookline_tests::brokers(), &topic, Duration::from_secs(20))
+        hookline_common::kafka::read_topic(&hookline_tests::plaintext_kafka(), &topic, Duration::from_secs(20))
     })
     .await
     .expect("reader")

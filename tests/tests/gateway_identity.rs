@@ -136,7 +136,7 @@ async fn readyz_covers_every_topic_the_sources_produce_to() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let spec = hookline_common::kafka::TopicSpec { name: topic.clone(), partitions: 1, compacted: false };
-    hookline_common::kafka::ensure_topics(&hookline_tests::brokers(), &[spec], 1).await.expect("create topic");
+    hookline_common::kafka::ensure_topics(&hookline_tests::plaintext_kafka(), &[spec], 1).await.expect("create topic");
     hookline_tests::eventually(std::time::Duration::from_secs(30), "ready once the topic exists", || async {
         readyz().await == StatusCode::OK
     })

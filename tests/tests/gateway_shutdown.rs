@@ -44,10 +44,12 @@ async fn a_request_in_flight_at_shutdown_is_finished_and_acknowledged_only_once_
     tokio::time::timeout(Duration::from_secs(20), shutdown).await.expect("exits within its deadline").expect("task");
     assert!(started.elapsed() < Duration::from_secs(20));
 
-    let records = tokio::task::spawn_blocking(move || read_topic(&brokers(), &topic, Duration::from_secs(20)))
-        .await
-        .expect("reader")
-        .expect("read topic");
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&hookline_tests::plaintext_kafka(), &topic, Duration::from_secs(20))
+    })
+    .await
+    .expect("reader")
+    .expect("read topic");
     assert_eq!(records.len(), 1, "the acknowledged request is in Kafka");
     assert_eq!(records[0].payload(), Some(&body[..]));
 }

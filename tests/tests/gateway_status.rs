@@ -93,12 +93,12 @@ fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
 
 async fn create_topic(name: &str) {
     let topics = [TopicSpec { name: name.to_owned(), partitions: 1, compacted: false }];
-    ensure_topics(&brokers(), &topics, 1).await.expect("create topic");
+    ensure_topics(&hookline_tests::plaintext_kafka(), &topics, 1).await.expect("create topic");
 }
 
 async fn records_of(topic: &str) -> Vec<OwnedMessage> {
-    let (brokers, topic) = (brokers(), topic.to_owned());
-    tokio::task::spawn_blocking(move || read_topic(&brokers, &topic, Duration::from_secs(20)))
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || read_topic(&hookline_tests::plaintext_kafka(), &topic, Duration::from_secs(20)))
         .await
         .expect("reader")
         .expect("read topic")

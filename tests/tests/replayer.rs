@@ -443,7 +443,7 @@ async fn service_index_follows_both_topics_pages_with_a_stable_cursor_and_gauges
 async fn local_stack_dlq_topic_never_expires_entries() {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     let admin: AdminClient<rdkafka::client::DefaultClientContext> =
-        rdkafka::ClientConfig::new().set("bootstrap.servers", hookline_tests::brokers()).create().expect("admin");
+        hookline_common::kafka::admin_config(&hookline_tests::plaintext_kafka()).create().expect("admin");
     let topic = hookline_common::wire::default_topic::DEAD_LETTER;
     let results = admin
         .describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new())

@@ -67,7 +67,7 @@ async fn main() -> anyhow::Result<()> {
         ..KafkaConfig::default()
     };
     ensure_topics(
-        &kafka.brokers,
+        &kafka,
         &[
             TopicSpec { name: kafka.dlq_topic.clone(), partitions: args.partitions, compacted: false },
             TopicSpec { name: kafka.dlq_status_topic.clone(), partitions: args.partitions, compacted: true },

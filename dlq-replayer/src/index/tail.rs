@@ -8,7 +8,7 @@ use std::{
 
 use hookline_common::{
     config::KafkaConfig,
-    kafka::{QuietContext, partitions_of},
+    kafka::{QuietContext, client_config, partitions_of},
 };
 use rdkafka::{
     ClientConfig, Message, Offset, TopicPartitionList,
@@ -141,23 +141,19 @@ pub fn reader(kafka: &KafkaConfig, name: &'static str) -> Result<BaseConsumer<Qu
 
 /// The settings of [`reader`], to adjust before creating one.
 pub fn reader_config(kafka: &KafkaConfig) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &kafka.brokers)
-        // Required by librdkafka even for assign(); nothing is committed to it.
-        .set("group.id", format!("hookline-reader-{}", uuid::Uuid::new_v4()))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("isolation.level", "read_committed")
-        .set("fetch.message.max.bytes", "16777216")
-        .set("fetch.wait.max.ms", "10")
-        // Prefetch bounded: the index, not librdkafka's queue, is what should hold memory.
-        .set("queued.max.messages.kbytes", "16384")
-        .set_log_level(RDKafkaLogLevel::Warning);
-    for (key, value) in &kafka.properties {
-        if hookline_common::config::refused_property(key).is_none() {
-            config.set(key, value);
-        }
-    }
-    config
+    // A group id is required by librdkafka even for assign(); nothing is committed to it.
+    let group_id = format!("hookline-reader-{}", uuid::Uuid::new_v4());
+    client_config(
+        kafka,
+        &[
+            ("group.id", &group_id),
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "false"),
+            ("isolation.level", "read_committed"),
+            ("fetch.message.max.bytes", "16777216"),
+            ("fetch.wait.max.ms", "10"),
+            // Prefetch bounded: the index, not librdkafka's queue, is what should hold memory.
+            ("queued.max.messages.kbytes", "16384"),
+        ],
+    )
 }
