@@ -14,6 +14,7 @@ pub mod kafka;
 pub mod metrics_catalog;
 pub mod producer;
 pub mod redis_connection;
+pub mod redis_security;
 pub mod signals;
 pub mod signature;
 pub mod telemetry;

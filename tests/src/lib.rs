@@ -36,6 +36,7 @@ mod fake_endpoint;
 mod handler;
 pub mod process;
 pub mod provider_fakes;
+pub mod redis_tls;
 
 pub use crate::{fake_endpoint::FakeEndpoint, handler::TestHandler};
 
@@ -114,6 +115,7 @@ pub struct TestStackBuilder {
     gateway_limits: Option<Limits>,
     brokers: Option<String>,
     replication: Option<i32>,
+    redis: Option<RedisConfig>,
 }
 
 impl std::fmt::Debug for TestStackBuilder {
@@ -173,6 +175,13 @@ impl TestStackBuilder {
     /// [`cluster_brokers`] with [`replication`](Self::replication) 3.
     pub fn brokers(mut self, brokers: impl Into<String>) -> Self {
         self.brokers = Some(brokers.into());
+        self
+    }
+
+    /// The Redis every consumer of the stack uses, and [`TestStack::redis`] (default: the stack's plain Redis with a
+    /// fresh key prefix), for example [`redis_tls::single_node`]'s TLS and ACL user.
+    pub fn redis(mut self, redis: RedisConfig) -> Self {
+        self.redis = Some(redis);
         self
     }
 
@@ -246,7 +255,11 @@ impl TestStackBuilder {
             gateway_shutdown.clone(),
         ));
 
-        let redis = RedisConfig { url: redis_url(), key_prefix: format!("test:{run_id}"), ..RedisConfig::default() };
+        let redis = self.redis.clone().unwrap_or_else(|| RedisConfig {
+            url: redis_url(),
+            key_prefix: format!("test:{run_id}"),
+            ..RedisConfig::default()
+        });
         let mut consumer_config =
             ConsumerConfig { kafka: kafka.clone(), redis: redis.clone(), ..ConsumerConfig::default() };
         consumer_config.retry.initial_backoff_ms = 50;
