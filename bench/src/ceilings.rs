@@ -289,8 +289,7 @@ async fn batched_scripts(
     duration: Duration,
     batch: usize,
 ) -> Result<RedisCeilingRow, hookline_consumer::dedupe::DedupeError> {
-    let client = redis::Client::open(config.url.as_str())?;
-    let mut connection = client.get_multiplexed_async_connection().await?;
+    let mut connection = hookline_common::redis_security::multiplexed_connection(config).await?;
     let (claim, done) = (Script::new(BATCH_CLAIM_SCRIPT), Script::new(BATCH_DONE_SCRIPT));
     let mut histogram = new_histogram();
     let mut events = 0_u64;
@@ -336,8 +335,7 @@ async fn pipelined(
     duration: Duration,
     batch: usize,
 ) -> Result<RedisCeilingRow, hookline_consumer::dedupe::DedupeError> {
-    let client = redis::Client::open(config.url.as_str())?;
-    let mut connection = client.get_multiplexed_async_connection().await?;
+    let mut connection = hookline_common::redis_security::multiplexed_connection(config).await?;
     let (claim, done) = (Script::new(CLAIM_SCRIPT), Script::new(DONE_SCRIPT));
     for script in [&claim, &done] {
         script.load_async(&mut connection).await?;

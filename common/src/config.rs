@@ -159,6 +159,13 @@ pub struct RedisConfig {
     pub claim_lease_ms: u64,
     /// Bound on each Redis command; a timed-out claim is treated as uncertain and read back.
     pub response_timeout_ms: u64,
+    /// Redis 6 ACL user (`AUTH <username> <password>`); without it, the `default` user.
+    pub username: Option<String>,
+    /// The password of `username` (or of the default user), a secret reference; never in `url`.
+    pub password: Option<SecretRef>,
+    /// For a `rediss://` URL: the CA to trust instead of the built-in roots, and a client certificate
+    /// ([`crate::redis_security`]).
+    pub tls: Option<crate::redis_security::RedisTls>,
 }
 
 impl Default for RedisConfig {
@@ -170,6 +177,9 @@ impl Default for RedisConfig {
             dedupe_ttl_s: 72 * 3600,
             claim_lease_ms: 30_000,
             response_timeout_ms: 2_000,
+            username: None,
+            password: None,
+            tls: None,
         }
     }
 }
@@ -184,6 +194,7 @@ impl RedisConfig {
         problems.check(self.dedupe_ttl_s >= 60, "redis.dedupe_ttl_s must be at least 60");
         problems.check(self.claim_lease_ms >= 1_000, "redis.claim_lease_ms must be at least 1000");
         problems.check(self.response_timeout_ms >= 50, "redis.response_timeout_ms must be at least 50");
+        crate::redis_security::validate(self, problems);
     }
 
     /// The node URLs in `url`.

@@ -18,6 +18,7 @@ pub mod metrics_catalog;
 pub mod producer;
 pub mod record_auth;
 pub mod redis_connection;
+pub mod redis_security;
 pub mod signals;
 pub mod signature;
 pub mod telemetry;

@@ -252,6 +252,13 @@ pub mod redis_key {
         format!("{prefix}:svc={service}")
     }
 
+    /// The key a consumer's start exercises every dedupe script on, to learn before fetching anything whether its
+    /// Redis user may run them (`<prefix>:svc=<service>:start-check`): a claim, renewed and released, then
+    /// claimed again and marked done with a one-second TTL. Never an event's key (those have a source and an id).
+    pub fn start_check(prefix: &str, service: &str) -> String {
+        format!("{prefix}:svc={service}:start-check")
+    }
+
     /// The reconciler's index of accepted events: `<prefix>:accepted:<source>:<id>` exists (value: the
     /// record's receive time, ms) when a record of that source with that id reached the inbound topic. `id` is
     /// the id the provider's event log shows: the event id, or for a source whose provider id is unsigned

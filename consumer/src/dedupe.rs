@@ -83,6 +83,13 @@ impl ServiceHistory {
 #[error("redis")]
 pub struct DedupeError(#[from] redis::RedisError);
 
+impl DedupeError {
+    /// The Redis error, to tell a refused configuration from an outage ([`hookline_common::redis_security::refusal`]).
+    pub fn redis_error(&self) -> &redis::RedisError {
+        &self.0
+    }
+}
+
 /// Returns `acquired`, `done` or `held`. `SET NX` first; if the key exists, our own value (a re-sent claim whose
 /// first reply was lost) counts as acquired, and a key that expired in between is claimed anew.
 pub const CLAIM_SCRIPT: &str = r"
@@ -164,8 +171,9 @@ impl std::fmt::Debug for Dedupe {
 }
 
 impl Dedupe {
-    /// Connects to Redis, for the consumer service `service`. Fails when Redis cannot be reached now; the
-    /// caller retries. Unscoped keys are not read until [`Self::honour_unscoped_keys`] says so.
+    /// Connects to Redis, for the consumer service `service`, and checks that its user may run what dedupe runs
+    /// ([`Self::check_permissions`]). Fails when Redis cannot be reached now (the caller retries) or refuses the
+    /// configuration (the caller stops). Unscoped keys are not read until [`Self::honour_unscoped_keys`] says so.
     pub async fn connect(config: &RedisConfig, service: &str) -> Result<Self, DedupeError> {
         let connection = RedisConnection::connect(config).await?;
         let mut dedupe = Self {
@@ -186,7 +194,30 @@ impl Dedupe {
             tokio::spawn(batch_calls(receiver, connection.clone(), dedupe.clone()));
             dedupe.batcher = Some(sender);
         }
+        dedupe.check_permissions().await?;
         Ok(dedupe)
+    }
+
+    /// Runs every command dedupe sends (PING, SCRIPT LOAD, EVALSHA, and in the scripts GET, SET, PEXPIRE, DEL) on
+    /// this service's start-check key, so a Redis user without one of them (NOPERM) is refused at start instead
+    /// of pausing the consumer at its first event. Leaves the key `done` for a second.
+    async fn check_permissions(&self) -> Result<(), DedupeError> {
+        self.ping().await?;
+        let token = ClaimToken {
+            key: redis_key::start_check(&self.prefix, &self.service),
+            value: Self::claim_value(),
+            unscoped_key: None,
+        };
+        let probe = Self { done_ttl_ms: 1_000, batcher: None, ..self.clone() };
+        for script in [&probe.claim, &probe.done, &probe.release, &probe.renew] {
+            script.load_async(&mut probe.connection.clone()).await?;
+        }
+        let _: String = probe.invoke(&mut probe.invocation(Op::Claim, &token)).await?;
+        let _: i64 = probe.invoke(&mut probe.invocation(Op::Renew, &token)).await?;
+        let _: i64 = probe.invoke(&mut probe.invocation(Op::Release, &token)).await?;
+        let _: String = probe.invoke(&mut probe.invocation(Op::Claim, &token)).await?;
+        let _: i64 = probe.invoke(&mut probe.invocation(Op::Done, &token)).await?;
+        Ok(())
     }
 
     /// The invocation of `op` for `token`, with this dedupe's lease and TTL.

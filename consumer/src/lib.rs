@@ -37,6 +37,7 @@ use std::{
 use hookline_common::{
     http::{Readiness, serve_admin},
     kafka::{QuietContext, consumer_config},
+    redis_security,
     telemetry::LogThrottle,
     wire::{EventMeta, now_ms},
 };
@@ -69,6 +70,9 @@ pub enum ConsumerError {
     Kafka(#[from] KafkaError),
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
+    /// Redis refuses this configuration (certificate, credentials, permissions): said in one line, not waited for.
+    #[error(transparent)]
+    RedisRefused(#[from] hookline_common::redis_security::RedisRefusal),
 }
 
 type GroupConsumer = StreamConsumer<GroupContext>;
@@ -106,13 +110,21 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     let assigned_ready = readiness.check("partitions_assigned");
     let retry_topic_ready = readiness.check("retry_topic");
     let tasks = TaskTracker::new();
-    tasks.spawn(serve_admin(admin, registry, readiness.clone(), shutdown.child_token()).in_current_span());
+    let admin_shutdown = shutdown.child_token();
+    tasks.spawn(serve_admin(admin, registry, readiness.clone(), admin_shutdown.clone()).in_current_span());
 
     // Never process without the dedupe gate: wait for Redis before joining the group.
     let dedupe = loop {
         match Dedupe::connect(&config.redis, &service).await {
             Ok(dedupe) => break dedupe,
             Err(error) => {
+                // A configuration Redis will never accept ends the start; only an unreachable Redis is waited for.
+                if let Some(refusal) = redis_security::refusal(&config.redis, error.redis_error()) {
+                    admin_shutdown.cancel();
+                    tasks.close();
+                    tasks.wait().await;
+                    return Err(refusal.into());
+                }
                 tracing::warn!(error = %error, cause = ?std::error::Error::source(&error), "redis unreachable; waiting")
             }
         }

@@ -41,6 +41,7 @@ impl Loaded {
     pub fn build(config: ConsumerConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();
         config.check(&mut problems);
+        hookline_common::redis_security::check(&config.redis, &mut problems);
         let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
             .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
             .ok();

@@ -26,6 +26,7 @@ impl Loaded {
     pub fn build(config: ReconcilerConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();
         config.check_settings(&mut problems);
+        hookline_common::redis_security::check(&config.redis, &mut problems);
         let mut credentials = HashMap::new();
         for source in &config.sources {
             let credential = source.credential.load().and_then(|bytes| {

@@ -4,6 +4,54 @@
 
 REDIS_PATTERN="redis-server 127.0.0.1:$REDIS_PORT"
 
+# TLS and an ACL user on the same processes (no new ones): the single Redis also listens with TLS on
+# REDIS_TLS_PORT (client certificate optional), and each Redis Cluster node on the port at the same position in
+# REDIS_TLS_CLUSTER_PORTS (client certificate required: the mutual-TLS case), its cluster bus over TLS too. The
+# certificates are `scripts/stack certs`'s. The plain ports keep the open `default` user the other tests use.
+REDIS_TLS_PORT=${REDIS_TLS_PORT:-16390}
+REDIS_TLS_CLUSTER_PORTS=${REDIS_TLS_CLUSTER_PORTS:-16391 16392 16393}
+REDIS_ACL_USER=${REDIS_ACL_USER:-hookline}
+# The user's password, generated once, kept only here (never committed): REDIS_ACL_PASSWORD_FILE.
+REDIS_ACL_PASSWORD_FILE="$STACK_DIR/redis-acl-password"
+# Exactly the ACL docs/security.md ("Redis: TLS and ACL users") gives a consumer service, on the key prefix the
+# TLS tests use: the tests passing over this user prove it is enough. READONLY and CLUSTER SLOTS are what the
+# cluster client sends on each node connection.
+REDIS_ACL_RULES=(resetkeys '~hookline:*' resetchannels -@all +ping +get +set +del +pexpire +evalsha '+script|load'
+  '+cluster|slots' +readonly)
+
+# redis_acl_password: prints the ACL user's password, generating it the first time.
+redis_acl_password() {
+  if [[ ! -s $REDIS_ACL_PASSWORD_FILE ]]; then
+    (umask 077 && openssl rand -hex 24 >"$REDIS_ACL_PASSWORD_FILE.tmp") || die "redis: cannot generate the ACL password"
+    mv "$REDIS_ACL_PASSWORD_FILE.tmp" "$REDIS_ACL_PASSWORD_FILE"
+  fi
+  cat "$REDIS_ACL_PASSWORD_FILE"
+}
+
+# redis_add_acl_user PORT: creates or resets the stack's ACL user on the Redis at PORT (plain port, default user).
+# Through stdin, so the password is not on a command line.
+redis_add_acl_user() {
+  local password reply
+  password=$(redis_acl_password)
+  reply=$(printf 'ACL SETUSER %s reset on >%s %s\n' "$REDIS_ACL_USER" "$password" "${REDIS_ACL_RULES[*]}" \
+    | redis-cli -h 127.0.0.1 -p "$1" 2>&1) || true
+  [[ $reply == OK ]] || die "redis: ACL SETUSER $REDIS_ACL_USER on port $1 failed: $reply"
+}
+
+# redis_enable_tls PORT TLS_PORT: the Redis at PORT also listens with TLS on TLS_PORT (set at run time, so a
+# Redis started before this existed gets it too), and has the ACL user.
+redis_enable_tls() {
+  local port=$1 tls_port=$2 reply
+  tls_ensure_certs
+  if ! port_open "$tls_port"; then
+    reply=$(redis-cli -h 127.0.0.1 -p "$port" config set tls-cert-file "$TLS_DIR/server.pem" \
+      tls-key-file "$TLS_DIR/server.key" tls-ca-cert-file "$TLS_DIR/ca.pem" tls-auth-clients optional \
+      tls-port "$tls_port" 2>&1 </dev/null) || true
+    [[ $reply == OK ]] || die "redis: cannot open the TLS port $tls_port (is it in use? set REDIS_TLS_PORT): $reply"
+  fi
+  redis_add_acl_user "$port"
+}
+
 ensure_redis_installed() {
   command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return 0
   local t0 sudo=() out
@@ -46,7 +94,8 @@ start_redis() {
   ensure_redis_installed
   if pid=$(pid_ours "$REDIS_PID" "$REDIS_PATTERN"); then
     wait_redis_ready "$t0"
-    log "redis: already running (pid $pid, port $REDIS_PORT), reusing"
+    redis_enable_tls "$REDIS_PORT" "$REDIS_TLS_PORT"
+    log "redis: already running (pid $pid, port $REDIS_PORT, TLS $REDIS_TLS_PORT), reusing"
     return 0
   fi
   rm -f "$REDIS_PID"
@@ -67,7 +116,8 @@ start_redis() {
     sleep 0.1
   done
   [[ -n ${pid:-} ]] || die "redis: answers but $REDIS_PID does not name it"
-  log "redis: ready on 127.0.0.1:$REDIS_PORT (pid $pid, $(since "$t0"))"
+  redis_enable_tls "$REDIS_PORT" "$REDIS_TLS_PORT"
+  log "redis: ready on 127.0.0.1:$REDIS_PORT, TLS on $REDIS_TLS_PORT (pid $pid, $(since "$t0"))"
 }
 
 stop_redis() { stop_pid redis "$REDIS_PID" "$REDIS_PATTERN"; }
@@ -81,17 +131,43 @@ signal_redis() {
 }
 
 start_redis_cluster() {
-  local t0 port pid nodes=() started=0
+  local t0 port pid nodes=() started=0 tls_ports=() i
   t0=$(now_ms)
   ensure_redis_installed
+  tls_ensure_certs
+  read -r -a tls_ports <<<"$REDIS_TLS_CLUSTER_PORTS"
+  i=0
   for port in $REDIS_CLUSTER_PORTS; do
-    local dir="$REDIS_CLUSTER_DIR/$port"
+    [[ -n ${tls_ports[i]:-} ]] || die "redis-cluster: REDIS_TLS_CLUSTER_PORTS needs one port per REDIS_CLUSTER_PORTS"
+    i=$((i + 1))
+  done
+  # Nodes started before they had a TLS port (an older scripts/stack) are restarted: the cluster is formed anew.
+  i=0
+  for port in $REDIS_CLUSTER_PORTS; do
+    if pid_ours "$REDIS_CLUSTER_DIR/$port/redis.pid" "redis-server 127.0.0.1:$port" >/dev/null \
+      && ! port_open "${tls_ports[i]}"; then
+      log "redis-cluster: node $port has no TLS port; restarting the cluster with one"
+      stop_redis_cluster
+      break
+    fi
+    i=$((i + 1))
+  done
+  i=0
+  for port in $REDIS_CLUSTER_PORTS; do
+    local dir="$REDIS_CLUSTER_DIR/$port" tls_port=${tls_ports[i]}
+    i=$((i + 1))
     nodes+=("127.0.0.1:$port")
     if pid=$(pid_ours "$dir/redis.pid" "redis-server 127.0.0.1:$port"); then continue; fi
     port_open "$port" && die "redis-cluster: port 127.0.0.1:$port is in use by a process this script did not start"
+    port_open "$tls_port" && die "redis-cluster: port 127.0.0.1:$tls_port is in use (set REDIS_TLS_CLUSTER_PORTS)"
     # A node that lost its process starts empty: forget the old cluster so it can be formed again.
     rm -rf "$dir" && mkdir -p "$dir"
+    # The bus and the nodes' own connections to one another use TLS with the client certificate (the TLS port
+    # requires one); plain clients are told the plain ports, TLS clients the TLS ports.
     redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes --cluster-enabled yes \
+      --tls-port "$tls_port" --tls-cluster yes --tls-replication yes --tls-auth-clients yes \
+      --tls-cert-file "$TLS_DIR/server.pem" --tls-key-file "$TLS_DIR/server.key" --tls-ca-cert-file "$TLS_DIR/ca.pem" \
+      --tls-client-cert-file "$TLS_DIR/client.pem" --tls-client-key-file "$TLS_DIR/client.key" \
       --cluster-config-file "$dir/nodes.conf" --save "" --appendonly no --dir "$dir" \
       --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --daemonize yes </dev/null 9>&- \
       || die "redis-cluster: node $port failed to start"
@@ -102,6 +178,7 @@ start_redis_cluster() {
       (($(now_ms) > t0 + STACK_TIMEOUT_S * 1000)) && die "redis-cluster: node $port does not answer"
       sleep 0.1
     done
+    redis_add_acl_user "$port"
   done
   if ! redis-cli -p "${nodes[0]##*:}" cluster info 2>/dev/null </dev/null | grep -q '^cluster_state:ok'; then
     ((started)) || log "redis-cluster: nodes run but form no cluster; forming it"
@@ -114,7 +191,7 @@ start_redis_cluster() {
       sleep 0.2
     done
   done
-  log "redis-cluster: ready on ${nodes[*]} ($(since "$t0"))"
+  log "redis-cluster: ready on ${nodes[*]}, TLS on ${tls_ports[*]} ($(since "$t0"))"
 }
 
 stop_redis_cluster() {
@@ -131,3 +208,8 @@ redis_cluster_urls() {
   (IFS=,; printf '%s' "${urls[*]}")
 }
 
+redis_tls_cluster_urls() {
+  local port urls=()
+  for port in $REDIS_TLS_CLUSTER_PORTS; do urls+=("rediss://127.0.0.1:$port"); done
+  (IFS=,; printf '%s' "${urls[*]}")
+}

@@ -39,6 +39,7 @@ pub mod kafka_tls;
 pub mod process;
 pub mod provider_fakes;
 pub mod record_auth;
+pub mod redis_tls;
 
 pub use crate::{fake_endpoint::FakeEndpoint, handler::TestHandler};
 
@@ -123,6 +124,7 @@ pub struct TestStackBuilder {
     brokers: Option<String>,
     replication: Option<i32>,
     kafka_security: Option<kafka_tls::KafkaSecurity>,
+    redis: Option<RedisConfig>,
 }
 
 impl std::fmt::Debug for TestStackBuilder {
@@ -188,6 +190,13 @@ impl TestStackBuilder {
     /// Run every service and client of the stack over these brokers and TLS/SASL settings (see [`kafka_tls`]).
     pub fn kafka_security(mut self, security: kafka_tls::KafkaSecurity) -> Self {
         self.kafka_security = Some(security);
+        self
+    }
+
+    /// The Redis every consumer of the stack uses, and [`TestStack::redis`] (default: the stack's plain Redis with a
+    /// fresh key prefix), for example [`redis_tls::single_node`]'s TLS and ACL user.
+    pub fn redis(mut self, redis: RedisConfig) -> Self {
+        self.redis = Some(redis);
         self
     }
 
@@ -265,7 +274,11 @@ impl TestStackBuilder {
             gateway_shutdown.clone(),
         ));
 
-        let redis = RedisConfig { url: redis_url(), key_prefix: format!("test:{run_id}"), ..RedisConfig::default() };
+        let redis = self.redis.clone().unwrap_or_else(|| RedisConfig {
+            url: redis_url(),
+            key_prefix: format!("test:{run_id}"),
+            ..RedisConfig::default()
+        });
         let mut consumer_config =
             ConsumerConfig { kafka: kafka.clone(), redis: redis.clone(), ..ConsumerConfig::default() };
         consumer_config.retry.initial_backoff_ms = 50;
