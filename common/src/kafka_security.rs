@@ -352,6 +352,8 @@ pub async fn check_broker_accepts(kafka: &KafkaConfig, wait: Duration) -> Result
         let deadline = Instant::now() + wait;
         loop {
             let answered = consumer.fetch_metadata(None, Duration::from_millis(500)).is_ok();
+            // Errors reach the context's error callback only when the client is polled.
+            let _ = consumer.poll(Duration::from_millis(100));
             if let Some(reason) = refusal.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
                 return Err(KafkaError::ClientCreation(format!(
                     "the Kafka brokers {brokers} refuse hookline's {protocol} connection ({reason}); check \

@@ -46,7 +46,7 @@ impl KafkaSecurity {
 
     /// A default [`KafkaConfig`] with these settings.
     pub fn kafka_config(&self) -> KafkaConfig {
-        let mut kafka = KafkaConfig::default();
+        let mut kafka = KafkaConfig { record_auth: crate::record_auth::test_record_auth(), ..KafkaConfig::default() };
         self.apply_to(&mut kafka);
         kafka
     }
