@@ -26,8 +26,7 @@ use hookline_common::{
     wire::{self, header, header_str},
 };
 use rdkafka::{
-    ClientConfig, Message, Offset, TopicPartitionList,
-    config::RDKafkaLogLevel,
+    Message, Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer, StreamConsumer},
 };
 use tokio_util::sync::CancellationToken;

@@ -163,7 +163,8 @@ impl TokenEndpoint {
     pub async fn start(client_secret: &str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind token endpoint");
         let addr = listener.local_addr().expect("addr");
-        let (issued, refused, stop) = (Arc::default(), Arc::default(), CancellationToken::new());
+        let (issued, refused, stop) =
+            (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), CancellationToken::new());
         let expected = format!(
             "Basic {}",
             base64::engine::general_purpose::STANDARD.encode(format!("{}:{client_secret}", Self::CLIENT_ID))

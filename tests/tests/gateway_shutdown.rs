@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use hookline_common::{kafka::read_topic, signature::github};
-use hookline_tests::{TEST_SECRET, TestStack, brokers};
+use hookline_tests::{TEST_SECRET, TestStack};
 use rdkafka::Message;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},

@@ -16,7 +16,7 @@ use hookline_common::{
     wire::header,
 };
 use hookline_gateway::config::{Limits, SourceConfig};
-use hookline_tests::{Reply, TestStack, brokers};
+use hookline_tests::{Reply, TestStack};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use rdkafka::{

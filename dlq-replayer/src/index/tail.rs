@@ -12,7 +12,6 @@ use hookline_common::{
 };
 use rdkafka::{
     ClientConfig, Message, Offset, TopicPartitionList,
-    config::RDKafkaLogLevel,
     consumer::{BaseConsumer, Consumer},
     error::KafkaError,
 };
