@@ -147,8 +147,9 @@ fn meta(event_id: &str) -> EventMeta {
 
 /// The id of the key that signed `record` (from its `hookline-mac` header).
 fn signing_key_id(record: &OwnedMessage) -> String {
-    let mac = record.headers().unwrap().iter().find(|h| h.key == header::MAC).and_then(|h| h.value).unwrap();
-    std::str::from_utf8(mac).unwrap().split(',').nth(1).unwrap().to_owned()
+    let headers = record.headers().expect("headers");
+    let mac = headers.iter().find(|h| h.key == header::MAC).and_then(|h| h.value).expect("a MAC header");
+    std::str::from_utf8(mac).expect("UTF-8").split(',').nth(1).expect("v1,<key id>,<mac>").to_owned()
 }
 
 /// The error class of every record in the stack's DLQ.
@@ -158,8 +159,9 @@ async fn dead_letter_classes(stack: &TestStack) -> Vec<Vec<u8>> {
         .await
         .iter()
         .map(|record| {
-            let headers = record.headers().unwrap();
-            headers.iter().find(|h| h.key == header::dlq::ERROR_CLASS).and_then(|h| h.value).unwrap().to_vec()
+            let headers = record.headers().expect("headers");
+            let class = headers.iter().find(|h| h.key == header::dlq::ERROR_CLASS).and_then(|h| h.value);
+            class.expect("an error class").to_vec()
         })
         .collect()
 }
