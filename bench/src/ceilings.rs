@@ -1,7 +1,8 @@
 //! The ceilings the gateway and the consumer are measured against, on the same machine in the same run:
 //! - [`serve_http_ceiling`]: a minimal hyper server that reads the body and answers 202 at once, so the load
 //!   generator against it measures what HTTP alone (and the generator itself) allows;
-//! - [`kafka_ceiling`]: an rdkafka producer alone, with the gateway's producer settings and record layout;
+//! - [`kafka_ceiling`]: an rdkafka producer alone, with the gateway's producer settings and record layout
+//!   (including the record MAC the gateway adds, [`hookline_common::record_auth`]);
 //! - [`redis_ceiling`]: the consumer's own claim and done scripts, one round trip at a time, concurrently, and
 //!   pipelined.
 
@@ -15,6 +16,7 @@ use bytes::Bytes;
 use hookline_common::{
     config::{KafkaConfig, RedisConfig},
     kafka::{QuietContext, producer_config},
+    record_auth::RecordKeys,
     wire::{
         EventMeta, now_ms,
         redis_key::{DEDUPE_CLAIM_PREFIX, DEDUPE_DONE},
@@ -38,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     loadgen::{Percentiles, new_histogram},
+    record_key::BenchRecordKey,
     signing::json_body,
 };
 
@@ -81,6 +84,8 @@ pub struct KafkaCeilingConfig {
     /// Produces awaiting their acknowledgement at once (the gateway's concurrent requests).
     pub concurrency: usize,
     pub duration: Duration,
+    /// Signs every record, as the gateway does (the MAC is part of the gateway's record).
+    pub record_key: BenchRecordKey,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -96,7 +101,7 @@ pub struct KafkaCeilingReport {
     pub ack_latency: Percentiles,
 }
 
-/// Produces gateway-shaped records (key = event id, the gateway's headers, a JSON body) as fast as `concurrency`
+/// Produces gateway-shaped records (key = event id, the gateway's headers and record MAC, a JSON body) as fast as `concurrency`
 /// awaited produces allow, with the gateway's producer settings (`producer_config`: idempotent, `acks=all`,
 /// `linger.ms`, lz4), and measures the acknowledgements.
 pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingReport, rdkafka::error::KafkaError> {
@@ -108,14 +113,15 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
     // Warm-up, not measured: the first produce to a fresh topic waits for its metadata and the producer id
     // (the gateway does the same before it reports ready). A gateway-shaped record, so consumers handle it.
     let warm_up_id = format!("kafka-{run_id}-warm-up");
-    let (body, headers) = gateway_record(&warm_up_id, config.message_bytes);
+    let keys = config.record_key.keys().clone();
+    let (body, headers) = gateway_record(&keys, &config.topic, &warm_up_id, config.message_bytes);
     let record = FutureRecord::to(&config.topic).key(warm_up_id.as_bytes()).payload(&body).headers(headers);
     producer.send(record, Timeout::After(Duration::from_secs(10))).await.map_err(|(error, _)| error)?;
     let start = Instant::now();
     let end = start + config.duration;
     let mut tasks = Vec::new();
     for task_idx in 0..config.concurrency {
-        let (producer, topic, run_id) = (producer.clone(), config.topic.clone(), run_id.clone());
+        let (producer, topic, run_id, keys) = (producer.clone(), config.topic.clone(), run_id.clone(), keys.clone());
         let message_bytes = config.message_bytes;
         tasks.push(tokio::spawn(async move {
             let mut histogram = new_histogram();
@@ -124,7 +130,7 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
             while Instant::now() < end {
                 seq += 1;
                 let event_id = format!("kafka-{run_id}-{task_idx}-{seq}");
-                let (body, headers) = gateway_record(&event_id, message_bytes);
+                let (body, headers) = gateway_record(&keys, &topic, &event_id, message_bytes);
                 let record = FutureRecord::to(&topic).key(event_id.as_bytes()).payload(&body).headers(headers);
                 let sent_at = Instant::now();
                 match producer.send(record, Timeout::After(Duration::ZERO)).await {
@@ -160,8 +166,14 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
     })
 }
 
-/// The body and headers the gateway would produce for a verified GitHub delivery of `event_id`.
-fn gateway_record(event_id: &str, message_bytes: usize) -> (Vec<u8>, rdkafka::message::OwnedHeaders) {
+/// The body and headers the gateway would produce for a verified GitHub delivery of `event_id` to `topic`,
+/// signed with `keys` (the record MAC the gateway's producer adds).
+fn gateway_record(
+    keys: &RecordKeys,
+    topic: &str,
+    event_id: &str,
+    message_bytes: usize,
+) -> (Vec<u8>, rdkafka::message::OwnedHeaders) {
     let meta = EventMeta {
         source: "bench-github".to_owned(),
         event_id: event_id.to_owned(),
@@ -171,7 +183,11 @@ fn gateway_record(event_id: &str, message_bytes: usize) -> (Vec<u8>, rdkafka::me
         secret_id: "bench".to_owned(),
         ordering_key: None,
     };
-    (json_body(event_id, message_bytes), meta.to_headers())
+    let body = json_body(event_id, message_bytes);
+    let headers = keys
+        .sign(topic, Some(event_id.as_bytes()), Some(&body), Some(&meta.to_headers()), now_ms())
+        .expect("the bench's record key is valid now");
+    (body, headers)
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

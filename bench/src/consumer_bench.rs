@@ -21,7 +21,10 @@ use rdkafka::{
     consumer::{Consumer, StreamConsumer},
 };
 
-use crate::ceilings::{KafkaCeilingConfig, kafka_ceiling};
+use crate::{
+    ceilings::{KafkaCeilingConfig, kafka_ceiling},
+    record_key::BenchRecordKey,
+};
 
 #[derive(Debug, Clone)]
 pub struct ConsumerBenchConfig {
@@ -29,6 +32,8 @@ pub struct ConsumerBenchConfig {
     pub redis_url: String,
     /// A fresh, existing topic; its partition count bounds the useful number of instances.
     pub topic: String,
+    /// The run's record key: the fill signs with it, every consumer instance verifies with it.
+    pub record_key: BenchRecordKey,
     /// Existing topics for the consumer's dead letters and statuses (none are expected).
     pub dlq_topic: String,
     pub dlq_status_topic: String,
@@ -75,6 +80,7 @@ pub async fn run(config: &ConsumerBenchConfig) -> anyhow::Result<ConsumerReport>
         message_bytes: config.body_bytes,
         concurrency: 256,
         duration: config.fill,
+        record_key: config.record_key.clone(),
     })
     .await?;
     let n_events = fill.acknowledged + fill.warm_up_records;
@@ -172,13 +178,14 @@ inbound_topic = "{topic}"
 dlq_topic = "{dlq}"
 dlq_status_topic = "{dlq_status}"
 group_id = "hookline-bench-{run_id}"
-[redis]
+{record_auth}[redis]
 url = "{redis}"
 key_prefix = "hookline-bench:{run_id}"
 dedupe_ttl_s = 600
 [handler]
 kind = "log"
 "#,
+                record_auth = config.record_key.toml(),
                 brokers = config.brokers,
                 topic = config.topic,
                 dlq = config.dlq_topic,
@@ -297,6 +304,8 @@ pub struct HttpBenchConfig {
     pub isolation_delays_ms: Vec<u64>,
     /// Extra librdkafka properties for the consumer (`[kafka.properties]`), `key=value`.
     pub kafka_properties: Vec<String>,
+    /// The run's record key: the fill signs with it, the consumer verifies with it.
+    pub record_key: BenchRecordKey,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -356,8 +365,16 @@ async fn serve_sink(listener: tokio::net::TcpListener, delay: Duration, sink: st
     }
 }
 
-/// Produces `n` gateway-shaped records per source (interleaved) and waits for every acknowledgement.
-async fn fill_sources(brokers: &str, topic: &str, sources: &[&str], n: u64, body_bytes: usize) -> anyhow::Result<()> {
+/// Produces `n` gateway-shaped records per source (interleaved), signed with `keys` as the gateway signs, and
+/// waits for every acknowledgement.
+async fn fill_sources(
+    brokers: &str,
+    topic: &str,
+    sources: &[&str],
+    n: u64,
+    body_bytes: usize,
+    keys: &hookline_common::record_auth::RecordKeys,
+) -> anyhow::Result<()> {
     use rdkafka::producer::{FutureProducer, FutureRecord};
     let kafka = KafkaConfig { brokers: brokers.to_owned(), ..KafkaConfig::default() };
     let producer: FutureProducer<QuietContext> =
@@ -376,7 +393,14 @@ async fn fill_sources(brokers: &str, topic: &str, sources: &[&str], n: u64, body
                 ordering_key: None,
             };
             let body = crate::signing::json_body(&event_id, body_bytes);
-            let record = FutureRecord::to(topic).key(event_id.as_str()).payload(&body).headers(meta.to_headers());
+            let headers = keys.sign(
+                topic,
+                Some(event_id.as_bytes()),
+                Some(&body),
+                Some(&meta.to_headers()),
+                hookline_common::wire::now_ms(),
+            )?;
+            let record = FutureRecord::to(topic).key(event_id.as_str()).payload(&body).headers(headers);
             let delivery = producer.send_result(record).map_err(|(error, _)| error)?;
             pending.push_back(delivery);
             if pending.len() >= 10_000
@@ -442,7 +466,7 @@ async fn http_run(
         _ => 6_000,
     };
     let sources: &[&str] = if with_failing { &["bench-healthy", "bench-failing"] } else { &["bench-healthy"] };
-    fill_sources(&config.brokers, &topic, sources, n_events, config.body_bytes).await?;
+    fill_sources(&config.brokers, &topic, sources, n_events, config.body_bytes, config.record_key.keys()).await?;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let sink_addr = listener.local_addr()?;
@@ -462,7 +486,7 @@ retry_topic = "{retry_topic}"
 dlq_topic = "{dlq}"
 dlq_status_topic = "{dlq_status}"
 group_id = "hookline-bench-{run_id}"
-[kafka.properties]
+{record_auth}[kafka.properties]
 {properties}
 [redis]
 url = "{redis}"
@@ -479,6 +503,7 @@ source = "bench-failing"
 max_in_flight = {failing_limit}
 handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
 "#,
+            record_auth = config.record_key.toml(),
             brokers = config.brokers,
             dlq = config.dlq_topic,
             dlq_status = config.dlq_status_topic,

@@ -9,6 +9,7 @@ use hookline_bench::{
     ceilings::{self, KafkaCeilingConfig},
     consumer_bench::{self, ConsumerBenchConfig, HttpBenchConfig},
     loadgen::{LoadConfig, Mode, Protocol},
+    record_key::BenchRecordKey,
     report,
     signing::{SchemeKind, Signer},
     topic_check,
@@ -246,6 +247,7 @@ async fn main() -> anyhow::Result<()> {
                 message_bytes,
                 concurrency,
                 duration: Duration::from_secs_f64(duration_s),
+                record_key: BenchRecordKey::generate()?,
             })
             .await?;
             eprintln!(
@@ -288,6 +290,7 @@ async fn main() -> anyhow::Result<()> {
                 brokers,
                 redis_url,
                 topic,
+                record_key: BenchRecordKey::generate()?,
                 dlq_topic,
                 dlq_status_topic,
                 fill: Duration::from_secs_f64(fill_s),
@@ -331,6 +334,7 @@ async fn main() -> anyhow::Result<()> {
                 max_in_flight,
                 isolation_delays_ms,
                 kafka_properties,
+                record_key: BenchRecordKey::generate()?,
             })
             .await?;
             write_json(json.as_deref(), &rows)

@@ -38,3 +38,34 @@ impl TestStack {
         self.record_keys().sign(topic, key, Some(body), Some(headers), now_ms()).expect("a key valid now")
     }
 }
+
+/// The current time as RFC 3339 with a shift of `seconds` (negative: in the past), for `not_after` and
+/// `accept_unsigned_until`.
+pub fn rfc3339_in(seconds: i64) -> String {
+    let now = std::time::SystemTime::now();
+    let shift = std::time::Duration::from_secs(seconds.unsigned_abs());
+    let at = if seconds >= 0 { now + shift } else { now - shift };
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// A key set of these keys (as a service configured with them loads it), to sign a record a test writes itself
+/// as a writer holding them would.
+pub fn keys_of(keys: &[SecretRef]) -> RecordKeys {
+    RecordKeys::load(&RecordAuthConfig { keys: keys.to_vec(), accept_unsigned_until: None }).expect("the keys load")
+}
+
+impl TestStack {
+    /// Restarts the gateway (a graceful drain, then a new one on the same addresses) with this
+    /// `[kafka.record_auth]`, as a deployment rolling out new record keys does.
+    pub async fn restart_gateway_with_record_auth(&mut self, record_auth: RecordAuthConfig) {
+        self.gateway_config.kafka.record_auth = record_auth;
+        self.restart_gateway().await;
+    }
+
+    /// The stack's consumer config with this `[kafka.record_auth]` (the same group, topics and Redis).
+    pub fn consumer_config_with_record_auth(&self, record_auth: RecordAuthConfig) -> hookline_consumer::ConsumerConfig {
+        let mut config = self.consumer_config.clone();
+        config.kafka.record_auth = record_auth;
+        config
+    }
+}

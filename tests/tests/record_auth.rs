@@ -2,13 +2,21 @@
 //! without the record key copied every `hookline-*` header of a real record) or a signed record changed since is
 //! dead-lettered as `unauthenticated_record` before dedupe: it reaches no handler, claims nothing (the genuine
 //! event sent afterwards is processed once), is counted, and the replayer refuses to re-drive it without force.
+//! A key rotation loses and doubles nothing, and a key past its `not_after` is refused; unsigned records are
+//! processed only inside `accept_unsigned_until`.
 
-use hookline_common::wire::{UNAUTHENTICATED_RECORD_CLASS, header};
+use hookline_common::{
+    record_auth::RecordAuthConfig,
+    wire::{EventMeta, UNAUTHENTICATED_RECORD_CLASS, header, now_ms},
+};
 use hookline_dlq_replayer::{
     ReplayerConfig,
     ops::{ReplayRequest, Replayer},
 };
-use hookline_tests::{Delivery, TestStack, eventually};
+use hookline_tests::{
+    Delivery, TestStack, eventually,
+    record_auth::{key_file, keys_of, rfc3339_in},
+};
 use http::StatusCode;
 use rdkafka::{
     Message,
@@ -122,5 +130,166 @@ async fn an_unsigned_dead_letter_is_not_replayed_without_force() {
     let redriven = stack.inbound_records().await;
     assert_eq!(redriven.len(), 1);
     assert!(redriven[0].headers().unwrap().iter().any(|h| h.key == header::MAC));
+    stack.shutdown().await;
+}
+
+fn meta(event_id: &str) -> EventMeta {
+    EventMeta {
+        source: "github".into(),
+        event_id: event_id.into(),
+        event_type: Some("push".into()),
+        received_at_ms: now_ms(),
+        content_type: Some("application/json".into()),
+        secret_id: "primary".into(),
+        ordering_key: None,
+    }
+}
+
+/// The id of the key that signed `record` (from its `hookline-mac` header).
+fn signing_key_id(record: &OwnedMessage) -> String {
+    let headers = record.headers().expect("headers");
+    let mac = headers.iter().find(|h| h.key == header::MAC).and_then(|h| h.value).expect("a MAC header");
+    std::str::from_utf8(mac).expect("UTF-8").split(',').nth(1).expect("v1,<key id>,<mac>").to_owned()
+}
+
+/// The error class of every record in the stack's DLQ.
+async fn dead_letter_classes(stack: &TestStack) -> Vec<Vec<u8>> {
+    stack
+        .records(&stack.kafka.dlq_topic)
+        .await
+        .iter()
+        .map(|record| {
+            let headers = record.headers().expect("headers");
+            let class = headers.iter().find(|h| h.key == header::dlq::ERROR_CLASS).and_then(|h| h.value);
+            class.expect("an error class").to_vec()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_key_rotation_loses_and_doubles_nothing_and_the_old_key_is_refused_after_its_not_after() {
+    let mut stack = TestStack::builder().consumer().build().await;
+    // k1 is the stack's own key: the gateway and the consumer start with it alone.
+    let k1 = stack.kafka.record_auth.keys[0].clone();
+    let k2 = key_file("k2", "hookline-test-record-key-two-0123456789abcdef");
+    let posted = |label: &str, n: usize| -> Vec<Delivery> {
+        (0..n).map(|i| Delivery::new(format!(r#"{{"phase":"{label}","n":{i}}}"#).into_bytes())).collect()
+    };
+
+    // 1. Signed with k1 and processed.
+    let before = posted("before", 3);
+    for delivery in &before {
+        stack.post_accepted(delivery).await;
+    }
+    stack.wait_until_handled(3).await;
+    // 2. Signed with k1 while the consumer is down for the upgrade: still in the topic when it comes back.
+    stack.stop_consumer(0).await;
+    let during = posted("during", 3);
+    for delivery in &during {
+        stack.post_accepted(delivery).await;
+    }
+    // 3. Consumers first: they know k2 (first, so it would sign) and still k1. Then the gateway signs with k2.
+    let rotated = RecordAuthConfig { keys: vec![k2.clone(), k1.clone()], accept_unsigned_until: None };
+    let config = stack.consumer_config_with_record_auth(rotated.clone());
+    let handler = stack.handler.clone();
+    let consumer = stack.start_consumer_with(config, handler).await;
+    stack.restart_gateway_with_record_auth(rotated.clone()).await;
+    let after = posted("after", 3);
+    for delivery in &after {
+        stack.post_accepted(delivery).await;
+    }
+
+    let all: Vec<&Delivery> = before.iter().chain(&during).chain(&after).collect();
+    eventually(Duration::from_secs(60), "every event of both keys processed", || async {
+        all.iter().all(|delivery| stack.handler.count(&delivery.delivery_id) >= 1)
+    })
+    .await;
+    for delivery in &all {
+        assert_eq!(stack.handler.count(&delivery.delivery_id), 1, "processed once: {}", delivery.delivery_id);
+    }
+    assert_eq!(stack.handler.calls().len(), 9);
+    let records = stack.inbound_records().await;
+    let keys: Vec<String> = records.iter().map(signing_key_id).collect();
+    assert_eq!(keys.iter().filter(|id| *id == "test-k1").count(), 6, "{keys:?}");
+    assert_eq!(keys.iter().filter(|id| *id == "k2").count(), 3, "{keys:?}");
+    assert_eq!(
+        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", "outcome=\"authentic\"").await,
+        6.0,
+        "the restarted consumer verified the 3 k1 records it found and the 3 k2 ones"
+    );
+    assert!(dead_letter_classes(&stack).await.is_empty(), "nothing dead-lettered by the rotation");
+
+    // 4. k1 retired: its not_after is now. A record signed with k1 afterwards is not hookline's any more.
+    stack.stop_consumer(consumer).await;
+    let retired = RecordAuthConfig {
+        keys: vec![k2, hookline_common::config::SecretRef { not_after: Some(rfc3339_in(0)), ..k1.clone() }],
+        accept_unsigned_until: None,
+    };
+    let config = stack.consumer_config_with_record_auth(retired);
+    let handler = stack.handler.clone();
+    let consumer = stack.start_consumer_with(config, handler).await;
+    let late = Delivery::new(&br#"{"phase":"late k1"}"#[..]);
+    let body = late.body.as_ref();
+    let old_writer = keys_of(std::slice::from_ref(&k1));
+    let headers = old_writer
+        .sign(
+            &stack.kafka.inbound_topic,
+            Some(late.delivery_id.as_bytes()),
+            Some(body),
+            Some(&meta(&late.delivery_id).to_headers()),
+            now_ms(),
+        )
+        .unwrap();
+    stack.produce_unsigned(0, &late.delivery_id, headers, body).await;
+    eventually(Duration::from_secs(60), "the late k1 record dead-lettered", || async {
+        !dead_letter_classes(&stack).await.is_empty()
+    })
+    .await;
+    assert_eq!(dead_letter_classes(&stack).await, vec![UNAUTHENTICATED_RECORD_CLASS.as_bytes().to_vec()]);
+    assert_eq!(
+        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", "outcome=\"expired_key\"").await,
+        1.0
+    );
+    assert_eq!(stack.handler.count(&late.delivery_id), 0);
+    assert_eq!(stack.handler.calls().len(), 9, "no handler saw it");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn unsigned_records_are_processed_inside_the_transition_window_and_dead_lettered_after_it() {
+    let mut stack = TestStack::builder().build().await;
+    let record_auth =
+        |until: String| RecordAuthConfig { accept_unsigned_until: Some(until), ..stack.kafka.record_auth.clone() };
+    let (open, closed) = (record_auth(rfc3339_in(3600)), record_auth(rfc3339_in(-3600)));
+
+    // Inside the window: a record from before the upgrade (no MAC at all) is processed, and counted.
+    let handler = stack.handler.clone();
+    let consumer = stack.start_consumer_with(stack.consumer_config_with_record_auth(open), handler).await;
+    let old = "written-before-the-upgrade";
+    stack.produce_unsigned(0, old, meta(old).to_headers(), br#"{"n":1}"#).await;
+    stack.wait_until_handled(1).await;
+    assert_eq!(stack.handler.count(old), 1);
+    assert_eq!(
+        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", "outcome=\"unsigned_accepted\"").await,
+        1.0
+    );
+    stack.stop_consumer(consumer).await;
+
+    // After the window: an unsigned record is dead-lettered, unprocessed.
+    let handler = stack.handler.clone();
+    let consumer = stack.start_consumer_with(stack.consumer_config_with_record_auth(closed), handler).await;
+    let late = "written-after-the-window";
+    stack.produce_unsigned(0, late, meta(late).to_headers(), br#"{"n":2}"#).await;
+    eventually(Duration::from_secs(60), "the unsigned record dead-lettered", || async {
+        !dead_letter_classes(&stack).await.is_empty()
+    })
+    .await;
+    assert_eq!(dead_letter_classes(&stack).await, vec![UNAUTHENTICATED_RECORD_CLASS.as_bytes().to_vec()]);
+    assert_eq!(
+        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", "outcome=\"unsigned\"").await,
+        1.0
+    );
+    assert_eq!(stack.handler.count(late), 0);
+    assert_eq!(stack.handler.calls().len(), 1);
     stack.shutdown().await;
 }

@@ -15,10 +15,12 @@ use anyhow::Context;
 use bytes::Bytes;
 use clap::Parser;
 use hdrhistogram::Histogram;
+use hookline_bench::record_key::BenchRecordKey;
 use hookline_common::{
     config::{KafkaConfig, SecretRef},
     kafka::{TopicSpec, ensure_topics, producer_config},
-    wire::{EntryStatus, EntryStatusRecord, header},
+    record_auth::RecordKeys,
+    wire::{EntryStatus, EntryStatusRecord, header, now_ms},
 };
 use hookline_dlq_replayer::ReplayerConfig;
 use http_body_util::{BodyExt, Full};
@@ -60,7 +62,10 @@ fn rss_bytes() -> u64 {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let run = uuid::Uuid::new_v4().simple().to_string();
+    // The run's record key: the fill signs every dead letter as the consumer would, the replayer verifies.
+    let record_key = BenchRecordKey::generate()?;
     let kafka = KafkaConfig {
+        record_auth: record_key.record_auth(),
         brokers: args.brokers.clone(),
         dlq_topic: format!("bench-{run}-dlq"),
         dlq_status_topic: format!("bench-{run}-dlq-status"),
@@ -78,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
     .context("create topics")?;
 
     let started = Instant::now();
-    fill(&kafka, args.entries, args.partitions).await?;
+    fill(&kafka, record_key.keys(), args.entries, args.partitions).await?;
     eprintln!("filled {} entries in {:.1} s", args.entries, started.elapsed().as_secs_f64());
 
     // The CLI's way: one index built to the high watermarks, measured on its own.
@@ -214,8 +219,9 @@ async fn get(
     Ok((status, response.into_body().collect().await?.to_bytes()))
 }
 
-/// N DLQ records across the partitions, each with the consumer's DLQ headers, and a status for every fifth.
-async fn fill(kafka: &KafkaConfig, n: usize, partitions: i32) -> anyhow::Result<()> {
+/// N DLQ records across the partitions, each with the consumer's DLQ headers and record MAC, and a status for
+/// every fifth.
+async fn fill(kafka: &KafkaConfig, keys: &RecordKeys, n: usize, partitions: i32) -> anyhow::Result<()> {
     let producer: FutureProducer = producer_config(kafka).set("linger.ms", "20").create()?;
     let mut rng = StdRng::seed_from_u64(42);
     let mut pending = Vec::with_capacity(10_000);
@@ -257,6 +263,8 @@ async fn fill(kafka: &KafkaConfig, n: usize, partitions: i32) -> anyhow::Result<
         .fold(OwnedHeaders::new_with_capacity(20), |headers, (key, value)| {
             headers.insert(Header { key, value: Some(value) })
         });
+        let headers =
+            keys.sign(&kafka.dlq_topic, Some(event_id.as_bytes()), Some(body.as_bytes()), Some(&headers), now_ms())?;
         let partition = (i as i32) % partitions;
         let record = FutureRecord::to(&kafka.dlq_topic)
             .partition(partition)
@@ -277,7 +285,9 @@ async fn fill(kafka: &KafkaConfig, n: usize, partitions: i32) -> anyhow::Result<
                 replays: Some(1),
             };
             let value = serde_json::to_vec(&status)?;
-            let record = FutureRecord::<str, [u8]>::to(&kafka.dlq_status_topic).key(&id).payload(&value);
+            let signed = keys.sign(&kafka.dlq_status_topic, Some(id.as_bytes()), Some(&value), None, now_ms())?;
+            let record =
+                FutureRecord::<str, [u8]>::to(&kafka.dlq_status_topic).key(&id).payload(&value).headers(signed);
             pending.push(producer.send_result(record).map_err(|(error, _)| error)?);
         }
         if pending.len() >= 10_000 {
