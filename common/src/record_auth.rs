@@ -50,9 +50,12 @@ pub struct RecordAuthConfig {
 
 impl RecordAuthConfig {
     /// Checks the keys as they can be loaded now: every problem, one line each, never a key's value.
+    /// The settings alone, without reading a key: `--print-config` (and `scripts/check-deploy`) run it where the
+    /// secrets are not available. The keys themselves are read, and checked for length, when a service builds its
+    /// producer or reader ([`RecordKeys::load`]), so a missing one still stops the service at start.
     pub fn validate(&self, problems: &mut Problems) {
-        if let Err(found) = RecordKeys::load(self) {
-            found.into_iter().for_each(|problem| problems.push(problem));
+        for problem in RecordKeys::settings_problems(self) {
+            problems.push(problem);
         }
     }
 }
@@ -171,6 +174,32 @@ impl std::fmt::Debug for RecordKeys {
 
 impl RecordKeys {
     /// Loads every key of `config`, or returns every problem at once (one line each, never a key's value).
+    /// What is wrong with the settings, without reading any key.
+    fn settings_problems(config: &RecordAuthConfig) -> Vec<String> {
+        let mut problems = Vec::new();
+        if config.keys.is_empty() {
+            problems.push(format!(
+                "kafka.record_auth.keys is empty: every record hookline writes is signed with an internal key and \
+                 every reader refuses records without it; give at least one key of {MIN_KEY_BYTES}+ bytes from a \
+                 secret (`keys = [{{ id = \"k1\", env = \"HOOKLINE_RECORD_KEY_K1\" }}]`, e.g. `openssl rand \
+                 -base64 48`; see docs/security.md)"
+            ));
+        }
+        for secret in &config.keys {
+            let id = &secret.id;
+            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+                problems.push(format!("kafka.record_auth.keys: key id `{id}` must be letters, digits, `.`, `_` or `-`"));
+            }
+            if secret.env.is_some() == secret.file.is_some() {
+                problems.push(format!("kafka.record_auth.keys: secret `{id}`: give exactly one of `env` or `file`"));
+            }
+            if let Err(problem) = secret.validity_ms() {
+                problems.push(format!("kafka.record_auth.keys: {problem}"));
+            }
+        }
+        problems
+    }
+
     pub fn load(config: &RecordAuthConfig) -> Result<Self, Vec<String>> {
         let mut problems = Vec::new();
         if config.keys.is_empty() {
