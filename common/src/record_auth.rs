@@ -188,7 +188,8 @@ impl RecordKeys {
         for secret in &config.keys {
             let id = &secret.id;
             if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
-                problems.push(format!("kafka.record_auth.keys: key id `{id}` must be letters, digits, `.`, `_` or `-`"));
+                problems
+                    .push(format!("kafka.record_auth.keys: key id `{id}` must be letters, digits, `.`, `_` or `-`"));
             }
             if secret.env.is_some() == secret.file.is_some() {
                 problems.push(format!("kafka.record_auth.keys: secret `{id}`: give exactly one of `env` or `file`"));
