@@ -462,6 +462,7 @@ mod tests {
     #[test]
     fn a_refused_kafka_property_names_itself() {
         let mut kafka = KafkaConfig::default();
+        kafka.record_auth.keys = vec![SecretRef::from_env("k1", "HOOKLINE_RECORD_KEY_K1")];
         for (key, value) in [("acks", "1"), ("Enable.Idempotence", "false"), ("enable.auto.offset.store", "true")] {
             kafka.properties.insert(key.to_owned(), value.to_owned());
         }

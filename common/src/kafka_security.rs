@@ -418,7 +418,10 @@ mod tests {
         path.display().to_string()
     }
 
+    /// The problems `validate` finds in `kafka`, given a record key (these tests are about TLS and SASL).
     fn problems_of(kafka: &KafkaConfig) -> Vec<String> {
+        let mut kafka = kafka.clone();
+        kafka.record_auth.keys = vec![crate::config::SecretRef::from_env("k1", "HOOKLINE_RECORD_KEY_K1")];
         let mut problems = Problems::default();
         kafka.validate(&mut problems);
         match problems.into_result() {
