@@ -383,7 +383,14 @@ mod tests {
             ("service", format!("{:?}", config.service), format!("{:?}", defaults.service)),
             (
                 "kafka",
-                format!("{:?}", KafkaConfig { brokers: defaults.kafka.brokers.clone(), ..config.kafka.clone() }),
+                format!(
+                    "{:?}",
+                    KafkaConfig {
+                        brokers: defaults.kafka.brokers.clone(),
+                        record_auth: defaults.kafka.record_auth.clone(),
+                        ..config.kafka.clone()
+                    }
+                ),
                 format!("{:?}", defaults.kafka),
             ),
         ] {

@@ -110,7 +110,8 @@ mod tests {
         let source = r#"[[sources]]
             name = "internal"
             scheme = "none""#;
-        let text = format!("reload_token = {{ id = \"t\", file = \"{}\" }}\n{source}", path.display());
+        let record_auth = "[kafka.record_auth]\nkeys = [{ id = \"k1\", env = \"HOOKLINE_RECORD_KEY_K1\" }]";
+        let text = format!("reload_token = {{ id = \"t\", file = \"{}\" }}\n{record_auth}\n{source}", path.display());
         let config: GatewayConfig = config::parse_str(&text, "test").unwrap();
         let Err(ConfigError::Invalid(problems)) = Loaded::build(config.clone()) else { panic!("expected invalid") };
         assert!(problems.join("\n").contains("at least 16 bytes"), "{problems:?}");

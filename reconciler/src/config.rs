@@ -409,7 +409,11 @@ mod tests {
             (defaults.index_catch_up_timeout_ms, defaults.run_lease_s, &defaults.index_complete_since)
         );
         assert_eq!(format!("{:?}", config.redis), format!("{:?}", defaults.redis), "[redis] is not the defaults");
-        let kafka = KafkaConfig { brokers: defaults.kafka.brokers.clone(), ..config.kafka.clone() };
+        let kafka = KafkaConfig {
+            brokers: defaults.kafka.brokers.clone(),
+            record_auth: defaults.kafka.record_auth.clone(),
+            ..config.kafka.clone()
+        };
         assert_eq!(format!("{kafka:?}"), format!("{:?}", defaults.kafka), "[kafka] is not the defaults");
         let providers: Vec<Provider> = config.sources.iter().map(|source| source.provider).collect();
         assert_eq!(providers, [Provider::Stripe, Provider::Github, Provider::Paddle]);
