@@ -126,6 +126,8 @@ fn an_alert_url_that_cannot_work_is_a_config_error() {
         assert!(error.contains(expected), "{url}: {error}");
     }
     let mut config = ConsumerConfig::default();
+    config.kafka.record_auth = hookline_tests::record_auth::test_record_auth();
     config.alert.url = Some("https://hooks.slack.com/services/T/B/x".to_owned());
-    assert!(Loaded::build(config).is_ok(), "an https URL is accepted");
+    let built = Loaded::build(config);
+    assert!(built.is_ok(), "an https URL is accepted: {:?}", built.err());
 }

@@ -156,6 +156,7 @@ fn write_consumer_config(stack: &TestStack, downstream: &str) -> std::path::Path
         out,
         "[kafka]\nbrokers = \"{}\"\ninbound_topic = \"{}\"\ndlq_topic = \"{}\"\ndlq_status_topic = \"{}\"\n\
          retry_topic = \"{}\"\ngroup_id = \"{}\"\n\
+         [kafka.record_auth]\nkeys = [{{ id = \"{}\", file = \"{}\" }}]\n\
          [redis]\nurl = \"{}\"\nkey_prefix = \"{}\"\nclaim_lease_ms = 6000\n\
          [handler]\nkind = \"http\"\nurl = \"{downstream}\"\ntimeout_ms = 3000\n\
          [retry]\ninitial_backoff_ms = 200\nmax_backoff_ms = 2000\nmax_attempts = 12\nmax_total_ms = 120000\n",
@@ -165,6 +166,8 @@ fn write_consumer_config(stack: &TestStack, downstream: &str) -> std::path::Path
         config.kafka.dlq_status_topic,
         config.kafka.retry_topic,
         config.kafka.group_id,
+        config.kafka.record_auth.keys[0].id,
+        config.kafka.record_auth.keys[0].file.as_deref().expect("the stack's record key is a file"),
         config.redis.url,
         config.redis.key_prefix,
     )
