@@ -517,12 +517,24 @@ impl TestStack {
     }
 
     /// Every record now in `topic`.
+    /// Every record now in `topic`. Just after a broker died, metadata may name no leader for a while (a leader
+    /// election in progress): that is waited out, for at most 30 s.
     pub async fn records(&self, topic: &str) -> Vec<OwnedMessage> {
-        let (kafka, topic) = (self.kafka.clone(), topic.to_owned());
-        tokio::task::spawn_blocking(move || read_topic(&kafka, &topic, Duration::from_secs(20)))
-            .await
-            .expect("reader task")
-            .expect("read topic")
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (kafka, topic) = (self.kafka.clone(), topic.to_owned());
+            match tokio::task::spawn_blocking(move || read_topic(&kafka, &topic, Duration::from_secs(20)))
+                .await
+                .expect("reader task")
+            {
+                Ok(records) => return records,
+                Err(error) if std::time::Instant::now() < deadline => {
+                    eprintln!("read topic: {error}; trying again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(error) => panic!("read topic: {error}"),
+            }
+        }
     }
 
     /// Every record now in the inbound topic.
