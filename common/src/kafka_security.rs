@@ -1,9 +1,8 @@
 //! How every Kafka client of hookline authenticates the brokers and itself: `[kafka.tls]` (a CA file for a private
 //! CA, a client certificate for mutual TLS) and `[kafka.sasl]` (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER with OIDC
-//! client credentials), turned into librdkafka settings in one place ([`apply`]), the `kafka.properties` keys that
-//! would carry a credential inline or fight these settings ([`refused_security_property`]), and the start-up
-//! question that turns a broker refusing us (bad password, untrusted CA, expired certificate) into one clear error
-//! instead of a service that waits forever ([`check_broker_accepts`]).
+//! client credentials), described and checked in [`crate::config`], turned into librdkafka settings in one place
+//! ([`apply`]), and the start-up question that turns a broker refusing us (bad password, untrusted CA, expired
+//! certificate) into one clear error instead of a service that waits forever ([`check_broker_accepts`]).
 //!
 //! `security.protocol` follows from what is set: `[kafka.sasl]` means `SASL_SSL` (SASL is never sent without TLS:
 //! there is no `SASL_PLAINTEXT`), `[kafka.tls]` alone means `SSL`, neither means `PLAINTEXT`. Credentials are
@@ -20,77 +19,8 @@ use rdkafka::{
     consumer::{BaseConsumer, Consumer, ConsumerContext},
     error::{KafkaError, RDKafkaErrorCode},
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-use serde::{Deserialize, Serialize};
 
-use crate::config::{KafkaConfig, Problems, SecretRef};
-
-/// `[kafka.tls]`: talk TLS to the brokers. An empty table means TLS with the system's CA roots.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct KafkaTlsConfig {
-    /// PEM file of the CA certificates that sign the brokers' certificates (a private CA); the system roots when
-    /// absent. The brokers' host names are always verified.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<String>,
-    /// PEM file of the client certificate (and its chain) for mutual TLS; needs `client_key`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub client_cert_file: Option<String>,
-    /// The client certificate's unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1), a secret reference.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub client_key: Option<SecretRef>,
-}
-
-/// SASL mechanisms hookline supports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-pub enum SaslMechanism {
-    #[serde(rename = "PLAIN")]
-    Plain,
-    #[serde(rename = "SCRAM-SHA-256")]
-    ScramSha256,
-    #[serde(rename = "SCRAM-SHA-512")]
-    ScramSha512,
-    /// OAuth 2 bearer tokens fetched by librdkafka from `token_endpoint_url` with the client-credentials grant.
-    #[serde(rename = "OAUTHBEARER")]
-    OauthBearer,
-}
-
-impl SaslMechanism {
-    /// librdkafka's (and Kafka's) name of the mechanism.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Plain => "PLAIN",
-            Self::ScramSha256 => "SCRAM-SHA-256",
-            Self::ScramSha512 => "SCRAM-SHA-512",
-            Self::OauthBearer => "OAUTHBEARER",
-        }
-    }
-}
-
-/// `[kafka.sasl]`: authenticate with SASL, always over TLS (`SASL_SSL`; `[kafka.tls]` optional).
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct KafkaSaslConfig {
-    pub mechanism: SaslMechanism,
-    /// PLAIN and SCRAM: the user name (Confluent Cloud: the API key).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub username: Option<String>,
-    /// PLAIN and SCRAM: the password (Confluent Cloud: the API secret), a secret reference.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub password: Option<SecretRef>,
-    /// OAUTHBEARER: the identity provider's token endpoint (`https://`; `http://` only on loopback).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token_endpoint_url: Option<String>,
-    /// OAUTHBEARER: the client id of the client-credentials grant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_id: Option<String>,
-    /// OAUTHBEARER: the client secret, a secret reference.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_secret: Option<SecretRef>,
-    /// OAUTHBEARER: the scope to ask for (space-separated), if the provider wants one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<String>,
-}
+use crate::config::{KafkaConfig, SaslMechanism, SecretRef};
 
 /// The `security.protocol` a config implies.
 pub fn security_protocol(kafka: &KafkaConfig) -> &'static str {
@@ -104,157 +34,6 @@ pub fn security_protocol(kafka: &KafkaConfig) -> &'static str {
 /// Whether the config asks the brokers to authenticate us or themselves (TLS or SASL).
 pub fn is_secured(kafka: &KafkaConfig) -> bool {
     kafka.tls.is_some() || kafka.sasl.is_some()
-}
-
-/// `kafka.properties` keys that carry a credential inline or would fight `[kafka.tls]` / `[kafka.sasl]`, each with
-/// the key to use instead.
-const REFUSED_SECURITY_PROPERTIES: &[(&str, &str)] = &[
-    ("security.protocol", "it follows from [kafka.tls] (SSL) and [kafka.sasl] (SASL_SSL); set those"),
-    ("sasl.mechanism", "set kafka.sasl.mechanism"),
-    ("sasl.mechanisms", "set kafka.sasl.mechanism"),
-    ("sasl.username", "set kafka.sasl.username"),
-    ("sasl.password", "set kafka.sasl.password (a secret reference)"),
-    ("sasl.jaas.config", "set [kafka.sasl] (mechanism, username, password as a secret reference)"),
-    ("sasl.oauthbearer.method", "kafka.sasl.mechanism = \"OAUTHBEARER\" uses OIDC client credentials"),
-    ("sasl.oauthbearer.client.id", "set kafka.sasl.client_id"),
-    ("sasl.oauthbearer.client.secret", "set kafka.sasl.client_secret (a secret reference)"),
-    ("sasl.oauthbearer.token.endpoint.url", "set kafka.sasl.token_endpoint_url"),
-    ("sasl.oauthbearer.scope", "set kafka.sasl.scope"),
-    ("sasl.oauthbearer.config", "set kafka.sasl.token_endpoint_url, client_id and client_secret"),
-    ("ssl.key.pem", "set kafka.tls.client_key (a secret reference)"),
-    ("ssl.key.location", "set kafka.tls.client_key (a secret reference)"),
-    ("ssl.key.password", "kafka.tls.client_key must be an unencrypted PEM key, kept in a secret"),
-    ("ssl.keystore.location", "set kafka.tls.client_cert_file and kafka.tls.client_key (PEM)"),
-    ("ssl.keystore.password", "set kafka.tls.client_cert_file and kafka.tls.client_key (PEM)"),
-    ("ssl.certificate.location", "set kafka.tls.client_cert_file"),
-    ("ssl.certificate.pem", "set kafka.tls.client_cert_file"),
-    ("ssl.ca.location", "set kafka.tls.ca_file"),
-    ("ssl.ca.pem", "set kafka.tls.ca_file"),
-    ("ssl.endpoint.identification.algorithm", "the brokers' host names are always verified"),
-    ("enable.ssl.certificate.verification", "the brokers' certificates are always verified"),
-];
-
-/// Why `key` may not be set through `kafka.properties` because a security setting owns it, if so.
-pub fn refused_security_property(key: &str) -> Option<&'static str> {
-    let key = key.trim().to_ascii_lowercase();
-    REFUSED_SECURITY_PROPERTIES.iter().find(|(refused, _)| *refused == key).map(|(_, why)| *why)
-}
-
-/// Checks `[kafka.tls]` and `[kafka.sasl]`: the files exist and parse, the secrets can be read, each mechanism has
-/// what it needs. One line per problem.
-pub fn validate(kafka: &KafkaConfig, problems: &mut Problems) {
-    if let Some(tls) = &kafka.tls {
-        validate_tls(tls, problems);
-    }
-    if let Some(sasl) = &kafka.sasl {
-        validate_sasl(sasl, problems);
-    }
-}
-
-fn validate_tls(tls: &KafkaTlsConfig, problems: &mut Problems) {
-    if let Some(path) = &tls.ca_file {
-        if let Err(problem) = read_certificates(path) {
-            problems.push(format!("kafka.tls.ca_file: {problem}"));
-        }
-    }
-    match (&tls.client_cert_file, &tls.client_key) {
-        (None, None) => {}
-        (Some(path), Some(key)) => {
-            if let Err(problem) = read_certificates(path) {
-                problems.push(format!("kafka.tls.client_cert_file: {problem}"));
-            }
-            match key.load() {
-                Err(problem) => problems.push(format!("kafka.tls.client_key: {problem}")),
-                Ok(pem) => {
-                    if let Err(problem) = parse_private_key(&pem) {
-                        problems.push(format!("kafka.tls.client_key: secret `{}` {problem}", key.id));
-                    }
-                }
-            }
-        }
-        (Some(_), None) => problems.push("kafka.tls.client_cert_file needs kafka.tls.client_key"),
-        (None, Some(_)) => problems.push("kafka.tls.client_key needs kafka.tls.client_cert_file"),
-    }
-}
-
-fn validate_sasl(sasl: &KafkaSaslConfig, problems: &mut Problems) {
-    let mechanism = sasl.mechanism.name();
-    let check_secret = |problems: &mut Problems, key: &str, secret: &SecretRef| {
-        if let Err(problem) = secret.load() {
-            problems.push(format!("kafka.sasl.{key}: {problem}"));
-        }
-    };
-    match sasl.mechanism {
-        SaslMechanism::Plain | SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
-            match &sasl.password {
-                Some(password) => check_secret(problems, "password", password),
-                None => problems.push(format!("kafka.sasl.password is required with {mechanism}")),
-            }
-            problems.check(
-                sasl.username.as_deref().is_some_and(|name| !name.trim().is_empty()),
-                format!("kafka.sasl.username is required with {mechanism}"),
-            );
-            for (key, set) in [
-                ("token_endpoint_url", sasl.token_endpoint_url.is_some()),
-                ("client_id", sasl.client_id.is_some()),
-                ("client_secret", sasl.client_secret.is_some()),
-                ("scope", sasl.scope.is_some()),
-            ] {
-                problems.check(!set, format!("kafka.sasl.{key} is for OAUTHBEARER, not {mechanism}"));
-            }
-        }
-        SaslMechanism::OauthBearer => {
-            match &sasl.client_secret {
-                Some(secret) => check_secret(problems, "client_secret", secret),
-                None => problems.push("kafka.sasl.client_secret is required with OAUTHBEARER"),
-            }
-            problems.check(
-                sasl.client_id.as_deref().is_some_and(|id| !id.trim().is_empty()),
-                "kafka.sasl.client_id is required with OAUTHBEARER",
-            );
-            match sasl.token_endpoint_url.as_deref() {
-                None => problems.push("kafka.sasl.token_endpoint_url is required with OAUTHBEARER"),
-                Some(url) => problems.check(
-                    url.starts_with("https://") || is_loopback_http(url),
-                    format!(
-                        "kafka.sasl.token_endpoint_url `{url}` must be https:// (http:// only on 127.0.0.1 or \
-                         localhost): the client secret travels in it"
-                    ),
-                ),
-            }
-            for (key, set) in [("username", sasl.username.is_some()), ("password", sasl.password.is_some())] {
-                problems.check(!set, format!("kafka.sasl.{key} is for PLAIN and SCRAM, not OAUTHBEARER"));
-            }
-        }
-    }
-}
-
-fn is_loopback_http(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else { return false };
-    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-    let host = authority.rsplit_once(':').map_or(authority, |(host, _)| host);
-    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
-}
-
-/// Reads a PEM file that must hold at least one certificate.
-fn read_certificates(path: &str) -> Result<usize, String> {
-    let bytes = std::fs::read(path).map_err(|error| format!("cannot read {path}: {error}"))?;
-    let mut count = 0;
-    for certificate in CertificateDer::pem_slice_iter(&bytes) {
-        certificate.map_err(|error| format!("{path} is not a PEM certificate file ({error})"))?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(format!("{path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
-    }
-    Ok(count)
-}
-
-fn parse_private_key(pem: &[u8]) -> Result<(), String> {
-    if pem.windows(b"ENCRYPTED PRIVATE KEY".len()).any(|window| window == b"ENCRYPTED PRIVATE KEY") {
-        return Err("is an encrypted private key; give the unencrypted PEM key (kept in a secret)".to_owned());
-    }
-    PrivateKeyDer::from_pem_slice(pem).map(|_| ()).map_err(|_| "holds no PEM private key".to_owned())
 }
 
 /// Sets `security.protocol` and the TLS and SASL settings of `kafka` on a client's config, reading the secrets
@@ -408,7 +187,7 @@ impl ConsumerContext for RefusalContext {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ConfigError, effective_toml};
+    use crate::config::{ConfigError, KafkaSaslConfig, KafkaTlsConfig, Problems, effective_toml};
 
     fn write_temp(name: &str, text: &str) -> String {
         let dir = std::env::temp_dir().join(format!("hookline-kafka-security-{}", uuid::Uuid::new_v4()));

@@ -24,41 +24,15 @@ use std::sync::Arc;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+pub use crate::config::RecordAuthConfig;
 use crate::{
-    config::{Problems, SecretRef},
+    config::Problems,
     wire::{RECORD_MAC_DOMAIN, RECORD_MAC_VERSION, header},
 };
 
-/// The shortest record key accepted: 256 bits, the HMAC-SHA256 block of security.
-pub const MIN_KEY_BYTES: usize = 32;
-
-/// `[kafka.record_auth]`: the internal keys that sign and verify records, and the transition for records
-/// written before records were signed.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RecordAuthConfig {
-    /// Secret references (`{ id, env | file, not_before?, not_after? }`): the first one valid now signs, all of
-    /// them verify until their `not_after`. Ids are letters, digits, `.`, `_`, `-`.
-    pub keys: Vec<SecretRef>,
-    /// RFC 3339 time until which a reader accepts a record that carries no MAC at all (written before the
-    /// upgrade), counted as `unsigned_accepted`. Unset: unsigned records are refused.
-    pub accept_unsigned_until: Option<String>,
-}
-
-impl RecordAuthConfig {
-    /// Checks the keys as they can be loaded now: every problem, one line each, never a key's value.
-    /// The settings alone, without reading a key: `--print-config` (and `scripts/check-deploy`) run it where the
-    /// secrets are not available. The keys themselves are read, and checked for length, when a service builds its
-    /// producer or reader ([`RecordKeys::load`]), so a missing one still stops the service at start.
-    pub fn validate(&self, problems: &mut Problems) {
-        for problem in RecordKeys::settings_problems(self) {
-            problems.push(problem);
-        }
-    }
-}
+pub use crate::config::MIN_RECORD_KEY_BYTES as MIN_KEY_BYTES;
 
 /// Why a record is not authentic. The label of `..._record_auth_total{outcome}` for each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,59 +147,15 @@ impl std::fmt::Debug for RecordKeys {
 }
 
 impl RecordKeys {
-    /// Loads every key of `config`, or returns every problem at once (one line each, never a key's value).
-    /// What is wrong with the settings, without reading any key.
-    fn settings_problems(config: &RecordAuthConfig) -> Vec<String> {
-        let mut problems = Vec::new();
-        if config.keys.is_empty() {
-            problems.push(format!(
-                "kafka.record_auth.keys is empty: every record hookline writes is signed with an internal key and \
-                 every reader refuses records without it; give at least one key of {MIN_KEY_BYTES}+ bytes from a \
-                 secret (`keys = [{{ id = \"k1\", env = \"HOOKLINE_RECORD_KEY_K1\" }}]`, e.g. `openssl rand \
-                 -base64 48`; see docs/security.md)"
-            ));
-        }
-        for secret in &config.keys {
-            let id = &secret.id;
-            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
-                problems
-                    .push(format!("kafka.record_auth.keys: key id `{id}` must be letters, digits, `.`, `_` or `-`"));
-            }
-            if secret.env.is_some() == secret.file.is_some() {
-                problems.push(format!("kafka.record_auth.keys: secret `{id}`: give exactly one of `env` or `file`"));
-            }
-            if let Err(problem) = secret.validity_ms() {
-                problems.push(format!("kafka.record_auth.keys: {problem}"));
-            }
-        }
-        problems
-    }
-
+    /// Loads every key of `config`, or returns every problem at once (one line each, never a key's value): the
+    /// settings' problems ([`RecordAuthConfig::validate`]), then each key's value read and its length checked.
     pub fn load(config: &RecordAuthConfig) -> Result<Self, Vec<String>> {
-        let mut problems = Vec::new();
-        if config.keys.is_empty() {
-            problems.push(format!(
-                "kafka.record_auth.keys is empty: every record hookline writes is signed with an internal key and \
-                 every reader refuses records without it; give at least one key of {MIN_KEY_BYTES}+ bytes from a \
-                 secret (`keys = [{{ id = \"k1\", env = \"HOOKLINE_RECORD_KEY_K1\" }}]`, e.g. `openssl rand \
-                 -base64 48`; see docs/security.md)"
-            ));
-        }
+        let mut problems = Problems::default();
+        config.validate(&mut problems);
+        let mut problems = problems.into_lines();
         let mut keys = Vec::new();
         for secret in &config.keys {
             let id = &secret.id;
-            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
-                problems.push(format!(
-                    "kafka.record_auth.keys: key id `{id}` must be letters, digits, `.`, `_` or `-` (it is written \
-                     into every record's {} header)",
-                    header::MAC
-                ));
-            }
-            if config.keys.iter().filter(|other| other.id == *id).count() > 1 {
-                problems.push(format!("kafka.record_auth.keys: key id `{id}` is given more than once"));
-            }
-            let validity =
-                secret.validity_ms().map_err(|problem| problems.push(format!("kafka.record_auth.keys: {problem}")));
             let value = match secret.load() {
                 Ok(value) => value,
                 Err(problem) => {
@@ -240,27 +170,13 @@ impl RecordKeys {
                 ));
                 continue;
             }
-            let Ok((not_before_ms, not_after_ms)) = validity else { continue };
+            // Validation parsed the validity already; a key it refused is not loaded.
+            let Ok((not_before_ms, not_after_ms)) = secret.validity_ms() else { continue };
             // HMAC takes a key of any length: this cannot fail.
             let mac = Hmac::<Sha256>::new_from_slice(&value).expect("HMAC accepts any key length");
             keys.push(Key { id: id.clone(), not_before_ms, not_after_ms, mac });
         }
-        let accept_unsigned_until_ms = match &config.accept_unsigned_until {
-            None => None,
-            Some(text) => match humantime::parse_rfc3339(text.trim()) {
-                Ok(time) => Some(
-                    i64::try_from(time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis())
-                        .unwrap_or(i64::MAX),
-                ),
-                Err(_) => {
-                    problems.push(format!(
-                        "kafka.record_auth.accept_unsigned_until `{text}` is not an RFC 3339 UTC time like \
-                         2026-06-01T00:00:00Z"
-                    ));
-                    None
-                }
-            },
-        };
+        let accept_unsigned_until_ms = config.accept_unsigned_until_ms().ok().flatten();
         if problems.is_empty() { Ok(Self { keys: keys.into(), accept_unsigned_until_ms }) } else { Err(problems) }
     }
 
@@ -438,6 +354,7 @@ fn visit<H: Headers>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::SecretRef;
 
     const KEY_A: &str = "0123456789abcdef0123456789abcdef-key-a";
     const KEY_B: &str = "0123456789abcdef0123456789abcdef-key-b";

@@ -20,23 +20,8 @@ use redis::{
     TlsCertificates,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-use serde::{Deserialize, Serialize};
 
-use crate::config::{Problems, RedisConfig, SecretRef};
-
-/// `[redis.tls]`: whom to trust and what to present on a `rediss://` connection.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RedisTls {
-    /// PEM file of the CA certificate(s) that sign the server's certificate. Replaces the built-in Mozilla roots:
-    /// give it for a private CA (Redis Cloud, a self-managed Redis), omit it for a public one (ElastiCache, Azure
-    /// Cache, Upstash).
-    pub ca_file: Option<String>,
-    /// PEM client certificate (chain) for a Redis that asks for one (`tls-auth-clients yes`); with `client_key`.
-    pub client_cert_file: Option<String>,
-    /// The client certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1), a secret.
-    pub client_key: Option<SecretRef>,
-}
+use crate::config::{Problems, RedisConfig, RedisTls, SecretRef, redact};
 
 /// What `[redis]` needs that only reading files can check: the CA, the client certificate and key, the password.
 /// Built at start (a bad one is a configuration problem) and again at each connect.
@@ -53,48 +38,6 @@ impl std::fmt::Debug for RedisSecurity {
             .field("tls", &self.tls.is_some())
             .field("username", &self.credentials.as_ref().map(|credentials| credentials.username.as_str()))
             .finish()
-    }
-}
-
-/// The problems of `[redis]` that need no file: a credential in the URL, TLS settings on a plain URL, a URL that
-/// switches verification off, a client certificate without its key.
-pub fn validate(config: &RedisConfig, problems: &mut Problems) {
-    let urls: Vec<&str> = config.urls().collect();
-    for url in &urls {
-        let rest = url.split_once("://").map_or(*url, |(_, rest)| rest);
-        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-        if authority.contains('@') {
-            problems.push(format!(
-                "redis.url carries credentials ({}): remove them from the URL and set redis.username and \
-                 redis.password = {{ id = \"redis\", env = \"...\" }} (or file = \"...\")",
-                crate::config::redact::url_password(url)
-            ));
-        }
-        if url.contains("#insecure") {
-            problems.push(
-                "redis.url ends in #insecure, which would skip certificate verification: give the server's CA in \
-                 redis.tls.ca_file instead"
-                    .to_owned(),
-            );
-        }
-    }
-    let tls_urls = urls.iter().filter(|url| url.starts_with("rediss://")).count();
-    if tls_urls != 0 && tls_urls != urls.len() {
-        problems.push("redis.url mixes rediss:// and redis:// nodes: use rediss:// for every one".to_owned());
-    }
-    if let Some(tls) = &config.tls {
-        if tls_urls == 0 {
-            problems.push("redis.tls is set but redis.url is redis://: use rediss:// to connect with TLS".to_owned());
-        }
-        if tls.client_cert_file.is_some() != tls.client_key.is_some() {
-            problems.push("redis.tls.client_cert_file and redis.tls.client_key go together".to_owned());
-        }
-    }
-    if config.username.as_deref().is_some_and(str::is_empty) {
-        problems.push("redis.username is empty".to_owned());
-    }
-    if config.username.is_some() && config.password.is_none() {
-        problems.push("redis.username needs redis.password (a secret reference)".to_owned());
     }
 }
 
@@ -279,7 +222,7 @@ pub struct RedisRefusal(pub String);
 /// change. `None`: an outage or a transient error, to be waited out.
 pub fn refusal(config: &RedisConfig, error: &RedisError) -> Option<RedisRefusal> {
     let user = config.username.as_deref().unwrap_or("default");
-    let target = crate::config::redact::url_password(config.urls().next().unwrap_or(""));
+    let target = redact::url_password(config.urls().next().unwrap_or(""));
     // The cluster client reports a failed first connection as an I/O error carrying the cause's text only.
     let text = error.to_string();
     let authentication = || {
@@ -369,7 +312,7 @@ mod tests {
 
     fn problems_of(config: &RedisConfig) -> Vec<String> {
         let mut problems = Problems::default();
-        validate(config, &mut problems);
+        config.validate(&mut problems);
         match problems.into_result() {
             Ok(()) => Vec::new(),
             Err(crate::config::ConfigError::Invalid(found)) => found,

@@ -17,10 +17,7 @@ use std::{
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use bytes::Bytes;
-use hookline_common::{
-    config::{KafkaConfig, SecretRef},
-    kafka_security::{KafkaSaslConfig, KafkaTlsConfig, SaslMechanism},
-};
+use hookline_common::config::{KafkaConfig, KafkaSaslConfig, KafkaTlsConfig, SaslMechanism, SecretRef};
 use http::{Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
@@ -42,13 +39,6 @@ impl KafkaSecurity {
         kafka.brokers = self.brokers.clone();
         kafka.tls = self.tls.clone();
         kafka.sasl = self.sasl.clone();
-    }
-
-    /// A default [`KafkaConfig`] with these settings.
-    pub fn kafka_config(&self) -> KafkaConfig {
-        let mut kafka = KafkaConfig { record_auth: crate::record_auth::test_record_auth(), ..KafkaConfig::default() };
-        self.apply_to(&mut kafka);
-        kafka
     }
 
     /// SASL_SSL with `mechanism`, the stack's CA and its test user's password.

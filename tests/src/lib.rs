@@ -5,24 +5,21 @@
 //! `KAFKA_BROKERS` and `REDIS_URL` point at the stack (`eval "$(scripts/stack env)"`); the defaults are the
 //! stack's default ports.
 
-use std::{
-    future::Future,
-    net::SocketAddr,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use hookline_common::{
     config::{KafkaConfig, RedisConfig, SecretRef},
     kafka::{TopicSpec, ensure_topics, producer_config, read_topic},
+    record_auth::{RecordAuthConfig, RecordKeys},
+    wire::now_ms,
 };
 use hookline_consumer::{ConsumerConfig, handler::Handler};
 use hookline_gateway::{
     GatewayConfig, Listeners,
     config::{Limits, SourceConfig},
 };
-use http::{HeaderMap, Request, StatusCode};
+use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use rdkafka::{
@@ -32,6 +29,7 @@ use rdkafka::{
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+mod delivery;
 mod fake_endpoint;
 pub mod forward;
 mod handler;
@@ -40,73 +38,17 @@ pub mod process;
 pub mod provider_fakes;
 pub mod record_auth;
 pub mod redis_tls;
+mod stack_env;
 
-pub use crate::{fake_endpoint::FakeEndpoint, handler::TestHandler};
-
-/// The secret every test source is configured with.
-pub const TEST_SECRET: &str = "integration-test-secret";
-
-pub fn brokers() -> String {
-    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned())
-}
-
-/// The single-node stack's brokers over PLAINTEXT, as a [`KafkaConfig`] (other keys default).
-pub fn plaintext_kafka() -> KafkaConfig {
-    KafkaConfig { brokers: brokers(), ..KafkaConfig::default() }
-}
-
-/// The three brokers of `scripts/stack up --brokers 3` (`CLUSTER_KAFKA_BROKERS`).
-pub fn cluster_brokers() -> String {
-    std::env::var("CLUSTER_KAFKA_BROKERS")
-        .unwrap_or_else(|_| "127.0.0.1:19192,127.0.0.1:19194,127.0.0.1:19196".to_owned())
-}
-
-/// Seed nodes of the test Redis Cluster (`scripts/stack start-redis-cluster`).
-pub fn redis_cluster_urls() -> String {
-    std::env::var("REDIS_CLUSTER_URLS")
-        .unwrap_or_else(|_| "redis://127.0.0.1:16380,redis://127.0.0.1:16381,redis://127.0.0.1:16382".to_owned())
-}
-
-pub fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".to_owned())
-}
-
-/// Runs `scripts/stack <verb>` (the fault tests stop and start the shared broker and Redis) and asserts it
-/// succeeded.
-pub fn stack_script(verb: &str) {
-    stack_script_args(&[verb]);
-}
-
-/// Runs `scripts/stack` with these arguments (`["stop-broker", "2", "--kill"]`) and asserts it succeeded.
-pub fn stack_script_args(args: &[&str]) {
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack");
-    let status = std::process::Command::new(script).args(args).status().expect("run scripts/stack");
-    assert!(status.success(), "scripts/stack {} failed", args.join(" "));
-}
-
-/// Runs `scripts/stack <verb>` when dropped: brings a stopped service back even when an assertion fails
-/// mid-test, so later test binaries find it running. `StackRestore("start-kafka")`.
-#[derive(Debug)]
-pub struct StackRestore(pub &'static str);
-
-impl Drop for StackRestore {
-    fn drop(&mut self) {
-        stack_script(self.0);
-    }
-}
-
-/// Waits until `condition` holds, checking every 100 ms; panics with `what` after `deadline`.
-pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !condition().await {
-        assert!(started.elapsed() < deadline, "timed out after {deadline:?} waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+pub use crate::{
+    delivery::{Delivery, Reply, TEST_SECRET, body_event_id},
+    fake_endpoint::FakeEndpoint,
+    handler::TestHandler,
+    stack_env::{
+        StackRestore, brokers, cluster_brokers, eventually, plaintext_kafka, redis_cluster_urls, redis_url,
+        stack_script, stack_script_args,
+    },
+};
 
 /// A change to every consumer's config, applied before it starts.
 type ConfigTweak = Box<dyn Fn(&mut ConsumerConfig) + Send + Sync>;
@@ -356,50 +298,6 @@ pub struct TestStack {
     client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
 }
 
-/// A response as the test saw it.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
-impl Reply {
-    /// The stable error code of a JSON error response.
-    pub fn error_code(&self) -> Option<String> {
-        let value: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
-        value["error"]["code"].as_str().map(str::to_owned)
-    }
-}
-
-/// The event id the gateway gives a body whose provider id is unsigned: `sha256:<hex>` of the body.
-pub fn body_event_id(body: &[u8]) -> String {
-    use sha2::Digest;
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(body)))
-}
-
-/// A GitHub delivery: the headers GitHub sends, signed with `secret`.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    pub delivery_id: String,
-    pub event: String,
-    pub body: Bytes,
-}
-
-impl Delivery {
-    /// A delivery of `body`. GitHub does not sign `X-GitHub-Delivery`, so the gateway's event id (the dedupe key)
-    /// is the body's SHA-256 ([`body_event_id`]); the delivery id is that same value here, so `delivery_id` is the
-    /// event id the consumer sees. Two deliveries with the same body are one event.
-    pub fn new(body: impl Into<Bytes>) -> Self {
-        let body = body.into();
-        Self { delivery_id: body_event_id(&body), event: "push".to_owned(), body }
-    }
-
-    pub fn signature(&self, secret: &str) -> String {
-        hookline_common::signature::github::sign(secret.as_bytes(), &self.body)
-    }
-}
-
 impl TestStack {
     pub fn builder() -> TestStackBuilder {
         TestStackBuilder::default()
@@ -446,6 +344,30 @@ impl TestStack {
             Listeners { public, admin },
             self.gateway_shutdown.clone(),
         )));
+    }
+
+    /// Restarts the gateway (a graceful drain, then a new one on the same addresses) with this
+    /// `[kafka.record_auth]`, as a deployment rolling out new record keys does.
+    pub async fn restart_gateway_with_record_auth(&mut self, record_auth: RecordAuthConfig) {
+        self.gateway_config.kafka.record_auth = record_auth;
+        self.restart_gateway().await;
+    }
+
+    /// The stack's consumer config with this `[kafka.record_auth]` (the same group, topics and Redis).
+    pub fn consumer_config_with_record_auth(&self, record_auth: RecordAuthConfig) -> ConsumerConfig {
+        let mut config = self.consumer_config.clone();
+        config.kafka.record_auth = record_auth;
+        config
+    }
+
+    /// The stack's record keys, loaded.
+    pub fn record_keys(&self) -> RecordKeys {
+        RecordKeys::load(&self.kafka.record_auth).expect("the stack's record keys load")
+    }
+
+    /// `headers` with the MAC hookline would add to a record of `topic` with this key and body.
+    pub fn signed(&self, topic: &str, key: Option<&[u8]>, body: &[u8], headers: &OwnedHeaders) -> OwnedHeaders {
+        self.record_keys().sign(topic, key, Some(body), Some(headers), now_ms()).expect("a key valid now")
     }
 
     /// Starts the replayer's API and console on the stack's topics, taking `token` (index refresh every second).

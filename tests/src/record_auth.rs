@@ -1,15 +1,11 @@
 //! Record keys for the test stacks, and the tools of the record-MAC tests: a stack's own key set (every service of
-//! a [`TestStack`] shares it, as deployments share theirs), and signing records a test writes to Kafka itself as
-//! hookline would have.
+//! a [`crate::TestStack`] shares it, as deployments share theirs; [`crate::TestStack::signed`] signs a record a
+//! test writes to Kafka itself as hookline would have), key files, and times for key validity.
 
 use hookline_common::{
     config::SecretRef,
     record_auth::{RecordAuthConfig, RecordKeys},
-    wire::now_ms,
 };
-use rdkafka::message::OwnedHeaders;
-
-use crate::TestStack;
 
 /// The record key every test stack signs with (32+ bytes, as validation asks).
 pub const TEST_RECORD_KEY: &str = "hookline-test-record-key-0123456789abcdef";
@@ -27,18 +23,6 @@ pub fn test_record_auth() -> RecordAuthConfig {
     RecordAuthConfig { keys: vec![key_file("test-k1", TEST_RECORD_KEY)], accept_unsigned_until: None }
 }
 
-impl TestStack {
-    /// The stack's record keys, loaded.
-    pub fn record_keys(&self) -> RecordKeys {
-        RecordKeys::load(&self.kafka.record_auth).expect("the stack's record keys load")
-    }
-
-    /// `headers` with the MAC hookline would add to a record of `topic` with this key and body.
-    pub fn signed(&self, topic: &str, key: Option<&[u8]>, body: &[u8], headers: &OwnedHeaders) -> OwnedHeaders {
-        self.record_keys().sign(topic, key, Some(body), Some(headers), now_ms()).expect("a key valid now")
-    }
-}
-
 /// The current time as RFC 3339 with a shift of `seconds` (negative: in the past), for `not_after` and
 /// `accept_unsigned_until`.
 pub fn rfc3339_in(seconds: i64) -> String {
@@ -52,20 +36,4 @@ pub fn rfc3339_in(seconds: i64) -> String {
 /// as a writer holding them would.
 pub fn keys_of(keys: &[SecretRef]) -> RecordKeys {
     RecordKeys::load(&RecordAuthConfig { keys: keys.to_vec(), accept_unsigned_until: None }).expect("the keys load")
-}
-
-impl TestStack {
-    /// Restarts the gateway (a graceful drain, then a new one on the same addresses) with this
-    /// `[kafka.record_auth]`, as a deployment rolling out new record keys does.
-    pub async fn restart_gateway_with_record_auth(&mut self, record_auth: RecordAuthConfig) {
-        self.gateway_config.kafka.record_auth = record_auth;
-        self.restart_gateway().await;
-    }
-
-    /// The stack's consumer config with this `[kafka.record_auth]` (the same group, topics and Redis).
-    pub fn consumer_config_with_record_auth(&self, record_auth: RecordAuthConfig) -> hookline_consumer::ConsumerConfig {
-        let mut config = self.consumer_config.clone();
-        config.kafka.record_auth = record_auth;
-        config
-    }
 }

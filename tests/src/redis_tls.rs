@@ -10,10 +10,7 @@ use std::{
     time::Duration,
 };
 
-use hookline_common::{
-    config::{RedisConfig, SecretRef},
-    redis_security::RedisTls,
-};
+use hookline_common::config::{RedisConfig, RedisTls, SecretRef};
 use hookline_consumer::{ConsumerConfig, handler::Handler};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use hookline_common::{
-    config::{KafkaConfig, SecretRef},
+    config::{KafkaConfig, SaslMechanism, SecretRef},
     kafka::{TopicSpec, ensure_topics, producer_config, read_topic},
-    kafka_security::{ACCEPT_CHECK_WAIT, SaslMechanism, check_broker_accepts},
+    kafka_security::{ACCEPT_CHECK_WAIT, check_broker_accepts},
 };
 use hookline_dlq_replayer::{
     ReplayerConfig,
@@ -24,6 +24,7 @@ use hookline_gateway::{
 use hookline_tests::{
     Delivery, TEST_SECRET, TestStack, eventually,
     kafka_tls::{KafkaSecurity, TokenEndpoint},
+    record_auth::test_record_auth,
     redis_url,
 };
 use http::Request;
@@ -35,6 +36,13 @@ use rdkafka::{
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// A default [`KafkaConfig`] over `security`, with the test stacks' record key.
+fn kafka_config(security: &KafkaSecurity) -> KafkaConfig {
+    let mut kafka = KafkaConfig { record_auth: test_record_auth(), ..KafkaConfig::default() };
+    security.apply_to(&mut kafka);
+    kafka
+}
 
 async fn entry_of(replayer: &Replayer, event_id: &str) -> Option<Entry> {
     let entries = replayer.list(&Filter::default()).await.expect("list");
@@ -122,7 +130,7 @@ async fn round_trip(kafka: &KafkaConfig) {
 #[tokio::test]
 async fn scram_sha_256_and_plain_are_accepted_too() {
     for mechanism in [SaslMechanism::ScramSha256, SaslMechanism::Plain] {
-        round_trip(&KafkaSecurity::sasl_ssl(mechanism).kafka_config()).await;
+        round_trip(&kafka_config(&KafkaSecurity::sasl_ssl(mechanism))).await;
     }
 }
 
@@ -133,7 +141,7 @@ async fn oauthbearer_gets_its_token_from_the_client_credentials_endpoint() {
     std::fs::write(&secret_file, "the-client-secret").expect("write");
     let endpoint = TokenEndpoint::start("the-client-secret").await;
     let security = KafkaSecurity::oauthbearer(&endpoint, &secret_file);
-    round_trip(&security.kafka_config()).await;
+    round_trip(&kafka_config(&security)).await;
     assert!(endpoint.issued() >= 1, "librdkafka fetched its token from the endpoint");
     assert_eq!(endpoint.refused(), 0);
 
@@ -147,7 +155,7 @@ async fn oauthbearer_gets_its_token_from_the_client_credentials_endpoint() {
     // A wrong client secret gets no token, so the broker is never asked: the endpoint saw it refused.
     let wrong_file = dir.join("wrong-secret");
     std::fs::write(&wrong_file, "not-the-secret").expect("write");
-    let wrong = KafkaSecurity::oauthbearer(&endpoint, &wrong_file).kafka_config();
+    let wrong = kafka_config(&KafkaSecurity::oauthbearer(&endpoint, &wrong_file));
     let error = check_broker_accepts(&wrong, ACCEPT_CHECK_WAIT).await.expect_err("refused");
     assert!(endpoint.refused() >= 1);
     assert!(error.to_string().contains("refuse"), "{error}");
@@ -176,7 +184,7 @@ fn tempdir() -> std::path::PathBuf {
 async fn refused_at_start(security: KafkaSecurity, why: &str) {
     let kafka = KafkaConfig {
         inbound_topic: format!("test-{}-inbound", uuid::Uuid::new_v4().simple()),
-        ..security.kafka_config()
+        ..kafka_config(&security)
     };
     let error = check_broker_accepts(&kafka, ACCEPT_CHECK_WAIT).await.expect_err("the broker refuses us");
     let message = error.to_string();
@@ -273,7 +281,7 @@ async fn an_expired_client_certificate_stops_every_service_at_start_and_never_ge
 
 #[tokio::test]
 async fn an_unreachable_broker_is_an_outage_not_a_refusal() {
-    let mut kafka = KafkaSecurity::sasl_ssl(SaslMechanism::ScramSha512).kafka_config();
+    let mut kafka = kafka_config(&KafkaSecurity::sasl_ssl(SaslMechanism::ScramSha512));
     kafka.brokers = "127.0.0.1:1".to_owned();
     check_broker_accepts(&kafka, Duration::from_secs(2)).await.expect("an outage is waited for, not refused");
 }

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use hookline_common::{
-    config::SecretRef, redis_connection::RedisConnection, redis_security::RedisTls, wire::redis_key,
+    config::{RedisTls, SecretRef},
+    redis_connection::RedisConnection,
+    wire::redis_key,
 };
 use hookline_tests::{
     Delivery, TestStack, eventually,

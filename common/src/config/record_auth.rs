@@ -1,0 +1,76 @@
+//! `[kafka.record_auth]`: the internal keys that sign and verify every record hookline writes, and the transition
+//! window for records written before records were signed. Reading the keys, signing and verifying is
+//! [`crate::record_auth`]'s.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Problems, SecretRef};
+use crate::wire::header;
+
+/// The shortest record key accepted: 256 bits, the HMAC-SHA256 block of security.
+pub const MIN_RECORD_KEY_BYTES: usize = 32;
+
+/// `[kafka.record_auth]`: the internal keys that sign and verify records, and the transition for records
+/// written before records were signed.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecordAuthConfig {
+    /// Secret references (`{ id, env | file, not_before?, not_after? }`): the first one valid now signs, all of
+    /// them verify until their `not_after`. Ids are letters, digits, `.`, `_`, `-`.
+    pub keys: Vec<SecretRef>,
+    /// RFC 3339 time until which a reader accepts a record that carries no MAC at all (written before the
+    /// upgrade), counted as `unsigned_accepted`. Unset: unsigned records are refused.
+    pub accept_unsigned_until: Option<String>,
+}
+
+impl RecordAuthConfig {
+    /// The settings' problems, without reading a key: `--print-config` (and `scripts/check-deploy`) run it where
+    /// the secrets are not available. The keys themselves are read, and checked for length, when a service builds
+    /// its producer or reader ([`crate::record_auth::RecordKeys::load`], which starts with this), so a missing one
+    /// still stops the service at start. One line per problem, never a key's value.
+    pub fn validate(&self, problems: &mut Problems) {
+        if self.keys.is_empty() {
+            problems.push(format!(
+                "kafka.record_auth.keys is empty: every record hookline writes is signed with an internal key and \
+                 every reader refuses records without it; give at least one key of {MIN_RECORD_KEY_BYTES}+ bytes \
+                 from a secret (`keys = [{{ id = \"k1\", env = \"HOOKLINE_RECORD_KEY_K1\" }}]`, e.g. `openssl rand \
+                 -base64 48`; see docs/security.md)"
+            ));
+        }
+        for secret in &self.keys {
+            let id = &secret.id;
+            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+                problems.push(format!(
+                    "kafka.record_auth.keys: key id `{id}` must be letters, digits, `.`, `_` or `-` (it is written \
+                     into every record's {} header)",
+                    header::MAC
+                ));
+            }
+            if self.keys.iter().filter(|other| other.id == *id).count() > 1 {
+                problems.push(format!("kafka.record_auth.keys: key id `{id}` is given more than once"));
+            }
+            if secret.env.is_some() == secret.file.is_some() {
+                problems.push(format!("kafka.record_auth.keys: secret `{id}`: give exactly one of `env` or `file`"));
+            }
+            if let Err(problem) = secret.validity_ms() {
+                problems.push(format!("kafka.record_auth.keys: {problem}"));
+            }
+        }
+        if let Err(problem) = self.accept_unsigned_until_ms() {
+            problems.push(problem);
+        }
+    }
+
+    /// `accept_unsigned_until` as ms since the Unix epoch (`None`: unsigned records are refused), or why it cannot
+    /// be read.
+    pub fn accept_unsigned_until_ms(&self) -> Result<Option<i64>, String> {
+        let Some(text) = &self.accept_unsigned_until else { return Ok(None) };
+        let time = humantime::parse_rfc3339(text.trim()).map_err(|_| {
+            format!(
+                "kafka.record_auth.accept_unsigned_until `{text}` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z"
+            )
+        })?;
+        let since_epoch = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Ok(Some(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)))
+    }
+}

@@ -1,0 +1,71 @@
+//! Secret references: where a credential is read from (an environment variable or a file), never the value.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a secret's value comes from. Secrets are never written inline in a config file, so printing a
+/// `SecretRef` (an id, a variable name, a path) shows no secret.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    pub id: String,
+    /// Name of an environment variable holding the secret.
+    pub env: Option<String>,
+    /// Path of a file holding the secret (trailing newline stripped).
+    pub file: Option<String>,
+    /// RFC 3339 time (`2026-06-01T00:00:00Z`) before which the secret is not accepted yet: lets a rotation be
+    /// configured ahead of the provider's switch.
+    #[serde(default)]
+    pub not_before: Option<String>,
+    /// RFC 3339 time after which the secret is no longer accepted: a retiring secret stops working by itself.
+    #[serde(default)]
+    pub not_after: Option<String>,
+}
+
+impl SecretRef {
+    /// A secret read from a file, valid at any time.
+    pub fn from_file(id: impl Into<String>, path: impl Into<String>) -> Self {
+        Self { id: id.into(), file: Some(path.into()), ..Self::default() }
+    }
+
+    /// A secret read from an environment variable, valid at any time.
+    pub fn from_env(id: impl Into<String>, var: impl Into<String>) -> Self {
+        Self { id: id.into(), env: Some(var.into()), ..Self::default() }
+    }
+
+    /// `not_before` and `not_after` as ms since the Unix epoch, or why they cannot be read.
+    pub fn validity_ms(&self) -> Result<(Option<i64>, Option<i64>), String> {
+        let parse = |key: &str, value: &Option<String>| -> Result<Option<i64>, String> {
+            let Some(text) = value else { return Ok(None) };
+            let time = humantime::parse_rfc3339(text.trim()).map_err(|_| {
+                format!("secret `{}`: {key} `{text}` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z", self.id)
+            })?;
+            let since_epoch = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            Ok(Some(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)))
+        };
+        let not_before = parse("not_before", &self.not_before)?;
+        let not_after = parse("not_after", &self.not_after)?;
+        if let (Some(start), Some(end)) = (not_before, not_after) {
+            if start > end {
+                return Err(format!("secret `{}`: not_before is after not_after", self.id));
+            }
+        }
+        Ok((not_before, not_after))
+    }
+
+    /// Reads the secret's bytes, or says why it cannot.
+    pub fn load(&self) -> Result<Vec<u8>, String> {
+        let value = match (&self.env, &self.file) {
+            (Some(var), None) => std::env::var(var)
+                .map_err(|_| format!("secret `{}`: environment variable {var} is not set", self.id))?,
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map_err(|error| format!("secret `{}`: cannot read {path}: {error}", self.id))?
+                .trim_end_matches(['\r', '\n'])
+                .to_owned(),
+            _ => return Err(format!("secret `{}`: give exactly one of `env` or `file`", self.id)),
+        };
+        if value.is_empty() {
+            return Err(format!("secret `{}` is empty", self.id));
+        }
+        Ok(value.into_bytes())
+    }
+}

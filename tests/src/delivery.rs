@@ -1,0 +1,51 @@
+//! What a test sends and gets back: a GitHub delivery signed with the test secret, and the gateway's reply.
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+
+/// The secret every test source is configured with.
+pub const TEST_SECRET: &str = "integration-test-secret";
+
+/// A response as the test saw it.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// The stable error code of a JSON error response.
+    pub fn error_code(&self) -> Option<String> {
+        let value: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        value["error"]["code"].as_str().map(str::to_owned)
+    }
+}
+
+/// The event id the gateway gives a body whose provider id is unsigned: `sha256:<hex>` of the body.
+pub fn body_event_id(body: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(body)))
+}
+
+/// A GitHub delivery: the headers GitHub sends, signed with `secret`.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub delivery_id: String,
+    pub event: String,
+    pub body: Bytes,
+}
+
+impl Delivery {
+    /// A delivery of `body`. GitHub does not sign `X-GitHub-Delivery`, so the gateway's event id (the dedupe key)
+    /// is the body's SHA-256 ([`body_event_id`]); the delivery id is that same value here, so `delivery_id` is the
+    /// event id the consumer sees. Two deliveries with the same body are one event.
+    pub fn new(body: impl Into<Bytes>) -> Self {
+        let body = body.into();
+        Self { delivery_id: body_event_id(&body), event: "push".to_owned(), body }
+    }
+
+    pub fn signature(&self, secret: &str) -> String {
+        hookline_common::signature::github::sign(secret.as_bytes(), &self.body)
+    }
+}

@@ -1,0 +1,72 @@
+//! The local stack `scripts/stack` runs: where its brokers and Redis listen (overridden by `KAFKA_BROKERS`,
+//! `REDIS_URL`, ... from `eval "$(scripts/stack env)"`), driving its script from a fault test, and waiting for a
+//! condition to hold.
+
+use std::{
+    future::Future,
+    time::{Duration, Instant},
+};
+
+use hookline_common::config::KafkaConfig;
+
+pub fn brokers() -> String {
+    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned())
+}
+
+/// The single-node stack's brokers over PLAINTEXT, as a [`KafkaConfig`] (other keys default).
+pub fn plaintext_kafka() -> KafkaConfig {
+    KafkaConfig { brokers: brokers(), ..KafkaConfig::default() }
+}
+
+/// The three brokers of `scripts/stack up --brokers 3` (`CLUSTER_KAFKA_BROKERS`).
+pub fn cluster_brokers() -> String {
+    std::env::var("CLUSTER_KAFKA_BROKERS")
+        .unwrap_or_else(|_| "127.0.0.1:19192,127.0.0.1:19194,127.0.0.1:19196".to_owned())
+}
+
+/// Seed nodes of the test Redis Cluster (`scripts/stack start-redis-cluster`).
+pub fn redis_cluster_urls() -> String {
+    std::env::var("REDIS_CLUSTER_URLS")
+        .unwrap_or_else(|_| "redis://127.0.0.1:16380,redis://127.0.0.1:16381,redis://127.0.0.1:16382".to_owned())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".to_owned())
+}
+
+/// Runs `scripts/stack <verb>` (the fault tests stop and start the shared broker and Redis) and asserts it
+/// succeeded.
+pub fn stack_script(verb: &str) {
+    stack_script_args(&[verb]);
+}
+
+/// Runs `scripts/stack` with these arguments (`["stop-broker", "2", "--kill"]`) and asserts it succeeded.
+pub fn stack_script_args(args: &[&str]) {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack");
+    let status = std::process::Command::new(script).args(args).status().expect("run scripts/stack");
+    assert!(status.success(), "scripts/stack {} failed", args.join(" "));
+}
+
+/// Runs `scripts/stack <verb>` when dropped: brings a stopped service back even when an assertion fails
+/// mid-test, so later test binaries find it running. `StackRestore("start-kafka")`.
+#[derive(Debug)]
+pub struct StackRestore(pub &'static str);
+
+impl Drop for StackRestore {
+    fn drop(&mut self) {
+        stack_script(self.0);
+    }
+}
+
+/// Waits until `condition` holds, checking every 100 ms; panics with `what` after `deadline`.
+pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !condition().await {
+        assert!(started.elapsed() < deadline, "timed out after {deadline:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
