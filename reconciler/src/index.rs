@@ -10,6 +10,10 @@
 //! (an accepted event waiting in the retry topic or sitting in the DLQ has none, and would be fetched again) and
 //! live 72 hours, less than Stripe's 30 days or Paddle's 90; the inbound topic itself is kept for days, not months.
 //!
+//! Only records hookline wrote count: the indexer checks each record's MAC ([`hookline_common::record_auth`]) as
+//! the consumer does, so a record forged into the inbound topic (which the consumer dead-letters) cannot make a
+//! missed event look accepted.
+//!
 //! Before a run decides anything, it waits until the indexer's committed offsets reach the high watermarks the
 //! topic had *after* the provider's list was read ([`IndexCheck::wait_caught_up`]): every event accepted before
 //! the provider listed it is then in the index.
@@ -23,6 +27,7 @@ use std::{
 use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, client_config, consumer_config},
+    record_auth::RecordKeys,
     wire::{self, header, header_str},
 };
 use rdkafka::{
@@ -64,6 +69,10 @@ pub async fn run_indexer(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(), ReconcileError> {
+    let keys = RecordKeys::load(&kafka.record_auth).map_err(|problems| ReconcileError::Setup {
+        source_name: "-".to_owned(),
+        error: format!("record keys: {}", problems.join("; ")),
+    })?;
     let consumer: StreamConsumer<QuietContext> =
         consumer_config(&kafka, &group_id).create_with_context(QuietContext::new("reconciler-index"))?;
     let topics = indexed_topics(&kafka, &sources);
@@ -103,7 +112,14 @@ pub async fn run_indexer(
         }
         let mut entries = Vec::new();
         let mut oldest_ms = i64::MAX;
+        let now_ms = wire::now_ms();
         for message in &batch {
+            let verdict = keys.verify(message.topic(), message.key(), message.payload(), message.headers(), now_ms);
+            metrics.record_auth.with_label_values(&[verdict.label()]).inc();
+            if !verdict.accepted() {
+                // Not written by hookline: the consumer dead-letters it, and it proves nothing was accepted.
+                continue;
+            }
             let headers = message.headers();
             // A record no gateway wrote is not an accepted event of any source: nothing to index.
             let Ok(meta) = wire::EventMeta::from_headers(headers) else { continue };

@@ -22,6 +22,10 @@ pub struct Metrics {
     pub api_requests: IntCounterVec,
     /// `hookline_reconciler_indexed_records_total{source}`: accepted events recorded in the index.
     pub indexed: IntCounterVec,
+    /// `hookline_reconciler_record_auth_total{outcome}`: the indexer's MAC check of every record it reads; a
+    /// refused record (not written by hookline) is never indexed, so a forged record cannot hide a missed event.
+    /// Outcomes as the consumer's ([`hookline_common::record_auth::outcome::ALL`]).
+    pub record_auth: IntCounterVec,
 }
 
 impl Metrics {
@@ -64,6 +68,13 @@ impl Metrics {
                 Opts::new("hookline_reconciler_indexed_records_total", "Accepted events recorded in the index."),
                 &["source"],
             )?,
+            record_auth: IntCounterVec::new(
+                Opts::new(
+                    "hookline_reconciler_record_auth_total",
+                    "Records the indexer read, by the outcome of their MAC check; only authentic ones are indexed.",
+                ),
+                &["outcome"],
+            )?,
         };
         for collector in metrics.collectors() {
             registry.register(collector)?;
@@ -81,6 +92,7 @@ impl Metrics {
             Box::new(self.last_success.clone()),
             Box::new(self.api_requests.clone()),
             Box::new(self.indexed.clone()),
+            Box::new(self.record_auth.clone()),
         ]
     }
 
@@ -108,8 +120,9 @@ mod tests {
         metrics.last_success.with_label_values(&["s"]).set(1.0);
         metrics.api_requests.with_label_values(&["s", "ok"]).inc();
         metrics.indexed.with_label_values(&["s"]).inc();
+        metrics.record_auth.with_label_values(&["authentic"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 7);
+        assert_eq!(described.len(), 8);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -10,8 +10,8 @@ use std::{
 
 use bytes::Bytes;
 use hookline_common::{
-    config::SecretRef,
-    wire::{self, header, header_str},
+    config::{SaslMechanism, SecretRef},
+    wire::{self, EventMeta, header, header_str},
 };
 use hookline_reconciler::{
     Mode, Outcome, Provider, ReconcileError, Reconciler, ReconcilerConfig, Report, RunRequest, SourceConfig,
@@ -19,6 +19,7 @@ use hookline_reconciler::{
 };
 use hookline_tests::{
     Delivery, TEST_SECRET, TestStack, body_event_id, eventually,
+    kafka_tls::KafkaSecurity,
     provider_fakes::{FakeGithub, FakePaddle, GITHUB_HOOK, PADDLE_SETTING, StripeMock, TlsFront},
     redis_url,
 };
@@ -58,6 +59,7 @@ fn paddle_source(paddle: &FakePaddle) -> SourceConfig {
 /// consumer group and Redis prefix.
 struct TestReconciler {
     reconciler: Reconciler,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 }
 
@@ -90,10 +92,10 @@ impl TestReconciler {
             config.sources.clone(),
             config.index_complete_since_ms().expect("valid"),
             reconciler.store().clone(),
-            metrics,
+            metrics.clone(),
             shutdown.clone(),
         ));
-        Self { reconciler, shutdown }
+        Self { reconciler, metrics, shutdown }
     }
 
     async fn run(&self, source: &str, mode: Mode) -> Result<Report, ReconcileError> {
@@ -328,6 +330,81 @@ async fn a_stripe_event_missed_is_fetched_over_tls_produced_once_and_its_late_we
     let again = window(Mode::Apply).await.expect("third run");
     assert!(again.missed.is_empty(), "{again:?}");
     assert_eq!(stack.inbound_records().await.len(), records.len() + 1, "only the late webhook was added");
+}
+
+/// Over SASL_SSL (the indexer's consumer and the reconciler's producer, like every other client): a record forged
+/// into the inbound topic, claiming each missed Stripe event was accepted, proves nothing. The consumer
+/// dead-letters it unprocessed, the indexer refuses it (counted), and the reconciler still fetches each event,
+/// which is then processed once.
+#[tokio::test]
+async fn a_forged_record_does_not_hide_a_missed_event_from_a_reconciler_running_over_sasl_ssl() {
+    let secret_file = temp_file("stripe-secret", TEST_SECRET);
+    let stack = TestStack::builder()
+        .kafka_security(KafkaSecurity::sasl_ssl(SaslMechanism::ScramSha512))
+        .gateway_source(hookline_gateway::config::SourceConfig::new(
+            "stripe",
+            "stripe",
+            vec![SecretRef::from_file("primary", secret_file)],
+        ))
+        .consumer()
+        .build()
+        .await;
+    assert!(stack.kafka.sasl.is_some(), "every client of the stack uses SASL_SSL");
+    let stripe_mock = StripeMock::start().await;
+    let tls = TlsFront::start(stripe_mock.addr).await;
+    let source = SourceConfig {
+        api_url: Some(format!("https://127.0.0.1:{}", tls.addr.port())),
+        ca_file: Some(temp_file("ca.pem", &tls.ca_pem)),
+        settle_s: 0,
+        ..SourceConfig::new(
+            "stripe",
+            Provider::Stripe,
+            SecretRef::from_file("stripe-api", temp_file("key", STRIPE_KEY)),
+        )
+    };
+    let reconciler = TestReconciler::start(&stack, vec![source]).await;
+    let window = |mode| reconciler.run_window("stripe", mode, 1_000_000_000_000, wire::now_ms() + 60_000);
+    let dry = window(Mode::DryRun).await.expect("dry run");
+    let missed: Vec<String> = dry.missed.iter().map(|missed| missed.id.clone()).collect();
+    assert!(!missed.is_empty(), "stripe-mock lists its fixture events: {dry:?}");
+
+    // Someone with write access to the topic, but not the record key, claims every missed event arrived.
+    for id in &missed {
+        let meta = EventMeta {
+            source: "stripe".into(),
+            event_id: id.clone(),
+            event_type: Some("charge.succeeded".into()),
+            received_at_ms: wire::now_ms(),
+            content_type: Some("application/json".into()),
+            secret_id: "primary".into(),
+            ordering_key: None,
+        };
+        stack.produce_unsigned(0, id, meta.to_headers(), br#"{"forged":true}"#).await;
+    }
+    let refused = || reconciler.metrics.record_auth.with_label_values(&["unsigned"]).get();
+    eventually(Duration::from_secs(30), "the indexer refuses every forged record", || async {
+        refused() == u64::try_from(missed.len()).unwrap_or(u64::MAX)
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the consumer dead-letters every forged record", || async {
+        stack.consumer_metric(0, "hookline_consumer_record_auth_total", "outcome=\"unsigned\"").await
+            >= missed.len() as f64
+    })
+    .await;
+    assert!(missed.iter().all(|id| stack.handler.count(id) == 0), "no forged record reached the handler");
+
+    let applied = window(Mode::Apply).await.expect("apply");
+    assert_eq!(applied.count(Outcome::FetchedAndProduced), missed.len(), "the forged records hid nothing: {applied:?}");
+    for id in &missed {
+        eventually(Duration::from_secs(30), "the fetched event processed", || async {
+            stack.handler.count(id) == 1
+        })
+        .await;
+    }
+    let again = window(Mode::Apply).await.expect("a later run");
+    assert!(again.missed.is_empty(), "the fetched records, signed, are indexed: {again:?}");
+    assert_eq!(reconciler.metrics.record_auth.with_label_values(&["authentic"]).get(), missed.len() as u64);
+    assert!(missed.iter().all(|id| stack.handler.count(id) == 1), "each processed once");
 }
 
 #[tokio::test]
