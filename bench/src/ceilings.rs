@@ -86,6 +86,9 @@ pub struct KafkaCeilingConfig {
     pub duration: Duration,
     /// Signs every record, as the gateway does (the MAC is part of the gateway's record).
     pub record_key: BenchRecordKey,
+    /// Leaves the MAC out (records as written before record MACs): the other half of "what does the MAC cost"
+    /// on the produce path. Never something a hookline service can do.
+    pub unsigned: bool,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -113,8 +116,8 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
     // Warm-up, not measured: the first produce to a fresh topic waits for its metadata and the producer id
     // (the gateway does the same before it reports ready). A gateway-shaped record, so consumers handle it.
     let warm_up_id = format!("kafka-{run_id}-warm-up");
-    let keys = config.record_key.keys().clone();
-    let (body, headers) = gateway_record(&keys, &config.topic, &warm_up_id, config.message_bytes);
+    let keys = (!config.unsigned).then(|| config.record_key.keys().clone());
+    let (body, headers) = gateway_record(keys.as_ref(), &config.topic, &warm_up_id, config.message_bytes);
     let record = FutureRecord::to(&config.topic).key(warm_up_id.as_bytes()).payload(&body).headers(headers);
     producer.send(record, Timeout::After(Duration::from_secs(10))).await.map_err(|(error, _)| error)?;
     let start = Instant::now();
@@ -130,7 +133,7 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
             while Instant::now() < end {
                 seq += 1;
                 let event_id = format!("kafka-{run_id}-{task_idx}-{seq}");
-                let (body, headers) = gateway_record(&keys, &topic, &event_id, message_bytes);
+                let (body, headers) = gateway_record(keys.as_ref(), &topic, &event_id, message_bytes);
                 let record = FutureRecord::to(&topic).key(event_id.as_bytes()).payload(&body).headers(headers);
                 let sent_at = Instant::now();
                 match producer.send(record, Timeout::After(Duration::ZERO)).await {
@@ -167,9 +170,9 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
 }
 
 /// The body and headers the gateway would produce for a verified GitHub delivery of `event_id` to `topic`,
-/// signed with `keys` (the record MAC the gateway's producer adds).
+/// signed with `keys` (the record MAC the gateway's producer adds; none: unsigned).
 fn gateway_record(
-    keys: &RecordKeys,
+    keys: Option<&RecordKeys>,
     topic: &str,
     event_id: &str,
     message_bytes: usize,
@@ -184,9 +187,12 @@ fn gateway_record(
         ordering_key: None,
     };
     let body = json_body(event_id, message_bytes);
-    let headers = keys
-        .sign(topic, Some(event_id.as_bytes()), Some(&body), Some(&meta.to_headers()), now_ms())
-        .expect("the bench's record key is valid now");
+    let headers = match keys {
+        Some(keys) => keys
+            .sign(topic, Some(event_id.as_bytes()), Some(&body), Some(&meta.to_headers()), now_ms())
+            .expect("the bench's record key is valid now"),
+        None => meta.to_headers(),
+    };
     (body, headers)
 }
 

@@ -13,7 +13,7 @@ use std::{
 };
 
 use hookline_common::{
-    config::KafkaConfig,
+    config::{KafkaConfig, Table},
     kafka::{QuietContext, consumer_config},
 };
 use rdkafka::{
@@ -46,6 +46,25 @@ pub struct ConsumerBenchConfig {
     pub work_dir: PathBuf,
     /// Give up on one measurement after this long.
     pub timeout: Duration,
+    /// Tables merged over each consumer's config (a key here wins): how the bench runs the consumer over TLS and
+    /// SASL (`[kafka] brokers`, `[kafka.tls]`, `[kafka.sasl]`, `[redis]`), while the fill and the raw consume
+    /// stay on `brokers`.
+    pub overlay: Option<Table>,
+    /// Fill with unsigned records and let the consumers accept them (`accept_unsigned_until` an hour ahead): the
+    /// consumer without its MAC check, to measure what the check costs.
+    pub unsigned: bool,
+}
+
+/// `base` with every key of `overlay` set over it, tables merged key by key.
+pub fn merge_overlay(base: &mut Table, overlay: &Table) {
+    for (key, value) in overlay {
+        match (base.get_mut(key), value) {
+            (Some(toml::Value::Table(base)), toml::Value::Table(overlay)) => merge_overlay(base, overlay),
+            _ => {
+                base.insert(key.clone(), value.clone());
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -81,6 +100,7 @@ pub async fn run(config: &ConsumerBenchConfig) -> anyhow::Result<ConsumerReport>
         concurrency: 256,
         duration: config.fill,
         record_key: config.record_key.clone(),
+        unsigned: config.unsigned,
     })
     .await?;
     let n_events = fill.acknowledged + fill.warm_up_records;
@@ -168,9 +188,7 @@ async fn end_to_end(config: &ConsumerBenchConfig, n_instances: usize, n_events: 
     for instance_idx in 0..n_instances {
         let admin = free_port()?;
         let path = config.work_dir.join(format!("consumer-{run_id}-{instance_idx}.toml"));
-        std::fs::write(
-            &path,
-            format!(
+        let mut consumer_config: Table = format!(
                 r#"admin_addr = "{admin}"
 [kafka]
 brokers = "{brokers}"
@@ -180,7 +198,7 @@ dlq_status_topic = "{dlq_status}"
 group_id = "hookline-bench-{run_id}"
 {record_auth}[redis]
 url = "{redis}"
-key_prefix = "hookline-bench:{run_id}"
+key_prefix = "hookline:bench:{run_id}"
 dedupe_ttl_s = 600
 [handler]
 kind = "log"
@@ -190,9 +208,17 @@ kind = "log"
                 topic = config.topic,
                 dlq = config.dlq_topic,
                 dlq_status = config.dlq_status_topic,
-                redis = config.redis_url,
-            ),
-        )?;
+                redis = config.redis_url,)
+        .parse()?;
+        if let Some(overlay) = &config.overlay {
+            merge_overlay(&mut consumer_config, overlay);
+        }
+        if config.unsigned {
+            let until = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(3600));
+            let overlay: Table = format!("[kafka.record_auth]\naccept_unsigned_until = \"{until}\"\n").parse()?;
+            merge_overlay(&mut consumer_config, &overlay);
+        }
+        std::fs::write(&path, consumer_config.to_string())?;
         let child = Command::new(&config.consumer_bin)
             .arg("--config")
             .arg(&path)
@@ -490,7 +516,7 @@ group_id = "hookline-bench-{run_id}"
 {properties}
 [redis]
 url = "{redis}"
-key_prefix = "hookline-bench:{run_id}"
+key_prefix = "hookline:bench:{run_id}"
 dedupe_ttl_s = 600
 [handler]
 kind = "http"

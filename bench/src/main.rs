@@ -51,6 +51,9 @@ enum Command {
         concurrency: usize,
         #[arg(long, default_value_t = 10.0)]
         duration_s: f64,
+        /// Produce without the record MAC (what the MAC costs on the produce path; no service can do this).
+        #[arg(long)]
+        unsigned: bool,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -95,6 +98,14 @@ enum Command {
         work_dir: PathBuf,
         #[arg(long, default_value_t = 120)]
         timeout_s: u64,
+        /// A TOML file whose tables are merged over each consumer's config (TLS and SASL to Kafka and Redis);
+        /// the fill and the raw consume stay on `--brokers`.
+        #[arg(long)]
+        overlay: Option<PathBuf>,
+        /// Fill with unsigned records, accepted by the consumers' transition window: the consumer without its MAC
+        /// check (what the check costs).
+        #[arg(long)]
+        unsigned: bool,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -239,7 +250,7 @@ async fn main() -> anyhow::Result<()> {
             ceilings::serve_http_ceiling(listener, shutdown).await;
             Ok(())
         }
-        Command::KafkaCeiling { brokers, topic, message_bytes, concurrency, duration_s, json } => {
+        Command::KafkaCeiling { brokers, topic, message_bytes, concurrency, duration_s, unsigned, json } => {
             create_topic(&brokers, &topic, 6).await?;
             let report = ceilings::kafka_ceiling(&KafkaCeilingConfig {
                 brokers,
@@ -248,6 +259,7 @@ async fn main() -> anyhow::Result<()> {
                 concurrency,
                 duration: Duration::from_secs_f64(duration_s),
                 record_key: BenchRecordKey::generate()?,
+                unsigned,
             })
             .await?;
             eprintln!(
@@ -282,8 +294,14 @@ async fn main() -> anyhow::Result<()> {
             instances,
             work_dir,
             timeout_s,
+            overlay,
+            unsigned,
             json,
         } => {
+            let overlay = match overlay {
+                Some(path) => Some(std::fs::read_to_string(&path)?.parse::<hookline_common::config::Table>()?),
+                None => None,
+            };
             create_topic(&brokers, &topic, partitions).await?;
             std::fs::create_dir_all(&work_dir)?;
             let report = consumer_bench::run(&ConsumerBenchConfig {
@@ -299,6 +317,8 @@ async fn main() -> anyhow::Result<()> {
                 instances,
                 work_dir,
                 timeout: Duration::from_secs(timeout_s),
+                overlay,
+                unsigned,
             })
             .await?;
             write_json(json.as_deref(), &report)
