@@ -18,7 +18,7 @@ use hookline_reconciler::{
     metrics::Metrics,
 };
 use hookline_tests::{
-    Delivery, TEST_SECRET, TestStack, body_event_id, eventually,
+    Delivery, TEST_SECRET, TestStack, TestStackBuilder, body_event_id, eventually,
     kafka_tls::KafkaSecurity,
     provider_fakes::{FakeGithub, FakePaddle, GITHUB_HOOK, PADDLE_SETTING, StripeMock, TlsFront},
     redis_url,
@@ -252,31 +252,48 @@ async fn paddle_failed_notifications_are_replayed_once_and_those_paddle_still_re
     assert_eq!(stack.handler.count(&retrying.event_id), 0, "left to Paddle's own retries");
 }
 
+/// A stack with a `stripe` gateway source and a consumer, the real `stripe-mock` behind a TLS front, and a
+/// reconciler for it; all of it runs until the setup is dropped (the reconciler first).
+struct StripeSetup {
+    reconciler: TestReconciler,
+    stack: TestStack,
+    tls: TlsFront,
+    _stripe_mock: StripeMock,
+}
+
+impl StripeSetup {
+    async fn start(builder: TestStackBuilder) -> Self {
+        let secret_file = temp_file("stripe-secret", TEST_SECRET);
+        let stack = builder
+            .gateway_source(hookline_gateway::config::SourceConfig::new(
+                "stripe",
+                "stripe",
+                vec![SecretRef::from_file("primary", secret_file)],
+            ))
+            .consumer()
+            .build()
+            .await;
+        let stripe_mock = StripeMock::start().await;
+        let tls = TlsFront::start(stripe_mock.addr).await;
+        let source = SourceConfig {
+            api_url: Some(format!("https://127.0.0.1:{}", tls.addr.port())),
+            ca_file: Some(temp_file("ca.pem", &tls.ca_pem)),
+            settle_s: 0,
+            ..SourceConfig::new(
+                "stripe",
+                Provider::Stripe,
+                SecretRef::from_file("stripe-api", temp_file("key", STRIPE_KEY)),
+            )
+        };
+        let reconciler = TestReconciler::start(&stack, vec![source]).await;
+        Self { reconciler, stack, tls, _stripe_mock: stripe_mock }
+    }
+}
+
 #[tokio::test]
 async fn a_stripe_event_missed_is_fetched_over_tls_produced_once_and_its_late_webhook_is_a_duplicate() {
-    let secret_file = temp_file("stripe-secret", TEST_SECRET);
-    let stack = TestStack::builder()
-        .gateway_source(hookline_gateway::config::SourceConfig::new(
-            "stripe",
-            "stripe",
-            vec![SecretRef::from_file("primary", secret_file)],
-        ))
-        .consumer()
-        .build()
-        .await;
-    let stripe_mock = StripeMock::start().await;
-    let tls = TlsFront::start(stripe_mock.addr).await;
-    let source = SourceConfig {
-        api_url: Some(format!("https://127.0.0.1:{}", tls.addr.port())),
-        ca_file: Some(temp_file("ca.pem", &tls.ca_pem)),
-        settle_s: 0,
-        ..SourceConfig::new(
-            "stripe",
-            Provider::Stripe,
-            SecretRef::from_file("stripe-api", temp_file("key", STRIPE_KEY)),
-        )
-    };
-    let reconciler = TestReconciler::start(&stack, vec![source]).await;
+    let setup = StripeSetup::start(TestStack::builder()).await;
+    let (stack, tls, reconciler) = (&setup.stack, &setup.tls, &setup.reconciler);
     // stripe-mock's fixture events were created in 2009: the window reaches back that far.
     let window = |mode| reconciler.run_window("stripe", mode, 1_000_000_000_000, wire::now_ms() + 60_000);
 
@@ -338,31 +355,10 @@ async fn a_stripe_event_missed_is_fetched_over_tls_produced_once_and_its_late_we
 /// which is then processed once.
 #[tokio::test]
 async fn a_forged_record_does_not_hide_a_missed_event_from_a_reconciler_running_over_sasl_ssl() {
-    let secret_file = temp_file("stripe-secret", TEST_SECRET);
-    let stack = TestStack::builder()
-        .kafka_security(KafkaSecurity::sasl_ssl(SaslMechanism::ScramSha512))
-        .gateway_source(hookline_gateway::config::SourceConfig::new(
-            "stripe",
-            "stripe",
-            vec![SecretRef::from_file("primary", secret_file)],
-        ))
-        .consumer()
-        .build()
-        .await;
+    let sasl_ssl = TestStack::builder().kafka_security(KafkaSecurity::sasl_ssl(SaslMechanism::ScramSha512));
+    let setup = StripeSetup::start(sasl_ssl).await;
+    let (stack, reconciler) = (&setup.stack, &setup.reconciler);
     assert!(stack.kafka.sasl.is_some(), "every client of the stack uses SASL_SSL");
-    let stripe_mock = StripeMock::start().await;
-    let tls = TlsFront::start(stripe_mock.addr).await;
-    let source = SourceConfig {
-        api_url: Some(format!("https://127.0.0.1:{}", tls.addr.port())),
-        ca_file: Some(temp_file("ca.pem", &tls.ca_pem)),
-        settle_s: 0,
-        ..SourceConfig::new(
-            "stripe",
-            Provider::Stripe,
-            SecretRef::from_file("stripe-api", temp_file("key", STRIPE_KEY)),
-        )
-    };
-    let reconciler = TestReconciler::start(&stack, vec![source]).await;
     let window = |mode| reconciler.run_window("stripe", mode, 1_000_000_000_000, wire::now_ms() + 60_000);
     let dry = window(Mode::DryRun).await.expect("dry run");
     let missed: Vec<String> = dry.missed.iter().map(|missed| missed.id.clone()).collect();
@@ -396,10 +392,8 @@ async fn a_forged_record_does_not_hide_a_missed_event_from_a_reconciler_running_
     let applied = window(Mode::Apply).await.expect("apply");
     assert_eq!(applied.count(Outcome::FetchedAndProduced), missed.len(), "the forged records hid nothing: {applied:?}");
     for id in &missed {
-        eventually(Duration::from_secs(30), "the fetched event processed", || async {
-            stack.handler.count(id) == 1
-        })
-        .await;
+        eventually(Duration::from_secs(30), "the fetched event processed", || async { stack.handler.count(id) == 1 })
+            .await;
     }
     let again = window(Mode::Apply).await.expect("a later run");
     assert!(again.missed.is_empty(), "the fetched records, signed, are indexed: {again:?}");
