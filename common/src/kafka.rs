@@ -66,6 +66,22 @@ pub fn client_config(kafka: &KafkaConfig, settings: &[(&str, &str)]) -> ClientCo
 /// 10 s, adds up to 10 s to every recovery after an outage). One attempt per second per broker costs nothing.
 const RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 
+/// The settings of a consumer that reads by assignment: a throwaway group id (librdkafka requires one even for
+/// `assign()`; nothing is committed to it), no commits, only committed records, records up to 16 MiB; then
+/// `settings`.
+pub fn assignment_reader_config(kafka: &KafkaConfig, settings: &[(&str, &str)]) -> ClientConfig {
+    let group_id = format!("hookline-reader-{}", uuid::Uuid::new_v4());
+    let mut all = vec![
+        ("group.id", group_id.as_str()),
+        ("enable.auto.commit", "false"),
+        ("enable.partition.eof", "false"),
+        ("isolation.level", "read_committed"),
+        ("fetch.message.max.bytes", "16777216"),
+    ];
+    all.extend_from_slice(settings);
+    client_config(kafka, &all)
+}
+
 /// An admin client's settings: the brokers and `kafka.properties` (TLS, SASL) every client of ours shares.
 pub fn admin_config(kafka: &KafkaConfig) -> ClientConfig {
     client_config(kafka, &[])
@@ -248,19 +264,8 @@ pub fn visit_topic(
     timeout: Duration,
     mut visit: impl FnMut(&BorrowedMessage<'_>),
 ) -> Result<(), KafkaError> {
-    // A group id is required by librdkafka even for assign(); nothing is committed to it.
-    let group_id = format!("hookline-reader-{}", uuid::Uuid::new_v4());
-    let consumer: BaseConsumer<QuietContext> = client_config(
-        kafka,
-        &[
-            ("group.id", &group_id),
-            ("enable.auto.commit", "false"),
-            ("enable.partition.eof", "false"),
-            ("isolation.level", "read_committed"),
-            ("fetch.message.max.bytes", "16777216"),
-        ],
-    )
-    .create_with_context(QuietContext::new("topic-reader"))?;
+    let consumer: BaseConsumer<QuietContext> =
+        assignment_reader_config(kafka, &[]).create_with_context(QuietContext::new("topic-reader"))?;
     let partitions = partitions_of(&consumer, topic, timeout)?;
     // The last offset to read in each partition that holds anything.
     let mut last_offsets: HashMap<i32, i64> = HashMap::new();

@@ -8,7 +8,7 @@ use std::{
 
 use hookline_common::{
     config::KafkaConfig,
-    kafka::{QuietContext, client_config, partitions_of},
+    kafka::{QuietContext, assignment_reader_config, partitions_of},
 };
 use rdkafka::{
     ClientConfig, Message, Offset, TopicPartitionList,
@@ -140,16 +140,9 @@ pub fn reader(kafka: &KafkaConfig, name: &'static str) -> Result<BaseConsumer<Qu
 
 /// The settings of [`reader`], to adjust before creating one.
 pub fn reader_config(kafka: &KafkaConfig) -> ClientConfig {
-    // A group id is required by librdkafka even for assign(); nothing is committed to it.
-    let group_id = format!("hookline-reader-{}", uuid::Uuid::new_v4());
-    client_config(
+    assignment_reader_config(
         kafka,
         &[
-            ("group.id", &group_id),
-            ("enable.auto.commit", "false"),
-            ("enable.partition.eof", "false"),
-            ("isolation.level", "read_committed"),
-            ("fetch.message.max.bytes", "16777216"),
             ("fetch.wait.max.ms", "10"),
             // Prefetch bounded: the index, not librdkafka's queue, is what should hold memory.
             ("queued.max.messages.kbytes", "16384"),
