@@ -23,35 +23,50 @@ type secretRef struct {
 	file string
 }
 
-// secretRefs collects every secret reference under v, depth first, in a stable order.
-func secretRefs(v any, at string, out *[]secretRef) {
+// walkConfig calls visit with every value under v and its path (`kafka.sasl.password`,
+// `sources[github].secrets[v1]`), depth first, map keys in order; where visit returns false it does not descend.
+func walkConfig(v any, at string, visit func(at string, v any) bool) {
+	if !visit(at, v) {
+		return
+	}
 	switch t := v.(type) {
 	case map[string]any:
-		id, hasID := t["id"].(string)
-		env, _ := t["env"].(string)
-		file, _ := t["file"].(string)
-		if hasID && id != "" && (env != "" || file != "") {
-			*out = append(*out, secretRef{at: at, env: env, file: file})
-			return
-		}
 		keys := make([]string, 0, len(t))
 		for k := range t {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			secretRefs(t[k], joinPath(at, k), out)
+			walkConfig(t[k], joinPath(at, k), visit)
 		}
 	case []map[string]any:
 		for i, e := range t {
-			secretRefs(e, at+"["+elementName(e, i)+"]", out)
+			walkConfig(e, at+"["+elementName(e, i)+"]", visit)
 		}
 	case []any:
 		for i, e := range t {
 			m, _ := e.(map[string]any)
-			secretRefs(e, at+"["+elementName(m, i)+"]", out)
+			walkConfig(e, at+"["+elementName(m, i)+"]", visit)
 		}
 	}
+}
+
+// secretRefs collects every secret reference under v, depth first, in a stable order.
+func secretRefs(v any, at string, out *[]secretRef) {
+	walkConfig(v, at, func(at string, v any) bool {
+		t, ok := v.(map[string]any)
+		if !ok {
+			return true
+		}
+		id, hasID := t["id"].(string)
+		env, _ := t["env"].(string)
+		file, _ := t["file"].(string)
+		if hasID && id != "" && (env != "" || file != "") {
+			*out = append(*out, secretRef{at: at, env: env, file: file})
+			return false
+		}
+		return true
+	})
 }
 
 func joinPath(at, key string) string {
@@ -72,29 +87,12 @@ func elementName(m map[string]any, i int) string {
 
 // inlineCredentials: config keys whose value the binary printed redacted, i.e. a credential written inline.
 func inlineCredentials(v any, at string, out *[]string) {
-	switch t := v.(type) {
-	case string:
-		if strings.Contains(t, redacted) {
+	walkConfig(v, at, func(at string, v any) bool {
+		if s, ok := v.(string); ok && strings.Contains(s, redacted) {
 			*out = append(*out, at)
 		}
-	case map[string]any:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			inlineCredentials(t[k], joinPath(at, k), out)
-		}
-	case []map[string]any:
-		for i, e := range t {
-			inlineCredentials(e, fmt.Sprintf("%s[%d]", at, i), out)
-		}
-	case []any:
-		for i, e := range t {
-			inlineCredentials(e, fmt.Sprintf("%s[%d]", at, i), out)
-		}
-	}
+		return true
+	})
 }
 
 var (
