@@ -189,7 +189,7 @@ async fn end_to_end(config: &ConsumerBenchConfig, n_instances: usize, n_events: 
         let admin = free_port()?;
         let path = config.work_dir.join(format!("consumer-{run_id}-{instance_idx}.toml"));
         let mut consumer_config: Table = format!(
-                r#"admin_addr = "{admin}"
+            r#"admin_addr = "{admin}"
 [kafka]
 brokers = "{brokers}"
 inbound_topic = "{topic}"
@@ -203,12 +203,13 @@ dedupe_ttl_s = 600
 [handler]
 kind = "log"
 "#,
-                record_auth = config.record_key.toml(),
-                brokers = config.brokers,
-                topic = config.topic,
-                dlq = config.dlq_topic,
-                dlq_status = config.dlq_status_topic,
-                redis = config.redis_url,)
+            record_auth = config.record_key.toml(),
+            brokers = config.brokers,
+            topic = config.topic,
+            dlq = config.dlq_topic,
+            dlq_status = config.dlq_status_topic,
+            redis = config.redis_url,
+        )
         .parse()?;
         if let Some(overlay) = &config.overlay {
             merge_overlay(&mut consumer_config, overlay);

@@ -58,3 +58,16 @@ impl ServiceArgs {
         Ok(self.print_metrics || self.print_config)
     }
 }
+
+/// What a binary's `main` returns for `result`: on an error, its whole chain on one line (`Error: a: b: c`, the
+/// alternate form) and exit code 1. Never a backtrace, which `RUST_BACKTRACE` would add to the report a `main`
+/// returning the error prints: a service that cannot start says why in one log line.
+pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -13,7 +13,11 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    hookline_common::cli::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let args = Args::parse();
     if args.service.print_requested(Metrics::describe, Loaded::read_checked)? {

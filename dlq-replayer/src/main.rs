@@ -170,7 +170,11 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    hookline_common::cli::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     // The service logs like the others; a command keeps stdout for its output.
     if matches!(args.command, Some(Command::Serve)) {

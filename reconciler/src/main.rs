@@ -52,7 +52,11 @@ fn time_arg(text: &str, now_ms: i64) -> anyhow::Result<i64> {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    hookline_common::cli::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     // The service logs like the others; a command keeps stdout for its output.
     if matches!(args.command, Some(Command::Serve)) {

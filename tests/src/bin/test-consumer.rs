@@ -71,7 +71,11 @@ impl Handler for AnnouncingHandler {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    hookline_common::cli::exit_code(run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or_else(|| anyhow::anyhow!("usage: test-consumer <consumer.toml> [mode]"))?;
     let mode = match args.next() {
