@@ -1,5 +1,6 @@
-//! Every relative link in the README, ARCHITECTURE.md and docs/*.md points at a file that exists, and every
-//! `#anchor` names a heading of the page it points into, so nothing the README dropped is out of reach.
+//! Every relative link in the README, ARCHITECTURE.md, docs/*.md and docs/benchmarks/*.md points at a file that
+//! exists, and every `#anchor` names a heading of the page it points into, so nothing the README dropped is out of
+//! reach.
 //! Needs no broker: it reads the markdown only.
 
 use std::{
@@ -14,8 +15,9 @@ fn repository_root() -> PathBuf {
 /// The pages whose links are checked.
 fn pages(root: &Path) -> Vec<PathBuf> {
     let mut pages = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
-        .expect("docs/")
+    let mut docs: Vec<PathBuf> = ["docs", "docs/benchmarks"]
+        .into_iter()
+        .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap_or_else(|error| panic!("{dir}/: {error}")))
         .map(|entry| entry.expect("a docs/ entry").path())
         .filter(|path| path.extension().is_some_and(|extension| extension == "md"))
         .collect();

@@ -2,7 +2,7 @@
 //! share: each public-key source verifies at most its budget at once, on the blocking pool, and past it answers
 //! 503 `verify_busy` without taking an in-flight permit. And with `limits.peer_rate_per_s`, a flood from one
 //! address is paced to that rate before anything else is done for it, whatever the source. Counts only; the rate
-//! figures are in docs/benchmarks.md.
+//! figures are in docs/benchmarks/gateway-attacks.md.
 
 use std::{
     sync::Arc,

@@ -560,11 +560,11 @@ async fn the_service_indexes_reports_ready_and_its_first_scheduled_run_is_a_dry_
 
 /// A measurement, not a test of behaviour beyond its one check: how long the indexer takes to index a topic, and
 /// how long a dry run over thousands of GitHub deliveries takes (pages of 100). By hand, figures in
-/// docs/benchmarks.md:
+/// docs/benchmarks/dlq-and-reconciler.md:
 /// `RECONCILER_MEASURE_RECORDS=50000 RECONCILER_MEASURE_DELIVERIES=5000 cargo test -p hookline-tests --test
 /// reconciler -- --ignored --nocapture measure_`
 #[tokio::test]
-#[ignore = "a measurement, run by hand; figures in docs/benchmarks.md"]
+#[ignore = "a measurement, run by hand; figures in docs/benchmarks/dlq-and-reconciler.md"]
 async fn measure_indexing_and_a_dry_run_over_thousands_of_github_deliveries() {
     let number = |var: &str, default: usize| std::env::var(var).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
     let (n_records, n_deliveries) =

@@ -360,7 +360,7 @@ mod tests {
             assert_eq!(PackedPosition::pack(position).get(), position);
         }
         assert_eq!(std::mem::size_of::<PackedPosition>(), 12);
-        // The per-entry budget (docs/benchmarks.md): the fixed part of an entry stays at 120 bytes.
+        // The per-entry budget (docs/benchmarks/dlq-and-reconciler.md): the fixed part of an entry stays at 120 bytes.
         assert!(std::mem::size_of::<Meta>() <= 120, "{}", std::mem::size_of::<Meta>());
     }
 }
