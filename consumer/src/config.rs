@@ -363,15 +363,16 @@ mod effective_tests {
 mod tests {
     use super::*;
 
-    /// The example consumer config of docs/configuration.md parses with this parser, which refuses unknown keys,
+    /// The example consumer config of docs/configuration/consumer.md parses with this parser, which refuses unknown keys,
     /// so every key it shows exists; the values it gives as defaults are the defaults; and it validates once the
     /// schema file it names exists.
     #[test]
     fn configuration_doc_consumer_example_is_valid_and_shows_the_defaults() {
-        let doc = include_str!("../../docs/configuration.md");
-        let start = doc.find("### Example: consumer.toml").expect("consumer example heading");
+        let doc = include_str!("../../docs/configuration/consumer.md");
+        let start = doc.find("## Example: consumer.toml").expect("consumer example heading");
         let block = doc[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
-        let mut config: ConsumerConfig = config::parse_str(block, "docs/configuration.md").expect("the example parses");
+        let mut config: ConsumerConfig =
+            config::parse_str(block, "docs/configuration/consumer.md").expect("the example parses");
         let defaults = ConsumerConfig::default();
         assert_eq!(config.admin_addr, defaults.admin_addr);
         for (section, documented, default) in [

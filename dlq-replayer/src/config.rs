@@ -85,14 +85,15 @@ mod tests {
         assert_eq!(table["kafka"]["properties"]["ssl.key.location"].as_str(), Some("/k.pem"));
     }
 
-    /// The example replayer config of docs/configuration.md parses with this parser, which refuses unknown keys,
+    /// The example replayer config of docs/configuration/replayer.md parses with this parser, which refuses unknown keys,
     /// so every key it shows exists; and the values it gives as defaults are the defaults.
     #[test]
     fn configuration_doc_replayer_example_parses_and_shows_the_defaults() {
-        let doc = include_str!("../../docs/configuration.md");
-        let start = doc.find("### Example: replayer.toml").expect("replayer example heading");
+        let doc = include_str!("../../docs/configuration/replayer.md");
+        let start = doc.find("## Example: replayer.toml").expect("replayer example heading");
         let block = doc[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
-        let config: ReplayerConfig = config::parse_str(block, "docs/configuration.md").expect("the example parses");
+        let config: ReplayerConfig =
+            config::parse_str(block, "docs/configuration/replayer.md").expect("the example parses");
         let defaults = ReplayerConfig::default();
         assert_eq!(config.admin_addr, defaults.admin_addr);
         assert_eq!(config.max_failed_again, defaults.max_failed_again);

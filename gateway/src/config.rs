@@ -240,14 +240,15 @@ impl GatewayConfig {
 mod tests {
     use super::*;
 
-    /// The example gateway config of docs/configuration.md: it parses, names every scheme, and each source
+    /// The example gateway config of docs/configuration/gateway.md: it parses, names every scheme, and each source
     /// validates once its secrets point at files holding a key of the right shape.
     #[test]
     fn configuration_doc_gateway_example_is_valid_and_covers_every_scheme() {
-        let doc = include_str!("../../docs/configuration.md");
-        let start = doc.find("### Example: gateway.toml").expect("gateway example heading");
+        let doc = include_str!("../../docs/configuration/gateway.md");
+        let start = doc.find("## Example: gateway.toml").expect("gateway example heading");
         let block = doc[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
-        let config: GatewayConfig = config::parse_str(block, "docs/configuration.md").expect("the example parses");
+        let config: GatewayConfig =
+            config::parse_str(block, "docs/configuration/gateway.md").expect("the example parses");
         let schemes: std::collections::HashSet<&str> = config.sources.iter().map(|s| s.scheme.as_str()).collect();
         for name in hookline_common::signature::SCHEME_NAMES {
             assert!(schemes.contains(name), "the documented example has no `{name}` source");

@@ -389,16 +389,16 @@ mod tests {
         assert_eq!(Provider::Paddle.window(), Duration::from_secs(90 * DAY_S));
     }
 
-    /// The example reconciler config of docs/configuration.md parses with this parser, which refuses unknown
+    /// The example reconciler config of docs/configuration/reconciler.md parses with this parser, which refuses unknown
     /// keys, so every key it shows exists; the values it gives as defaults are the defaults; and it validates once
     /// its credentials point at files.
     #[test]
     fn configuration_doc_reconciler_example_is_valid_and_shows_the_defaults() {
-        let doc = include_str!("../../docs/configuration.md");
-        let start = doc.find("### Example: reconciler.toml").expect("reconciler example heading");
+        let doc = include_str!("../../docs/configuration/reconciler.md");
+        let start = doc.find("## Example: reconciler.toml").expect("reconciler example heading");
         let block = doc[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
         let mut config: ReconcilerConfig =
-            config::parse_str(block, "docs/configuration.md").expect("the example parses");
+            config::parse_str(block, "docs/configuration/reconciler.md").expect("the example parses");
         let defaults = ReconcilerConfig::default();
         assert_eq!(
             (&config.admin_addr, &config.index_group_id, config.interval_s),

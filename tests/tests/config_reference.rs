@@ -1,5 +1,5 @@
-//! docs/configuration.md and the four config parsers agree: every key a service section's table documents is a key
-//! that service's parser accepts, and every key the service prints as its effective config (its defaults, and its
+//! docs/configuration/<service>.md and the four config parsers agree: every key a service page's table documents is
+//! a key that service's parser accepts, and every key the service prints as its effective config (its defaults, and its
 //! documented example with every default applied) is documented.
 //!
 //! A documented key is proven to exist by feeding the parser a file that sets only that key, to a value of the
@@ -11,7 +11,13 @@ use std::collections::BTreeSet;
 use hookline_common::config::{self, ConfigError, effective_table};
 use serde::{Serialize, de::DeserializeOwned};
 
-const DOC: &str = include_str!("../../docs/configuration.md");
+/// The four services' pages of the configuration reference, one after the other.
+const DOC: &str = concat!(
+    include_str!("../../docs/configuration/gateway.md"),
+    include_str!("../../docs/configuration/consumer.md"),
+    include_str!("../../docs/configuration/replayer.md"),
+    include_str!("../../docs/configuration/reconciler.md"),
+);
 
 #[test]
 fn gateway_keys_are_documented_and_exist() {
@@ -46,22 +52,22 @@ fn an_undocumented_key_and_a_documented_key_that_does_not_exist_are_both_found()
 
 fn check<T: DeserializeOwned + Serialize + Default>(table_heading: &str, example: &str) {
     let documented = documented_keys(table_heading);
-    assert!(documented.len() > 5, "no key table under `### {table_heading}`");
+    assert!(documented.len() > 5, "no key table under `## {table_heading}`");
     let missing = missing_from_parser::<T>(&documented);
     assert!(missing.is_empty(), "{table_heading}: documented but not accepted by the parser: {missing:?}");
 
-    let example: T = config::parse_str(example_block(example), "docs/configuration.md").expect("the example parses");
+    let example: T = config::parse_str(example_block(example), "docs/configuration/").expect("the example parses");
     let mut printed = printed_keys(&T::default());
     printed.extend(printed_keys(&example));
     let undocumented = undocumented(&printed, &documented);
     assert!(undocumented.is_empty(), "{table_heading}: printed by --print-config but not documented: {undocumented:?}");
 }
 
-/// The first-column keys of the table under `### {heading}`.
+/// The first-column keys of the table under `## {heading}`.
 fn documented_keys(heading: &str) -> BTreeSet<String> {
-    let start = DOC.find(&format!("### {heading}\n")).unwrap_or_else(|| panic!("no `### {heading}` section"));
+    let start = DOC.find(&format!("\n## {heading}\n")).unwrap_or_else(|| panic!("no `## {heading}` section"));
     let section = &DOC[start..];
-    let end = section[4..].find("\n#").map_or(section.len(), |at| at + 4);
+    let end = section[4..].find("\n## ").map_or(section.len(), |at| at + 4);
     section[..end]
         .lines()
         .filter_map(|line| line.strip_prefix("| `"))
@@ -70,7 +76,7 @@ fn documented_keys(heading: &str) -> BTreeSet<String> {
 }
 
 fn example_block(file: &str) -> &'static str {
-    let start = DOC.find(&format!("### Example: {file}")).unwrap_or_else(|| panic!("no example {file}"));
+    let start = DOC.find(&format!("## Example: {file}")).unwrap_or_else(|| panic!("no example {file}"));
     DOC[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("a toml block")
 }
 

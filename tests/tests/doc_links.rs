@@ -1,6 +1,6 @@
-//! Every relative link in the README, ARCHITECTURE.md, docs/*.md and docs/benchmarks/*.md points at a file that
-//! exists, and every `#anchor` names a heading of the page it points into, so nothing the README dropped is out of
-//! reach.
+//! Every relative link in the README, ARCHITECTURE.md, docs/*.md, docs/benchmarks/*.md and docs/configuration/*.md
+//! points at a file that exists, and every `#anchor` names a heading of the page it points into, so nothing the
+//! README dropped is out of reach.
 //! Needs no broker: it reads the markdown only.
 
 use std::{
@@ -15,7 +15,7 @@ fn repository_root() -> PathBuf {
 /// The pages whose links are checked.
 fn pages(root: &Path) -> Vec<PathBuf> {
     let mut pages = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
-    let mut docs: Vec<PathBuf> = ["docs", "docs/benchmarks"]
+    let mut docs: Vec<PathBuf> = ["docs", "docs/benchmarks", "docs/configuration"]
         .into_iter()
         .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap_or_else(|error| panic!("{dir}/: {error}")))
         .map(|entry| entry.expect("a docs/ entry").path())

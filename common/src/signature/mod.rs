@@ -443,7 +443,7 @@ pub const UNTIMED_SCHEMES: &[&str] =
 pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, String> {
     if options.tolerance_s.is_some() && UNTIMED_SCHEMES.contains(&name) {
         return Err(format!(
-            "scheme `{name}` signs no timestamp, so tolerance_s cannot apply: remove it (docs/configuration.md, 'What each scheme signs')"
+            "scheme `{name}` signs no timestamp, so tolerance_s cannot apply: remove it (docs/configuration/gateway.md, 'What each scheme signs')"
         ));
     }
     let tolerance = options.tolerance_s.map(support::Tolerance::seconds);
