@@ -70,3 +70,18 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The stack's PostgreSQL as its test role (`POSTGRES_URL` without a password; the password from
+/// `POSTGRES_PASSWORD_FILE`, as `scripts/stack env` exports them).
+pub fn postgres_config() -> tokio_postgres::Config {
+    let url =
+        std::env::var("POSTGRES_URL").unwrap_or_else(|_| "postgres://hookline@127.0.0.1:15432/hookline".to_owned());
+    let mut config: tokio_postgres::Config = url.parse().expect("POSTGRES_URL is a PostgreSQL URL");
+    let password_file = std::env::var("POSTGRES_PASSWORD_FILE").unwrap_or_else(|_| {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.stack/postgres-password").display().to_string()
+    });
+    let password = std::fs::read_to_string(&password_file)
+        .unwrap_or_else(|error| panic!("{password_file}: {error} (scripts/stack up makes it)"));
+    config.password(password.trim());
+    config
+}

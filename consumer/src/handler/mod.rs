@@ -8,6 +8,7 @@
 pub mod forward_signing;
 pub mod http;
 pub mod log;
+pub mod postgres;
 pub mod router;
 
 use std::{future::Future, pin::Pin, time::Duration};
