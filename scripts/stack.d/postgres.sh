@@ -59,8 +59,10 @@ ensure_postgres_installed() {
     printf '%s\n' "$out" | tail -n 20 >&2
     die "apt-get update failed"
   fi
-  if ! out=$("${sudo[@]}" apt-get install -y -q --no-install-recommends "postgresql-$POSTGRES_VERSION" \
-    postgresql-client-"$POSTGRES_VERSION" 2>&1 </dev/null); then
+  # confdef/confold: dpkg keeps the createcluster.conf written above instead of asking about it.
+  if ! out=$("${sudo[@]}" apt-get install -y -q --no-install-recommends -o Dpkg::Options::=--force-confdef \
+    -o Dpkg::Options::=--force-confold "postgresql-$POSTGRES_VERSION" "postgresql-client-$POSTGRES_VERSION" \
+    2>&1 </dev/null); then
     printf '%s\n' "$out" | tail -n 20 >&2
     die "apt-get install postgresql-$POSTGRES_VERSION failed"
   fi
