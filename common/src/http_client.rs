@@ -99,6 +99,24 @@ pub fn client(extra_roots: Option<&Path>) -> Result<HttpsClient, ClientError> {
 /// keep-alive, or one multiplexed HTTP/2 connection).
 pub fn client_with(options: ClientOptions<'_>) -> Result<HttpsClient, ClientError> {
     let ClientOptions { extra_roots, identity, offer_http2, connect_timeout } = options;
+    let tls = tls_client_config(extra_roots, identity)?;
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_connect_timeout(connect_timeout);
+    tcp.set_nodelay(true);
+    let protocols = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1();
+    let connector =
+        if offer_http2 { protocols.enable_http2().wrap_connector(tcp) } else { protocols.wrap_connector(tcp) };
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
+/// The TLS settings of every outbound client (HTTP, the `postgres` handler): the Mozilla roots compiled in, plus
+/// the certificates of `extra_roots` (a PEM file), presenting `identity` when a server asks for a client
+/// certificate; ring as the provider, TLS 1.2 and 1.3.
+pub fn tls_client_config(
+    extra_roots: Option<&Path>,
+    identity: Option<ClientIdentity>,
+) -> Result<rustls::ClientConfig, ClientError> {
     let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
     if let Some(path) = extra_roots {
         let ca_error = |source| ClientError::CaFile { path: path.to_path_buf(), source };
@@ -114,18 +132,10 @@ pub fn client_with(options: ClientOptions<'_>) -> Result<HttpsClient, ClientErro
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots);
-    let tls = match identity {
+    Ok(match identity {
         Some(identity) => tls.with_client_auth_cert(identity.certificates, identity.key)?,
         None => tls.with_no_client_auth(),
-    };
-    let mut tcp = HttpConnector::new();
-    tcp.enforce_http(false);
-    tcp.set_connect_timeout(connect_timeout);
-    tcp.set_nodelay(true);
-    let protocols = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1();
-    let connector =
-        if offer_http2 { protocols.enable_http2().wrap_connector(tcp) } else { protocols.wrap_connector(tcp) };
-    Ok(Client::builder(TokioExecutor::new()).build(connector))
+    })
 }
 
 /// Checks a configured outbound URL: it parses, is `http://` or `https://`, and names a host.

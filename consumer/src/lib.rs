@@ -73,6 +73,10 @@ pub enum ConsumerError {
     /// Redis refuses this configuration (certificate, credentials, permissions): said in one line, not waited for.
     #[error(transparent)]
     RedisRefused(#[from] hookline_common::redis_security::RedisRefusal),
+    /// A handler can never run with its configuration (a statement that does not prepare, a database that refuses
+    /// the credentials): said in one line at start.
+    #[error("handler: {0}")]
+    HandlerStart(String),
 }
 
 type GroupConsumer = StreamConsumer<GroupContext>;
@@ -112,6 +116,18 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     let tasks = TaskTracker::new();
     let admin_shutdown = shutdown.child_token();
     tasks.spawn(serve_admin(admin, registry, readiness.clone(), admin_shutdown.clone()).in_current_span());
+
+    // A handler that must reach its database first does so before the group is joined; what it can never run with
+    // ends the start.
+    let start_context =
+        handler::StartContext { service: service.clone(), metrics: metrics.clone(), shutdown: shutdown.clone() };
+    let started = handler.start(&start_context).await;
+    if started.is_err() || shutdown.is_cancelled() {
+        admin_shutdown.cancel();
+        tasks.close();
+        tasks.wait().await;
+        return started.map_err(ConsumerError::HandlerStart);
+    }
 
     // Never process without the dedupe gate: wait for Redis before joining the group.
     let dedupe = loop {

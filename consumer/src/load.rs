@@ -8,7 +8,7 @@ use hookline_common::config::{ConfigError, Problems};
 use crate::{
     alert::AlertTarget,
     config::ConsumerConfig,
-    handler::{Handler, router::Router},
+    handler::{Handler, postgres::checks, router::Router},
 };
 
 /// A config and everything built from it: the handler (the router over every route) and the alert target.
@@ -19,6 +19,26 @@ pub struct Loaded {
     /// may put another handler here before running.
     pub handler: Arc<dyn Handler>,
     pub alerts: Option<AlertTarget>,
+}
+
+/// The `[handler.postgres]` tables' problems (their handlers are built by the router only when these pass).
+fn postgres_problems(config: &ConsumerConfig, problems: &mut Problems) {
+    let handlers = std::iter::once(("[handler]".to_owned(), &config.handler)).chain(
+        config.routes.iter().enumerate().map(|(index, route)| (format!("routes[{index}].handler"), &route.handler)),
+    );
+    for (place, handler) in handlers {
+        match (&handler.postgres, handler.kind.as_str()) {
+            (Some(postgres), "postgres") => {
+                let found =
+                    checks::problems(postgres, config.handler.timeout_ms, config.processing.max_in_flight, false);
+                for problem in found {
+                    problems.push(format!("{place}.postgres: {problem}"));
+                }
+            }
+            (Some(_), kind) => problems.push(format!("{place}: a `{kind}` handler takes no [postgres] table")),
+            (None, _) => {}
+        }
+    }
 }
 
 impl Loaded {
@@ -42,6 +62,7 @@ impl Loaded {
         let mut problems = Problems::default();
         config.check(&mut problems);
         hookline_common::redis_security::check(&config.redis, &mut problems);
+        postgres_problems(&config, &mut problems);
         let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
             .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
             .ok();

@@ -10,6 +10,20 @@ use tokio::net::TcpListener;
 struct Args {
     #[command(flatten)]
     service: ServiceArgs,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Create the tables of every `postgres` handler in the config (its dedupe table, or its inbox table), if they
+    /// do not exist yet, and exit. Run it once, as a role allowed to create tables; the consumer itself needs only
+    /// SELECT, INSERT and UPDATE on them.
+    Migrate {
+        /// Print the SQL instead of running it (to review it, or to run it with your own migration tool).
+        #[arg(long)]
+        print: bool,
+    },
 }
 
 #[tokio::main]
@@ -22,6 +36,9 @@ async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.service.print_requested(Metrics::describe, Loaded::read_checked)? {
         return Ok(());
+    }
+    if let Some(Command::Migrate { print }) = args.command {
+        return migrate(&args.service, print).await;
     }
     let loaded = Loaded::load(args.service.config())?;
     let config = &loaded.config;
@@ -38,5 +55,22 @@ async fn run() -> anyhow::Result<()> {
     );
     let shutdown = hookline_common::signals::shutdown_on_signals();
     hookline_consumer::run(loaded, admin, shutdown).await?;
+    Ok(())
+}
+
+async fn migrate(service: &ServiceArgs, print: bool) -> anyhow::Result<()> {
+    let config = Loaded::read_checked(service.config())?;
+    let handlers = hookline_consumer::handler::postgres::configured(&config).map_err(anyhow::Error::msg)?;
+    if handlers.is_empty() {
+        anyhow::bail!("no `postgres` handler in this config: nothing to migrate");
+    }
+    for (place, handler) in handlers {
+        if print {
+            println!("-- {place}\n{}", handler.migration_sql());
+        } else {
+            handler.migrate().await.map_err(|problem| anyhow::anyhow!("{place}: {problem}"))?;
+            tracing::info!(handler = %place, "postgres tables present");
+        }
+    }
     Ok(())
 }

@@ -53,6 +53,13 @@ pub struct Metrics {
     /// (`authentic`, `unsigned_accepted` in the transition window, or why it was refused: see
     /// [`hookline_common::record_auth::outcome::ALL`]). No source label: a refused record's source is not known.
     pub record_auth: IntCounterVec,
+    /// `hookline_consumer_postgres_transactions_total{source, outcome}`: each event transaction of a `postgres`
+    /// handler, by how it ended ([`postgres_outcome::ALL`]).
+    pub postgres_transactions: IntCounterVec,
+    /// `hookline_consumer_postgres_pool_wait_seconds`: time to get a database connection (a full pool waits).
+    pub postgres_pool_wait: HistogramVec,
+    /// `hookline_consumer_postgres_transaction_seconds`: one event's transaction, BEGIN to COMMIT or ROLLBACK.
+    pub postgres_transaction: HistogramVec,
 }
 
 impl Metrics {
@@ -125,6 +132,23 @@ impl Metrics {
                 "Records checked for hookline's MAC before dedupe, by outcome.",
                 &["outcome"],
             )?,
+            postgres_transactions: counter_vec(
+                "hookline_consumer_postgres_transactions_total",
+                "Event transactions of postgres handlers, by outcome.",
+                &["source", "outcome"],
+            )?,
+            postgres_pool_wait: histogram_vec(
+                "hookline_consumer_postgres_pool_wait_seconds",
+                "Time to get a connection from a postgres handler's pool.",
+                &[],
+                Some(&[0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5]),
+            )?,
+            postgres_transaction: histogram_vec(
+                "hookline_consumer_postgres_transaction_seconds",
+                "One event's transaction in a postgres handler, BEGIN to COMMIT or ROLLBACK.",
+                &[],
+                Some(&[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0]),
+            )?,
         };
         for collector in metrics.collectors() {
             registry.register(collector)?;
@@ -155,6 +179,9 @@ impl Metrics {
             Box::new(self.deferred.clone()),
             Box::new(self.route_breaker_open.clone()),
             Box::new(self.record_auth.clone()),
+            Box::new(self.postgres_transactions.clone()),
+            Box::new(self.postgres_pool_wait.clone()),
+            Box::new(self.postgres_transaction.clone()),
         ]
     }
 
@@ -171,6 +198,12 @@ impl Metrics {
             "hookline_consumer_events_total",
             "outcome",
             event_outcome::ALL,
+        );
+        metrics_catalog::set_label_values(
+            &mut described,
+            "hookline_consumer_postgres_transactions_total",
+            "outcome",
+            postgres_outcome::ALL,
         );
         metrics_catalog::set_label_values(
             &mut described,
@@ -191,6 +224,25 @@ pub const SERVICE_LABEL: &str = "service";
 pub fn service_registry(service: &str) -> Result<Registry, prometheus::Error> {
     let labels = std::collections::HashMap::from([(SERVICE_LABEL.to_owned(), service.to_owned())]);
     Registry::new_custom(None, Some(labels))
+}
+
+pub mod postgres_outcome {
+    /// The work committed with its dedupe row.
+    pub const APPLIED: &str = "applied";
+    /// A guard matched no row (`on_zero_rows = "skip"`): the dedupe row committed marked skipped.
+    pub const SKIPPED: &str = "skipped";
+    /// The dedupe row was there: the effect happened before; rolled back.
+    pub const DUPLICATE: &str = "duplicate";
+    /// Rolled back; the attempt is retried (a lost connection, a timeout, a serialization failure, 0 rows with
+    /// `on_zero_rows = "retry"`).
+    pub const RETRYABLE: &str = "retryable";
+    /// Rolled back; the event is dead-lettered (bad data, a constraint, a trigger refusing, a row count).
+    pub const POISON: &str = "poison";
+    /// Rolled back; the schema or grants changed under the consumer: retried, so the breaker and the alert act.
+    pub const SCHEMA_CHANGED: &str = "schema_changed";
+    /// A stale prepared statement (after DDL), prepared again and the transaction run once more.
+    pub const REPREPARED: &str = "reprepared";
+    pub const ALL: &[&str] = &[APPLIED, SKIPPED, DUPLICATE, RETRYABLE, POISON, SCHEMA_CHANGED, REPREPARED];
 }
 
 pub mod event_outcome {
@@ -237,8 +289,11 @@ mod tests {
         metrics.deferred.with_label_values(&["s", "saturated"]).inc();
         metrics.route_breaker_open.with_label_values(&["r"]).set(1);
         metrics.record_auth.with_label_values(&["authentic"]).inc();
+        metrics.postgres_transactions.with_label_values(&["s", "applied"]).inc();
+        metrics.postgres_pool_wait.with_label_values(&[] as &[&str]).observe(0.001);
+        metrics.postgres_transaction.with_label_values(&[] as &[&str]).observe(0.001);
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 20);
+        assert_eq!(described.len(), 23);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

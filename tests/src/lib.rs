@@ -45,8 +45,8 @@ pub use crate::{
     fake_endpoint::FakeEndpoint,
     handler::TestHandler,
     stack_env::{
-        StackRestore, brokers, cluster_brokers, eventually, plaintext_kafka, postgres_config, redis_cluster_urls,
-        redis_url, stack_script, stack_script_args,
+        StackRestore, brokers, cluster_brokers, eventually, plaintext_kafka, postgres_config, postgres_handler_config,
+        redis_cluster_urls, redis_url, stack_script, stack_script_args,
     },
 };
 

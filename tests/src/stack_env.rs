@@ -71,6 +71,25 @@ where
     }
 }
 
+/// A `[handler.postgres]` for the stack's PostgreSQL over TLS (the stack's CA), its password from the stack's file,
+/// with `dedupe_table` in `schema` and the default pool and timeouts; the caller sets the work.
+pub fn postgres_handler_config(schema: &str) -> hookline_consumer::config::postgres::PostgresConfig {
+    let url =
+        std::env::var("POSTGRES_URL").unwrap_or_else(|_| "postgres://hookline@127.0.0.1:15432/hookline".to_owned());
+    let stack_dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.stack");
+    let password_file = std::env::var("POSTGRES_PASSWORD_FILE")
+        .unwrap_or_else(|_| stack_dir.join("postgres-password").display().to_string());
+    let ca_file =
+        std::env::var("POSTGRES_CA_FILE").unwrap_or_else(|_| stack_dir.join("tls/ca.pem").display().to_string());
+    hookline_consumer::config::postgres::PostgresConfig {
+        url: Some(format!("{url}?sslmode=require")),
+        password: Some(hookline_common::config::SecretRef::from_file("postgres", password_file)),
+        ca_file: Some(ca_file.into()),
+        dedupe_table: format!("{schema}.processed"),
+        ..Default::default()
+    }
+}
+
 /// The stack's PostgreSQL as its test role (`POSTGRES_URL` without a password; the password from
 /// `POSTGRES_PASSWORD_FILE`, as `scripts/stack env` exports them).
 pub fn postgres_config() -> tokio_postgres::Config {

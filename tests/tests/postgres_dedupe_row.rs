@@ -37,20 +37,20 @@ async fn a_committed_row_makes_every_later_attempt_a_duplicate_and_records_its_o
     let (table, schema) = fresh_table(&client).await;
 
     let transaction = client.transaction().await.expect("begin");
-    assert_eq!(table.acquire(&transaction, &KEY).await.expect("acquire"), Gate::Acquired);
-    table.record_outcome(&transaction, &KEY, Outcome::Skipped, &[0, 1]).await.expect("record");
+    assert_eq!(table.acquire(&transaction, table.acquire_sql(), &KEY).await.expect("acquire"), Gate::Acquired);
+    table.record_outcome(&transaction, table.record_sql(), &KEY, Outcome::Skipped, &[0, 1]).await.expect("record");
     transaction.commit().await.expect("commit");
 
     let transaction = client.transaction().await.expect("begin");
-    assert_eq!(table.acquire(&transaction, &KEY).await.expect("acquire"), Gate::AlreadyApplied);
+    assert_eq!(table.acquire(&transaction, table.acquire_sql(), &KEY).await.expect("acquire"), Gate::AlreadyApplied);
     transaction.rollback().await.expect("rollback");
 
     // Another service on the same stream does its own work once; so does the same event id from another source.
     let transaction = client.transaction().await.expect("begin");
     let analytics = EventKey { service: "analytics", ..KEY };
     let other_source = EventKey { source: "github", ..KEY };
-    assert_eq!(table.acquire(&transaction, &analytics).await.expect("acquire"), Gate::Acquired);
-    assert_eq!(table.acquire(&transaction, &other_source).await.expect("acquire"), Gate::Acquired);
+    assert_eq!(table.acquire(&transaction, table.acquire_sql(), &analytics).await.expect("acquire"), Gate::Acquired);
+    assert_eq!(table.acquire(&transaction, table.acquire_sql(), &other_source).await.expect("acquire"), Gate::Acquired);
     transaction.commit().await.expect("commit");
 
     let row = client
@@ -76,17 +76,17 @@ async fn a_rolled_back_transaction_or_a_dead_connection_leaves_no_row_and_the_ne
     let (table, schema) = fresh_table(&client).await;
 
     let transaction = client.transaction().await.expect("begin");
-    assert_eq!(table.acquire(&transaction, &KEY).await.expect("acquire"), Gate::Acquired);
+    assert_eq!(table.acquire(&transaction, table.acquire_sql(), &KEY).await.expect("acquire"), Gate::Acquired);
     transaction.rollback().await.expect("rollback: the handler failed");
 
     // A consumer killed mid-transaction: its connection ends, the server rolls the transaction back.
     let killed = connect().await;
     begin(&killed).await;
-    assert_eq!(table.acquire(&killed, &KEY).await.expect("acquire"), Gate::Acquired);
+    assert_eq!(table.acquire(&killed, table.acquire_sql(), &KEY).await.expect("acquire"), Gate::Acquired);
     drop(killed);
 
     let transaction = client.transaction().await.expect("begin");
-    assert_eq!(table.acquire(&transaction, &KEY).await.expect("the row is gone"), Gate::Acquired);
+    assert_eq!(table.acquire(&transaction, table.acquire_sql(), &KEY).await.expect("the row is gone"), Gate::Acquired);
     transaction.commit().await.expect("commit");
     client.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
 }
@@ -101,9 +101,9 @@ async fn of_two_transactions_racing_one_event_id_exactly_one_does_the_work() {
         let (first, second) = (connect().await, connect().await);
         begin(&first).await;
         begin(&second).await;
-        assert_eq!(table.acquire(&first, &key).await.expect("acquire"), Gate::Acquired);
+        assert_eq!(table.acquire(&first, table.acquire_sql(), &key).await.expect("acquire"), Gate::Acquired);
         // The second insert waits on the first transaction's uncommitted row: it has no answer while that is open.
-        let racing = table.acquire(&second, &key);
+        let racing = table.acquire(&second, table.acquire_sql(), &key);
         tokio::pin!(racing);
         assert!(
             tokio::time::timeout(Duration::from_millis(300), &mut racing).await.is_err(),

@@ -1,8 +1,8 @@
 //! What processes an event. Implement [`Handler`] to build your own consumer binary on this library; the
 //! consumer guarantees it is called at least once per event and, through dedupe, succeeds at most once.
 //!
-//! Built-in handlers: [`log`] (one structured line per event) and [`http`] (a signed POST to a downstream URL). The
-//! [`router`] picks one per source and event type and applies the validation that makes an event poison
+//! Built-in handlers: [`log`] (one structured line per event), [`http`] (a signed POST to a downstream URL) and
+//! [`postgres`] (the event's work and its dedupe row in one transaction of the user's database). The [`router`] picks one per source and event type and applies the validation that makes an event poison
 //! before any handler runs.
 
 pub mod forward_signing;
@@ -14,6 +14,9 @@ pub mod router;
 use std::{future::Future, pin::Pin, time::Duration};
 
 use hookline_common::wire::InboundEvent;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -54,7 +57,23 @@ pub trait Handler: Send + Sync + std::fmt::Debug + 'static {
         self.name()
     }
 
+    /// Called once before the consumer joins its group: a handler that must reach something first (the
+    /// `postgres` handler prepares its statements) does it here. An error is a configuration the handler can
+    /// never run with and ends the start; something merely unreachable is waited for until `context.shutdown`.
+    fn start<'a>(&'a self, _context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// Processes one event. Must tolerate being called again for an event whose earlier call it reported as a
     /// retryable failure (or timed out): those are retried.
     fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>>;
+}
+
+/// What a handler learns when the consumer starts it.
+#[derive(Debug, Clone)]
+pub struct StartContext {
+    /// The consumer service: part of every dedupe key a handler keeps.
+    pub service: String,
+    pub metrics: Metrics,
+    pub shutdown: CancellationToken,
 }

@@ -10,7 +10,9 @@ use std::{
 
 use hookline_common::wire::InboundEvent;
 
-use super::{BoxFuture, Handler, HandlerError, http::HttpHandler, log::LogHandler};
+use super::{
+    BoxFuture, Handler, HandlerError, StartContext, http::HttpHandler, log::LogHandler, postgres::PostgresHandler,
+};
 use crate::config::{HandlerConfig, RouteConfig, SourceRulesConfig};
 
 /// Wildcard key in `schemas`: applies to every event type without a schema of its own.
@@ -51,7 +53,11 @@ pub fn build_handler(config: &HandlerConfig, timeout: Duration, config_dir: &Pat
     match config.kind.as_str() {
         "log" => Ok(Box::new(LogHandler)),
         "http" => Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir)?)),
-        other => Err(format!("unknown handler kind `{other}` (known: log, http)")),
+        "postgres" => {
+            let postgres = config.postgres.as_ref().ok_or("a `postgres` handler needs a [handler.postgres] table")?;
+            Ok(Box::new(PostgresHandler::from_config(postgres, config_dir)?))
+        }
+        other => Err(format!("unknown handler kind `{other}` (known: log, http, postgres)")),
     }
 }
 
@@ -165,6 +171,20 @@ impl Handler for Router {
 
     fn name_for(&self, event: &InboundEvent) -> &str {
         self.handler_for(event).name()
+    }
+
+    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.default.start(context).await.map_err(|problem| format!("[handler]: {problem}"))?;
+            for (index, route) in self.routes.iter().enumerate() {
+                route
+                    .handler
+                    .start(context)
+                    .await
+                    .map_err(|problem| format!("routes[{index}] (source `{}`): {problem}", route.source))?;
+            }
+            Ok(())
+        })
     }
 
     fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>> {

@@ -11,11 +11,7 @@
 //! done marker in Redis, a handler timeout during COMMIT, a COMMIT whose reply never arrived) leaves the row, and
 //! the next attempt finds it.
 
-use tokio_postgres::{GenericClient, types::ToSql};
-
-/// The table's default name; `[handlers.<name>] dedupe_table` may name another (schema-qualified or not).
-pub const DEFAULT_TABLE: &str = "hookline_processed_events";
-
+use tokio_postgres::{GenericClient, ToStatement, types::ToSql};
 /// The key of one event's dedupe row. The service is part of it: two services on one stream each do their own work
 /// once, as with the Redis claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +52,7 @@ impl Outcome {
 /// A table name that is not a plain (optionally schema-qualified) SQL identifier.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "dedupe table `{0}`: use a lower-case identifier of letters, digits and `_` (not starting with a digit), \
+    "table `{0}`: use a lower-case identifier of letters, digits and `_` (not starting with a digit), \
      optionally schema-qualified (`schema.table`)"
 )]
 pub struct InvalidTableName(pub String);
@@ -116,28 +112,48 @@ CREATE INDEX IF NOT EXISTS {index} ON {name} (processed_at);"
         )
     }
 
-    /// Inserts the event's row inside `transaction` (which must be open: the row and the work commit together).
-    pub async fn acquire(
+    /// The dedupe insert: parameters service, source, event id; a row back when this transaction inserted it.
+    pub fn acquire_sql(&self) -> &str {
+        &self.acquire
+    }
+
+    /// The outcome update: parameters service, source, event id, outcome, row counts.
+    pub fn record_sql(&self) -> &str {
+        &self.record
+    }
+
+    /// Inserts the event's row inside `transaction` (which must be open: the row and the work commit together),
+    /// with `statement`: [`Self::acquire_sql`] or its prepared form.
+    pub async fn acquire<S>(
         &self,
         transaction: &impl GenericClient,
+        statement: &S,
         key: &EventKey<'_>,
-    ) -> Result<Gate, tokio_postgres::Error> {
+    ) -> Result<Gate, tokio_postgres::Error>
+    where
+        S: ToStatement + Sync + Send + ?Sized,
+    {
         let params: [&(dyn ToSql + Sync); 3] = [&key.service, &key.source, &key.event_id];
-        let inserted = transaction.query_opt(self.acquire.as_str(), &params).await?;
+        let inserted = transaction.query_opt(statement, &params).await?;
         Ok(if inserted.is_some() { Gate::Acquired } else { Gate::AlreadyApplied })
     }
 
-    /// Records how the work ended in the row [`Self::acquire`] inserted, in the same transaction.
-    pub async fn record_outcome(
+    /// Records how the work ended in the row [`Self::acquire`] inserted, in the same transaction, with
+    /// `statement`: [`Self::record_sql`] or its prepared form.
+    pub async fn record_outcome<S>(
         &self,
         transaction: &impl GenericClient,
+        statement: &S,
         key: &EventKey<'_>,
         outcome: Outcome,
         row_counts: &[i64],
-    ) -> Result<(), tokio_postgres::Error> {
+    ) -> Result<(), tokio_postgres::Error>
+    where
+        S: ToStatement + Sync + Send + ?Sized,
+    {
         let outcome = outcome.as_str();
         let params: [&(dyn ToSql + Sync); 5] = [&key.service, &key.source, &key.event_id, &outcome, &row_counts];
-        transaction.execute(self.record.as_str(), &params).await?;
+        transaction.execute(statement, &params).await?;
         Ok(())
     }
 }

@@ -1,7 +1,406 @@
-//! The `postgres` handler (issue 22), being built: each event's dedupe record is a row in the user's database,
-//! inserted in the same transaction as the event's work. What exists so far: the dedupe row and the race rules it
-//! settles ([`gate`]), and how a database error decides the event's fate ([`sqlstate`]). The handler itself, its
-//! configuration, pool and TLS, and the Rust API are not built yet.
+//! The `postgres` handler: each event's dedupe record is a row in the user's database, inserted first in the
+//! transaction that does the event's work ([`gate`]), so the work happens exactly once whatever crashes: a row
+//! already there means the effect happened (a duplicate, counted, never poison). The Redis claim stays as the lease
+//! and the fast path; the row is the truth, so a lost done marker, a handler dropped by its timeout or a COMMIT
+//! whose reply never arrived are harmless. The work is configured ([`config`]: `statements`, or an `inbox` table
+//! whose row is itself the dedupe record) or Rust code ([`work::TransactionalHandler`]). A failure's fate follows
+//! its SQLSTATE alone ([`sqlstate`]).
 
+pub mod checks;
 pub mod gate;
+mod inbox;
+pub mod params;
+mod pool;
 pub mod sqlstate;
+pub mod work;
+
+use std::{
+    path::Path,
+    sync::{Arc, OnceLock},
+    time::{Duration, Instant},
+};
+
+use deadpool_postgres::{Pool, PoolError};
+use hookline_common::wire::InboundEvent;
+use tokio_postgres::IsolationLevel;
+
+use self::{
+    gate::{DedupeTable, EventKey, Gate},
+    inbox::Inbox,
+    sqlstate::{Disposition, classify_error},
+    work::{Effect, Statements, TransactionalHandler, WorkError},
+};
+use super::{BoxFuture, Handler, HandlerError, StartContext};
+use crate::config::postgres::{Isolation, PostgresConfig};
+use crate::metrics::{Metrics, postgres_outcome};
+
+const NO_LABELS: &[&str] = &[];
+
+/// How long start waits between attempts to reach an unreachable database.
+const START_RETRY: Duration = Duration::from_secs(1);
+
+pub struct PostgresHandler {
+    pool: Pool,
+    isolation: IsolationLevel,
+    gate: DedupeTable,
+    work: Work,
+    started: OnceLock<Started>,
+}
+
+enum Work {
+    Statements(Statements),
+    Inbox(Inbox),
+    Custom(Arc<dyn TransactionalHandler>),
+}
+
+struct Started {
+    service: String,
+    metrics: Metrics,
+}
+
+impl std::fmt::Debug for PostgresHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let work = match &self.work {
+            Work::Statements(statements) => format!("{} statements", statements.list.len()),
+            Work::Inbox(inbox) => format!("inbox {}", inbox.table()),
+            Work::Custom(handler) => format!("{handler:?}"),
+        };
+        f.debug_struct("PostgresHandler").field("dedupe_table", &self.gate.name()).field("work", &work).finish()
+    }
+}
+
+/// Why one transaction failed, before its fate is decided.
+#[derive(Debug)]
+pub enum Failure {
+    /// A database error; `context` says which step (a statement, the dedupe row, the commit).
+    Database { context: String, error: tokio_postgres::Error },
+    /// The work's own verdict (a parameter that does not convert, a row count).
+    Handler(HandlerError),
+    /// No connection within `pool_wait_ms`.
+    PoolWait(String),
+}
+
+impl Failure {
+    pub fn database(context: impl Into<String>, error: tokio_postgres::Error) -> Self {
+        Self::Database { context: context.into(), error }
+    }
+}
+
+/// A database error in one line: the server's SQLSTATE, message and detail when it sent them, else the client's
+/// error and its cause.
+pub fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => {
+            let detail = db.detail().map(|detail| format!(" ({detail})")).unwrap_or_default();
+            format!("{} {}{detail}", db.code().code(), db.message())
+        }
+        None => match std::error::Error::source(error) {
+            Some(cause) => format!("{error}: {cause}"),
+            None => error.to_string(),
+        },
+    }
+}
+
+impl PostgresHandler {
+    /// A configured handler (`statements` or `inbox`); nothing is connected until [`Handler::start`].
+    pub fn from_config(config: &PostgresConfig, config_dir: &Path) -> Result<Self, String> {
+        let work = match &config.inbox {
+            Some(inbox) => Work::Inbox(Inbox::new(inbox)?),
+            None => Work::Statements(Statements::new(&config.statements)?),
+        };
+        Self::build(config, config_dir, work)
+    }
+
+    /// A handler running `work` (Rust code) in each event's transaction, after its dedupe row. `config` gives the
+    /// database and pool; its `statements` and `inbox` must be empty.
+    pub fn with_work(
+        config: &PostgresConfig,
+        config_dir: &Path,
+        work: Arc<dyn TransactionalHandler>,
+    ) -> Result<Self, String> {
+        let problems = checks::problems(config, u64::MAX, usize::MAX, true);
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+        Self::build(config, config_dir, Work::Custom(work))
+    }
+
+    fn build(config: &PostgresConfig, config_dir: &Path, work: Work) -> Result<Self, String> {
+        let gate = DedupeTable::new(&config.dedupe_table).map_err(|error| error.to_string())?;
+        let pool = pool::build(config, config_dir, "hookline-consumer").map_err(|problems| problems.join("; "))?;
+        let isolation = match config.isolation {
+            Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
+            Isolation::RepeatableRead => IsolationLevel::RepeatableRead,
+            Isolation::Serializable => IsolationLevel::Serializable,
+        };
+        Ok(Self { pool, isolation, gate, work, started: OnceLock::new() })
+    }
+
+    /// The SQL a user runs once (what `hookline-consumer migrate` runs): the dedupe table, or the inbox table.
+    pub fn migration_sql(&self) -> String {
+        match &self.work {
+            Work::Inbox(inbox) => inbox.create_sql(),
+            Work::Statements(_) | Work::Custom(_) => self.gate.create_sql(),
+        }
+    }
+
+    /// Runs [`Self::migration_sql`] on the database (idempotent).
+    pub async fn migrate(&self) -> Result<(), String> {
+        let client = self.pool.get().await.map_err(|error| pool_error_line(&error))?;
+        client.batch_execute(&self.migration_sql()).await.map_err(|error| describe(&error))
+    }
+
+    /// Connects (waiting while the database is unreachable) and prepares everything the work will run.
+    async fn prepare(&self, context: &StartContext) -> Result<(), String> {
+        let client = loop {
+            match self.pool.get().await {
+                Ok(client) => break client,
+                Err(error) if start_refusal(&error) => return Err(pool_error_line(&error)),
+                Err(error) => tracing::warn!(error = %pool_error_line(&error), "postgres unreachable; waiting"),
+            }
+            tokio::select! {
+                () = context.shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep(START_RETRY) => {}
+            }
+        };
+        let missing_table = |error: &tokio_postgres::Error, table: &str| {
+            if error.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
+                format!("table {table} does not exist: run `hookline-consumer migrate` once ({})", describe(error))
+            } else {
+                describe(error)
+            }
+        };
+        match &self.work {
+            Work::Inbox(inbox) => {
+                client.prepare(inbox.insert_sql()).await.map_err(|error| missing_table(&error, inbox.table()))?;
+            }
+            Work::Statements(_) | Work::Custom(_) => {
+                for sql in [self.gate.acquire_sql(), self.gate.record_sql()] {
+                    client.prepare(sql).await.map_err(|error| missing_table(&error, self.gate.name()))?;
+                }
+            }
+        }
+        match &self.work {
+            Work::Statements(statements) => statements.prepare(&client).await.map_err(|problems| problems.join("; ")),
+            Work::Custom(handler) => handler.prepare(&client).await.map_err(|error| describe(&error)),
+            Work::Inbox(_) => Ok(()),
+        }
+    }
+
+    /// One attempt: a connection, the transaction, its outcome label.
+    async fn transact(
+        &self,
+        started: &Started,
+        event: &InboundEvent,
+        json: Option<&serde_json::Value>,
+    ) -> Result<&'static str, Failure> {
+        let waited = Instant::now();
+        let mut client = self.pool.get().await.map_err(|error| match error {
+            PoolError::Backend(error) => Failure::database("connect", error),
+            other => Failure::PoolWait(pool_error_line(&other)),
+        })?;
+        started.metrics.postgres_pool_wait.with_label_values(NO_LABELS).observe(waited.elapsed().as_secs_f64());
+        let began = Instant::now();
+        let reprocess_key;
+        let event_id = match &event.reprocess_id {
+            // A re-processing run re-does the work once per run.
+            Some(run) => {
+                reprocess_key = format!("{}#reprocess:{run}", event.meta.event_id);
+                &reprocess_key
+            }
+            None => &event.meta.event_id,
+        };
+        let key = EventKey { service: &started.service, source: &event.meta.source, event_id };
+        let result = match &self.work {
+            Work::Inbox(inbox) => inbox.insert(&client, &key, event).await,
+            Work::Statements(_) | Work::Custom(_) => self.in_transaction(&mut client, &key, event, json, started).await,
+        };
+        if let Err(Failure::Database { error, .. }) = &result {
+            if classify_error(error) == Disposition::Reprepare {
+                client.statement_cache.clear();
+            }
+        }
+        started.metrics.postgres_transaction.with_label_values(NO_LABELS).observe(began.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn in_transaction(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        key: &EventKey<'_>,
+        event: &InboundEvent,
+        json: Option<&serde_json::Value>,
+        started: &Started,
+    ) -> Result<&'static str, Failure> {
+        let transaction = client
+            .build_transaction()
+            .isolation_level(self.isolation)
+            .start()
+            .await
+            .map_err(|error| Failure::database("begin", error))?;
+        let acquire = transaction
+            .prepare_cached(self.gate.acquire_sql())
+            .await
+            .map_err(|error| Failure::database("dedupe row", error))?;
+        match self
+            .gate
+            .acquire(&*transaction, &acquire, key)
+            .await
+            .map_err(|error| Failure::database("dedupe row", error))?
+        {
+            Gate::AlreadyApplied => {
+                transaction.rollback().await.map_err(|error| Failure::database("rollback", error))?;
+                return Ok(postgres_outcome::DUPLICATE);
+            }
+            Gate::Acquired => {}
+        }
+        let effect = match &self.work {
+            Work::Statements(statements) => statements.run(&transaction, event, json, &started.service).await?,
+            Work::Custom(handler) => handler.apply(&transaction, event).await.map_err(|error| match error {
+                WorkError::Database(error) => Failure::database("handler", error),
+                WorkError::Handler(error) => Failure::Handler(error),
+            })?,
+            Work::Inbox(_) => unreachable!("an inbox row is its own dedupe record"),
+        };
+        let record = transaction
+            .prepare_cached(self.gate.record_sql())
+            .await
+            .map_err(|error| Failure::database("dedupe row", error))?;
+        self.gate
+            .record_outcome(&*transaction, &record, key, effect.outcome, &effect.row_counts)
+            .await
+            .map_err(|error| Failure::database("dedupe row", error))?;
+        transaction.commit().await.map_err(|error| Failure::database("commit", error))?;
+        Ok(outcome_label(&effect))
+    }
+}
+
+/// Every `postgres` handler of a consumer config (the default and each route's), named by where it is configured:
+/// what `hookline-consumer migrate` creates the tables of.
+pub fn configured(config: &crate::config::ConsumerConfig) -> Result<Vec<(String, PostgresHandler)>, String> {
+    let handlers = std::iter::once(("[handler]".to_owned(), &config.handler)).chain(
+        config.routes.iter().enumerate().map(|(index, route)| (format!("routes[{index}].handler"), &route.handler)),
+    );
+    let mut built = Vec::new();
+    for (place, handler) in handlers {
+        if let (Some(postgres), "postgres") = (&handler.postgres, handler.kind.as_str()) {
+            let problems =
+                checks::problems(postgres, config.handler.timeout_ms, config.processing.max_in_flight, false);
+            if !problems.is_empty() {
+                return Err(format!("{place}.postgres: {}", problems.join("; ")));
+            }
+            let handler = PostgresHandler::from_config(postgres, &config.config_dir)
+                .map_err(|problem| format!("{place}.postgres: {problem}"))?;
+            built.push((place, handler));
+        }
+    }
+    Ok(built)
+}
+
+fn outcome_label(effect: &Effect) -> &'static str {
+    match effect.outcome {
+        gate::Outcome::Applied => postgres_outcome::APPLIED,
+        gate::Outcome::Skipped => postgres_outcome::SKIPPED,
+    }
+}
+
+fn pool_error_line(error: &PoolError) -> String {
+    match error {
+        PoolError::Backend(error) => describe(error),
+        PoolError::Timeout(_) => {
+            "no database connection within pool_wait_ms (pool full, or the server slow to accept)".to_owned()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Whether a connection error at start is a configuration the server will never accept (a wrong password, an
+/// unknown database or role, a certificate that does not verify) rather than a server not reachable yet.
+fn start_refusal(error: &PoolError) -> bool {
+    let PoolError::Backend(error) = error else { return false };
+    if error.code().is_some() {
+        return classify_error(error) != Disposition::Retryable;
+    }
+    let mut cause = std::error::Error::source(error);
+    while let Some(current) = cause {
+        if current.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            if io.get_ref().is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) {
+                return true;
+            }
+        }
+        cause = current.source();
+    }
+    false
+}
+
+impl Handler for PostgresHandler {
+    fn name(&self) -> &str {
+        "postgres"
+    }
+
+    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.prepare(context).await?;
+            let _ = self.started.set(Started { service: context.service.clone(), metrics: context.metrics.clone() });
+            Ok(())
+        })
+    }
+
+    fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let started =
+                self.started.get().ok_or_else(|| HandlerError::retryable("the postgres handler has not started"))?;
+            let count = |outcome: &str| {
+                started.metrics.postgres_transactions.with_label_values(&[event.meta.source.as_str(), outcome]).inc();
+            };
+            let json = match &self.work {
+                Work::Statements(statements) if statements.needs_json => Some(
+                    serde_json::from_slice::<serde_json::Value>(&event.body)
+                        .map_err(|error| HandlerError::poison(format!("body is not valid JSON: {error}")))?,
+                ),
+                _ => None,
+            };
+            let mut reprepared = false;
+            loop {
+                let failure = match self.transact(started, event, json.as_ref()).await {
+                    Ok(outcome) => {
+                        count(outcome);
+                        return Ok(());
+                    }
+                    Err(failure) => failure,
+                };
+                let (outcome, error) = match failure {
+                    Failure::Handler(error) => {
+                        let outcome = match &error {
+                            HandlerError::Poison(_) => postgres_outcome::POISON,
+                            HandlerError::Retryable { .. } => postgres_outcome::RETRYABLE,
+                        };
+                        (outcome, error)
+                    }
+                    Failure::PoolWait(line) => (postgres_outcome::RETRYABLE, HandlerError::retryable(line)),
+                    Failure::Database { context, error } => {
+                        let line = format!("{context}: {}", describe(&error));
+                        match classify_error(&error) {
+                            Disposition::Reprepare if !reprepared => {
+                                reprepared = true;
+                                count(postgres_outcome::REPREPARED);
+                                continue;
+                            }
+                            Disposition::Reprepare | Disposition::SchemaChanged => (
+                                postgres_outcome::SCHEMA_CHANGED,
+                                HandlerError::retryable(format!("the schema or grants changed: {line}")),
+                            ),
+                            Disposition::Retryable => (postgres_outcome::RETRYABLE, HandlerError::retryable(line)),
+                            Disposition::Poison => (postgres_outcome::POISON, HandlerError::poison(line)),
+                        }
+                    }
+                };
+                count(outcome);
+                return Err(error);
+            }
+        })
+    }
+}

@@ -1,5 +1,7 @@
 //! The consumer's configuration.
 
+pub mod postgres;
+
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
@@ -114,6 +116,8 @@ pub struct HandlerConfig {
     /// For `http`: provider request headers sent on, by name, when the record carries them (the gateway
     /// source's `forward_headers` must carry them into Kafka too).
     pub forward_headers: Vec<String>,
+    /// For `postgres`: the database and the work (`[handler.postgres]`, docs/configuration/consumer.md).
+    pub postgres: Option<postgres::PostgresConfig>,
 }
 
 impl Default for HandlerConfig {
@@ -128,6 +132,7 @@ impl Default for HandlerConfig {
             signing_secrets: Vec::new(),
             authorization: None,
             forward_headers: Vec::new(),
+            postgres: None,
         }
     }
 }
@@ -368,7 +373,7 @@ mod tests {
     /// schema file it names exists.
     #[test]
     fn configuration_doc_consumer_example_is_valid_and_shows_the_defaults() {
-        let doc = include_str!("../../docs/configuration/consumer.md");
+        let doc = include_str!("../../../docs/configuration/consumer.md");
         let start = doc.find("## Example: consumer.toml").expect("consumer example heading");
         let block = doc[start..].split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("block");
         let mut config: ConsumerConfig =

@@ -1,0 +1,414 @@
+//! The `postgres` handler end to end: webhooks through the gateway, Kafka and a consumer whose work runs in the
+//! stack's PostgreSQL (over TLS, the password from a file). Each event's effect happens once, even when Redis has
+//! forgotten it; each `on_zero_rows` mode does what it says; a body without the value a parameter points at is
+//! poison; the inbox mode stores each event once; and a configuration the database can never run (a statement that
+//! does not prepare, a type hookline cannot bind, a missing dedupe table) stops the consumer at start.
+
+use std::time::Duration;
+
+use hookline_common::wire::header;
+use hookline_consumer::{
+    ConsumerConfig,
+    config::{
+        HandlerConfig, RouteConfig,
+        postgres::{BodyColumn, InboxConfig, PostgresConfig, StatementConfig, ZeroRows},
+    },
+    handler::postgres,
+};
+use hookline_tests::{Delivery, TestStack, eventually, postgres_config, postgres_handler_config};
+use rdkafka::message::{Headers, Message, OwnedMessage};
+use tokio_postgres::{Client, NoTls};
+
+async fn connect() -> Client {
+    let (client, connection) = postgres_config().connect(NoTls).await.expect("connect to the stack's PostgreSQL");
+    tokio::spawn(connection);
+    client
+}
+
+/// A schema of the test's own with an `orders` and a `ledger` table.
+async fn fresh_schema(client: &Client) -> String {
+    let schema = format!("handler_{}", uuid::Uuid::new_v4().simple());
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {schema}.orders (id text PRIMARY KEY, status text NOT NULL, paid int);
+             CREATE TABLE {schema}.ledger (order_id text NOT NULL, amount int NOT NULL, event_id text NOT NULL);
+             INSERT INTO {schema}.orders VALUES ('o1', 'pending', NULL), ('o3', 'pending', NULL);"
+        ))
+        .await
+        .expect("schema");
+    schema
+}
+
+fn postgres_handler(postgres: PostgresConfig) -> HandlerConfig {
+    HandlerConfig { kind: "postgres".into(), postgres: Some(postgres), ..HandlerConfig::default() }
+}
+
+fn statement(sql: String, params: &[&str], rows: Option<u64>, on_zero_rows: ZeroRows) -> StatementConfig {
+    StatementConfig { sql, params: params.iter().map(|param| (*param).to_owned()).collect(), rows, on_zero_rows }
+}
+
+fn route(event_type: &str, handler: HandlerConfig) -> RouteConfig {
+    RouteConfig {
+        source: "github".into(),
+        event_types: Some(vec![event_type.into()]),
+        handler,
+        max_in_flight: None,
+        rate_per_s: None,
+        breaker_failures: None,
+        breaker_cooldown_ms: None,
+    }
+}
+
+/// `push`: a ledger line, then the order moves from `pending` to `paid` (a guard: 0 rows is `skip`, which undoes
+/// the ledger line). `refund`: `paid` to `refunded`, 0 rows is `retry` (the payment may not have arrived yet).
+/// `cancel`: 0 rows is poison.
+fn orders_config(config: &mut ConsumerConfig, schema: &str) {
+    let base = postgres_handler_config(schema);
+    config.handler = postgres_handler(PostgresConfig {
+        statements: vec![
+            statement(
+                format!("INSERT INTO {schema}.ledger (order_id, amount, event_id) VALUES ($1, $2, $3)"),
+                &["/order", "/amount", "event.id"],
+                Some(1),
+                ZeroRows::Poison,
+            ),
+            statement(
+                format!("UPDATE {schema}.orders SET status = 'paid', paid = $2 WHERE id = $1 AND status = 'pending'"),
+                &["/order", "/amount"],
+                Some(1),
+                ZeroRows::Skip,
+            ),
+        ],
+        ..base.clone()
+    });
+    config.routes = vec![
+        route(
+            "refund",
+            postgres_handler(PostgresConfig {
+                statements: vec![statement(
+                    format!("UPDATE {schema}.orders SET status = 'refunded' WHERE id = $1 AND status = 'paid'"),
+                    &["/order"],
+                    Some(1),
+                    ZeroRows::Retry,
+                )],
+                ..base.clone()
+            }),
+        ),
+        route(
+            "cancel",
+            postgres_handler(PostgresConfig {
+                statements: vec![statement(
+                    format!("UPDATE {schema}.orders SET status = 'cancelled' WHERE id = $1"),
+                    &["/order"],
+                    None,
+                    ZeroRows::Poison,
+                )],
+                ..base
+            }),
+        ),
+    ];
+    config.retry.max_attempts = 100;
+}
+
+async fn migrate(config: &ConsumerConfig) {
+    for (place, handler) in postgres::configured(config).expect("postgres handlers") {
+        handler.migrate().await.unwrap_or_else(|problem| panic!("{place}: {problem}"));
+        handler.migrate().await.expect("the migration runs twice");
+    }
+}
+
+fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
+    let headers = record.headers()?;
+    headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+fn typed(body: &str, event: &str) -> Delivery {
+    Delivery { event: event.to_owned(), ..Delivery::new(body.to_owned()) }
+}
+
+/// Forgets every dedupe marker of the stack in Redis: as if the done markers were lost (a Redis failover without
+/// persistence, an eviction), so only the database can tell that an event was applied.
+async fn forget_redis_markers(stack: &TestStack) {
+    let client = redis::Client::open(stack.redis.url.as_str()).expect("redis url");
+    let mut connection = client.get_multiplexed_async_connection().await.expect("redis");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", stack.redis.key_prefix))
+        .query_async(&mut connection)
+        .await
+        .expect("keys");
+    assert!(!keys.is_empty(), "the stack's dedupe markers are under its prefix");
+    let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut connection).await.expect("del");
+}
+
+async fn configured_consumer(stack: &mut TestStack) {
+    let config = stack.consumer_config.clone();
+    let handler = hookline_consumer::Loaded::build(config.clone()).expect("valid config").handler;
+    stack.start_consumer_with(config, handler).await;
+}
+
+#[tokio::test]
+async fn statements_apply_each_event_once_and_each_zero_rows_mode_does_what_it_says() {
+    let db = connect().await;
+    let schema = fresh_schema(&db).await;
+    let for_config = schema.clone();
+    let mut stack =
+        TestStack::builder().consumer_config(move |config| orders_config(config, &for_config)).build().await;
+    migrate(&stack.consumer_config).await;
+    configured_consumer(&mut stack).await;
+
+    let paid = typed(r#"{"order":"o1","amount":10}"#, "push");
+    let paid_again = typed(r#"{"order":"o1","amount":11}"#, "push");
+    let no_amount = typed(r#"{"order":"o2"}"#, "push");
+    let cancel_missing = typed(r#"{"order":"o404"}"#, "cancel");
+    let early_refund = typed(r#"{"order":"o3"}"#, "refund");
+    stack.post_accepted(&paid).await;
+    stack.post_accepted(&early_refund).await;
+    eventually(Duration::from_secs(30), "o1 paid", || async {
+        db.query_one(&format!("SELECT status FROM {schema}.orders WHERE id = 'o1'"), &[])
+            .await
+            .expect("select")
+            .get::<_, String>(0)
+            == "paid"
+    })
+    .await;
+    for delivery in [&paid_again, &no_amount, &cancel_missing] {
+        stack.post_accepted(delivery).await;
+    }
+    // The refund came before its payment: retried until the payment lands.
+    eventually(Duration::from_secs(30), "the early refund was retried", || async {
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"retryable\"").await >= 1.0
+    })
+    .await;
+    db.batch_execute(&format!("UPDATE {schema}.orders SET status = 'paid', paid = 5 WHERE id = 'o3'"))
+        .await
+        .expect("pay o3");
+    eventually(Duration::from_secs(30), "o3 refunded once its payment landed", || async {
+        db.query_one(&format!("SELECT status FROM {schema}.orders WHERE id = 'o3'"), &[])
+            .await
+            .expect("select")
+            .get::<_, String>(0)
+            == "refunded"
+    })
+    .await;
+    eventually(Duration::from_secs(30), "two poison events dead-lettered", || async {
+        stack.records(&stack.kafka.dlq_topic).await.len() >= 2
+    })
+    .await;
+
+    // Redis forgets every marker; the same payment arrives again (a provider's retry): the dedupe row says it was
+    // applied, so nothing happens twice.
+    forget_redis_markers(&stack).await;
+    stack.post_accepted(&paid).await;
+    eventually(Duration::from_secs(30), "the re-delivery is found in the database", || async {
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await >= 1.0
+    })
+    .await;
+
+    let ledger: Vec<(String, i32, String)> = db
+        .query(&format!("SELECT order_id, amount, event_id FROM {schema}.ledger ORDER BY order_id"), &[])
+        .await
+        .expect("ledger")
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    assert_eq!(
+        ledger,
+        vec![("o1".to_owned(), 10, paid.delivery_id.clone())],
+        "one ledger line: the skip undid its own"
+    );
+    let order =
+        db.query_one(&format!("SELECT status, paid FROM {schema}.orders WHERE id = 'o1'"), &[]).await.expect("o1");
+    assert_eq!((order.get::<_, String>(0), order.get::<_, Option<i32>>(1)), ("paid".to_owned(), Some(10)));
+    let rows: Vec<(String, String, Vec<i64>)> = db
+        .query(&format!("SELECT event_id, outcome, row_counts FROM {schema}.processed ORDER BY processed_at"), &[])
+        .await
+        .expect("dedupe rows")
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    let service = stack.consumer_config.service_name().to_owned();
+    let row_of = |id: &str| {
+        rows.iter().find(|(event_id, ..)| event_id == id).map(|(_, outcome, counts)| (outcome.as_str(), counts.clone()))
+    };
+    assert_eq!(row_of(&paid.delivery_id), Some(("applied", vec![1, 1])), "{rows:?}");
+    assert_eq!(row_of(&paid_again.delivery_id), Some(("skipped", vec![1, 0])), "{rows:?}");
+    assert_eq!(row_of(&early_refund.delivery_id), Some(("applied", vec![1])), "{rows:?}");
+    assert_eq!(rows.len(), 3, "poison events leave no dedupe row, so a re-drive can apply them: {rows:?}");
+    let keyed: i64 = db
+        .query_one(
+            &format!("SELECT count(*) FROM {schema}.processed WHERE service = $1 AND source = 'github'"),
+            &[&service],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(keyed, 3, "rows are keyed by the consumer service and the source");
+
+    let dlq = stack.records(&stack.kafka.dlq_topic).await;
+    let error_of = |delivery: &Delivery| {
+        dlq.iter()
+            .find(|record| record.key() == Some(delivery.delivery_id.as_bytes()))
+            .and_then(|record| header_of(record, header::dlq::ERROR))
+            .unwrap_or_default()
+    };
+    assert!(error_of(&no_amount).contains("no value at JSON pointer `/amount`"), "{}", error_of(&no_amount));
+    assert!(
+        error_of(&cancel_missing).contains("matched no row (on_zero_rows = \"poison\")"),
+        "{}",
+        error_of(&cancel_missing)
+    );
+    assert_eq!(dlq.len(), 2, "nothing else dead-lettered");
+    stack.shutdown().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
+}
+
+#[tokio::test]
+async fn the_inbox_stores_each_event_once() {
+    let db = connect().await;
+    let schema = format!("inbox_{}", uuid::Uuid::new_v4().simple());
+    db.batch_execute(&format!("CREATE SCHEMA {schema}")).await.expect("schema");
+    let for_config = schema.clone();
+    let mut stack = TestStack::builder()
+        .consumer_config(move |config| {
+            config.handler = postgres_handler(PostgresConfig {
+                inbox: Some(InboxConfig {
+                    table: format!("{for_config}.inbox"),
+                    body: BodyColumn::Jsonb,
+                    headers: vec!["X-GitHub-Hook-ID".into()],
+                }),
+                ..postgres_handler_config(&for_config)
+            });
+        })
+        .build()
+        .await;
+    migrate(&stack.consumer_config).await;
+    configured_consumer(&mut stack).await;
+
+    let first = typed(r#"{"n":1,"nested":{"ok":true}}"#, "push");
+    let second = typed(r#"{"n":2}"#, "issues");
+    stack.post_accepted(&first).await;
+    stack.post_accepted(&second).await;
+    eventually(Duration::from_secs(30), "two inbox rows", || async {
+        db.query_one(&format!("SELECT count(*) FROM {schema}.inbox"), &[]).await.expect("count").get::<_, i64>(0) == 2
+    })
+    .await;
+    forget_redis_markers(&stack).await;
+    stack.post_accepted(&first).await;
+    eventually(Duration::from_secs(30), "the re-delivery found in the inbox", || async {
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await >= 1.0
+    })
+    .await;
+    let rows = db
+        .query(&format!("SELECT event_id, event_type, body->'nested'->>'ok', source FROM {schema}.inbox ORDER BY event_type DESC"), &[])
+        .await
+        .expect("rows");
+    let rows: Vec<(String, String, Option<String>, String)> =
+        rows.iter().map(|row| (row.get(0), row.get(1), row.get(2), row.get(3))).collect();
+    assert_eq!(
+        rows,
+        vec![
+            (first.delivery_id.clone(), "push".to_owned(), Some("true".to_owned()), "github".to_owned()),
+            (second.delivery_id.clone(), "issues".to_owned(), None, "github".to_owned()),
+        ]
+    );
+    stack.shutdown().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
+}
+
+/// The start error of a consumer whose only handler is `postgres` as `work` says, in a fresh schema that has the
+/// dedupe table unless `migrated` is false.
+async fn start_error(statements: Vec<StatementConfig>, migrated: bool) -> String {
+    let db = connect().await;
+    let schema = format!("start_{}", uuid::Uuid::new_v4().simple());
+    db.batch_execute(&format!("CREATE SCHEMA {schema}; CREATE TABLE {schema}.orders (id text, amount numeric)"))
+        .await
+        .expect("schema");
+    let statements: Vec<StatementConfig> = statements
+        .into_iter()
+        .map(|statement| StatementConfig { sql: statement.sql.replace("SCHEMA", &schema), ..statement })
+        .collect();
+    let for_config = schema.clone();
+    let stack = TestStack::builder()
+        .consumer_config(move |config| {
+            config.handler = postgres_handler(PostgresConfig {
+                statements: statements.clone(),
+                ..postgres_handler_config(&for_config)
+            });
+        })
+        .build()
+        .await;
+    if migrated {
+        migrate(&stack.consumer_config).await;
+    }
+    let loaded = hookline_consumer::Loaded::build(stack.consumer_config.clone()).expect("a config that builds");
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let ended = tokio::time::timeout(Duration::from_secs(30), hookline_consumer::run(loaded, admin, shutdown))
+        .await
+        .expect("the consumer stops at start");
+    stack.shutdown().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
+    ended.expect_err("the start fails").to_string()
+}
+
+#[tokio::test]
+async fn a_configuration_the_database_cannot_run_stops_the_consumer_at_start() {
+    let unknown_table = start_error(
+        vec![statement("UPDATE SCHEMA.nope SET x = 1 WHERE id = $1".into(), &["/id"], None, ZeroRows::Poison)],
+        true,
+    )
+    .await;
+    assert!(unknown_table.contains("statements[0] does not prepare: 42P01"), "{unknown_table}");
+
+    let numeric = start_error(
+        vec![statement(
+            "UPDATE SCHEMA.orders SET amount = $2 WHERE id = $1".into(),
+            &["/id", "/amount"],
+            None,
+            ZeroRows::Poison,
+        )],
+        true,
+    )
+    .await;
+    assert!(numeric.contains("parameter $2") && numeric.contains("$n::text::numeric"), "{numeric}");
+
+    let wrong_count = start_error(
+        vec![statement("UPDATE SCHEMA.orders SET id = $1".into(), &["/id", "/other"], None, ZeroRows::Poison)],
+        true,
+    )
+    .await;
+    assert!(wrong_count.contains("takes 1 parameters, `params` gives 2"), "{wrong_count}");
+
+    let no_migration = start_error(
+        vec![statement("UPDATE SCHEMA.orders SET id = $1".into(), &["/id"], None, ZeroRows::Poison)],
+        false,
+    )
+    .await;
+    assert!(no_migration.contains("run `hookline-consumer migrate`"), "{no_migration}");
+}
+
+#[test]
+fn settings_that_cannot_work_are_refused_with_the_config() {
+    let config = ConsumerConfig {
+        handler: postgres_handler(PostgresConfig {
+            url: Some("postgres://app:hunter2@db.internal/app".into()),
+            pool_size: 512,
+            statement_timeout_ms: 20_000,
+            statements: vec![statement("SELECT 1".into(), &["data.id"], Some(0), ZeroRows::Poison)],
+            ..PostgresConfig::default()
+        }),
+        ..ConsumerConfig::default()
+    };
+    let problems = hookline_consumer::Loaded::build(config).expect_err("refused").to_string();
+    for expected in [
+        "carries a password",
+        "pool_size = 512",
+        "statement_timeout_ms (20000) < [handler] timeout_ms",
+        "`data.id` is neither a JSON pointer",
+        "`rows = 0` never succeeds",
+    ] {
+        assert!(problems.contains(expected), "{expected}: {problems}");
+    }
+    assert!(!problems.contains("hunter2"), "the password is never printed: {problems}");
+}
