@@ -390,7 +390,8 @@ impl Pipeline {
     }
 
     /// Runs `work` while renewing `token`'s lease every third of a lease. No task is spawned: most calls end
-    /// long before the first renewal is due.
+    /// long before the first renewal is due. The work keeps being polled while a renewal waits on Redis: a stalled
+    /// Redis must not hold a handler's transaction open (its COMMIT unsent) or its downstream call unread.
     async fn renewing<F: std::future::Future>(&self, token: &ClaimToken, work: F) -> F::Output {
         let period = self.dedupe.lease() / 3;
         tokio::pin!(work);
@@ -399,7 +400,13 @@ impl Pipeline {
                 output = &mut work => return output,
                 () = tokio::time::sleep(period) => {}
             }
-            match self.dedupe.renew(token).await {
+            let renewal = self.dedupe.renew(token);
+            tokio::pin!(renewal);
+            let renewed = tokio::select! {
+                output = &mut work => return output,
+                renewed = &mut renewal => renewed,
+            };
+            match renewed {
                 Ok(true) => {}
                 // Done, released, or lost: the work decides what follows; keep waiting for it.
                 Ok(false) => return work.await,
