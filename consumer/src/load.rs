@@ -8,7 +8,11 @@ use hookline_common::config::{ConfigError, Problems};
 use crate::{
     alert::AlertTarget,
     config::ConsumerConfig,
-    handler::{Handler, postgres::checks, router::Router},
+    handler::{
+        Handler,
+        postgres::{PostgresHandler, checks, work::TransactionalHandler},
+        router::Router,
+    },
 };
 
 /// A config and everything built from it: the handler (the router over every route) and the alert target.
@@ -41,6 +45,20 @@ fn postgres_problems(config: &ConsumerConfig, problems: &mut Problems) {
     }
 }
 
+/// Checks `config` and builds its router and alert client, adding every problem to `problems`.
+fn build_parts(config: &ConsumerConfig, problems: &mut Problems) -> (Option<Router>, Option<Option<AlertTarget>>) {
+    config.check(problems);
+    hookline_common::redis_security::check(&config.redis, problems);
+    postgres_problems(config, problems);
+    let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
+        .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
+        .ok();
+    let alerts = AlertTarget::build(&config.alert, &config.config_dir)
+        .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
+        .ok();
+    (router, alerts)
+}
+
 impl Loaded {
     /// Reads the file (if any) with environment overrides, then [`Self::build`]s it.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
@@ -60,17 +78,47 @@ impl Loaded {
     /// Checks `config` and builds its handlers, schemas and alert client; on failure returns every problem at once.
     pub fn build(config: ConsumerConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();
-        config.check(&mut problems);
-        hookline_common::redis_security::check(&config.redis, &mut problems);
-        postgres_problems(&config, &mut problems);
-        let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
-            .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
-            .ok();
-        let alerts = AlertTarget::build(&config.alert, &config.config_dir)
-            .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
-            .ok();
+        let (router, alerts) = build_parts(&config, &mut problems);
         problems.into_result()?;
         let router = router.expect("a build without problems has its router");
+        Ok(Self { config, handler: Arc::new(router), alerts: alerts.flatten() })
+    }
+
+    /// [`Self::build`] for a consumer binary of your own whose `[handler]` runs Rust code in each event's
+    /// transaction: `[handler]` is `kind = "postgres"` with a `[handler.postgres]` table that gives the database and
+    /// pool (no `statements`, no `inbox`), and `work` is what runs after the event's dedupe row is inserted. Routes
+    /// and source rules apply as configured. `examples/orders-consumer` is such a binary.
+    pub fn build_with_work(config: ConsumerConfig, work: Arc<dyn TransactionalHandler>) -> Result<Self, ConfigError> {
+        let mut problems = Problems::default();
+        let postgres = match (config.handler.kind.as_str(), &config.handler.postgres) {
+            ("postgres", Some(postgres)) => {
+                let found =
+                    checks::problems(postgres, config.handler.timeout_ms, config.processing.max_in_flight, true);
+                let valid = found.is_empty();
+                for problem in found {
+                    problems.push(format!("[handler].postgres: {problem}"));
+                }
+                valid.then(|| postgres.clone())
+            }
+            _ => {
+                problems
+                    .push("[handler]: a Rust transactional handler needs kind = \"postgres\" and [handler.postgres]");
+                None
+            }
+        };
+        // Everything else as configured, with a placeholder default handler that `work` then replaces.
+        let mut rest = config.clone();
+        rest.handler.kind = "log".to_owned();
+        rest.handler.postgres = None;
+        let (router, alerts) = build_parts(&rest, &mut problems);
+        let handler = postgres.and_then(|postgres| {
+            PostgresHandler::with_work(&postgres, &config.config_dir, work)
+                .map_err(|problem| problems.push(format!("[handler].postgres: {problem}")))
+                .ok()
+        });
+        problems.into_result()?;
+        let mut router = router.expect("a build without problems has its router");
+        router.set_default(Box::new(handler.expect("a build without problems has its handler")));
         Ok(Self { config, handler: Arc::new(router), alerts: alerts.flatten() })
     }
 

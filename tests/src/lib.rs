@@ -503,6 +503,21 @@ impl TestStack {
         }
     }
 
+    /// Forgets every dedupe marker of the stack in Redis: as if the done markers were lost (a Redis failover
+    /// without persistence, an eviction), so only a handler's own record (the `postgres` handler's dedupe row) can
+    /// tell that an event was applied.
+    pub async fn forget_dedupe_markers(&self) {
+        let client = redis::Client::open(self.redis.url.as_str()).expect("redis url");
+        let mut connection = client.get_multiplexed_async_connection().await.expect("redis");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.redis.key_prefix))
+            .query_async(&mut connection)
+            .await
+            .expect("keys");
+        assert!(!keys.is_empty(), "the stack's dedupe markers are under its prefix");
+        let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut connection).await.expect("del");
+    }
+
     /// Scrapes one consumer's `/metrics` and sums the samples of `metric` whose labels contain `label`.
     pub async fn consumer_metric(&self, index: usize, metric: &str, label: &str) -> f64 {
         let addr = self.consumers[index].admin_addr;

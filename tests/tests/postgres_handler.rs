@@ -127,20 +127,6 @@ fn typed(body: &str, event: &str) -> Delivery {
     Delivery { event: event.to_owned(), ..Delivery::new(body.to_owned()) }
 }
 
-/// Forgets every dedupe marker of the stack in Redis: as if the done markers were lost (a Redis failover without
-/// persistence, an eviction), so only the database can tell that an event was applied.
-async fn forget_redis_markers(stack: &TestStack) {
-    let client = redis::Client::open(stack.redis.url.as_str()).expect("redis url");
-    let mut connection = client.get_multiplexed_async_connection().await.expect("redis");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}*", stack.redis.key_prefix))
-        .query_async(&mut connection)
-        .await
-        .expect("keys");
-    assert!(!keys.is_empty(), "the stack's dedupe markers are under its prefix");
-    let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut connection).await.expect("del");
-}
-
 async fn configured_consumer(stack: &mut TestStack) {
     let config = stack.consumer_config.clone();
     let handler = hookline_consumer::Loaded::build(config.clone()).expect("valid config").handler;
@@ -198,7 +184,7 @@ async fn statements_apply_each_event_once_and_each_zero_rows_mode_does_what_it_s
 
     // Redis forgets every marker; the same payment arrives again (a provider's retry): the dedupe row says it was
     // applied, so nothing happens twice.
-    forget_redis_markers(&stack).await;
+    stack.forget_dedupe_markers().await;
     stack.post_accepted(&paid).await;
     eventually(Duration::from_secs(30), "the re-delivery is found in the database", || async {
         stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await >= 1.0
@@ -293,7 +279,7 @@ async fn the_inbox_stores_each_event_once() {
         db.query_one(&format!("SELECT count(*) FROM {schema}.inbox"), &[]).await.expect("count").get::<_, i64>(0) == 2
     })
     .await;
-    forget_redis_markers(&stack).await;
+    stack.forget_dedupe_markers().await;
     stack.post_accepted(&first).await;
     eventually(Duration::from_secs(30), "the re-delivery found in the inbox", || async {
         stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await >= 1.0

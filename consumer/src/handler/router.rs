@@ -115,6 +115,11 @@ impl Router {
         }
     }
 
+    /// Hands events no route matches to `handler` (a Rust handler: see [`crate::Loaded::build_with_work`]).
+    pub fn set_default(&mut self, handler: Box<dyn Handler>) {
+        self.default = handler;
+    }
+
     fn handler_for(&self, event: &InboundEvent) -> &dyn Handler {
         let event_type = event.meta.event_type.as_deref();
         self.routes

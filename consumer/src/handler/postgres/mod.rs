@@ -146,8 +146,14 @@ impl PostgresHandler {
 
     /// Runs [`Self::migration_sql`] on the database (idempotent).
     pub async fn migrate(&self) -> Result<(), String> {
+        self.batch_execute(&self.migration_sql()).await
+    }
+
+    /// Runs `sql` (one or more statements, no parameters) on a connection of the pool: a Rust handler's own
+    /// migration, for example.
+    pub async fn batch_execute(&self, sql: &str) -> Result<(), String> {
         let client = self.pool.get().await.map_err(|error| pool_error_line(&error))?;
-        client.batch_execute(&self.migration_sql()).await.map_err(|error| describe(&error))
+        client.batch_execute(sql).await.map_err(|error| describe(&error))
     }
 
     /// Connects (waiting while the database is unreachable) and prepares everything the work will run.

@@ -86,7 +86,12 @@ pub fn build(config: &PostgresConfig, config_dir: &Path, application_name: &str)
         // An abandoned transaction (a consumer frozen mid-event) cannot hold its rows' locks for long.
         config.statement_timeout_ms.saturating_mul(2)
     );
-    pg_config.options(&timeouts);
+    // The URL's own `options` (a `search_path`, say) come first; the timeouts are hookline's.
+    let options = match pg_config.get_options() {
+        Some(own) => format!("{own} {timeouts}"),
+        None => timeouts,
+    };
+    pg_config.options(&options);
     pg_config.application_name(application_name);
     pg_config.connect_timeout(Duration::from_millis(config.pool_wait_ms));
     pg_config.keepalives_idle(Duration::from_secs(30));
