@@ -223,7 +223,9 @@ impl PostgresHandler {
         };
         if let Err(Failure::Database { error, .. }) = &result {
             if classify_error(error) == Disposition::Reprepare {
-                client.statement_cache.clear();
+                // DDL made every connection's prepared statements stale, not only this one's.
+                drop(client);
+                self.pool.manager().statement_caches.clear();
             }
         }
         started.metrics.postgres_transaction.with_label_values(NO_LABELS).observe(began.elapsed().as_secs_f64());

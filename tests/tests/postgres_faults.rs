@@ -1,0 +1,208 @@
+//! The `postgres` handler through the database's own faults, events flowing: a fast restart of the server (what a
+//! failover looks like to clients: `57P01`, then refused connections) and DDL that invalidates a prepared statement
+//! (`0A000`, re-prepared once) cost retries, never an event or a double effect; and a dead letter (its order did not
+//! exist yet) is applied exactly once when the replayer re-drives it.
+//!
+//! It restarts the shared PostgreSQL: the tests of this binary run one at a time.
+
+use std::time::Duration;
+
+use hookline_common::wire::EventMeta;
+use hookline_consumer::config::{
+    HandlerConfig,
+    postgres::{PostgresConfig, StatementConfig, ZeroRows},
+};
+use hookline_dlq_replayer::{
+    ReplayerConfig,
+    filter::Filter,
+    index::Status,
+    ops::{ReplayRequest, Replayer},
+};
+use hookline_tests::{
+    Delivery, StackRestore, TestStack, eventually, postgres_config, postgres_handler_config, stack_script,
+};
+use tokio_postgres::{Client, NoTls};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn connect() -> Client {
+    let (client, connection) = postgres_config().connect(NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+fn meta(event_id: &str) -> EventMeta {
+    EventMeta {
+        source: "github".into(),
+        event_id: event_id.into(),
+        event_type: Some("push".into()),
+        received_at_ms: 1_700_000_000_000,
+        content_type: Some("application/json".into()),
+        secret_id: "primary".into(),
+        ordering_key: None,
+    }
+}
+
+fn postgres_handler(postgres: PostgresConfig) -> HandlerConfig {
+    HandlerConfig { kind: "postgres".into(), postgres: Some(postgres), ..HandlerConfig::default() }
+}
+
+async fn configured_consumer(stack: &mut TestStack) {
+    let config = stack.consumer_config.clone();
+    let handler = hookline_consumer::Loaded::build(config.clone()).expect("valid config").handler;
+    stack.start_consumer_with(config, handler).await;
+}
+
+async fn migrate(stack: &TestStack) {
+    for (place, handler) in hookline_consumer::handler::postgres::configured(&stack.consumer_config).expect("handler") {
+        handler.migrate().await.unwrap_or_else(|problem| panic!("{place}: {problem}"));
+    }
+}
+
+#[tokio::test]
+async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_double() {
+    const N: usize = 800;
+    let _serial = SERIAL.lock().await;
+    let db = connect().await;
+    let schema = format!("faults_{}", uuid::Uuid::new_v4().simple());
+    db.batch_execute(&format!(
+        "CREATE SCHEMA {schema}; CREATE TABLE {schema}.effects (event_id text PRIMARY KEY, applied int NOT NULL)"
+    ))
+    .await
+    .expect("schema");
+    let for_config = schema.clone();
+    let mut stack = TestStack::builder()
+        .consumer_config(move |config| {
+            config.retry.max_attempts = 100;
+            config.handler = postgres_handler(PostgresConfig {
+                statements: vec![StatementConfig {
+                    // `RETURNING *`: its result type changes when a column is added, which invalidates the plan.
+                    sql: format!(
+                        "INSERT INTO {for_config}.effects (event_id, applied) VALUES ($1, 1) \
+                         ON CONFLICT (event_id) DO UPDATE SET applied = effects.applied + 1 RETURNING *"
+                    ),
+                    params: vec!["event.id".into()],
+                    rows: Some(1),
+                    on_zero_rows: ZeroRows::Poison,
+                }],
+                ..postgres_handler_config(&for_config)
+            });
+        })
+        .build()
+        .await;
+    migrate(&stack).await;
+    let records = (0..N)
+        .map(|n| {
+            let id = format!("fault-{n}");
+            (i32::try_from(n % 3).expect("partition"), id.clone(), meta(&id).to_headers(), b"{}".to_vec())
+        })
+        .collect();
+    stack.produce_raw_batch(records).await;
+    configured_consumer(&mut stack).await;
+    let applied = || async {
+        let row = db.query_one(&format!("SELECT count(*), coalesce(max(applied), 0) FROM {schema}.effects"), &[]).await;
+        row.map(|row| (row.get::<_, i64>(0), row.get::<_, i32>(1))).unwrap_or((-1, 0))
+    };
+
+    eventually(Duration::from_secs(60), "a first part applied", || async { applied().await.0 >= 150 }).await;
+    let restore = StackRestore("start-postgres");
+    stack_script("restart-postgres");
+    drop(restore);
+    let db = connect().await;
+    let applied = || async {
+        let row = db.query_one(&format!("SELECT count(*), coalesce(max(applied), 0) FROM {schema}.effects"), &[]).await;
+        row.map(|row| (row.get::<_, i64>(0), row.get::<_, i32>(1))).unwrap_or((-1, 0))
+    };
+    eventually(Duration::from_secs(60), "more applied after the restart", || async { applied().await.0 >= 400 }).await;
+    db.batch_execute(&format!("ALTER TABLE {schema}.effects ADD COLUMN note text")).await.expect("DDL");
+    eventually(Duration::from_secs(120), "every event applied", || async {
+        applied().await.0 == i64::try_from(N).expect("n")
+    })
+    .await;
+    let metric = |outcome: &'static str| {
+        let stack = &stack;
+        async move {
+            stack
+                .consumer_metric(0, "hookline_consumer_postgres_transactions_total", &format!("outcome=\"{outcome}\""))
+                .await
+        }
+    };
+    println!(
+        "applied {:?}; retryable {}, reprepared {}, schema_changed {}",
+        applied().await,
+        metric("retryable").await,
+        metric("reprepared").await,
+        metric("schema_changed").await
+    );
+    assert_eq!(applied().await, (i64::try_from(N).expect("n"), 1), "every event applied exactly once");
+    assert!(metric("retryable").await >= 1.0, "the restart cost retries");
+    assert!(metric("reprepared").await >= 1.0, "the stale plan was prepared again");
+    assert!(stack.records(&stack.kafka.dlq_topic).await.is_empty(), "nothing dead-lettered");
+    stack.shutdown().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_applied_exactly_once_when_re_driven() {
+    let _serial = SERIAL.lock().await;
+    let db = connect().await;
+    let schema = format!("redrive_{}", uuid::Uuid::new_v4().simple());
+    db.batch_execute(&format!(
+        "CREATE SCHEMA {schema}; CREATE TABLE {schema}.orders (id text PRIMARY KEY, paid int NOT NULL DEFAULT 0)"
+    ))
+    .await
+    .expect("schema");
+    let for_config = schema.clone();
+    let mut stack = TestStack::builder()
+        .consumer_config(move |config| {
+            config.handler = postgres_handler(PostgresConfig {
+                statements: vec![StatementConfig {
+                    sql: format!("UPDATE {for_config}.orders SET paid = paid + 1 WHERE id = $1"),
+                    params: vec!["/order".into()],
+                    rows: Some(1),
+                    on_zero_rows: ZeroRows::Poison,
+                }],
+                ..postgres_handler_config(&for_config)
+            });
+        })
+        .build()
+        .await;
+    migrate(&stack).await;
+    configured_consumer(&mut stack).await;
+    let payment = Delivery::new(&br#"{"order":"late"}"#[..]);
+    stack.post_accepted(&payment).await;
+    let replayer =
+        Replayer::new(ReplayerConfig { kafka: stack.kafka.clone(), ..ReplayerConfig::default() }).expect("replayer");
+    let entry = || async {
+        replayer
+            .list(&Filter::default())
+            .await
+            .expect("list")
+            .into_iter()
+            .find(|entry| entry.entry.event_id.as_deref() == Some(payment.delivery_id.as_str()))
+    };
+    eventually(Duration::from_secs(30), "dead-lettered: the order did not exist", || async { entry().await.is_some() })
+        .await;
+
+    db.batch_execute(&format!("INSERT INTO {schema}.orders (id) VALUES ('late')")).await.expect("the order arrives");
+    let id = entry().await.expect("entry").entry.id;
+    let request = ReplayRequest { ids: vec![id.clone()], by: "test".into(), ..ReplayRequest::default() };
+    assert_eq!(replayer.replay(&request).await.expect("replay").done, vec![id]);
+    eventually(Duration::from_secs(30), "the re-drive succeeded", || async {
+        entry().await.is_some_and(|entry| entry.status == Status::Succeeded)
+    })
+    .await;
+    // The provider retries the same payment too: Redis and the dedupe row both say it was applied.
+    stack.post_accepted(&payment).await;
+    stack.forget_dedupe_markers().await;
+    stack.post_accepted(&payment).await;
+    eventually(Duration::from_secs(30), "the retries found the dedupe row", || async {
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await >= 1.0
+    })
+    .await;
+    let paid: i32 =
+        db.query_one(&format!("SELECT paid FROM {schema}.orders WHERE id = 'late'"), &[]).await.expect("order").get(0);
+    assert_eq!(paid, 1, "applied exactly once: by the re-drive");
+    stack.shutdown().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
+}
