@@ -33,8 +33,7 @@ fn postgres_problems(config: &ConsumerConfig, problems: &mut Problems) {
     for (place, handler) in handlers {
         match (&handler.postgres, handler.kind.as_str()) {
             (Some(postgres), "postgres") => {
-                let found =
-                    checks::problems(postgres, config.handler.timeout_ms, config.processing.max_in_flight, false);
+                let found = checks::problems(postgres, &checks::Limits::of(config), false);
                 for problem in found {
                     problems.push(format!("{place}.postgres: {problem}"));
                 }
@@ -92,8 +91,7 @@ impl Loaded {
         let mut problems = Problems::default();
         let postgres = match (config.handler.kind.as_str(), &config.handler.postgres) {
             ("postgres", Some(postgres)) => {
-                let found =
-                    checks::problems(postgres, config.handler.timeout_ms, config.processing.max_in_flight, true);
+                let found = checks::problems(postgres, &checks::Limits::of(&config), true);
                 let valid = found.is_empty();
                 for problem in found {
                     problems.push(format!("[handler].postgres: {problem}"));

@@ -60,6 +60,13 @@ pub struct Metrics {
     pub postgres_pool_wait: HistogramVec,
     /// `hookline_consumer_postgres_transaction_seconds`: one event's transaction, BEGIN to COMMIT or ROLLBACK.
     pub postgres_transaction: HistogramVec,
+    /// `hookline_consumer_postgres_dedupe_rows{table}`: the dedupe table's rows (the planner's estimate).
+    pub postgres_dedupe_rows: IntGaugeVec,
+    /// `hookline_consumer_postgres_oldest_row_age_seconds{table}`: age of the oldest dedupe row (retention works
+    /// when it stays near `retention_days`).
+    pub postgres_oldest_row_age: IntGaugeVec,
+    /// `hookline_consumer_postgres_rows_deleted_total{table}`: dedupe rows deleted by retention.
+    pub postgres_rows_deleted: IntCounterVec,
 }
 
 impl Metrics {
@@ -149,6 +156,21 @@ impl Metrics {
                 &[],
                 Some(&[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0]),
             )?,
+            postgres_dedupe_rows: gauge_vec(
+                "hookline_consumer_postgres_dedupe_rows",
+                "Rows of a postgres handler's dedupe table (the planner's estimate).",
+                &["table"],
+            )?,
+            postgres_oldest_row_age: gauge_vec(
+                "hookline_consumer_postgres_oldest_row_age_seconds",
+                "Age of the oldest row of a postgres handler's dedupe table.",
+                &["table"],
+            )?,
+            postgres_rows_deleted: counter_vec(
+                "hookline_consumer_postgres_rows_deleted_total",
+                "Dedupe rows deleted by retention.",
+                &["table"],
+            )?,
         };
         for collector in metrics.collectors() {
             registry.register(collector)?;
@@ -182,6 +204,9 @@ impl Metrics {
             Box::new(self.postgres_transactions.clone()),
             Box::new(self.postgres_pool_wait.clone()),
             Box::new(self.postgres_transaction.clone()),
+            Box::new(self.postgres_dedupe_rows.clone()),
+            Box::new(self.postgres_oldest_row_age.clone()),
+            Box::new(self.postgres_rows_deleted.clone()),
         ]
     }
 
@@ -292,8 +317,11 @@ mod tests {
         metrics.postgres_transactions.with_label_values(&["s", "applied"]).inc();
         metrics.postgres_pool_wait.with_label_values(&[] as &[&str]).observe(0.001);
         metrics.postgres_transaction.with_label_values(&[] as &[&str]).observe(0.001);
+        metrics.postgres_dedupe_rows.with_label_values(&["t"]).set(1);
+        metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
+        metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 23);
+        assert_eq!(described.len(), 26);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -398,3 +398,63 @@ fn settings_that_cannot_work_are_refused_with_the_config() {
     }
     assert!(!problems.contains("hunter2"), "the password is never printed: {problems}");
 }
+
+#[tokio::test]
+async fn dedupe_rows_past_retention_are_deleted_and_the_rest_kept() {
+    let db = connect().await;
+    let schema = fresh_schema(&db).await;
+    let for_config = schema.clone();
+    let mut stack = TestStack::builder()
+        .consumer_config(move |config| {
+            config.handler = postgres_handler(PostgresConfig {
+                retention_days: 10,
+                retention_interval_ms: 200,
+                statements: vec![statement(
+                    format!("UPDATE {for_config}.orders SET paid = 1 WHERE id = $1"),
+                    &["/order"],
+                    None,
+                    ZeroRows::Poison,
+                )],
+                ..postgres_handler_config(&for_config)
+            });
+            config.redis.dedupe_ttl_s = 3 * 86_400;
+        })
+        .build()
+        .await;
+    migrate(&stack.consumer_config).await;
+    db.batch_execute(&format!(
+        "INSERT INTO {schema}.processed (service, source, event_id, processed_at)
+         SELECT 's', 'github', 'old-' || n, now() - interval '11 days' FROM generate_series(1, 12) AS n;
+         INSERT INTO {schema}.processed (service, source, event_id, processed_at)
+         SELECT 's', 'github', 'recent-' || n, now() - interval '9 days' FROM generate_series(1, 3) AS n;"
+    ))
+    .await
+    .expect("rows");
+    configured_consumer(&mut stack).await;
+    let table = format!("{schema}.processed");
+    eventually(Duration::from_secs(30), "the rows past retention deleted", || async {
+        stack.consumer_metric(0, "hookline_consumer_postgres_rows_deleted_total", &table).await >= 12.0
+    })
+    .await;
+    let left: Vec<String> = db
+        .query(&format!("SELECT event_id FROM {schema}.processed ORDER BY event_id"), &[])
+        .await
+        .expect("rows")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(left, vec!["recent-1", "recent-2", "recent-3"]);
+    let oldest = stack.consumer_metric(0, "hookline_consumer_postgres_oldest_row_age_seconds", &table).await;
+    assert!((9.0 * 86_400.0..9.1 * 86_400.0).contains(&oldest), "the oldest row is the 9-day one: {oldest}");
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_postgres_rows_deleted_total", &table).await, 12.0);
+
+    // A retention shorter than the Redis TTL plus the replay horizon is refused with the config.
+    let mut config = stack.consumer_config.clone();
+    if let Some(postgres) = config.handler.postgres.as_mut() {
+        postgres.retention_days = 9;
+    }
+    let refused = hookline_consumer::Loaded::build(config).expect_err("refused").to_string();
+    assert!(refused.contains("retention_days = 9 must be at least 10"), "{refused}");
+    stack.shutdown().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
+}

@@ -43,6 +43,12 @@ pub struct PostgresConfig {
     pub isolation: Isolation,
     /// The dedupe table (statements mode and Rust handlers), created by `hookline-consumer migrate`.
     pub dedupe_table: String,
+    /// Dedupe rows older than this are deleted (in batches, by one consumer at a time). At least the Redis
+    /// `dedupe_ttl_s` plus 7 days: a provider's retry, a reconciliation or a replay of an event applied before must
+    /// still find its row. The `inbox` table is yours: hookline never deletes from it.
+    pub retention_days: u32,
+    /// How often the retention runs and the row gauges are refreshed.
+    pub retention_interval_ms: u64,
     /// The work, as statements run in the event's transaction after its dedupe row is inserted.
     pub statements: Vec<StatementConfig>,
     /// The work, as a row of an inbox table that is itself the dedupe record.
@@ -63,6 +69,8 @@ impl Default for PostgresConfig {
             lock_timeout_ms: 2_000,
             isolation: Isolation::ReadCommitted,
             dedupe_table: DEFAULT_DEDUPE_TABLE.to_owned(),
+            retention_days: 30,
+            retention_interval_ms: 60_000,
             statements: Vec::new(),
             inbox: None,
         }

@@ -4,17 +4,35 @@
 use hookline_common::config::redact;
 
 use super::{gate::DedupeTable, params::ParamSource};
-use crate::config::postgres::PostgresConfig;
+use crate::config::{ConsumerConfig, postgres::PostgresConfig};
 
-/// Every problem a config can have without a connection, as lines for the config error. `handler_timeout_ms`
-/// is `[handler] timeout_ms`; `max_in_flight` is `processing.max_in_flight`.
-pub fn problems(
-    config: &PostgresConfig,
-    handler_timeout_ms: u64,
-    max_in_flight: usize,
-    custom_work: bool,
-) -> Vec<String> {
+/// The rest of the consumer's config a `[handler.postgres]` must fit.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `[handler] timeout_ms`.
+    pub handler_timeout_ms: u64,
+    /// `processing.max_in_flight`.
+    pub max_in_flight: usize,
+    /// `redis.dedupe_ttl_s`.
+    pub dedupe_ttl_s: u64,
+}
+
+impl Limits {
+    pub fn of(config: &ConsumerConfig) -> Self {
+        Self {
+            handler_timeout_ms: config.handler.timeout_ms,
+            max_in_flight: config.processing.max_in_flight,
+            dedupe_ttl_s: config.redis.dedupe_ttl_s,
+        }
+    }
+}
+
+/// Every problem a config can have without a connection, as lines for the config error; `custom_work`: the work
+/// is a Rust handler, so `statements` and `inbox` stay empty.
+pub fn problems(config: &PostgresConfig, limits: &Limits, custom_work: bool) -> Vec<String> {
+    let Limits { handler_timeout_ms, max_in_flight, dedupe_ttl_s } = *limits;
     let mut problems = Vec::new();
+    problems.extend(retention_problem(config, dedupe_ttl_s));
     match config.url.as_deref() {
         None => problems.push("`url` is required".to_owned()),
         Some(url) => match url.parse::<tokio_postgres::Config>() {
@@ -74,4 +92,20 @@ pub fn problems(
         }
     }
     problems
+}
+
+/// How long after the Redis marker expires a dedupe row must still be there: a provider's retry window, a
+/// reconciliation or a replay of an event already applied.
+pub const REPLAY_HORIZON_DAYS: u64 = 7;
+
+/// Whether `retention_days` keeps rows long enough beside Redis's `dedupe_ttl_s`.
+fn retention_problem(config: &PostgresConfig, dedupe_ttl_s: u64) -> Option<String> {
+    let minimum_days = dedupe_ttl_s.div_ceil(86_400) + REPLAY_HORIZON_DAYS;
+    (u64::from(config.retention_days) < minimum_days || config.retention_interval_ms == 0).then(|| {
+        format!(
+            "retention_days = {} must be at least {minimum_days} (redis.dedupe_ttl_s in days, plus \
+             {REPLAY_HORIZON_DAYS} days for retries, reconciliation and replays), and retention_interval_ms positive",
+            config.retention_days
+        )
+    })
 }

@@ -11,6 +11,7 @@ pub mod gate;
 mod inbox;
 pub mod params;
 mod pool;
+pub mod retention;
 pub mod sqlstate;
 pub mod work;
 
@@ -41,6 +42,7 @@ const START_RETRY: Duration = Duration::from_secs(1);
 
 pub struct PostgresHandler {
     pool: Pool,
+    retention: retention::Retention,
     isolation: IsolationLevel,
     gate: DedupeTable,
     work: Work,
@@ -118,7 +120,8 @@ impl PostgresHandler {
         config_dir: &Path,
         work: Arc<dyn TransactionalHandler>,
     ) -> Result<Self, String> {
-        let problems = checks::problems(config, u64::MAX, usize::MAX, true);
+        let limits = checks::Limits { handler_timeout_ms: u64::MAX, max_in_flight: usize::MAX, dedupe_ttl_s: 0 };
+        let problems = checks::problems(config, &limits, true);
         if !problems.is_empty() {
             return Err(problems.join("; "));
         }
@@ -133,7 +136,12 @@ impl PostgresHandler {
             Isolation::RepeatableRead => IsolationLevel::RepeatableRead,
             Isolation::Serializable => IsolationLevel::Serializable,
         };
-        Ok(Self { pool, isolation, gate, work, started: OnceLock::new() })
+        let retention = retention::Retention {
+            table: gate.clone(),
+            keep_days: config.retention_days,
+            interval: Duration::from_millis(config.retention_interval_ms),
+        };
+        Ok(Self { pool, retention, isolation, gate, work, started: OnceLock::new() })
     }
 
     /// The SQL a user runs once (what `hookline-consumer migrate` runs): the dedupe table, or the inbox table.
@@ -292,8 +300,7 @@ pub fn configured(config: &crate::config::ConsumerConfig) -> Result<Vec<(String,
     let mut built = Vec::new();
     for (place, handler) in handlers {
         if let (Some(postgres), "postgres") = (&handler.postgres, handler.kind.as_str()) {
-            let problems =
-                checks::problems(postgres, config.handler.timeout_ms, config.processing.max_in_flight, false);
+            let problems = checks::problems(postgres, &checks::Limits::of(config), false);
             if !problems.is_empty() {
                 return Err(format!("{place}.postgres: {}", problems.join("; ")));
             }
@@ -352,6 +359,13 @@ impl Handler for PostgresHandler {
     fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             self.prepare(context).await?;
+            if !matches!(self.work, Work::Inbox(_)) && self.started.get().is_none() {
+                tokio::spawn(self.retention.clone().run(
+                    self.pool.clone(),
+                    context.metrics.clone(),
+                    context.shutdown.clone(),
+                ));
+            }
             let _ = self.started.set(Started { service: context.service.clone(), metrics: context.metrics.clone() });
             Ok(())
         })
