@@ -42,6 +42,8 @@ const START_RETRY: Duration = Duration::from_secs(1);
 
 pub struct PostgresHandler {
     pool: Pool,
+    /// `BEGIN ISOLATION LEVEL ...`: the statements' transactions begin pipelined with their first statements.
+    begin: String,
     retention: retention::Retention,
     isolation: IsolationLevel,
     gate: DedupeTable,
@@ -131,17 +133,18 @@ impl PostgresHandler {
     fn build(config: &PostgresConfig, config_dir: &Path, work: Work) -> Result<Self, String> {
         let gate = DedupeTable::new(&config.dedupe_table).map_err(|error| error.to_string())?;
         let pool = pool::build(config, config_dir, "hookline-consumer").map_err(|problems| problems.join("; "))?;
-        let isolation = match config.isolation {
-            Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
-            Isolation::RepeatableRead => IsolationLevel::RepeatableRead,
-            Isolation::Serializable => IsolationLevel::Serializable,
+        let (isolation, level) = match config.isolation {
+            Isolation::ReadCommitted => (IsolationLevel::ReadCommitted, "READ COMMITTED"),
+            Isolation::RepeatableRead => (IsolationLevel::RepeatableRead, "REPEATABLE READ"),
+            Isolation::Serializable => (IsolationLevel::Serializable, "SERIALIZABLE"),
         };
+        let begin = format!("BEGIN ISOLATION LEVEL {level}");
         let retention = retention::Retention {
             table: gate.clone(),
             keep_days: config.retention_days,
             interval: Duration::from_millis(config.retention_interval_ms),
         };
-        Ok(Self { pool, retention, isolation, gate, work, started: OnceLock::new() })
+        Ok(Self { pool, begin, retention, isolation, gate, work, started: OnceLock::new() })
     }
 
     /// The SQL a user runs once (what `hookline-consumer migrate` runs): the dedupe table, or the inbox table.
@@ -209,7 +212,7 @@ impl PostgresHandler {
         json: Option<&serde_json::Value>,
     ) -> Result<&'static str, Failure> {
         let waited = Instant::now();
-        let mut client = self.pool.get().await.map_err(|error| match error {
+        let client = self.pool.get().await.map_err(|error| match error {
             PoolError::Backend(error) => Failure::database("connect", error),
             other => Failure::PoolWait(pool_error_line(&other)),
         })?;
@@ -227,12 +230,15 @@ impl PostgresHandler {
         let key = EventKey { service: &started.service, source: &event.meta.source, event_id };
         let result = match &self.work {
             Work::Inbox(inbox) => inbox.insert(&client, &key, event).await,
-            Work::Statements(_) | Work::Custom(_) => self.in_transaction(&mut client, &key, event, json, started).await,
+            Work::Statements(statements) => statements.run(client, &self.begin, &self.gate, &key, event, json).await,
+            Work::Custom(_) => {
+                let mut client = client;
+                self.in_transaction(&mut client, &key, event).await
+            }
         };
         if let Err(Failure::Database { error, .. }) = &result {
             if classify_error(error) == Disposition::Reprepare {
                 // DDL made every connection's prepared statements stale, not only this one's.
-                drop(client);
                 self.pool.manager().statement_caches.clear();
             }
         }
@@ -240,13 +246,12 @@ impl PostgresHandler {
         result
     }
 
+    /// A Rust handler's transaction: BEGIN, the dedupe row, its work, the outcome, COMMIT.
     async fn in_transaction(
         &self,
         client: &mut deadpool_postgres::Object,
         key: &EventKey<'_>,
         event: &InboundEvent,
-        json: Option<&serde_json::Value>,
-        started: &Started,
     ) -> Result<&'static str, Failure> {
         let transaction = client
             .build_transaction()
@@ -270,14 +275,11 @@ impl PostgresHandler {
             }
             Gate::Acquired => {}
         }
-        let effect = match &self.work {
-            Work::Statements(statements) => statements.run(&transaction, event, json, &started.service).await?,
-            Work::Custom(handler) => handler.apply(&transaction, event).await.map_err(|error| match error {
-                WorkError::Database(error) => Failure::database("handler", error),
-                WorkError::Handler(error) => Failure::Handler(error),
-            })?,
-            Work::Inbox(_) => unreachable!("an inbox row is its own dedupe record"),
-        };
+        let Work::Custom(handler) = &self.work else { unreachable!("only a Rust handler's work runs here") };
+        let effect = handler.apply(&transaction, event).await.map_err(|error| match error {
+            WorkError::Database(error) => Failure::database("handler", error),
+            WorkError::Handler(error) => Failure::Handler(error),
+        })?;
         let record = transaction
             .prepare_cached(self.gate.record_sql())
             .await

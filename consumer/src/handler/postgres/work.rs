@@ -9,12 +9,13 @@ use tokio_postgres::types::ToSql;
 
 use super::{
     Failure,
-    gate::Outcome,
+    gate::{DedupeTable, EventKey, Outcome},
     params::{Bound, ParamSource},
 };
 use crate::{
     config::postgres::{StatementConfig, ZeroRows},
     handler::{BoxFuture, HandlerError},
+    metrics::postgres_outcome,
 };
 
 /// What the work did: stored in the dedupe row with the row counts, so "what did event X do" has an answer in
@@ -79,7 +80,8 @@ pub struct Statements {
     pub list: Vec<Statement>,
     /// Whether any parameter needs the body as JSON (parsed once per event, before a connection is taken).
     pub needs_json: bool,
-    /// Whether a `skip` after the first statement must undo the statements before it (a savepoint).
+    /// Whether a `skip` must undo the other statements (a savepoint): every statement is sent at once, so those after
+    /// the one that matched no row ran too.
     savepoint: bool,
 }
 
@@ -105,7 +107,7 @@ impl Statements {
             });
         }
         let needs_json = list.iter().flat_map(|statement| &statement.params).any(ParamSource::needs_json);
-        let savepoint = list.iter().skip(1).any(|statement| statement.on_zero_rows == ZeroRows::Skip);
+        let savepoint = list.len() > 1 && list.iter().any(|statement| statement.on_zero_rows == ZeroRows::Skip);
         Ok(Self { list, needs_json, savepoint })
     }
 
@@ -138,62 +140,157 @@ impl Statements {
         if problems.is_empty() { Ok(()) } else { Err(problems) }
     }
 
-    /// Runs the statements in `transaction`, after the dedupe row.
+    /// Runs the event's transaction on `client` in two round trips: BEGIN, the dedupe insert (`acquire`, with its
+    /// key parameters), a savepoint when a `skip` must undo the others, and every statement, pipelined; then,
+    /// once the dedupe result and every row count are checked, the outcome update and COMMIT, pipelined (or a
+    /// ROLLBACK). Statements sent behind the dedupe insert are undone with the transaction when it finds the event
+    /// applied before. If this future is dropped mid-way (the handler's timeout), the connection is closed rather
+    /// than returned to the pool inside a transaction, and the server rolls it back.
+    #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
-        transaction: &deadpool_postgres::Transaction<'_>,
+        client: deadpool_postgres::Object,
+        begin: &str,
+        gate: &DedupeTable,
+        key: &EventKey<'_>,
         event: &InboundEvent,
         json: Option<&Value>,
-        service: &str,
-    ) -> Result<Effect, Failure> {
-        if self.savepoint {
-            transaction.batch_execute(SAVEPOINT).await.map_err(|error| Failure::database("savepoint", error))?;
-        }
-        let mut row_counts = Vec::with_capacity(self.list.len());
+    ) -> Result<&'static str, Failure> {
+        let acquire =
+            client.prepare_cached(gate.acquire_sql()).await.map_err(|error| Failure::database("dedupe row", error))?;
+        let record =
+            client.prepare_cached(gate.record_sql()).await.map_err(|error| Failure::database("dedupe row", error))?;
+        let mut prepared = Vec::with_capacity(self.list.len());
+        let mut values: Vec<Vec<Bound>> = Vec::with_capacity(self.list.len());
         for (index, statement) in self.list.iter().enumerate() {
             let context = || format!("statements[{index}]");
-            let prepared = transaction
-                .prepare_cached(&statement.sql)
-                .await
-                .map_err(|error| Failure::database(context(), error))?;
-            let mut values: Vec<Bound> = Vec::with_capacity(statement.params.len());
-            for (position, (source, ty)) in statement.params.iter().zip(prepared.params()).enumerate() {
-                let value = source.bind(event, json, service, ty).map_err(|problem| {
+            let ready =
+                client.prepare_cached(&statement.sql).await.map_err(|error| Failure::database(context(), error))?;
+            let mut bound = Vec::with_capacity(statement.params.len());
+            for (position, (source, ty)) in statement.params.iter().zip(ready.params()).enumerate() {
+                bound.push(source.bind(event, json, key.service, ty).map_err(|problem| {
                     Failure::Handler(HandlerError::poison(format!(
                         "{} parameter ${}: {problem}",
                         context(),
                         position + 1
                     )))
-                })?;
-                values.push(value);
+                })?);
             }
-            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|value| value as &(dyn ToSql + Sync)).collect();
-            let rows =
-                transaction.execute(&prepared, &refs).await.map_err(|error| Failure::database(context(), error))?;
-            row_counts.push(i64::try_from(rows).unwrap_or(i64::MAX));
-            if rows == 0 {
-                let said = |mode: &str| format!("{} matched no row (on_zero_rows = \"{mode}\")", context());
-                match statement.on_zero_rows {
-                    ZeroRows::Poison => return Err(Failure::Handler(HandlerError::poison(said("poison")))),
-                    ZeroRows::Retry => return Err(Failure::Handler(HandlerError::retryable(said("retry")))),
-                    ZeroRows::Skip => {
-                        if self.savepoint {
-                            transaction
-                                .batch_execute(ROLLBACK_TO_SAVEPOINT)
-                                .await
-                                .map_err(|error| Failure::database("rollback to savepoint", error))?;
-                        }
-                        return Ok(Effect::skipped(row_counts));
-                    }
+            prepared.push(ready);
+            values.push(bound);
+        }
+        let mut open = OpenTransaction(Some(client));
+        let client = open.client();
+
+        // Round trip 1: everything up to the last statement.
+        let key_params: [&(dyn ToSql + Sync); 3] = [&key.service, &key.source, &key.event_id];
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> =
+            values.iter().map(|bound| bound.iter().map(|value| value as &(dyn ToSql + Sync)).collect()).collect();
+        let (began, acquired, savepoint, executed) = tokio::join!(
+            client.batch_execute(begin),
+            client.query_opt(&acquire, &key_params),
+            async { if self.savepoint { client.batch_execute(SAVEPOINT).await } else { Ok(()) } },
+            futures_util::future::join_all(
+                prepared.iter().zip(&refs).map(|(statement, params)| client.execute(statement, params))
+            ),
+        );
+        began.map_err(|error| Failure::database("begin", error))?;
+        let acquired = match acquired {
+            Ok(row) => row.is_some(),
+            Err(error) => return Err(open.rollback(Failure::database("dedupe row", error)).await),
+        };
+        if !acquired {
+            // Applied before: what the statements did behind the insert is undone.
+            client.batch_execute("ROLLBACK").await.map_err(|error| Failure::database("rollback", error))?;
+            open.finish();
+            return Ok(postgres_outcome::DUPLICATE);
+        }
+        if let Err(error) = savepoint {
+            return Err(open.rollback(Failure::database("savepoint", error)).await);
+        }
+        let mut row_counts = Vec::with_capacity(executed.len());
+        let mut verdict = Ok(Outcome::Applied);
+        for (index, (statement, rows)) in self.list.iter().zip(executed).enumerate() {
+            let rows = match rows {
+                Ok(rows) => rows,
+                Err(error) => {
+                    return Err(open.rollback(Failure::database(format!("statements[{index}]"), error)).await);
                 }
+            };
+            row_counts.push(i64::try_from(rows).unwrap_or(i64::MAX));
+            if verdict.is_err() || verdict == Ok(Outcome::Skipped) {
+                continue;
             }
-            if let Some(expected) = statement.rows.filter(|expected| *expected != rows) {
-                return Err(Failure::Handler(HandlerError::poison(format!(
-                    "{} changed {rows} rows, expected {expected}",
-                    context()
-                ))));
+            if rows == 0 {
+                let said = |mode: &str| format!("statements[{index}] matched no row (on_zero_rows = \"{mode}\")");
+                verdict = match statement.on_zero_rows {
+                    ZeroRows::Poison => Err(HandlerError::poison(said("poison"))),
+                    ZeroRows::Retry => Err(HandlerError::retryable(said("retry"))),
+                    ZeroRows::Skip => Ok(Outcome::Skipped),
+                };
+            } else if let Some(expected) = statement.rows.filter(|expected| *expected != rows) {
+                verdict =
+                    Err(HandlerError::poison(format!("statements[{index}] changed {rows} rows, expected {expected}")));
             }
         }
-        Ok(Effect::applied(row_counts))
+        let outcome = match verdict {
+            Ok(outcome) => outcome,
+            Err(error) => return Err(open.rollback(Failure::Handler(error)).await),
+        };
+        // Round trip 2: undo a skipped event's statements, record the outcome, commit.
+        let outcome_text = outcome.as_str();
+        let record_params: [&(dyn ToSql + Sync); 5] =
+            [&key.service, &key.source, &key.event_id, &outcome_text, &row_counts];
+        let (undone, recorded, committed) = tokio::join!(
+            async {
+                if outcome == Outcome::Skipped && self.savepoint {
+                    client.batch_execute(ROLLBACK_TO_SAVEPOINT).await
+                } else {
+                    Ok(())
+                }
+            },
+            client.execute(&record, &record_params),
+            client.batch_execute("COMMIT"),
+        );
+        undone.map_err(|error| Failure::database("rollback to savepoint", error))?;
+        recorded.map_err(|error| Failure::database("dedupe row", error))?;
+        committed.map_err(|error| Failure::database("commit", error))?;
+        open.finish();
+        Ok(match outcome {
+            Outcome::Applied => postgres_outcome::APPLIED,
+            Outcome::Skipped => postgres_outcome::SKIPPED,
+        })
+    }
+}
+
+/// A pooled connection with a transaction open on it: back to the pool once it ended ([`Self::finish`]); closed
+/// if dropped before, so no other event ever gets a connection inside someone else's transaction.
+struct OpenTransaction(Option<deadpool_postgres::Object>);
+
+impl OpenTransaction {
+    fn client(&self) -> &deadpool_postgres::Object {
+        self.0.as_ref().expect("open until finished")
+    }
+
+    /// The transaction ended (COMMIT or ROLLBACK answered): the connection may serve the next event.
+    fn finish(&mut self) {
+        self.0.take();
+    }
+
+    /// Rolls back after `failure` and returns it. If even the ROLLBACK fails, the connection is dropped.
+    async fn rollback(mut self, failure: Failure) -> Failure {
+        if self.client().batch_execute("ROLLBACK").await.is_ok() {
+            self.finish();
+        }
+        failure
+    }
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if let Some(object) = self.0.take() {
+            // Out of the pool: closing the connection makes the server roll the transaction back.
+            drop(deadpool_postgres::Object::take(object));
+        }
     }
 }
