@@ -49,3 +49,17 @@ impl Delivery {
         hookline_common::signature::github::sign(secret.as_bytes(), &self.body)
     }
 }
+
+/// The metadata the gateway gives a GitHub `push` event with this id (secret `primary`, JSON, a fixed receive
+/// time): for records a test produces straight into the inbound topic.
+pub fn push_meta(event_id: &str) -> hookline_common::wire::EventMeta {
+    hookline_common::wire::EventMeta {
+        source: "github".into(),
+        event_id: event_id.into(),
+        event_type: Some("push".into()),
+        received_at_ms: 1_700_000_000_000,
+        content_type: Some("application/json".into()),
+        secret_id: "primary".into(),
+        ordering_key: None,
+    }
+}

@@ -41,7 +41,7 @@ pub mod redis_tls;
 mod stack_env;
 
 pub use crate::{
-    delivery::{Delivery, Reply, TEST_SECRET, body_event_id},
+    delivery::{Delivery, Reply, TEST_SECRET, body_event_id, push_meta},
     fake_endpoint::FakeEndpoint,
     handler::TestHandler,
     stack_env::{

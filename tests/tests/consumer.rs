@@ -3,9 +3,9 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, EventMeta, header};
+use hookline_common::wire::{EntryStatus, EntryStatusRecord, header};
 use hookline_consumer::handler::HandlerError;
-use hookline_tests::{Delivery, FakeEndpoint, TestStack, eventually};
+use hookline_tests::{Delivery, FakeEndpoint, TestStack, eventually, push_meta};
 use rdkafka::{
     Message,
     message::{Header, Headers, OwnedHeaders, OwnedMessage},
@@ -14,18 +14,6 @@ use rdkafka::{
 fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
     let headers = record.headers()?;
     headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
-}
-
-fn meta(event_id: &str) -> EventMeta {
-    EventMeta {
-        source: "github".into(),
-        event_id: event_id.into(),
-        event_type: Some("push".into()),
-        received_at_ms: 1_700_000_000_000,
-        content_type: Some("application/json".into()),
-        secret_id: "primary".into(),
-        ordering_key: None,
-    }
 }
 
 #[tokio::test]
@@ -140,7 +128,7 @@ async fn same_event_delivered_concurrently_to_two_consumers_is_processed_once() 
     stack.handler.set_delay(Duration::from_millis(1500));
     // The same event on both partitions: each consumer owns one, so both see it at the same time.
     for partition in 0..2 {
-        stack.produce_raw(partition, "same-event", meta("same-event").to_headers(), br#"{"n":1}"#).await;
+        stack.produce_raw(partition, "same-event", push_meta("same-event").to_headers(), br#"{"n":1}"#).await;
     }
     stack.wait_until_handled(2).await;
     assert_eq!(stack.handler.count("same-event"), 1);
@@ -203,8 +191,9 @@ async fn rebalance_during_processing_neither_loses_nor_double_processes() {
 #[tokio::test]
 async fn replayed_event_takes_the_same_path_and_its_entry_is_recorded() {
     let stack = TestStack::builder().consumer().build().await;
-    let replay_headers =
-        |entry: &str| meta("replayed-1").to_headers().insert(Header { key: header::REPLAY_OF, value: Some(entry) });
+    let replay_headers = |entry: &str| {
+        push_meta("replayed-1").to_headers().insert(Header { key: header::REPLAY_OF, value: Some(entry) })
+    };
     stack.produce_raw(0, "replayed-1", replay_headers("dlq:0:7"), br#"{"n":1}"#).await;
     stack.wait_until_handled(1).await;
     // The same entry re-driven again: deduped, and still recorded as succeeded.
@@ -236,7 +225,8 @@ async fn replayed_event_takes_the_same_path_and_its_entry_is_recorded() {
 async fn replayed_event_that_fails_again_links_its_new_entry() {
     let stack = TestStack::builder().consumer().build().await;
     stack.handler.poison("replayed-2");
-    let headers = meta("replayed-2").to_headers().insert(Header { key: header::REPLAY_OF, value: Some("dlq:0:3") });
+    let headers =
+        push_meta("replayed-2").to_headers().insert(Header { key: header::REPLAY_OF, value: Some("dlq:0:3") });
     stack.produce_raw(0, "replayed-2", headers, b"{}").await;
     stack.wait_until_handled(1).await;
     let dlq = stack.records(&stack.kafka.dlq_topic).await;

@@ -5,27 +5,15 @@
 
 use std::time::Duration;
 
-use hookline_common::wire::EventMeta;
 use hookline_tests::{
     Delivery, TestStack, eventually,
     process::{self, Announcements, ConsumerProcess, announced},
+    push_meta,
 };
 
 /// Starts `test-consumer` in `mode` on the stack's topics and group; its stdout lines are collected.
 fn spawn_consumer_process(stack: &TestStack, mode: &str) -> (ConsumerProcess, Announcements) {
     process::spawn_consumer_process(env!("CARGO_BIN_EXE_test-consumer").as_ref(), &stack.consumer_config, mode)
-}
-
-fn meta(event_id: &str) -> EventMeta {
-    EventMeta {
-        source: "github".into(),
-        event_id: event_id.into(),
-        event_type: Some("push".into()),
-        received_at_ms: 1_700_000_000_000,
-        content_type: Some("application/json".into()),
-        secret_id: "primary".into(),
-        ordering_key: None,
-    }
 }
 
 async fn crash_stack() -> TestStack {
@@ -72,7 +60,7 @@ async fn consumer_killed_with_hundreds_in_flight_on_one_partition_loses_nothing_
     let records = (0..N_EVENTS)
         .map(|n| {
             let id = format!("kill-{n}");
-            (0, id.clone(), meta(&id).to_headers(), format!("{{\"n\":{n}}}").into_bytes())
+            (0, id.clone(), push_meta(&id).to_headers(), format!("{{\"n\":{n}}}").into_bytes())
         })
         .collect();
     stack.produce_raw_batch(records).await;
@@ -116,7 +104,7 @@ async fn slow_head_record_does_not_hold_back_later_ones_yet_holds_back_the_commi
     let records = (0..=N_LATER)
         .map(|n| {
             let id = format!("head-test-{n}");
-            (0, id.clone(), meta(&id).to_headers(), b"{}".to_vec())
+            (0, id.clone(), push_meta(&id).to_headers(), b"{}".to_vec())
         })
         .collect();
     stack.produce_raw_batch(records).await;

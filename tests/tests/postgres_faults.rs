@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use hookline_common::wire::EventMeta;
 use hookline_consumer::config::{
     HandlerConfig,
     postgres::{PostgresConfig, StatementConfig, ZeroRows},
@@ -19,7 +18,7 @@ use hookline_dlq_replayer::{
     ops::{ReplayRequest, Replayer},
 };
 use hookline_tests::{
-    Delivery, StackRestore, TestStack, eventually, postgres_config, postgres_handler_config, stack_script,
+    Delivery, StackRestore, TestStack, eventually, postgres_config, postgres_handler_config, push_meta, stack_script,
 };
 use tokio_postgres::{Client, NoTls};
 
@@ -29,18 +28,6 @@ async fn connect() -> Client {
     let (client, connection) = postgres_config().connect(NoTls).await.expect("connect");
     tokio::spawn(connection);
     client
-}
-
-fn meta(event_id: &str) -> EventMeta {
-    EventMeta {
-        source: "github".into(),
-        event_id: event_id.into(),
-        event_type: Some("push".into()),
-        received_at_ms: 1_700_000_000_000,
-        content_type: Some("application/json".into()),
-        secret_id: "primary".into(),
-        ordering_key: None,
-    }
 }
 
 fn postgres_handler(postgres: PostgresConfig) -> HandlerConfig {
@@ -94,7 +81,7 @@ async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_do
     let records = (0..N)
         .map(|n| {
             let id = format!("fault-{n}");
-            (i32::try_from(n % 3).expect("partition"), id.clone(), meta(&id).to_headers(), b"{}".to_vec())
+            (i32::try_from(n % 3).expect("partition"), id.clone(), push_meta(&id).to_headers(), b"{}".to_vec())
         })
         .collect();
     stack.produce_raw_batch(records).await;

@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use hookline_common::wire::EventMeta;
 use hookline_consumer::config::{
     HandlerConfig,
     postgres::{PostgresConfig, StatementConfig, ZeroRows},
@@ -17,7 +16,7 @@ use hookline_consumer::config::{
 use hookline_tests::{
     StackRestore, TestStack, eventually, postgres_config, postgres_handler_config,
     process::{self, ConsumerProcess},
-    stack_script,
+    push_meta, stack_script,
 };
 use tokio_postgres::NoTls;
 
@@ -25,18 +24,6 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const N_EVENTS: usize = 1_500;
 const KILLS: usize = 6;
-
-fn meta(event_id: &str) -> EventMeta {
-    EventMeta {
-        source: "github".into(),
-        event_id: event_id.into(),
-        event_type: Some("push".into()),
-        received_at_ms: 1_700_000_000_000,
-        content_type: Some("application/json".into()),
-        secret_id: "primary".into(),
-        ordering_key: None,
-    }
-}
 
 fn spawn(stack: &TestStack) -> ConsumerProcess {
     process::spawn_consumer_process(env!("CARGO_BIN_EXE_test-consumer").as_ref(), &stack.consumer_config, "router").0
@@ -104,7 +91,7 @@ async fn a_consumer_killed_after_commit_before_its_done_marker_applies_nothing_t
     tokio::spawn(connection);
     let schema = effects_schema(&db).await;
     let mut stack = effects_stack(&schema, 1.5).await;
-    stack.produce_raw_batch(vec![(0, "window".into(), meta("window").to_headers(), br#"{"n":1}"#.to_vec())]).await;
+    stack.produce_raw_batch(vec![(0, "window".into(), push_meta("window").to_headers(), br#"{"n":1}"#.to_vec())]).await;
     let mut consumer = spawn(&stack);
     eventually(Duration::from_secs(60), "the event's transaction is open", || async {
         db.query_one(
@@ -164,7 +151,7 @@ async fn consumers_killed_in_a_loop_apply_every_event_exactly_once() {
             (
                 i32::try_from(n % 3).expect("partition"),
                 id.clone(),
-                meta(&id).to_headers(),
+                push_meta(&id).to_headers(),
                 format!("{{\"n\":{n}}}").into_bytes(),
             )
         })
