@@ -9,6 +9,7 @@
 pub mod ceilings;
 pub mod consumer_bench;
 pub mod loadgen;
+pub mod postgres_bench;
 pub mod record_key;
 pub mod report;
 pub mod signing;

@@ -102,10 +102,33 @@ enum Command {
         /// the fill and the raw consume stay on `--brokers`.
         #[arg(long)]
         overlay: Option<PathBuf>,
+        /// With an overlay whose `[handler]` is `postgres`: SQL run before its tables are created (the tables its
+        /// statements touch).
+        #[arg(long)]
+        setup_sql: Option<PathBuf>,
         /// Fill with unsigned records, accepted by the consumers' transition window: the consumer without its MAC
         /// check (what the check costs).
         #[arg(long)]
         unsigned: bool,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The `postgres` handler's ceiling: new dedupe rows inserted by `connections` loops of one-statement
+    /// transactions into `table`, over TLS (the stack's `POSTGRES_*` variables).
+    PostgresCeiling {
+        #[arg(long, env = "POSTGRES_URL")]
+        url: String,
+        #[arg(long, env = "POSTGRES_PASSWORD_FILE")]
+        password_file: String,
+        #[arg(long, env = "POSTGRES_CA_FILE")]
+        ca_file: String,
+        /// `schema.table`, created if missing.
+        #[arg(long)]
+        table: String,
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+        #[arg(long, default_value_t = 10.0)]
+        duration_s: f64,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -295,6 +318,7 @@ async fn main() -> anyhow::Result<()> {
             work_dir,
             timeout_s,
             overlay,
+            setup_sql,
             unsigned,
             json,
         } => {
@@ -302,6 +326,10 @@ async fn main() -> anyhow::Result<()> {
                 Some(path) => Some(std::fs::read_to_string(&path)?.parse::<hookline_common::config::Table>()?),
                 None => None,
             };
+            if let Some(overlay) = &overlay {
+                let setup = setup_sql.map(std::fs::read_to_string).transpose()?;
+                hookline_bench::postgres_bench::prepare_overlay(overlay, setup.as_deref(), &work_dir).await?;
+            }
             create_topic(&brokers, &topic, partitions).await?;
             std::fs::create_dir_all(&work_dir)?;
             let report = consumer_bench::run(&ConsumerBenchConfig {
@@ -321,6 +349,21 @@ async fn main() -> anyhow::Result<()> {
                 unsigned,
             })
             .await?;
+            write_json(json.as_deref(), &report)
+        }
+        Command::PostgresCeiling { url, password_file, ca_file, table, connections, duration_s, json } => {
+            let database = hookline_bench::postgres_bench::Database { url, password_file, ca_file };
+            let report = hookline_bench::postgres_bench::ceiling(
+                &database,
+                &table,
+                connections,
+                Duration::from_secs_f64(duration_s),
+            )
+            .await?;
+            eprintln!(
+                "postgres-ceiling: {} inserts in {:.1} s over {connections} connections: {:.0}/s",
+                report.inserts, report.duration_s, report.inserts_per_s
+            );
             write_json(json.as_deref(), &report)
         }
         Command::ConsumerHttp {
