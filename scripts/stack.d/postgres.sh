@@ -167,3 +167,12 @@ purge_postgres() {
   data=$(postgres_data_dir)
   rm -rf "$data" "$STACK_DIR/postgres" "$POSTGRES_PASSWORD_FILE" "$STACK_DIR/postgres-initdb.log"
 }
+
+# postgres_user_psql ARGS...: psql as $POSTGRES_USER on database $POSTGRES_DB over TCP and TLS (the server's
+# certificate verified against the stack's CA), the password from its file through the environment, never argv.
+postgres_user_psql() {
+  [[ -s $POSTGRES_PASSWORD_FILE ]] || die "postgres: no password file yet (scripts/stack up)"
+  PGPASSWORD=$(cat "$POSTGRES_PASSWORD_FILE") "$POSTGRES_BIN/psql" -X -v ON_ERROR_STOP=1 \
+    "host=127.0.0.1 port=$POSTGRES_PORT user=$POSTGRES_USER dbname=$POSTGRES_DB sslmode=verify-full sslrootcert=$TLS_DIR/ca.pem" \
+    "$@"
+}
