@@ -458,3 +458,33 @@ async fn dedupe_rows_past_retention_are_deleted_and_the_rest_kept() {
     stack.shutdown().await;
     db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
 }
+
+#[tokio::test]
+async fn a_server_certificate_the_ca_file_does_not_sign_stops_the_consumer_at_start() {
+    let schema = format!("tls_{}", uuid::Uuid::new_v4().simple());
+    let for_config = schema.clone();
+    let stack = TestStack::builder()
+        .consumer_config(move |config| {
+            let base = postgres_handler_config(&for_config);
+            let other_ca = std::path::Path::new(&base.ca_file.clone().expect("ca")).with_file_name("other-ca.pem");
+            config.handler = postgres_handler(PostgresConfig {
+                ca_file: Some(other_ca),
+                statements: vec![statement("SELECT $1::text".into(), &["event.id"], None, ZeroRows::Poison)],
+                ..base
+            });
+        })
+        .build()
+        .await;
+    let loaded = hookline_consumer::Loaded::build(stack.consumer_config.clone()).expect("a config that builds");
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let ended = tokio::time::timeout(
+        Duration::from_secs(30),
+        hookline_consumer::run(loaded, admin, tokio_util::sync::CancellationToken::new()),
+    )
+    .await
+    .expect("a certificate that does not verify is not waited for");
+    let error = ended.expect_err("the start fails").to_string();
+    println!("{error}");
+    assert!(error.contains("certificate") || error.contains("UnknownIssuer"), "{error}");
+    stack.shutdown().await;
+}
