@@ -9,6 +9,11 @@
 //! docs/chaos.md records:
 //! `CHAOS_DURATION_S=600 CHAOS_RATE=300 CHAOS_SEED=7 cargo test -p hookline-tests --test chaos_soak -- --nocapture`
 //!
+//! `CHAOS_HANDLER=postgres` runs the consumers with the `postgres` handler instead, against the stack's PostgreSQL:
+//! each event's effect is a row of a counter table (a second application shows as `applied = 2`), written with its
+//! body, in a transaction that also waits up to 20 ms and fails retryably (`40001`) about 8% of the time; the judge
+//! reads the effects from the database and allows no double effect at all, consumer kills or not.
+//!
 //! This binary kills the shared broker and freezes the shared Redis, so it holds a single test (cargo runs test
 //! binaries one after another).
 
@@ -148,7 +153,90 @@ impl Drop for ConsumerProcess {
     }
 }
 
-fn write_consumer_config(stack: &TestStack, downstream: &str) -> std::path::PathBuf {
+/// Where the consumers' effects land: the `http` handler's downstream, or the `postgres` handler's table.
+enum Target {
+    Http { url: String, effects: Arc<Mutex<Vec<Effect>>> },
+    Postgres { db: tokio_postgres::Client, schema: String },
+}
+
+impl Target {
+    async fn start(seed: u64) -> Self {
+        if std::env::var("CHAOS_HANDLER").as_deref() != Ok("postgres") {
+            let (url, effects) = start_downstream(seed).await;
+            return Self::Http { url, effects };
+        }
+        let (db, connection) =
+            hookline_tests::postgres_config().connect(tokio_postgres::NoTls).await.expect("the stack's PostgreSQL");
+        tokio::spawn(connection);
+        let schema = format!("chaos_{}", uuid::Uuid::new_v4().simple());
+        let dedupe = hookline_consumer::handler::postgres::gate::DedupeTable::new(&format!("{schema}.processed"))
+            .expect("a valid name")
+            .create_sql();
+        db.batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {schema}.effects (event_id text PRIMARY KEY, body bytea NOT NULL, applied int NOT NULL);
+             {dedupe};
+             CREATE FUNCTION {schema}.downstream() RETURNS int LANGUAGE plpgsql AS $$
+             BEGIN
+               IF random() < 0.08 THEN RAISE EXCEPTION 'chaos: try again' USING ERRCODE = '40001'; END IF;
+               IF random() < 0.10 THEN PERFORM pg_sleep(random() * 0.02); END IF;
+               RETURN 1;
+             END $$;"
+        ))
+        .await
+        .expect("the chaos schema");
+        Self::Postgres { db, schema }
+    }
+
+    /// The `[handler]` table of the consumers' config.
+    fn handler_toml(&self) -> String {
+        match self {
+            Self::Http { url, .. } => format!("[handler]\nkind = \"http\"\nurl = \"{url}\"\ntimeout_ms = 3000\n"),
+            Self::Postgres { schema, .. } => {
+                let base = hookline_tests::postgres_handler_config(schema);
+                let password = base.password.as_ref().and_then(|secret| secret.file.clone()).expect("password file");
+                format!(
+                    "[handler]\nkind = \"postgres\"\ntimeout_ms = 3000\n[handler.postgres]\nurl = \"{}\"\n\
+                     password = {{ id = \"postgres\", file = \"{password}\" }}\nca_file = \"{}\"\n\
+                     dedupe_table = \"{schema}.processed\"\nstatement_timeout_ms = 2000\nlock_timeout_ms = 1000\n\
+                     [[handler.postgres.statements]]\n\
+                     sql = \"INSERT INTO {schema}.effects (event_id, body, applied) VALUES ($1, $2, 1) \
+                     ON CONFLICT (event_id) DO UPDATE SET applied = effects.applied + 1\"\n\
+                     params = [\"event.id\", \"event.body\"]\nrows = 1\n\
+                     [[handler.postgres.statements]]\nsql = \"SELECT {schema}.downstream()\"\nrows = 1\n",
+                    base.url.as_deref().expect("url"),
+                    base.ca_file.as_ref().expect("ca file").display(),
+                )
+            }
+        }
+    }
+
+    /// Event id → (the body it was applied with, how many times it was applied): from the downstream's 2xx answers,
+    /// or from the table.
+    async fn applied(&self) -> HashMap<String, (Bytes, usize)> {
+        let mut applied: HashMap<String, (Bytes, usize)> = HashMap::new();
+        match self {
+            Self::Http { effects, .. } => {
+                for effect in effects.lock().expect("effects").iter().filter(|e| e.status == 200) {
+                    applied.entry(effect.event_id.clone()).or_insert_with(|| (effect.body.clone(), 0)).1 += 1;
+                }
+            }
+            Self::Postgres { db, schema } => {
+                for row in db
+                    .query(&format!("SELECT event_id, body, applied FROM {schema}.effects"), &[])
+                    .await
+                    .expect("effects")
+                {
+                    let times = usize::try_from(row.get::<_, i32>(2)).unwrap_or(0);
+                    applied.insert(row.get(0), (Bytes::from(row.get::<_, Vec<u8>>(1)), times));
+                }
+            }
+        }
+        applied
+    }
+}
+
+fn write_consumer_config(stack: &TestStack, handler_toml: &str) -> std::path::PathBuf {
     let config = &stack.consumer_config;
     let file = std::env::temp_dir().join(format!("hookline-chaos-{}.toml", uuid::Uuid::new_v4().simple()));
     let mut out = std::fs::File::create(&file).expect("config file");
@@ -158,7 +246,7 @@ fn write_consumer_config(stack: &TestStack, downstream: &str) -> std::path::Path
          retry_topic = \"{}\"\ngroup_id = \"{}\"\n\
          [kafka.record_auth]\nkeys = [{{ id = \"{}\", file = \"{}\" }}]\n\
          [redis]\nurl = \"{}\"\nkey_prefix = \"{}\"\nclaim_lease_ms = 6000\n\
-         [handler]\nkind = \"http\"\nurl = \"{downstream}\"\ntimeout_ms = 3000\n\
+         {handler_toml}\
          [retry]\ninitial_backoff_ms = 200\nmax_backoff_ms = 2000\nmax_attempts = 12\nmax_total_ms = 120000\n",
         config.kafka.brokers,
         config.kafka.inbound_topic,
@@ -346,8 +434,8 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
         .gateway_limits(Limits { drain_grace_ms: 2_000, drain_deadline_ms: 10_000, ..Limits::default() })
         .build()
         .await;
-    let (downstream, effects) = start_downstream(seed).await;
-    let config_file = write_consumer_config(&stack, &downstream);
+    let target = Target::start(seed).await;
+    let config_file = write_consumer_config(&stack, &target.handler_toml());
     let log_file = std::env::temp_dir().join(format!("hookline-chaos-{}.log", stack.kafka.group_id));
     let mut consumers: Vec<ConsumerProcess> =
         (0..n_consumers).map(|_| ConsumerProcess::spawn(&config_file, &log_file)).collect();
@@ -403,9 +491,7 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
 
     // Drain: every acknowledged event processed (a 2xx from the downstream) or dead-lettered.
     let acknowledged = load_log.lock().expect("log").acknowledged.clone();
-    let effected = || -> HashSet<String> {
-        effects.lock().expect("effects").iter().filter(|e| e.status == 200).map(|e| e.event_id.clone()).collect()
-    };
+    let effected = || async { target.applied().await.into_keys().collect::<HashSet<String>>() };
     let dead_lettered = || async {
         stack
             .records(&stack.kafka.dlq_topic)
@@ -415,7 +501,7 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
             .collect::<HashSet<String>>()
     };
     eventually(Duration::from_secs(240), "every acknowledged event processed or dead-lettered", || async {
-        let done = effected();
+        let done = effected().await;
         if acknowledged.iter().all(|id| done.contains(id)) {
             return true;
         }
@@ -430,19 +516,27 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
 
     // The judge.
     let log = std::mem::take(&mut *load_log.lock().expect("log"));
-    let effects = effects.lock().expect("effects").clone();
+    let effects = match &target {
+        Target::Http { effects, .. } => effects.lock().expect("effects").clone(),
+        Target::Postgres { .. } => Vec::new(),
+    };
+    let applied = target.applied().await;
     let dlq = dead_lettered().await;
     let mut successes: HashMap<&str, Vec<&Effect>> = HashMap::new();
     for effect in effects.iter().filter(|e| e.status == 200) {
         successes.entry(effect.event_id.as_str()).or_default().push(effect);
     }
     let mut altered = Vec::new();
-    for effect in &effects {
-        match log.sent.get(&effect.event_id) {
-            Some(body) if *body == effect.body => {}
-            _ => altered.push(effect.event_id.clone()),
+    let bodies = effects.iter().map(|e| (&e.event_id, &e.body)).chain(applied.iter().map(|(id, (body, _))| (id, body)));
+    for (event_id, body) in bodies {
+        match log.sent.get(event_id) {
+            Some(sent) if sent == body => {}
+            _ => altered.push(event_id.clone()),
         }
     }
+    // The postgres handler: every application counted in the table; no double effect is ever explained.
+    let database_doubles: Vec<(&String, usize)> =
+        applied.iter().filter(|(_, (_, times))| *times > 1).map(|(id, (_, times))| (id, *times)).collect();
     // A consumer killed after the downstream's 2xx and before the done marker: the event is processed again.
     // The done marker follows the 2xx within milliseconds, unless Redis is frozen (3 s): allow 6 s.
     let explained =
@@ -453,8 +547,10 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
         .map(|(id, list)| (*id, list.len(), explained(list.iter().map(|e| e.at).min().expect("an effect"))))
         .collect();
     let unexplained: Vec<_> = doubles.iter().filter(|(_, _, explained)| !explained).collect();
-    let lost: Vec<_> =
-        acknowledged.iter().filter(|id| !successes.contains_key(id.as_str()) && !dlq.contains(*id)).collect();
+    let lost: Vec<_> = acknowledged
+        .iter()
+        .filter(|id| !successes.contains_key(id.as_str()) && !applied.contains_key(*id) && !dlq.contains(*id))
+        .collect();
     let recovery = |backs: &[Instant]| -> Vec<Duration> {
         backs
             .iter()
@@ -493,10 +589,14 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
         log_lines("redis failed"),
         log_lines("librdkafka"),
     );
+    let handler = match &target {
+        Target::Http { .. } => "http",
+        Target::Postgres { .. } => "postgres",
+    };
     eprintln!(
-        "chaos result: seed {seed}, {duration_s} s at {rate}/s, {n_consumers} consumers; answers {:?} (forged {:?}), \
+        "chaos result: {handler} handler, seed {seed}, {duration_s} s at {rate}/s, {n_consumers} consumers; answers {:?} (forged {:?}), \
          refused connections {}, dropped requests {} ({} outside a gateway restart); acknowledged {}, processed {}, dead-lettered {}, lost {}; \
-         double effects {} ({} explained by a consumer kill); downstream calls {} ({} answered 503); \
+         double effects {} ({} explained by a consumer kill; in the database {}); downstream calls {} ({} answered 503); \
          consumer kills {}; after the broker's return: first 2xx {:?}, first processed {:?}; after Redis thawed: \
          first processed {:?}; drained {:?} after the load stopped",
         log.statuses,
@@ -505,11 +605,12 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
         log.dropped.len(),
         unexplained_drops.len(),
         acknowledged.len(),
-        successes.len(),
+        successes.len() + applied.len(),
         acknowledged.iter().filter(|id| dlq.contains(*id)).count(),
         lost.len(),
         doubles.len(),
         doubles.len() - unexplained.len(),
+        database_doubles.len(),
         effects.len(),
         effects.iter().filter(|e| e.status == 503).count(),
         consumer_kills.len(),
@@ -521,6 +622,7 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
     assert!(lost.is_empty(), "acknowledged and neither processed nor dead-lettered: {lost:?}");
     assert!(altered.is_empty(), "bodies that reached the downstream altered (or never sent): {altered:?}");
     assert!(unexplained.is_empty(), "double effects no consumer kill explains: {unexplained:?}");
+    assert!(database_doubles.is_empty(), "double effects of the postgres handler: {database_doubles:?}");
     assert!(
         log.bad_answers.is_empty(),
         "answers other than 202, 401 (forged), 503 + Retry-After: {:?}",
@@ -531,6 +633,9 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
         "requests sent and never answered outside a gateway restart: {unexplained_drops:?}"
     );
     assert!(!acknowledged.is_empty() && log.statuses.contains_key(&503), "the faults were felt and traffic flowed");
+    if let Target::Postgres { db, schema } = &target {
+        db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
+    }
     let _ = std::fs::remove_file(&config_file);
     let _ = std::fs::remove_file(&log_file);
     stack.shutdown().await;
