@@ -193,3 +193,76 @@ async fn a_dead_letter_is_applied_exactly_once_when_re_driven() {
     stack.shutdown().await;
     db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
 }
+
+#[tokio::test]
+async fn a_handler_timeout_during_commit_applies_the_event_once() {
+    let _serial = SERIAL.lock().await;
+    let db = connect().await;
+    let schema = format!("commit_{}", uuid::Uuid::new_v4().simple());
+    // A deferred constraint trigger runs at COMMIT: it holds the COMMIT for 1.8 s, so the handler's 2.5 s timeout
+    // (0.8 s of work before it) fires while the COMMIT is in flight.
+    db.batch_execute(&format!(
+        "CREATE SCHEMA {schema};
+         CREATE TABLE {schema}.effects (event_id text PRIMARY KEY, applied int NOT NULL);
+         CREATE FUNCTION {schema}.slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN PERFORM pg_sleep(1.8); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT OR UPDATE ON {schema}.effects
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {schema}.slow_commit();"
+    ))
+    .await
+    .expect("schema");
+    let for_config = schema.clone();
+    let mut stack = TestStack::builder()
+        .consumer_config(move |config| {
+            config.redis.claim_lease_ms = 4_000;
+            config.retry.max_attempts = 10;
+            config.handler = HandlerConfig {
+                timeout_ms: 2_500,
+                ..postgres_handler(PostgresConfig {
+                    statement_timeout_ms: 2_000,
+                    lock_timeout_ms: 1_000,
+                    pool_wait_ms: 1_000,
+                    statements: vec![
+                        StatementConfig {
+                            sql: format!(
+                                "INSERT INTO {for_config}.effects (event_id, applied) VALUES ($1, 1) \
+                                 ON CONFLICT (event_id) DO UPDATE SET applied = effects.applied + 1"
+                            ),
+                            params: vec!["event.id".into()],
+                            rows: Some(1),
+                            on_zero_rows: ZeroRows::Poison,
+                        },
+                        StatementConfig {
+                            sql: "SELECT pg_sleep(0.8)".into(),
+                            rows: Some(1),
+                            ..StatementConfig::default()
+                        },
+                    ],
+                    ..postgres_handler_config(&for_config)
+                })
+            };
+        })
+        .build()
+        .await;
+    migrate(&stack).await;
+    configured_consumer(&mut stack).await;
+    let delivery = Delivery::new(&br#"{"slow":"commit"}"#[..]);
+    stack.post_accepted(&delivery).await;
+    eventually(Duration::from_secs(60), "the event processed after its timed-out attempt", || async {
+        stack.consumer_metric(0, "hookline_consumer_events_total", "outcome=\"processed\"").await >= 1.0
+    })
+    .await;
+    let timeouts = stack.consumer_metric(0, "hookline_consumer_handler_failures_total", "class=\"retryable\"").await;
+    let applied: i32 = db
+        .query_one(&format!("SELECT applied FROM {schema}.effects WHERE event_id = $1"), &[&delivery.delivery_id])
+        .await
+        .expect("the effect")
+        .get(0);
+    let duplicates =
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await;
+    println!("timed-out attempts {timeouts}, applied {applied}, found applied by the next attempt {duplicates}");
+    assert!(timeouts >= 1.0, "the first attempt timed out during its COMMIT");
+    assert_eq!(applied, 1, "applied exactly once");
+    stack.shutdown().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
+}
