@@ -59,18 +59,23 @@ async fn run() -> anyhow::Result<()> {
 }
 
 async fn migrate(service: &ServiceArgs, print: bool) -> anyhow::Result<()> {
+    use hookline_consumer::handler::postgres::{self, PostgresHandler};
     let config = Loaded::read_checked(service.config())?;
-    let handlers = hookline_consumer::handler::postgres::configured(&config).map_err(anyhow::Error::msg)?;
-    if handlers.is_empty() {
-        anyhow::bail!("no `postgres` handler in this config: nothing to migrate");
-    }
-    for (place, handler) in handlers {
-        if print {
-            println!("-- {place}\n{}", handler.migration_sql());
-        } else {
-            handler.migrate().await.map_err(|problem| anyhow::anyhow!("{place}: {problem}"))?;
-            tracing::info!(handler = %place, "postgres tables present");
+    if print {
+        // Reads no secret and connects to nothing, like --print-config.
+        let tables = postgres::configured_tables(&config).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(!tables.is_empty(), "no `postgres` handler in this config: nothing to migrate");
+        for (place, postgres) in tables {
+            let sql = PostgresHandler::migration_sql_of(postgres).map_err(anyhow::Error::msg)?;
+            println!("-- {place}\n{sql}");
         }
+        return Ok(());
+    }
+    let handlers = postgres::configured(&config).map_err(anyhow::Error::msg)?;
+    anyhow::ensure!(!handlers.is_empty(), "no `postgres` handler in this config: nothing to migrate");
+    for (place, handler) in handlers {
+        handler.migrate().await.map_err(|problem| anyhow::anyhow!("{place}: {problem}"))?;
+        tracing::info!(handler = %place, "postgres tables present");
     }
     Ok(())
 }

@@ -520,7 +520,11 @@ async fn chaos_soak_every_acknowledged_event_is_processed_or_dead_lettered_and_n
         Target::Http { effects, .. } => effects.lock().expect("effects").clone(),
         Target::Postgres { .. } => Vec::new(),
     };
-    let applied = target.applied().await;
+    // The postgres handler's effects, from its table (the http handler's are the downstream's log, above).
+    let applied = match &target {
+        Target::Http { .. } => HashMap::new(),
+        Target::Postgres { .. } => target.applied().await,
+    };
     let dlq = dead_lettered().await;
     let mut successes: HashMap<&str, Vec<&Effect>> = HashMap::new();
     for effect in effects.iter().filter(|e| e.status == 200) {

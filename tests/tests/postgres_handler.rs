@@ -95,6 +95,28 @@ fn orders_config(config: &mut ConsumerConfig, schema: &str) {
                 ..base.clone()
             }),
         ),
+        // `close`: a guard that matches no row (skip) before a statement that would fail: sent together, the
+        // failure is undone with the rest and the event is skipped, not poison.
+        route(
+            "close",
+            postgres_handler(PostgresConfig {
+                statements: vec![
+                    statement(
+                        format!("UPDATE {schema}.orders SET status = 'closed' WHERE id = $1 AND status = 'open'"),
+                        &["/order"],
+                        Some(1),
+                        ZeroRows::Skip,
+                    ),
+                    statement(
+                        format!("INSERT INTO {schema}.ledger (order_id, amount, event_id) VALUES ($1, NULL, $2)"),
+                        &["/order", "event.id"],
+                        Some(1),
+                        ZeroRows::Poison,
+                    ),
+                ],
+                ..base.clone()
+            }),
+        ),
         route(
             "cancel",
             postgres_handler(PostgresConfig {
@@ -148,6 +170,7 @@ async fn statements_apply_each_event_once_and_each_zero_rows_mode_does_what_it_s
     let no_amount = typed(r#"{"order":"o2"}"#, "push");
     let cancel_missing = typed(r#"{"order":"o404"}"#, "cancel");
     let early_refund = typed(r#"{"order":"o3"}"#, "refund");
+    let close_unopened = typed(r#"{"order":"o1","close":true}"#, "close");
     stack.post_accepted(&paid).await;
     stack.post_accepted(&early_refund).await;
     eventually(Duration::from_secs(30), "o1 paid", || async {
@@ -158,7 +181,7 @@ async fn statements_apply_each_event_once_and_each_zero_rows_mode_does_what_it_s
             == "paid"
     })
     .await;
-    for delivery in [&paid_again, &no_amount, &cancel_missing] {
+    for delivery in [&paid_again, &no_amount, &cancel_missing, &close_unopened] {
         stack.post_accepted(delivery).await;
     }
     // The refund came before its payment: retried until the payment lands.
@@ -220,7 +243,12 @@ async fn statements_apply_each_event_once_and_each_zero_rows_mode_does_what_it_s
     assert_eq!(row_of(&paid.delivery_id), Some(("applied", vec![1, 1])), "{rows:?}");
     assert_eq!(row_of(&paid_again.delivery_id), Some(("skipped", vec![1, 0])), "{rows:?}");
     assert_eq!(row_of(&early_refund.delivery_id), Some(("applied", vec![1])), "{rows:?}");
-    assert_eq!(rows.len(), 3, "poison events leave no dedupe row, so a re-drive can apply them: {rows:?}");
+    assert_eq!(
+        row_of(&close_unopened.delivery_id),
+        Some(("skipped", vec![0, -1])),
+        "the skip decides; the failing statement behind it is undone: {rows:?}"
+    );
+    assert_eq!(rows.len(), 4, "poison events leave no dedupe row, so a re-drive can apply them: {rows:?}");
     let keyed: i64 = db
         .query_one(
             &format!("SELECT count(*) FROM {schema}.processed WHERE service = $1 AND source = 'github'"),
@@ -229,7 +257,7 @@ async fn statements_apply_each_event_once_and_each_zero_rows_mode_does_what_it_s
         .await
         .expect("count")
         .get(0);
-    assert_eq!(keyed, 3, "rows are keyed by the consumer service and the source");
+    assert_eq!(keyed, 4, "rows are keyed by the consumer service and the source");
 
     let dlq = stack.records(&stack.kafka.dlq_topic).await;
     let error_of = |delivery: &Delivery| {
@@ -487,4 +515,26 @@ async fn a_server_certificate_the_ca_file_does_not_sign_stops_the_consumer_at_st
     println!("{error}");
     assert!(error.contains("certificate") || error.contains("UnknownIssuer"), "{error}");
     stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_compose_database_gets_the_tables_the_orders_service_needs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let init = std::fs::read_to_string(root.join("deploy/config/postgres-init.sql")).expect("postgres-init.sql");
+    let config = ConsumerConfig::read(Some(&root.join("deploy/config/consumer-orders.toml"))).expect("orders config");
+    let tables = postgres::configured_tables(&config).expect("a valid postgres route");
+    assert_eq!(tables.len(), 1, "one postgres handler");
+    let migration = postgres::PostgresHandler::migration_sql_of(tables[0].1).expect("its migration");
+    assert!(init.contains(&migration), "postgres-init.sql holds what `migrate --print` prints:\n{migration}");
+
+    // The file runs (twice: idempotent), and the service's statement prepares against what it creates.
+    let db = connect().await;
+    let schema = format!("compose_{}", uuid::Uuid::new_v4().simple());
+    db.batch_execute(&format!("CREATE SCHEMA {schema}; SET search_path = {schema}; {init}; {init}"))
+        .await
+        .expect("postgres-init.sql runs");
+    for statement in &tables[0].1.statements {
+        db.prepare(&statement.sql).await.unwrap_or_else(|error| panic!("{}: {error}", statement.sql));
+    }
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
 }

@@ -155,6 +155,14 @@ impl PostgresHandler {
         }
     }
 
+    /// [`Self::migration_sql`] of a configured handler, without building it: no secret is read, nothing connects.
+    pub fn migration_sql_of(config: &PostgresConfig) -> Result<String, String> {
+        match &config.inbox {
+            Some(inbox) => Ok(Inbox::new(inbox)?.create_sql()),
+            None => Ok(DedupeTable::new(&config.dedupe_table).map_err(|error| error.to_string())?.create_sql()),
+        }
+    }
+
     /// Runs [`Self::migration_sql`] on the database (idempotent).
     pub async fn migrate(&self) -> Result<(), String> {
         self.batch_execute(&self.migration_sql()).await
@@ -293,25 +301,36 @@ impl PostgresHandler {
     }
 }
 
-/// Every `postgres` handler of a consumer config (the default and each route's), named by where it is configured:
-/// what `hookline-consumer migrate` creates the tables of.
-pub fn configured(config: &crate::config::ConsumerConfig) -> Result<Vec<(String, PostgresHandler)>, String> {
+/// Every `postgres` handler's table of a consumer config (the default's and each route's), by where it is
+/// configured: what `hookline-consumer migrate` needs. Checked, not built.
+pub fn configured_tables(config: &crate::config::ConsumerConfig) -> Result<Vec<(String, &PostgresConfig)>, String> {
     let handlers = std::iter::once(("[handler]".to_owned(), &config.handler)).chain(
         config.routes.iter().enumerate().map(|(index, route)| (format!("routes[{index}].handler"), &route.handler)),
     );
-    let mut built = Vec::new();
+    let mut found = Vec::new();
     for (place, handler) in handlers {
         if let (Some(postgres), "postgres") = (&handler.postgres, handler.kind.as_str()) {
             let problems = checks::problems(postgres, &checks::Limits::of(config), false);
             if !problems.is_empty() {
                 return Err(format!("{place}.postgres: {}", problems.join("; ")));
             }
-            let handler = PostgresHandler::from_config(postgres, &config.config_dir)
-                .map_err(|problem| format!("{place}.postgres: {problem}"))?;
-            built.push((place, handler));
+            found.push((place, postgres));
         }
     }
-    Ok(built)
+    Ok(found)
+}
+
+/// Every `postgres` handler of a consumer config, built (nothing connects until used): what `hookline-consumer
+/// migrate` runs the tables of.
+pub fn configured(config: &crate::config::ConsumerConfig) -> Result<Vec<(String, PostgresHandler)>, String> {
+    configured_tables(config)?
+        .into_iter()
+        .map(|(place, postgres)| {
+            PostgresHandler::from_config(postgres, &config.config_dir)
+                .map(|handler| (place.clone(), handler))
+                .map_err(|problem| format!("{place}.postgres: {problem}"))
+        })
+        .collect()
 }
 
 fn outcome_label(effect: &Effect) -> &'static str {

@@ -211,6 +211,12 @@ impl Statements {
         let mut row_counts = Vec::with_capacity(executed.len());
         let mut verdict = Ok(Outcome::Applied);
         for (index, (statement, rows)) in self.list.iter().zip(executed).enumerate() {
+            if verdict.is_err() || verdict == Ok(Outcome::Skipped) {
+                // Decided by an earlier statement; this one ran only because every statement is sent at once (an
+                // error here is undone with the rest: -1 in the row counts).
+                row_counts.push(rows.map_or(-1, |rows| i64::try_from(rows).unwrap_or(i64::MAX)));
+                continue;
+            }
             let rows = match rows {
                 Ok(rows) => rows,
                 Err(error) => {
@@ -218,9 +224,6 @@ impl Statements {
                 }
             };
             row_counts.push(i64::try_from(rows).unwrap_or(i64::MAX));
-            if verdict.is_err() || verdict == Ok(Outcome::Skipped) {
-                continue;
-            }
             if rows == 0 {
                 let said = |mode: &str| format!("statements[{index}] matched no row (on_zero_rows = \"{mode}\")");
                 verdict = match statement.on_zero_rows {
