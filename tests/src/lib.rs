@@ -34,6 +34,7 @@ mod fake_endpoint;
 pub mod forward;
 mod handler;
 pub mod kafka_tls;
+pub mod postgres;
 pub mod process;
 pub mod provider_fakes;
 pub mod record_auth;

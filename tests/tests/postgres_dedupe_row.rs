@@ -6,14 +6,8 @@
 use std::time::Duration;
 
 use hookline_consumer::handler::postgres::gate::{DedupeTable, EventKey, Gate, Outcome};
-use hookline_tests::postgres_config;
-use tokio_postgres::{Client, NoTls};
-
-async fn connect() -> Client {
-    let (client, connection) = postgres_config().connect(NoTls).await.expect("connect to the stack's PostgreSQL");
-    tokio::spawn(connection);
-    client
-}
+use hookline_tests::postgres::connect;
+use tokio_postgres::Client;
 
 /// A dedupe table of the test's own (in a schema dropped by the caller), created by the migration's SQL.
 async fn fresh_table(client: &Client) -> (DedupeTable, String) {

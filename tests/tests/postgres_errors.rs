@@ -7,17 +7,11 @@
 use std::time::Duration;
 
 use hookline_consumer::handler::postgres::sqlstate::{Disposition, classify_error};
-use hookline_tests::{StackRestore, postgres_config, stack_script};
+use hookline_tests::{StackRestore, postgres::connect, postgres_config, stack_script};
 use tokio_postgres::{Client, NoTls};
 
 /// The restart case ends every connection to the server: the cases run one at a time.
 static SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn connect() -> Client {
-    let (client, connection) = postgres_config().connect(NoTls).await.expect("connect to the stack's PostgreSQL");
-    tokio::spawn(connection);
-    client
-}
 
 /// A schema of the test's own, dropped at the end by the caller's `drop_schema`.
 async fn fresh_schema(client: &Client) -> String {

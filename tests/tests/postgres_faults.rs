@@ -18,33 +18,12 @@ use hookline_dlq_replayer::{
     ops::{ReplayRequest, Replayer},
 };
 use hookline_tests::{
-    Delivery, StackRestore, TestStack, eventually, postgres_config, postgres_handler_config, push_meta, stack_script,
+    Delivery, StackRestore, TestStack, eventually,
+    postgres::{connect, migrate, postgres_handler, start_configured_consumer},
+    postgres_handler_config, push_meta, stack_script,
 };
-use tokio_postgres::{Client, NoTls};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn connect() -> Client {
-    let (client, connection) = postgres_config().connect(NoTls).await.expect("connect");
-    tokio::spawn(connection);
-    client
-}
-
-fn postgres_handler(postgres: PostgresConfig) -> HandlerConfig {
-    HandlerConfig { kind: "postgres".into(), postgres: Some(postgres), ..HandlerConfig::default() }
-}
-
-async fn configured_consumer(stack: &mut TestStack) {
-    let config = stack.consumer_config.clone();
-    let handler = hookline_consumer::Loaded::build(config.clone()).expect("valid config").handler;
-    stack.start_consumer_with(config, handler).await;
-}
-
-async fn migrate(stack: &TestStack) {
-    for (place, handler) in hookline_consumer::handler::postgres::configured(&stack.consumer_config).expect("handler") {
-        handler.migrate().await.unwrap_or_else(|problem| panic!("{place}: {problem}"));
-    }
-}
 
 #[tokio::test]
 async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_double() {
@@ -77,7 +56,7 @@ async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_do
         })
         .build()
         .await;
-    migrate(&stack).await;
+    migrate(&stack.consumer_config).await;
     // The first 600 events before the DDL, the last 200 after it: each of those runs a plan made stale by it.
     let batch = |range: std::ops::Range<usize>| {
         range
@@ -89,7 +68,7 @@ async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_do
     };
     let records = batch(0..N - 200);
     stack.produce_raw_batch(records).await;
-    configured_consumer(&mut stack).await;
+    start_configured_consumer(&mut stack).await;
     let applied = || async {
         let row = db.query_one(&format!("SELECT count(*), coalesce(max(applied), 0) FROM {schema}.effects"), &[]).await;
         row.map(|row| (row.get::<_, i64>(0), row.get::<_, i32>(1))).unwrap_or((-1, 0))
@@ -162,8 +141,8 @@ async fn a_dead_letter_is_applied_exactly_once_when_re_driven() {
         })
         .build()
         .await;
-    migrate(&stack).await;
-    configured_consumer(&mut stack).await;
+    migrate(&stack.consumer_config).await;
+    start_configured_consumer(&mut stack).await;
     let payment = Delivery::new(&br#"{"order":"late"}"#[..]);
     stack.post_accepted(&payment).await;
     let replayer =
@@ -252,8 +231,8 @@ async fn a_handler_timeout_during_commit_applies_the_event_once() {
         })
         .build()
         .await;
-    migrate(&stack).await;
-    configured_consumer(&mut stack).await;
+    migrate(&stack.consumer_config).await;
+    start_configured_consumer(&mut stack).await;
     let delivery = Delivery::new(&br#"{"slow":"commit"}"#[..]);
     stack.post_accepted(&delivery).await;
     eventually(Duration::from_secs(60), "the event processed after its timed-out attempt", || async {
