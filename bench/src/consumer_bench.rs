@@ -79,6 +79,10 @@ pub struct ConsumerRow {
     pub processed: u64,
     pub duplicates: u64,
     pub dead_lettered: u64,
+    /// End to end: CPU per event over the timed window, of the database's processes (`postgres`, whether or not
+    /// the handler uses it: ~0 for the `log` handler), the consumer instances together, and the bench.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<crate::cpu::CpuPerEvent>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -109,7 +113,10 @@ pub async fn run(config: &ConsumerBenchConfig) -> anyhow::Result<ConsumerReport>
     eprintln!("consumer-bench: raw consume {:.0} events/s", rows[0].events_per_s);
     for &instances in &config.instances {
         let row = end_to_end(config, instances, n_events).await?;
-        eprintln!("consumer-bench: {instances} consumer(s) {:.0} events/s", row.events_per_s);
+        let cpu = row.cpu.map_or_else(String::new, |cpu| {
+            format!("; CPU per event: consumer {:.1} µs, database {:.1} µs", cpu.process_us, cpu.database_us)
+        });
+        eprintln!("consumer-bench: {instances} consumer(s) {:.0} events/s{cpu}", row.events_per_s);
         rows.push(row);
     }
     let raw = rows[0].events_per_s;
@@ -158,6 +165,7 @@ async fn raw_consume(config: &ConsumerBenchConfig, n_events: u64) -> anyhow::Res
         processed: 0,
         duplicates: 0,
         dead_lettered: 0,
+        cpu: None,
     })
 }
 
@@ -231,7 +239,12 @@ kind = "log"
         instances.push(Instance { child, admin });
     }
     let deadline = Instant::now() + config.timeout;
-    let mut first: Option<(Instant, u64)> = None;
+    let sample_cpu = |instances: &[Instance]| {
+        let mut sample = crate::cpu::Sample::now("postgres", None);
+        sample.process = instances.iter().filter_map(|instance| crate::cpu::of_pid(instance.child.id())).sum();
+        sample
+    };
+    let mut first: Option<(Instant, u64, crate::cpu::Sample)> = None;
     let totals = loop {
         anyhow::ensure!(Instant::now() < deadline, "{n_instances} consumer(s): not done within {:?}", config.timeout);
         let mut totals = Totals::default();
@@ -243,14 +256,14 @@ kind = "log"
         let handled = totals.handled();
         let now = Instant::now();
         if handled > 0 && first.is_none() {
-            first = Some((now, handled));
+            first = Some((now, handled, sample_cpu(&instances)));
         }
         if handled >= n_events {
-            break (totals, now);
+            break (totals, now, sample_cpu(&instances));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let ((totals, done_at), (first_at, first_count)) = (totals, first.expect("set before done"));
+    let ((totals, done_at, cpu_after), (first_at, first_count, cpu_before)) = (totals, first.expect("set before done"));
     let duration_s = done_at.duration_since(first_at).as_secs_f64();
     drop(instances);
     Ok(ConsumerRow {
@@ -262,6 +275,7 @@ kind = "log"
         processed: totals.processed,
         duplicates: totals.duplicates,
         dead_lettered: totals.dead_lettered,
+        cpu: Some(cpu_before.per_event(&cpu_after, n_events - first_count)),
     })
 }
 

@@ -8,6 +8,7 @@
 
 pub mod ceilings;
 pub mod consumer_bench;
+pub mod cpu;
 pub mod loadgen;
 pub mod postgres_bench;
 pub mod record_key;

@@ -129,6 +129,10 @@ enum Command {
         connections: usize,
         #[arg(long, default_value_t = 10.0)]
         duration_s: f64,
+        /// A statement run after the insert in each transaction (its one parameter, `$1`, the event id): the
+        /// ceiling of that work done by hand, BEGIN, the insert and the statement pipelined, then COMMIT.
+        #[arg(long)]
+        work_sql: Option<String>,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -351,18 +355,20 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             write_json(json.as_deref(), &report)
         }
-        Command::PostgresCeiling { url, password_file, ca_file, table, connections, duration_s, json } => {
+        Command::PostgresCeiling { url, password_file, ca_file, table, connections, duration_s, work_sql, json } => {
             let database = hookline_bench::postgres_bench::Database { url, password_file, ca_file };
             let report = hookline_bench::postgres_bench::ceiling(
                 &database,
                 &table,
                 connections,
                 Duration::from_secs_f64(duration_s),
+                work_sql.as_deref(),
             )
             .await?;
             eprintln!(
-                "postgres-ceiling: {} inserts in {:.1} s over {connections} connections: {:.0}/s",
-                report.inserts, report.duration_s, report.inserts_per_s
+                "postgres-ceiling: {} inserts in {:.1} s over {connections} connections: {:.0}/s; CPU per insert: \
+                 database {:.1} µs, clients {:.1} µs",
+                report.inserts, report.duration_s, report.inserts_per_s, report.cpu.database_us, report.cpu.bench_us
             );
             write_json(json.as_deref(), &report)
         }

@@ -58,8 +58,12 @@ pub struct Metrics {
     pub postgres_transactions: IntCounterVec,
     /// `hookline_consumer_postgres_pool_wait_seconds`: time to get a database connection (a full pool waits).
     pub postgres_pool_wait: HistogramVec,
-    /// `hookline_consumer_postgres_transaction_seconds`: one event's transaction, BEGIN to COMMIT or ROLLBACK.
+    /// `hookline_consumer_postgres_transaction_seconds`: one event's transaction, BEGIN to COMMIT or ROLLBACK (an
+    /// inbox row: from queueing it to its batch's answer).
     pub postgres_transaction: HistogramVec,
+    /// `hookline_consumer_postgres_batch_rows`: rows per statement of an `inbox` handler (events waiting at the same
+    /// time are stored together).
+    pub postgres_batch_rows: HistogramVec,
     /// `hookline_consumer_postgres_dedupe_rows{table}`: the dedupe table's rows (the planner's estimate).
     pub postgres_dedupe_rows: IntGaugeVec,
     /// `hookline_consumer_postgres_oldest_row_age_seconds{table}`: age of the oldest dedupe row (retention works
@@ -156,6 +160,12 @@ impl Metrics {
                 &[],
                 Some(&[0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0]),
             )?,
+            postgres_batch_rows: histogram_vec(
+                "hookline_consumer_postgres_batch_rows",
+                "Rows per statement of a postgres inbox handler (events waiting at the same time go together).",
+                &[],
+                Some(&[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]),
+            )?,
             postgres_dedupe_rows: gauge_vec(
                 "hookline_consumer_postgres_dedupe_rows",
                 "Rows of a postgres handler's dedupe table (the planner's estimate).",
@@ -204,6 +214,7 @@ impl Metrics {
             Box::new(self.postgres_transactions.clone()),
             Box::new(self.postgres_pool_wait.clone()),
             Box::new(self.postgres_transaction.clone()),
+            Box::new(self.postgres_batch_rows.clone()),
             Box::new(self.postgres_dedupe_rows.clone()),
             Box::new(self.postgres_oldest_row_age.clone()),
             Box::new(self.postgres_rows_deleted.clone()),
@@ -278,9 +289,9 @@ pub mod event_outcome {
     pub const RETRY_LATER: &str = "retry_later";
     /// Parked in the retry topic.
     pub const RETRY_SCHEDULED: &str = "retry_scheduled";
-    /// Every value, as `--print-metrics` lists them.
     /// Addressed to another consumer service (its retry, replay or re-processing record): skipped, no effect.
     pub const OTHER_SERVICE: &str = "other_service";
+    /// Every value, as `--print-metrics` lists them.
     pub const ALL: &[&str] = &[PROCESSED, DUPLICATE, DEAD_LETTERED, RETRY_LATER, RETRY_SCHEDULED, OTHER_SERVICE];
 }
 
@@ -317,11 +328,12 @@ mod tests {
         metrics.postgres_transactions.with_label_values(&["s", "applied"]).inc();
         metrics.postgres_pool_wait.with_label_values(&[] as &[&str]).observe(0.001);
         metrics.postgres_transaction.with_label_values(&[] as &[&str]).observe(0.001);
+        metrics.postgres_batch_rows.with_label_values(&[] as &[&str]).observe(3.0);
         metrics.postgres_dedupe_rows.with_label_values(&["t"]).set(1);
         metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
         metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 26);
+        assert_eq!(described.len(), 27);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

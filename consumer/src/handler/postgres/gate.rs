@@ -62,6 +62,7 @@ pub struct InvalidTableName(pub String);
 pub struct DedupeTable {
     name: String,
     acquire: String,
+    acquire_applied: String,
     record: String,
 }
 
@@ -81,6 +82,10 @@ impl DedupeTable {
             name: name.to_owned(),
             acquire: format!(
                 "INSERT INTO {name} (service, source, event_id) VALUES ($1, $2, $3) \
+                 ON CONFLICT (service, source, event_id) DO NOTHING RETURNING 1"
+            ),
+            acquire_applied: format!(
+                "INSERT INTO {name} (service, source, event_id, outcome, row_counts) VALUES ($1, $2, $3, 'applied', $4) \
                  ON CONFLICT (service, source, event_id) DO NOTHING RETURNING 1"
             ),
             record: format!(
@@ -115,6 +120,13 @@ CREATE INDEX IF NOT EXISTS {index} ON {name} (processed_at);"
     /// The dedupe insert: parameters service, source, event id; a row back when this transaction inserted it.
     pub fn acquire_sql(&self) -> &str {
         &self.acquire
+    }
+
+    /// The dedupe insert with the outcome presumed `applied` and the row counts the work is expected to change
+    /// (parameters service, source, event id, row counts): when the work does exactly that, the row needs no
+    /// second write ([`Self::record_sql`]) before COMMIT.
+    pub fn acquire_applied_sql(&self) -> &str {
+        &self.acquire_applied
     }
 
     /// The outcome update: parameters service, source, event id, outcome, row counts.

@@ -197,10 +197,12 @@ impl PostgresHandler {
         };
         match &self.work {
             Work::Inbox(inbox) => {
-                client.prepare(inbox.insert_sql()).await.map_err(|error| missing_table(&error, inbox.table()))?;
+                for sql in inbox.insert_sql() {
+                    client.prepare(sql).await.map_err(|error| missing_table(&error, inbox.table()))?;
+                }
             }
             Work::Statements(_) | Work::Custom(_) => {
-                for sql in [self.gate.acquire_sql(), self.gate.record_sql()] {
+                for sql in [self.gate.acquire_sql(), self.gate.acquire_applied_sql(), self.gate.record_sql()] {
                     client.prepare(sql).await.map_err(|error| missing_table(&error, self.gate.name()))?;
                 }
             }
@@ -219,13 +221,6 @@ impl PostgresHandler {
         event: &InboundEvent,
         json: Option<&serde_json::Value>,
     ) -> Result<&'static str, Failure> {
-        let waited = Instant::now();
-        let client = self.pool.get().await.map_err(|error| match error {
-            PoolError::Backend(error) => Failure::database("connect", error),
-            other => Failure::PoolWait(pool_error_line(&other)),
-        })?;
-        started.metrics.postgres_pool_wait.with_label_values(NO_LABELS).observe(waited.elapsed().as_secs_f64());
-        let began = Instant::now();
         let reprocess_key;
         let event_id = match &event.reprocess_id {
             // A re-processing run re-does the work once per run.
@@ -236,13 +231,34 @@ impl PostgresHandler {
             None => &event.meta.event_id,
         };
         let key = EventKey { service: &started.service, source: &event.meta.source, event_id };
-        let result = match &self.work {
-            Work::Inbox(inbox) => inbox.insert(&client, &key, event).await,
-            Work::Statements(statements) => statements.run(client, &self.begin, &self.gate, &key, event, json).await,
-            Work::Custom(_) => {
-                let mut client = client;
-                self.in_transaction(&mut client, &key, event).await
-            }
+        let pool_wait = started.metrics.postgres_pool_wait.with_label_values(NO_LABELS);
+        let result = if let Work::Inbox(inbox) = &self.work {
+            // Its rows are inserted in batches, each on the connection of whichever event got one first.
+            let began = Instant::now();
+            let batch_rows = started.metrics.postgres_batch_rows.with_label_values(NO_LABELS);
+            let result = inbox.insert(&self.pool, &pool_wait, &batch_rows, &key, event).await;
+            started.metrics.postgres_transaction.with_label_values(NO_LABELS).observe(began.elapsed().as_secs_f64());
+            result
+        } else {
+            let waited = Instant::now();
+            let client = self.pool.get().await.map_err(|error| match error {
+                PoolError::Backend(error) => Failure::database("connect", error),
+                other => Failure::PoolWait(pool_error_line(&other)),
+            })?;
+            pool_wait.observe(waited.elapsed().as_secs_f64());
+            let began = Instant::now();
+            let result = match &self.work {
+                Work::Statements(statements) => {
+                    statements.run(client, &self.begin, &self.gate, &key, event, json).await
+                }
+                Work::Custom(_) => {
+                    let mut client = client;
+                    self.in_transaction(&mut client, &key, event).await
+                }
+                Work::Inbox(_) => unreachable!("handled above"),
+            };
+            started.metrics.postgres_transaction.with_label_values(NO_LABELS).observe(began.elapsed().as_secs_f64());
+            result
         };
         if let Err(Failure::Database { error, .. }) = &result {
             if classify_error(error) == Disposition::Reprepare {
@@ -250,7 +266,6 @@ impl PostgresHandler {
                 self.pool.manager().statement_caches.clear();
             }
         }
-        started.metrics.postgres_transaction.with_label_values(NO_LABELS).observe(began.elapsed().as_secs_f64());
         result
     }
 
@@ -340,7 +355,7 @@ fn outcome_label(effect: &Effect) -> &'static str {
     }
 }
 
-fn pool_error_line(error: &PoolError) -> String {
+pub(super) fn pool_error_line(error: &PoolError) -> String {
     match error {
         PoolError::Backend(error) => describe(error),
         PoolError::Timeout(_) => {

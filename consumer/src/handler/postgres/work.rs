@@ -83,6 +83,9 @@ pub struct Statements {
     /// Whether a `skip` must undo the other statements (a savepoint): every statement is sent at once, so those after
     /// the one that matched no row ran too.
     savepoint: bool,
+    /// The row counts of an event applied as configured, when every statement names its `rows`: the dedupe row is
+    /// inserted with them and `applied`, and written a second time only when the work did something else.
+    presumed: Option<Vec<i64>>,
 }
 
 const SAVEPOINT: &str = "SAVEPOINT hookline_work";
@@ -108,7 +111,11 @@ impl Statements {
         }
         let needs_json = list.iter().flat_map(|statement| &statement.params).any(ParamSource::needs_json);
         let savepoint = list.len() > 1 && list.iter().any(|statement| statement.on_zero_rows == ZeroRows::Skip);
-        Ok(Self { list, needs_json, savepoint })
+        let presumed = list
+            .iter()
+            .map(|statement| statement.rows.map(|rows| i64::try_from(rows).unwrap_or(i64::MAX)))
+            .collect::<Option<Vec<_>>>();
+        Ok(Self { list, needs_json, savepoint, presumed })
     }
 
     /// Prepares every statement on `client` and checks its parameters against what the server infers: the start
@@ -141,9 +148,9 @@ impl Statements {
     }
 
     /// Runs the event's transaction on `client` in two round trips: BEGIN, the dedupe insert (`acquire`, with its
-    /// key parameters), a savepoint when a `skip` must undo the others, and every statement, pipelined; then,
-    /// once the dedupe result and every row count are checked, the outcome update and COMMIT, pipelined (or a
-    /// ROLLBACK). Statements sent behind the dedupe insert are undone with the transaction when it finds the event
+    /// key parameters; with the outcome presumed when every statement names its `rows`), a savepoint when a `skip`
+    /// must undo the others, and every statement, pipelined; then, once the dedupe result and every row count are
+    /// checked, the outcome update (unless the presumed one came true) and COMMIT, pipelined (or a ROLLBACK). Statements sent behind the dedupe insert are undone with the transaction when it finds the event
     /// applied before. If this future is dropped mid-way (the handler's timeout), the connection is closed rather
     /// than returned to the pool inside a transaction, and the server rolls it back.
     #[allow(clippy::too_many_arguments)]
@@ -156,8 +163,9 @@ impl Statements {
         event: &InboundEvent,
         json: Option<&Value>,
     ) -> Result<&'static str, Failure> {
+        let acquire_sql = if self.presumed.is_some() { gate.acquire_applied_sql() } else { gate.acquire_sql() };
         let acquire =
-            client.prepare_cached(gate.acquire_sql()).await.map_err(|error| Failure::database("dedupe row", error))?;
+            client.prepare_cached(acquire_sql).await.map_err(|error| Failure::database("dedupe row", error))?;
         let record =
             client.prepare_cached(gate.record_sql()).await.map_err(|error| Failure::database("dedupe row", error))?;
         let mut prepared = Vec::with_capacity(self.list.len());
@@ -183,12 +191,15 @@ impl Statements {
         let client = open.client();
 
         // Round trip 1: everything up to the last statement.
-        let key_params: [&(dyn ToSql + Sync); 3] = [&key.service, &key.source, &key.event_id];
+        let key_params: Vec<&(dyn ToSql + Sync)> = match &self.presumed {
+            Some(presumed) => vec![&key.service, &key.source, &key.event_id, presumed],
+            None => vec![&key.service, &key.source, &key.event_id],
+        };
         let refs: Vec<Vec<&(dyn ToSql + Sync)>> =
             values.iter().map(|bound| bound.iter().map(|value| value as &(dyn ToSql + Sync)).collect()).collect();
         let (began, acquired, savepoint, executed) = tokio::join!(
             client.batch_execute(begin),
-            client.query_opt(&acquire, &key_params),
+            client.query_opt(&acquire, &key_params[..]),
             async { if self.savepoint { client.batch_execute(SAVEPOINT).await } else { Ok(()) } },
             futures_util::future::join_all(
                 prepared.iter().zip(&refs).map(|(statement, params)| client.execute(statement, params))
@@ -240,7 +251,8 @@ impl Statements {
             Ok(outcome) => outcome,
             Err(error) => return Err(open.rollback(Failure::Handler(error)).await),
         };
-        // Round trip 2: undo a skipped event's statements, record the outcome, commit.
+        // Round trip 2: undo a skipped event's statements, record the outcome (unless presumed right), commit.
+        let presumed_right = outcome == Outcome::Applied && self.presumed.as_ref() == Some(&row_counts);
         let outcome_text = outcome.as_str();
         let record_params: [&(dyn ToSql + Sync); 5] =
             [&key.service, &key.source, &key.event_id, &outcome_text, &row_counts];
@@ -252,7 +264,7 @@ impl Statements {
                     Ok(())
                 }
             },
-            client.execute(&record, &record_params),
+            async { if presumed_right { Ok(0) } else { client.execute(&record, &record_params).await } },
             client.batch_execute("COMMIT"),
         );
         undone.map_err(|error| Failure::database("rollback to savepoint", error))?;
