@@ -1,6 +1,8 @@
 //! The optional alert webhook for dead-lettered events. Aggregated: at most one message per interval, with the
 //! counts by source and error class and the first few event ids, so that a storm of failures is one alert.
-//! Slack-compatible: the body is `{"text": "..."}`. Delivery is best effort (the metric and the error log line
+//! Slack-compatible: the body is `{"text": "..."}`, every interpolated value escaped as Slack requires (`&`, `<`,
+//! `>`) and event ids shown as code, so an id chosen by whoever sent the event can neither mention a channel nor
+//! disguise a link. Delivery is best effort (the metric and the error log line
 //! per event are the primary signals); a failed post is logged and its counts are carried into the next one.
 
 use std::{collections::BTreeMap, time::Duration};
@@ -111,14 +113,27 @@ impl Pending {
         let total: u64 = self.counts.values().sum();
         let mut text = format!("hookline: {total} event(s) dead-lettered");
         for ((source, class), count) in &self.counts {
-            text.push_str(&format!("\n• {source}: {count} {class}"));
+            text.push_str(&format!("\n• {}: {count} {}", escape(source), escape(class)));
         }
         if !self.event_ids.is_empty() {
-            text.push_str(&format!("\nevent ids: {}", self.event_ids.join(", ")));
+            let ids: Vec<String> = self.event_ids.iter().map(|id| code(id)).collect();
+            text.push_str(&format!("\nevent ids: {}", ids.join(", ")));
         }
         text.push_str("\nInspect with `hookline-replayer list`.");
         text
     }
+}
+
+/// `value` escaped as Slack's message formatting requires: `&`, `<` and `>` as entities, so no `<!channel>`
+/// mention, `<@user>` or `<url|label>` link can be made from it.
+fn escape(value: &str) -> String {
+    value.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// `value` as inline code: escaped, its backticks (which would end the code span) replaced. Slack turns no URL
+/// inside code into a link.
+fn code(value: &str) -> String {
+    format!("`{}`", escape(value).replace('`', "'"))
 }
 
 async fn aggregate(
@@ -169,5 +184,25 @@ async fn aggregate(
         if stopping {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_chosen_by_a_sender_cannot_mention_or_link() {
+        let mut pending = Pending::default();
+        pending.counts.insert(("git<hub>&".to_owned(), "poison"), 2);
+        pending.event_ids.push("<!channel> <https://evil.example/|Open the DLQ console>".to_owned());
+        pending.event_ids.push("a`b".to_owned());
+        let text = pending.text();
+        assert!(text.contains("• git&lt;hub&gt;&amp;: 2 poison"), "{text}");
+        assert!(
+            text.contains("event ids: `&lt;!channel&gt; &lt;https://evil.example/|Open the DLQ console&gt;`, `a'b`"),
+            "{text}"
+        );
+        assert!(!text.contains('<') && !text.contains('>'), "no Slack control sequence survives: {text}");
     }
 }

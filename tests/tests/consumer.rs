@@ -89,6 +89,37 @@ async fn poison_event_lands_in_the_dlq_with_its_metadata_and_the_alert_fires() {
     stack.shutdown().await;
 }
 
+/// An event id is whatever the sender's signed bytes say: in the alert it is escaped and shown as code, so it
+/// cannot mention `@channel` or disguise a link during an incident.
+#[tokio::test]
+async fn an_event_id_chosen_by_the_sender_cannot_mention_or_link_in_the_alert() {
+    let alert = FakeEndpoint::start().await;
+    let alert_url = alert.url("/alert");
+    let stack = TestStack::builder()
+        .consumer_config(move |config| {
+            config.alert.url = Some(alert_url.clone());
+            config.alert.interval_s = 1;
+        })
+        .consumer()
+        .build()
+        .await;
+    let hostile = "<!channel> <https://evil.example/|Open the DLQ console>";
+    stack.handler.poison(hostile);
+    let meta = push_meta(hostile);
+    stack.produce_raw(0, meta.record_key(), meta.to_headers(), b"{}").await;
+    stack.wait_until_handled(1).await;
+    eventually(Duration::from_secs(10), "alert webhook called", || async { !alert.requests().is_empty() }).await;
+    let (_, body) = &alert.requests()[0];
+    let alert_body: serde_json::Value = serde_json::from_slice(body).expect("alert JSON");
+    let text = alert_body["text"].as_str().expect("Slack-compatible text");
+    assert!(
+        text.contains("`&lt;!channel&gt; &lt;https://evil.example/|Open the DLQ console&gt;`"),
+        "the id escaped, as code: {text}"
+    );
+    assert!(!text.contains("<!channel>") && !text.contains("<https://"), "{text}");
+    stack.shutdown().await;
+}
+
 #[tokio::test]
 async fn retryable_failures_past_the_budget_are_dead_lettered_with_their_attempts() {
     let stack = TestStack::builder().consumer_config(|config| config.retry.max_attempts = 3).consumer().build().await;
