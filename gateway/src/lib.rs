@@ -189,9 +189,12 @@ async fn serve_gateway_admin(
     serve(listener, handler, limits, shutdown).await;
 }
 
-/// The answer refusing a reload, if this caller may not reload. Who may: a caller presenting the configured `reload_token` (`Authorization: Bearer`, any case), or,
-/// when none is configured, a loopback caller only. A reload re-reads every secret, so it must not be something
-/// anyone who reaches the admin port can trigger at will.
+/// The answer refusing a reload, if this caller may not reload. Who may: a caller presenting the configured
+/// `reload_token` (`Authorization: Bearer`, any case), or, when none is configured, a caller on 127.0.0.1 or ::1
+/// exactly that sends no `Origin`. Not the rest of 127.0.0.0/8: behind a service mesh sidecar every client arrives
+/// from 127.0.0.6. Never with `Origin`: a web page in the operator's browser can POST to 127.0.0.1 without a
+/// preflight, and a browser always says where the page came from. A reload re-reads every secret, so it must not
+/// be something anyone who reaches the admin port can trigger at will.
 fn reload_refusal(
     headers: &http::HeaderMap,
     peer: Option<std::net::SocketAddr>,
@@ -212,14 +215,26 @@ fn reload_refusal(
                 Some(response)
             }
         }
-        None if peer.is_some_and(|peer| peer.ip().is_loopback()) => None,
+        None if peer.is_some_and(|peer| is_this_host(peer.ip())) && !headers.contains_key(http::header::ORIGIN) => None,
         None => Some(json_response(
             StatusCode::FORBIDDEN,
             &serde_json::json!({ "error": {
                 "code": "forbidden",
-                "message": "reload from loopback, send SIGHUP, or configure reload_token"
+                "message": "without reload_token, reload only from 127.0.0.1 or ::1 and not from a browser; \
+                            or send SIGHUP"
             } }),
         )),
+    }
+}
+
+/// 127.0.0.1 or ::1 (also as an IPv4-mapped address): this host's own loopback, not the other addresses of
+/// 127.0.0.0/8 that proxies and sidecars use.
+fn is_this_host(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+        std::net::IpAddr::V6(v6) => {
+            v6 == std::net::Ipv6Addr::LOCALHOST || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
+        }
     }
 }
 
@@ -309,8 +324,15 @@ mod tests {
         let remote = Some("10.1.2.3:5000".parse().unwrap());
         let none = http::HeaderMap::new();
         assert!(reload_refusal(&none, loopback, None).is_none());
+        assert!(reload_refusal(&none, Some("[::1]:5000".parse().unwrap()), None).is_none());
+        assert!(reload_refusal(&none, Some("[::ffff:127.0.0.1]:5000".parse().unwrap()), None).is_none());
         assert_eq!(reload_refusal(&none, remote, None).unwrap().status(), StatusCode::FORBIDDEN);
         assert_eq!(reload_refusal(&none, None, None).unwrap().status(), StatusCode::FORBIDDEN);
+        let sidecar = Some("127.0.0.6:5000".parse().unwrap());
+        assert_eq!(reload_refusal(&none, sidecar, None).unwrap().status(), StatusCode::FORBIDDEN, "a mesh's peer");
+        let mut browser = http::HeaderMap::new();
+        browser.insert(http::header::ORIGIN, http::HeaderValue::from_static("https://evil.example"));
+        assert_eq!(reload_refusal(&browser, loopback, None).unwrap().status(), StatusCode::FORBIDDEN, "a web page");
 
         let token = secrecy::SecretSlice::from(b"a-reload-token-of-length".to_vec());
         let mut bearer = http::HeaderMap::new();

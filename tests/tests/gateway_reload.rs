@@ -1,7 +1,8 @@
 //! Secret rotation without a restart, against the real broker: `POST /admin/reload` and SIGHUP re-read the secrets,
 //! swap them in atomically, and a bad config is rejected while the old one keeps serving.
 //!
-//! One test in this binary: it sends SIGHUP to its own process, which every gateway in the process would see.
+//! The rotation test sends SIGHUP to its own process, which every gateway in the process sees: the other test
+//! only checks refusals, which a reload of its own valid config does not change.
 
 use std::time::Duration;
 
@@ -109,5 +110,33 @@ async fn secrets_rotate_without_restart_and_a_bad_reload_keeps_the_old_config() 
         assert!(!keys.contains(&key_of(refused)), "{refused} must not be in Kafka");
     }
     let _ = std::fs::remove_file(&secret_path);
+    stack.shutdown().await;
+}
+
+/// The status line's code of a `POST /admin/reload` sent from `local` (a loopback address) with `extra` headers.
+async fn reload_from(stack: &TestStack, local: &str, extra: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind(format!("{local}:0").parse().expect("addr")).expect("bind");
+    let mut stream = socket.connect(stack.gateway_admin_addr).await.expect("connect");
+    let request = format!(
+        "POST /admin/reload HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n",
+        stack.gateway_admin_addr
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("read");
+    answer.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or_else(|| panic!("no status: {answer}"))
+}
+
+/// Without a reload token, only 127.0.0.1 itself may reload, and never a browser: a service mesh's sidecar (every
+/// client arriving from 127.0.0.6) and a web page posting to 127.0.0.1 are refused.
+#[tokio::test]
+async fn a_tokenless_reload_comes_from_127_0_0_1_itself_and_never_from_a_browser() {
+    let stack = TestStack::builder().build().await;
+    assert_eq!(reload_from(&stack, "127.0.0.6", "").await, 403, "a sidecar's address is not this host");
+    assert_eq!(reload_from(&stack, "127.0.0.1", "Origin: https://evil.example\r\n").await, 403, "a web page");
+    assert_eq!(reload_from(&stack, "127.0.0.1", "Origin: null\r\n").await, 403, "a sandboxed page");
+    assert_eq!(reload_from(&stack, "127.0.0.1", "").await, 200, "the operator on the host");
     stack.shutdown().await;
 }
