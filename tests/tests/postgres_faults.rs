@@ -66,15 +66,26 @@ async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_do
             })
             .collect()
     };
-    let records = batch(0..N - 200);
-    stack.produce_raw_batch(records).await;
+    // The consumer started (its statements prepared), then the table locked before the events arrive: their
+    // transactions are in flight, waiting, when the server restarts under them, however fast the consumer is.
     start_configured_consumer(&mut stack).await;
-    let applied = || async {
-        let row = db.query_one(&format!("SELECT count(*), coalesce(max(applied), 0) FROM {schema}.effects"), &[]).await;
-        row.map(|row| (row.get::<_, i64>(0), row.get::<_, i32>(1))).unwrap_or((-1, 0))
-    };
-
-    eventually(Duration::from_secs(60), "a first part applied", || async { applied().await.0 >= 150 }).await;
+    eventually(Duration::from_secs(60), "the consumer started and joined its group", || async {
+        stack.consumer_metric(0, "hookline_consumer_assigned_partitions", "").await >= 1.0
+    })
+    .await;
+    db.batch_execute(&format!("BEGIN; LOCK TABLE {schema}.effects IN EXCLUSIVE MODE")).await.expect("lock");
+    stack.produce_raw_batch(batch(0..N - 200)).await;
+    // Another session: the locking one sees pg_stat_activity as of its transaction's first look.
+    let observer = connect().await;
+    eventually(Duration::from_secs(60), "transactions waiting on the lock", || async {
+        let waiting: i64 = observer
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'", &[])
+            .await
+            .expect("pg_stat_activity")
+            .get(0);
+        waiting >= 1
+    })
+    .await;
     let restore = StackRestore("start-postgres");
     stack_script("restart-postgres");
     drop(restore);
