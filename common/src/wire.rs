@@ -213,7 +213,8 @@ pub mod default_topic {
 ///
 /// Dedupe key: `<prefix>:svc=<service>:<source>:<event id>`, scoped to the consumer service, so that services
 /// sharing a Redis never see each other's claims or done markers. Its value is either a claim
-/// (`claim:<owner token>`, short lease) or the done marker [`DEDUPE_DONE`] (long TTL). `svc=<service>` cannot be
+/// (`claim:<owner token>`, short lease), the done marker [`DEDUPE_DONE`] (long TTL), or a dead marker
+/// (`dead:<DLQ entry id>`, long TTL: the event was dead-lettered). `svc=<service>` cannot be
 /// mistaken for a source (source names are letters, digits, `-` and `_`). Every script touches one key, so Redis
 /// Cluster needs no hash tag.
 pub mod redis_key {
@@ -221,6 +222,8 @@ pub mod redis_key {
     pub const DEDUPE_DONE: &str = "done";
     /// Prefix of a dedupe key's value while a consumer holds the claim.
     pub const DEDUPE_CLAIM_PREFIX: &str = "claim:";
+    /// Prefix of a dead marker's value: `dead:<DLQ entry id>`, the long TTL (see the consumer's dedupe).
+    pub const DEDUPE_DEAD_PREFIX: &str = "dead:";
     /// Value of [`service`] for a service that ran before keys were scoped: `upgraded:<ms>`, the time of its
     /// first start on a scoped build. It honours [`dedupe_unscoped`] keys until they have expired.
     pub const SERVICE_UPGRADED: &str = "upgraded";

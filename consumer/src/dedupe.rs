@@ -6,7 +6,11 @@
 //! 1. claim: `SET key claim:<token> NX PX <lease>` — a short lease, so a crashed consumer's claim expires;
 //! 2. done: after success, the key becomes the done marker with the long TTL;
 //! 3. release: after a retryable failure, delete the key only if it still holds our claim (compare-and-delete),
-//!    so the retry is not mistaken for a duplicate.
+//!    so the retry is not mistaken for a duplicate;
+//! 4. dead: after the event is dead-lettered, the key becomes `dead:<DLQ entry id>` with the long TTL: a re-send
+//!    of the same event (a provider's retry, or a captured delivery re-sent with another unsigned type header) is
+//!    skipped rather than dead-lettered again, so one delivery cannot grow the DLQ. Only a re-drive by the replayer
+//!    (an authenticated record naming the DLQ entry it re-drives) claims over it.
 //!
 //! A key held by another owner is not a duplicate (a rebalance race): the caller waits and tries again.
 //! A Redis error or timeout is never read as "not a duplicate": the caller fails closed and retries. Because
@@ -29,7 +33,7 @@ use std::time::Duration;
 use hookline_common::{
     config::RedisConfig,
     redis_connection::RedisConnection,
-    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DONE},
+    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DEAD_PREFIX, DEDUPE_DONE},
 };
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, aio::ConnectionManager};
 
@@ -42,6 +46,9 @@ pub enum Claim {
     AlreadyDone,
     /// Another consumer holds a live claim: not a duplicate; wait and claim again.
     HeldByOther,
+    /// The event was dead-lettered (within the done TTL) and this is not a re-drive: skip it; its DLQ entry is
+    /// the way to run it again.
+    DeadLettered,
 }
 
 /// Proof of a claim: the key and the unique value we wrote into it.
@@ -51,6 +58,8 @@ pub struct ClaimToken {
     value: String,
     /// The event's key in the unscoped layout, read before claiming while the service honours that layout.
     unscoped_key: Option<String>,
+    /// A re-drive of a dead letter: the claim may take over a `dead:` marker.
+    redrive: bool,
 }
 
 /// What a service's first start on a scoped build found, recorded once in `<prefix>:svc=<service>`.
@@ -90,17 +99,20 @@ impl DedupeError {
     }
 }
 
-/// Returns `acquired`, `done` or `held`. `SET NX` first; if the key exists, our own value (a re-sent claim whose
-/// first reply was lost) counts as acquired, and a key that expired in between is claimed anew.
+/// Returns `acquired`, `done`, `dead` or `held`. `SET NX` first; if the key exists, our own value (a re-sent claim
+/// whose first reply was lost) counts as acquired, and a key that expired in between is claimed anew. A `dead:`
+/// marker is taken over by a re-drive (`ARGV[4]` = `1`) and answers `dead` to anything else.
 pub const CLAIM_SCRIPT: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 'acquired' end
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then return 'acquired' end
 if current == ARGV[3] then return 'done' end
-if current == false then
+local dead = current ~= false and string.sub(current, 1, 5) == 'dead:'
+if current == false or (dead and ARGV[4] == '1') then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 'acquired'
 end
+if dead then return 'dead' end
 return 'held'
 ";
 
@@ -110,6 +122,17 @@ pub const DONE_SCRIPT: &str = r"
 local current = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if current == ARGV[1] or current == ARGV[2] then return 1 end
+return 0
+";
+
+/// Makes the key the dead marker `ARGV[2]` with the long TTL if it still holds our claim (or nothing: the lease
+/// lapsed while the dead letter was produced). Never overwrites a done marker or another consumer's claim.
+const DEAD_SCRIPT: &str = r"
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] or current == false or string.sub(current, 1, 5) == 'dead:' then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
 return 0
 ";
 
@@ -125,18 +148,23 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 ";
 
+/// Scripts a pipeline loads before its calls.
+const SCRIPTS: usize = 5;
+
 /// Script calls sent in one pipeline, at most.
 pub const MAX_BATCH: usize = 256;
 /// Pipelines in flight at once; while they are, new calls gather into the next one.
 const BATCHES_IN_FLIGHT: usize = 4;
 
 /// Which script a batched call runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Op {
     Claim,
     Done,
     Release,
     Renew,
+    /// The dead marker, naming the DLQ entry.
+    Dead(String),
 }
 
 /// One script call waiting for the batching task.
@@ -160,6 +188,7 @@ pub struct Dedupe {
     done: std::sync::Arc<Script>,
     release: std::sync::Arc<Script>,
     renew: std::sync::Arc<Script>,
+    dead: std::sync::Arc<Script>,
     /// The batching task's queue, on a single Redis.
     batcher: Option<tokio::sync::mpsc::UnboundedSender<Call>>,
 }
@@ -187,6 +216,7 @@ impl Dedupe {
             done: std::sync::Arc::new(Script::new(DONE_SCRIPT)),
             release: std::sync::Arc::new(Script::new(RELEASE_SCRIPT)),
             renew: std::sync::Arc::new(Script::new(RENEW_SCRIPT)),
+            dead: std::sync::Arc::new(Script::new(DEAD_SCRIPT)),
             batcher: None,
         };
         if let RedisConnection::Single(connection) = &dedupe.connection {
@@ -207,25 +237,43 @@ impl Dedupe {
             key: redis_key::start_check(&self.prefix, &self.service),
             value: Self::claim_value(),
             unscoped_key: None,
+            redrive: false,
         };
         let probe = Self { done_ttl_ms: 1_000, batcher: None, ..self.clone() };
-        for script in [&probe.claim, &probe.done, &probe.release, &probe.renew] {
+        for script in probe.scripts() {
             script.load_async(&mut probe.connection.clone()).await?;
         }
-        let _: String = probe.invoke(&mut probe.invocation(Op::Claim, &token)).await?;
-        let _: i64 = probe.invoke(&mut probe.invocation(Op::Renew, &token)).await?;
-        let _: i64 = probe.invoke(&mut probe.invocation(Op::Release, &token)).await?;
-        let _: String = probe.invoke(&mut probe.invocation(Op::Claim, &token)).await?;
-        let _: i64 = probe.invoke(&mut probe.invocation(Op::Done, &token)).await?;
+        let _: String = probe.invoke(&mut probe.invocation(&Op::Claim, &token)).await?;
+        let _: i64 = probe.invoke(&mut probe.invocation(&Op::Renew, &token)).await?;
+        let _: i64 = probe.invoke(&mut probe.invocation(&Op::Release, &token)).await?;
+        let _: String = probe.invoke(&mut probe.invocation(&Op::Claim, &token)).await?;
+        let _: i64 = probe.invoke(&mut probe.invocation(&Op::Dead("start-check".to_owned()), &token)).await?;
+        let _: String =
+            probe.invoke(&mut probe.invocation(&Op::Claim, &ClaimToken { redrive: true, ..token.clone() })).await?;
+        let _: i64 = probe.invoke(&mut probe.invocation(&Op::Done, &token)).await?;
         Ok(())
     }
 
+    /// Every script, in the order a pipeline loads them.
+    fn scripts(&self) -> [&Script; SCRIPTS] {
+        [&self.claim, &self.done, &self.release, &self.renew, &self.dead]
+    }
+
     /// The invocation of `op` for `token`, with this dedupe's lease and TTL.
-    fn invocation<'a>(&'a self, op: Op, token: &'a ClaimToken) -> ScriptInvocation<'a> {
+    fn invocation<'a>(&'a self, op: &Op, token: &'a ClaimToken) -> ScriptInvocation<'a> {
         match op {
             Op::Claim => {
                 let mut invocation = self.claim.key(&token.key);
-                invocation.arg(&token.value).arg(self.lease_ms).arg(DEDUPE_DONE);
+                invocation.arg(&token.value).arg(self.lease_ms).arg(DEDUPE_DONE).arg(if token.redrive {
+                    "1"
+                } else {
+                    "0"
+                });
+                invocation
+            }
+            Op::Dead(entry_id) => {
+                let mut invocation = self.dead.key(&token.key);
+                invocation.arg(&token.value).arg(format!("{DEDUPE_DEAD_PREFIX}{entry_id}")).arg(self.done_ttl_ms);
                 invocation
             }
             Op::Done => {
@@ -248,7 +296,7 @@ impl Dedupe {
 
     /// Runs one script call: through the batching task on a single Redis, directly on a cluster.
     async fn call<T: FromRedisValue>(&self, op: Op, token: &ClaimToken) -> RedisResult<T> {
-        let Some(batcher) = &self.batcher else { return self.invoke(&mut self.invocation(op, token)).await };
+        let Some(batcher) = &self.batcher else { return self.invoke(&mut self.invocation(&op, token)).await };
         let (reply, receiver) = tokio::sync::oneshot::channel();
         let gone = || redis::RedisError::from(std::io::Error::other("dedupe batcher stopped"));
         batcher.send(Call { op, token: token.clone(), reply }).map_err(|_| gone())?;
@@ -293,7 +341,13 @@ impl Dedupe {
             key: redis_key::dedupe(&self.prefix, &self.service, source, event_id),
             value: Self::claim_value(),
             unscoped_key: honour_unscoped.then(|| redis_key::dedupe_unscoped(&self.prefix, source, event_id)),
+            redrive: false,
         }
+    }
+
+    /// A claim token for a re-drive of this event's dead letter: it may take over the event's dead marker.
+    pub fn redrive_token(&self, source: &str, event_id: &str) -> ClaimToken {
+        ClaimToken { redrive: true, ..self.token(source, event_id) }
     }
 
     /// A claim token for one re-processing run of this event: the run processes it once, whatever the event's
@@ -303,6 +357,7 @@ impl Dedupe {
             key: redis_key::reprocess(&self.prefix, &self.service, run_id, source, event_id),
             value: Self::claim_value(),
             unscoped_key: None,
+            redrive: false,
         }
     }
 
@@ -328,8 +383,16 @@ impl Dedupe {
         Ok(match reply.as_str() {
             "acquired" => Claim::Acquired(token.clone()),
             "done" => Claim::AlreadyDone,
+            "dead" => Claim::DeadLettered,
             _ => Claim::HeldByOther,
         })
+    }
+
+    /// Records the event as dead-lettered (as DLQ entry `entry_id`) for the done TTL, in place of our claim: a
+    /// re-send is then skipped, and only a re-drive of the dead letter claims it. Safe to call again.
+    pub async fn mark_dead(&self, token: &ClaimToken, entry_id: &str) -> Result<(), DedupeError> {
+        let _: i64 = self.call(Op::Dead(entry_id.to_owned()), token).await?;
+        Ok(())
     }
 
     /// Records the event as processed for the dedupe TTL. Returns false when our claim had expired (another
@@ -394,16 +457,16 @@ async fn batch_calls(
         tokio::spawn(async move {
             let mut pipeline = redis::pipe();
             pipeline.ignore_errors();
-            for script in [&dedupe.claim, &dedupe.done, &dedupe.release, &dedupe.renew] {
+            for script in dedupe.scripts() {
                 pipeline.load_script(script);
             }
             for call in &batch {
-                pipeline.invoke_script(&dedupe.invocation(call.op, &call.token));
+                pipeline.invoke_script(&dedupe.invocation(&call.op, &call.token));
             }
             let result: RedisResult<Vec<redis::Value>> = pipeline.query_async(&mut connection).await;
             match result {
-                Ok(values) if values.len() == batch.len() + 4 => {
-                    for (call, value) in batch.into_iter().zip(values.into_iter().skip(4)) {
+                Ok(values) if values.len() == batch.len() + SCRIPTS => {
+                    for (call, value) in batch.into_iter().zip(values.into_iter().skip(SCRIPTS)) {
                         let _ = call.reply.send(value.extract_error());
                     }
                 }

@@ -284,6 +284,8 @@ pub mod postgres_outcome {
 pub mod event_outcome {
     pub const PROCESSED: &str = "processed";
     pub const DUPLICATE: &str = "duplicate";
+    /// Dead-lettered before (within the dedupe TTL): a re-send skipped; only a re-drive of its entry runs it.
+    pub const DEAD_LETTERED_BEFORE: &str = "dead_lettered_before";
     pub const DEAD_LETTERED: &str = "dead_lettered";
     /// An ordered record retried in memory.
     pub const RETRY_LATER: &str = "retry_later";
@@ -292,7 +294,8 @@ pub mod event_outcome {
     /// Addressed to another consumer service (its retry, replay or re-processing record): skipped, no effect.
     pub const OTHER_SERVICE: &str = "other_service";
     /// Every value, as `--print-metrics` lists them.
-    pub const ALL: &[&str] = &[PROCESSED, DUPLICATE, DEAD_LETTERED, RETRY_LATER, RETRY_SCHEDULED, OTHER_SERVICE];
+    pub const ALL: &[&str] =
+        &[PROCESSED, DUPLICATE, DEAD_LETTERED_BEFORE, DEAD_LETTERED, RETRY_LATER, RETRY_SCHEDULED, OTHER_SERVICE];
 }
 
 #[cfg(test)]

@@ -565,6 +565,7 @@ impl TestStack {
         eventually(Duration::from_secs(60), &format!("{n_records} records handled by the consumers"), || async {
             self.consumer_events("processed").await
                 + self.consumer_events("duplicate").await
+                + self.consumer_events("dead_lettered_before").await
                 + self.consumer_events("dead_lettered").await
                 >= n_records
         })

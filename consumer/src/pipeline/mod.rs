@@ -30,10 +30,7 @@
 //!   says, then marks the event done too; its fate is recorded under `reprocess:<run id>:<position>`.
 
 use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, atomic::AtomicBool},
     time::{Duration, Instant},
 };
 
@@ -42,14 +39,15 @@ use hookline_common::{
     telemetry::LogThrottle,
     wire::{EntryStatus, EntryStatusRecord, InboundEvent, header, header_str, now_ms},
 };
-use rand::Rng;
 use rdkafka::{Message, message::OwnedMessage};
 use tokio_util::sync::CancellationToken;
 
+mod calls;
+
 use crate::{
-    alert::{Alerts, DeadLettered},
+    alert::Alerts,
     config::RetryConfig,
-    dedupe::{Claim, ClaimToken, Dedupe, DedupeError},
+    dedupe::{Claim, Dedupe},
     dlq::{DeadLetters, ErrorClass, Failure},
     handler::{Handler, HandlerError},
     metrics::{Metrics, event_outcome},
@@ -86,6 +84,8 @@ pub struct Pipeline {
 enum Outcome {
     Processed,
     Duplicate,
+    /// Dead-lettered before, and this is not a re-drive: skipped.
+    DeadLetteredBefore,
     DeadLettered {
         new_entry: String,
         /// Retryable failures exhausted (the downstream failed), rather than poison.
@@ -106,6 +106,7 @@ impl Outcome {
         match self {
             Outcome::Processed => event_outcome::PROCESSED,
             Outcome::Duplicate => event_outcome::DUPLICATE,
+            Outcome::DeadLetteredBefore => event_outcome::DEAD_LETTERED_BEFORE,
             Outcome::DeadLettered { .. } => event_outcome::DEAD_LETTERED,
             Outcome::RetryLater { .. } => event_outcome::RETRY_LATER,
             Outcome::RetryScheduled => event_outcome::RETRY_SCHEDULED,
@@ -116,7 +117,7 @@ impl Outcome {
     fn downstream(&self) -> Downstream {
         match self {
             Outcome::Processed | Outcome::DeadLettered { exhausted: false, .. } => Downstream::Answered,
-            Outcome::Duplicate => Downstream::NotCalled,
+            Outcome::Duplicate | Outcome::DeadLetteredBefore => Downstream::NotCalled,
             Outcome::DeadLettered { exhausted: true, .. } | Outcome::RetryLater { .. } | Outcome::RetryScheduled => {
                 Downstream::Failed
             }
@@ -215,6 +216,8 @@ impl Pipeline {
             let (status, new_entry, note) = match outcome {
                 Outcome::Processed => (EntryStatus::Succeeded, None, None),
                 Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
+                // Not reached: a re-drive claims over the dead marker. Left as it was rather than called a success.
+                Outcome::DeadLetteredBefore => return (Handled, downstream),
                 Outcome::DeadLettered { new_entry, .. } => (EntryStatus::FailedAgain, Some(new_entry), None),
                 Outcome::RetryLater { .. } | Outcome::RetryScheduled => return (Handled, downstream),
             };
@@ -290,14 +293,26 @@ impl Pipeline {
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
         loop {
             // A re-processing request runs once per run, whatever the event's own done marker says.
-            let token = match &event.reprocess_id {
-                Some(run_id) => self.dedupe.reprocess_token(run_id, source, event_id),
-                None => self.dedupe.token(source, event_id),
+            let token = match (&event.reprocess_id, &event.replay_of) {
+                (Some(run_id), _) => self.dedupe.reprocess_token(run_id, source, event_id),
+                // The replayer's record (authenticated above): it may run an event whose dead marker stops re-sends.
+                (None, Some(_)) => self.dedupe.redrive_token(source, event_id),
+                (None, None) => self.dedupe.token(source, event_id),
             };
             let token = match self.claim(&token).await? {
                 Claim::AlreadyDone => {
                     tracing::info!(source = %source, event_id = %event_id, "duplicate skipped");
                     return Some(Outcome::Duplicate);
+                }
+                Claim::DeadLettered => {
+                    // A provider's retry of an event it already failed, or a captured delivery re-sent under
+                    // another unsigned type: the DLQ entry is how it runs again, so the DLQ does not grow.
+                    tracing::info!(
+                        source = %source,
+                        event_id = %event_id,
+                        "skipped: dead-lettered before (re-drive its DLQ entry to run it again)"
+                    );
+                    return Some(Outcome::DeadLetteredBefore);
                 }
                 Claim::HeldByOther => {
                     // A rebalance race or a crashed consumer: wait for its done marker or its lease to expire.
@@ -337,9 +352,6 @@ impl Pipeline {
             let class_label = if matches!(error, HandlerError::Poison(_)) { "poison" } else { "retryable" };
             self.metrics.handler_failures.with_label_values(&[source, class_label]).inc();
             let first_at_ms = *first_failure_at_ms.get_or_insert_with(now_ms);
-            // Release before anything else: a retry, or a replay of the dead-lettered event, must be able to claim
-            // it again. If the release is lost, the lease expires.
-            self.release(&token).await;
             let elapsed_ms = u64::try_from(now_ms() - first_at_ms).unwrap_or(0);
             let exhausted = attempts >= self.retry.max_attempts || elapsed_ms >= self.retry.max_total_ms;
             let dead_letter_class = match &error {
@@ -356,10 +368,18 @@ impl Pipeline {
                     first_failure_at_ms: first_at_ms,
                     last_failure_at_ms: now_ms(),
                 };
-                let new_entry = self.dead_letter(message, source, Some(event_id), &failure).await?;
+                // The claim is held (renewed) until the entry is in the DLQ, then becomes the dead marker: a re-send
+                // is skipped, a re-drive of the entry claims it. A crash in between lets the lease lapse, and the
+                // record, not yet committed, is dead-lettered again.
+                let new_entry =
+                    self.renewing(&token, self.dead_letter(message, source, Some(event_id), &failure)).await?;
+                self.renewing(&token, self.redis_until_done("dead", || self.dedupe.mark_dead(&token, &new_entry)))
+                    .await?;
                 let exhausted = class == ErrorClass::RetryableExhausted;
                 return Some(Outcome::DeadLettered { new_entry, exhausted });
             }
+            // Released so the retry can claim it. If the release is lost, the lease expires.
+            self.release(&token).await;
             self.metrics.retries.with_label_values(&[source]).inc();
             let retry_after = match &error {
                 HandlerError::Retryable { retry_after, .. } => *retry_after,
@@ -388,211 +408,6 @@ impl Pipeline {
             return Some(Outcome::RetryScheduled);
         }
     }
-
-    /// Runs `work` while renewing `token`'s lease every third of a lease. No task is spawned: most calls end
-    /// long before the first renewal is due. The work keeps being polled while a renewal waits on Redis: a stalled
-    /// Redis must not hold a handler's transaction open (its COMMIT unsent) or its downstream call unread.
-    async fn renewing<F: std::future::Future>(&self, token: &ClaimToken, work: F) -> F::Output {
-        let period = self.dedupe.lease() / 3;
-        tokio::pin!(work);
-        loop {
-            tokio::select! {
-                output = &mut work => return output,
-                () = tokio::time::sleep(period) => {}
-            }
-            let renewal = self.dedupe.renew(token);
-            tokio::pin!(renewal);
-            let renewed = tokio::select! {
-                output = &mut work => return output,
-                renewed = &mut renewal => renewed,
-            };
-            match renewed {
-                Ok(true) => {}
-                // Done, released, or lost: the work decides what follows; keep waiting for it.
-                Ok(false) => return work.await,
-                Err(error) => {
-                    if let Some(held_back) = self.outage_log.admit("claim renewal failed", Instant::now()) {
-                        tracing::warn!(error = %error, held_back, "claim renewal failed; will try again");
-                    }
-                }
-            }
-        }
-    }
-
-    /// Parks the record in the retry topic, retrying until Kafka acknowledges. `None` on shutdown.
-    async fn park(&self, message: &OwnedMessage, attempts: &Attempts, due_at_ms: i64) -> Option<()> {
-        let mut backoff = INFRA_BACKOFF_MIN;
-        loop {
-            match self.dead_letters.schedule_retry(message, attempts, due_at_ms).await {
-                Ok(()) => return Some(()),
-                Err(error) => {
-                    self.metrics.dlq_produce_errors.inc();
-                    if let Some(held_back) = self.outage_log.admit("retry produce failed", Instant::now()) {
-                        tracing::warn!(error = %error, held_back, "retry produce failed; retrying");
-                    }
-                }
-            }
-            self.pause(&mut backoff).await?;
-        }
-    }
-
-    /// Claims, retrying Redis errors until they clear (fail closed). `None` on shutdown.
-    async fn claim(&self, token: &ClaimToken) -> Option<Claim> {
-        self.redis_until_done("claim", || self.dedupe.claim(token)).await
-    }
-
-    /// Marks the event done, retrying Redis errors. The handler succeeded, so storing the offset without the done
-    /// marker could let a provider's retry be processed again: keep trying (the claim guards it meanwhile).
-    async fn mark_done(&self, token: &ClaimToken, event: &InboundEvent) -> Option<()> {
-        let still_ours = self.redis_until_done("done", || self.dedupe.mark_done(token)).await?;
-        if !still_ours {
-            tracing::warn!(
-                source = %event.meta.source,
-                event_id = %event.meta.event_id,
-                "claim expired while processing: the handler ran longer than the lease"
-            );
-        }
-        Some(())
-    }
-
-    /// Runs the Redis `operation` until it answers, timing each attempt and pausing (with backoff) after each
-    /// failure; `None` on shutdown.
-    async fn redis_until_done<T, F, Attempt>(&self, operation: &'static str, attempt: F) -> Option<T>
-    where
-        F: Fn() -> Attempt,
-        Attempt: Future<Output = Result<T, DedupeError>>,
-    {
-        let mut backoff = INFRA_BACKOFF_MIN;
-        loop {
-            match self.timed_redis(operation, attempt()).await {
-                Ok(value) => {
-                    self.redis_recovered();
-                    return Some(value);
-                }
-                Err(error) => self.redis_failed(operation, &error),
-            }
-            self.pause(&mut backoff).await?;
-        }
-    }
-
-    /// One Redis call, observed in `hookline_consumer_redis_duration_seconds{operation}`.
-    async fn timed_redis<T>(
-        &self,
-        operation: &'static str,
-        call: impl Future<Output = Result<T, DedupeError>>,
-    ) -> Result<T, DedupeError> {
-        let started = Instant::now();
-        let result = call.await;
-        self.metrics.redis_duration.with_label_values(&[operation]).observe(started.elapsed().as_secs_f64());
-        result
-    }
-
-    /// Best effort: a lost release only delays the retry until the lease expires.
-    async fn release(&self, token: &ClaimToken) {
-        if let Err(error) = self.timed_redis("release", self.dedupe.release(token)).await {
-            self.redis_failed("release", &error);
-        }
-    }
-
-    /// Publishes to the DLQ, retrying until Kafka acknowledges; returns the new entry id. `None` on shutdown.
-    async fn dead_letter(
-        &self,
-        message: &OwnedMessage,
-        source: &str,
-        event_id: Option<&str>,
-        failure: &Failure<'_>,
-    ) -> Option<String> {
-        let mut backoff = INFRA_BACKOFF_MIN;
-        loop {
-            match self.dead_letters.publish(message, failure).await {
-                Ok(entry_id) => {
-                    // The alert: an error line here, `hookline_consumer_dead_lettered_total`, and the webhook.
-                    tracing::error!(
-                        source = %source,
-                        event_id = %event_id.unwrap_or(""),
-                        entry_id = %entry_id,
-                        error_class = failure.class.as_str(),
-                        attempts = failure.attempts,
-                        error = failure.error,
-                        "event dead-lettered"
-                    );
-                    self.metrics.dead_lettered.with_label_values(&[source, failure.class.as_str()]).inc();
-                    self.alerts.dead_lettered(DeadLettered {
-                        source: source.to_owned(),
-                        error_class: failure.class.as_str(),
-                        event_id: event_id.map(str::to_owned),
-                    });
-                    return Some(entry_id);
-                }
-                Err(error) => {
-                    self.metrics.dlq_produce_errors.inc();
-                    if let Some(held_back) = self.outage_log.admit("dead-letter produce failed", Instant::now()) {
-                        tracing::warn!(source = %source, error = %error, held_back, "dead-letter produce failed; retrying");
-                    }
-                }
-            }
-            self.pause(&mut backoff).await?;
-        }
-    }
-
-    /// Records a DLQ entry's fate, retrying until Kafka acknowledges. False on shutdown.
-    async fn record_status(&self, entry_id: &str, record: &EntryStatusRecord) -> bool {
-        let mut backoff = INFRA_BACKOFF_MIN;
-        loop {
-            match self.dead_letters.record_status(entry_id, record).await {
-                Ok(()) => return true,
-                Err(error) => {
-                    if let Some(held_back) = self.outage_log.admit("status produce failed", Instant::now()) {
-                        tracing::warn!(entry_id = %entry_id, error = %error, held_back, "status produce failed; retrying");
-                    }
-                }
-            }
-            if self.pause(&mut backoff).await.is_none() {
-                return false;
-            }
-        }
-    }
-
-    fn redis_failed(&self, operation: &'static str, error: &DedupeError) {
-        self.metrics.dedupe_errors.inc();
-        self.metrics.paused.set(1);
-        self.redis_ready.store(false, Ordering::Relaxed);
-        if let Some(held_back) = self.outage_log.admit("redis failed", Instant::now()) {
-            tracing::warn!(
-                operation,
-                error = %error,
-                cause = ?std::error::Error::source(error),
-                held_back,
-                "redis failed; pausing (rate-limited log; hookline_consumer_dedupe_errors_total counts every one)"
-            );
-        }
-    }
-
-    fn redis_recovered(&self) {
-        self.metrics.paused.set(0);
-        self.redis_ready.store(true, Ordering::Relaxed);
-    }
-
-    /// Exponential backoff for handler retries, jittered uniformly in [ceiling/2, ceiling].
-    fn retry_backoff(&self, attempts: u32) -> Duration {
-        let exponent = attempts.saturating_sub(1).min(20);
-        let ceiling = self.retry.initial_backoff_ms.saturating_mul(1 << exponent).min(self.retry.max_backoff_ms);
-        Duration::from_millis(rand::rng().random_range(ceiling / 2..=ceiling))
-    }
-
-    /// Sleeps `backoff` (doubling it up to the cap); `None` when shutdown came first.
-    async fn pause(&self, backoff: &mut Duration) -> Option<()> {
-        let this = *backoff;
-        *backoff = (*backoff * 2).min(INFRA_BACKOFF_MAX);
-        self.sleep(this).await
-    }
-
-    async fn sleep(&self, duration: Duration) -> Option<()> {
-        tokio::select! {
-            () = self.shutdown.cancelled() => None,
-            () = tokio::time::sleep(duration) => Some(()),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -606,6 +421,7 @@ mod tests {
         let outcomes = [
             Outcome::Processed,
             Outcome::Duplicate,
+            Outcome::DeadLetteredBefore,
             Outcome::DeadLettered { new_entry: String::new(), exhausted: true },
             Outcome::RetryLater { due_at_ms: 0, attempts },
             Outcome::RetryScheduled,

@@ -1,0 +1,89 @@
+//! One captured delivery cannot grow the DLQ (issue 23): a dead-lettered event keeps a dead marker for the dedupe
+//! TTL, so re-sends of it (a provider's retries, or a captured GitHub delivery re-sent with a new unsigned
+//! `X-GitHub-Event` each time: the event id is the body's digest, the same every time) are skipped, counted as
+//! `dead_lettered_before`; only a re-drive of its DLQ entry by the replayer runs it again.
+
+use std::time::Duration;
+
+use hookline_dlq_replayer::{
+    ReplayerConfig,
+    filter::Filter,
+    index::Status,
+    ops::{ReplayRequest, Replayer},
+};
+use hookline_tests::{Delivery, TestStack, eventually};
+
+#[tokio::test]
+async fn a_captured_delivery_re_sent_under_new_types_is_dead_lettered_once_and_its_re_drive_still_runs() {
+    let stack = TestStack::builder().consumer().build().await;
+    let captured = Delivery::new(&br#"{"ref":"refs/heads/main","after":"0f3a"}"#[..]);
+    stack.handler.poison(&captured.delivery_id);
+    stack.post_accepted(&captured).await;
+    stack.wait_until_handled(1).await;
+    for n in 0..30 {
+        stack.post_accepted(&Delivery { event: format!("bogus-{n}"), ..captured.clone() }).await;
+    }
+    stack.wait_until_handled(31).await;
+    assert_eq!(stack.consumer_events("dead_lettered").await, 1, "one dead letter, however often it is re-sent");
+    assert_eq!(stack.consumer_events("dead_lettered_before").await, 30, "every re-send skipped and counted");
+    assert_eq!(stack.handler.attempts(&captured.delivery_id), 1, "the handler ran once");
+    assert_eq!(stack.records(&stack.kafka.dlq_topic).await.len(), 1);
+
+    // The bug is fixed; the operator re-drives the entry: the replayer's record passes the dead marker.
+    stack.handler.heal(&captured.delivery_id);
+    let replayer =
+        Replayer::new(ReplayerConfig { kafka: stack.kafka.clone(), ..ReplayerConfig::default() }).expect("replayer");
+    let entries = replayer.list(&Filter::default()).await.expect("list");
+    assert_eq!(entries.len(), 1);
+    let id = entries[0].entry.id.clone();
+    let request = ReplayRequest { ids: vec![id.clone()], by: "test".into(), ..ReplayRequest::default() };
+    assert_eq!(replayer.replay(&request).await.expect("replay").done, vec![id]);
+    eventually(Duration::from_secs(30), "the re-drive processed the event", || async {
+        stack.handler.count(&captured.delivery_id) == 1
+    })
+    .await;
+    eventually(Duration::from_secs(30), "its entry marked succeeded", || async {
+        replayer.list(&Filter::default()).await.expect("list").first().is_some_and(|e| e.status == Status::Succeeded)
+    })
+    .await;
+
+    // Processed now: a later re-send is an ordinary duplicate.
+    stack.post_accepted(&Delivery { event: "bogus-again".into(), ..captured.clone() }).await;
+    stack.wait_until_handled(33).await;
+    assert_eq!(stack.consumer_events("duplicate").await, 1);
+    assert_eq!(stack.handler.count(&captured.delivery_id), 1, "processed exactly once");
+    assert_eq!(stack.records(&stack.kafka.dlq_topic).await.len(), 1, "the DLQ never grew");
+    stack.shutdown().await;
+}
+
+/// An event whose retries ran out is dead-lettered once too, and a re-send is skipped, not retried again.
+#[tokio::test]
+async fn an_event_whose_retries_ran_out_is_not_retried_again_by_a_re_send() {
+    let stack = TestStack::builder()
+        .consumer()
+        .consumer_config(|config| {
+            config.retry.max_attempts = 2;
+            config.retry.initial_backoff_ms = 10;
+            config.retry.max_backoff_ms = 20;
+        })
+        .build()
+        .await;
+    let delivery = Delivery::new(&br#"{"flaky":true}"#[..]);
+    stack.handler.fail_with(
+        &delivery.delivery_id,
+        (0..10).map(|_| hookline_consumer::handler::HandlerError::retryable("503 from the downstream")),
+    );
+    stack.post_accepted(&delivery).await;
+    eventually(Duration::from_secs(30), "dead-lettered after 2 attempts", || async {
+        stack.consumer_events("dead_lettered").await == 1
+    })
+    .await;
+    stack.post_accepted(&delivery).await;
+    eventually(Duration::from_secs(30), "the re-send skipped", || async {
+        stack.consumer_events("dead_lettered_before").await == 1
+    })
+    .await;
+    assert_eq!(stack.handler.attempts(&delivery.delivery_id), 2, "no attempt beyond the budget");
+    assert_eq!(stack.records(&stack.kafka.dlq_topic).await.len(), 1);
+    stack.shutdown().await;
+}
