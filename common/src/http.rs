@@ -55,7 +55,16 @@ pub struct ServeLimits {
     pub max_connections_per_peer: usize,
     /// HTTP/2 streams a connection may have open at once.
     pub max_concurrent_streams: u32,
+    /// Connections taken beyond `max_connections` when it is reached, each serving only `GET /livez`, `/readyz`
+    /// and `/metrics` (anything else: 503): so clients that fill the listener (slow posts, from up to
+    /// `max_connections / max_connections_per_peer` addresses) cannot lock out the kubelet and Prometheus. The
+    /// per-peer cap covers them too, so the peers that filled the listener cannot take them.
+    pub probe_slots: usize,
 }
+
+/// How long an admin listener's handler waits for a request body (a form, a JSON request) once its head is in:
+/// a client that sends the head and then dribbles the body holds a connection no longer than the head may take.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Default for ServeLimits {
     /// The admin listeners' limits: few clients (probes, Prometheus, operators).
@@ -69,6 +78,7 @@ impl Default for ServeLimits {
             max_connections: 64,
             max_connections_per_peer: 32,
             max_concurrent_streams: 16,
+            probe_slots: 4,
         }
     }
 }
@@ -126,7 +136,7 @@ where
         .max_concurrent_streams(limits.max_concurrent_streams.max(1))
         .keep_alive_interval(limits.header_read_timeout)
         .keep_alive_timeout(limits.header_read_timeout);
-    let slots = ConnectionSlots::new(limits.max_connections, limits.max_connections_per_peer);
+    let slots = ConnectionSlots::new(limits.max_connections, limits.max_connections_per_peer, limits.probe_slots);
     let connections = TaskTracker::new();
     let draining = Arc::new(AtomicBool::new(false));
     // Cancelled when the listener closes: each connection then shuts down gracefully.
@@ -156,12 +166,20 @@ where
         let handler = handler.clone();
         let service_activity = activity.clone();
         let service_draining = draining.clone();
+        let probes_only = slot.probes_only;
         let service = service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(PeerAddr(peer));
             // HTTP/2 has no `Connection` header: its connections get a GOAWAY when the listener closes.
             let http1 = request.version() < http::Version::HTTP_2;
             let guard = RequestGuard::enter(service_activity.clone());
-            let response = handler(request);
+            let response: std::pin::Pin<Box<dyn Future<Output = Response<Body>> + Send>> =
+                if probes_only && !is_probe(&request) {
+                    let mut busy = text(StatusCode::SERVICE_UNAVAILABLE, "busy: this connection serves probes only\n");
+                    busy.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+                    Box::pin(std::future::ready(busy))
+                } else {
+                    Box::pin(handler(request))
+                };
             let draining = service_draining.clone();
             async move {
                 let mut response = response.await;
@@ -288,31 +306,47 @@ impl Drop for RequestGuard {
 struct ConnectionSlots {
     max_total: usize,
     max_per_peer: usize,
+    probe_slots: usize,
     open: Arc<Mutex<SlotCounts>>,
 }
 
 #[derive(Debug, Default)]
 struct SlotCounts {
     total: usize,
+    probes: usize,
     per_peer: HashMap<IpAddr, usize>,
 }
 
 impl ConnectionSlots {
-    fn new(max_total: usize, max_per_peer: usize) -> Self {
-        Self { max_total: max_total.max(1), max_per_peer: max_per_peer.max(1), open: Arc::default() }
+    fn new(max_total: usize, max_per_peer: usize, probe_slots: usize) -> Self {
+        Self { max_total: max_total.max(1), max_per_peer: max_per_peer.max(1), probe_slots, open: Arc::default() }
     }
 
-    /// A slot for a connection from `peer`, or `None` when a cap is reached.
+    /// A slot for a connection from `peer`: a full one, a probes-only one when the listener is full, or `None`
+    /// when a cap is reached.
     fn take(&self, peer: IpAddr) -> Option<ConnectionSlot> {
         let mut counts = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let from_peer = counts.per_peer.get(&peer).copied().unwrap_or(0);
-        if counts.total >= self.max_total || from_peer >= self.max_per_peer {
+        if from_peer >= self.max_per_peer {
             return None;
         }
-        counts.total += 1;
+        let probes_only = if counts.total < self.max_total {
+            counts.total += 1;
+            false
+        } else if counts.probes < self.probe_slots {
+            counts.probes += 1;
+            true
+        } else {
+            return None;
+        };
         counts.per_peer.insert(peer, from_peer + 1);
-        Some(ConnectionSlot { open: self.open.clone(), peer })
+        Some(ConnectionSlot { open: self.open.clone(), peer, probes_only })
     }
+}
+
+/// Whether `request` is a probe or a scrape: what a probes-only connection serves.
+fn is_probe(request: &Request<Incoming>) -> bool {
+    request.method() == Method::GET && matches!(request.uri().path(), "/livez" | "/readyz" | "/metrics")
 }
 
 /// One open connection's place under the caps, given back when it closes.
@@ -320,12 +354,18 @@ impl ConnectionSlots {
 struct ConnectionSlot {
     open: Arc<Mutex<SlotCounts>>,
     peer: IpAddr,
+    /// Taken past `max_connections`: serves probes only.
+    probes_only: bool,
 }
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
         let mut counts = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        counts.total = counts.total.saturating_sub(1);
+        if self.probes_only {
+            counts.probes = counts.probes.saturating_sub(1);
+        } else {
+            counts.total = counts.total.saturating_sub(1);
+        }
         if let Some(count) = counts.per_peer.get_mut(&self.peer) {
             *count -= 1;
             if *count == 0 {

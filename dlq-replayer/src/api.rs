@@ -147,9 +147,10 @@ impl Api {
 }
 
 async fn read_json<T: serde::de::DeserializeOwned>(request: Request<Incoming>) -> Result<T, Response<Body>> {
-    let body = Limited::new(request.into_body(), MAX_REQUEST_BYTES)
-        .collect()
+    let read = Limited::new(request.into_body(), MAX_REQUEST_BYTES).collect();
+    let body = tokio::time::timeout(hookline_common::http::BODY_READ_TIMEOUT, read)
         .await
+        .map_err(|_| error(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the request body did not arrive in time"))?
         .map_err(|_| error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "request body too large or unreadable"))?
         .to_bytes();
     serde_json::from_slice(&body).map_err(|problem| error(StatusCode::BAD_REQUEST, "bad_request", &problem.to_string()))

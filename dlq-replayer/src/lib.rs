@@ -44,6 +44,9 @@ pub enum ServeError {
     Metrics(#[from] prometheus::Error),
 }
 
+/// The shortest API token `serve` accepts: it guards re-drives and discards from anyone who reaches the listener.
+pub const MIN_TOKEN_BYTES: usize = 32;
+
 /// Serves the admin API until `shutdown`. The index is built once, then kept current by a thread tailing the
 /// DLQ and status topics; `/readyz` is true once it has caught up, and while the tail runs.
 pub async fn serve_api(
@@ -57,6 +60,13 @@ pub async fn serve_api(
         .ok_or_else(|| ServeError::Config("`api_token` is required to serve the admin API".to_owned()))?
         .load()
         .map_err(ServeError::Config)?;
+    if token.len() < MIN_TOKEN_BYTES {
+        return Err(ServeError::Config(format!(
+            "`api_token` must be at least {MIN_TOKEN_BYTES} characters (it has {}): use a random one, e.g. \
+             `openssl rand -hex 32`",
+            token.len()
+        )));
+    }
     // A broker that refuses our TLS or SASL settings is a configuration error, not an outage to wait out.
     hookline_common::kafka_security::check_broker_accepts(
         &config.kafka,

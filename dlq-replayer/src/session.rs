@@ -19,6 +19,8 @@ pub(crate) const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 #[derive(Debug, Default)]
 pub struct Console {
     sessions: Mutex<HashMap<String, Session>>,
+    /// Wrong tokens per address at the login form.
+    pub(crate) logins: crate::console::login::LoginThrottle,
     pub(crate) jobs: Arc<Mutex<HashMap<String, Job>>>,
 }
 

@@ -153,6 +153,8 @@ fn public_serve_limits(limits: &config::Limits, open_files: Option<usize>) -> Se
         max_connections,
         max_connections_per_peer: limits.max_connections_per_peer.min(max_connections),
         max_concurrent_streams: limits.max_concurrent_streams,
+        // The public listener serves no probes: its probes go to the admin listener.
+        probe_slots: 0,
     }
 }
 

@@ -246,7 +246,7 @@ async fn refused_at_start(security: KafkaSecurity, why: &str) {
 
     // The replayer's API.
     let token_file = dir.join("api-token");
-    std::fs::write(&token_file, "api-token").expect("write");
+    std::fs::write(&token_file, "an-api-token-of-at-least-thirty-two-chars").expect("write");
     let replayer_config = ReplayerConfig {
         kafka,
         api_token: Some(SecretRef::from_file("api", token_file.display().to_string())),

@@ -210,7 +210,7 @@ async fn replay_rate_cap_holds() {
 async fn admin_api_requires_the_token_and_has_the_cli_semantics() {
     let stack = TestStack::builder().consumer().build().await;
     let delivery = dead_lettered(&stack, 1).await.remove(0);
-    let api = stack.start_replayer_api("s3cret-token").await;
+    let api = stack.start_replayer_api("s3cret-token-s3cret-token-s3cret-token").await;
     let addr = api.addr;
     let request = |method: &str, path: &str, token: Option<&str>, body: &str| {
         let mut builder = Request::builder().method(method).uri(format!("http://{addr}{path}"));
@@ -229,7 +229,14 @@ async fn admin_api_requires_the_token_and_has_the_cli_semantics() {
         let reply = stack.send(request("GET", "/v1/entries", token, "")).await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{token:?}");
     }
-    let reply = stack.send(request("GET", "/v1/entries?status=new&source=github", Some("s3cret-token"), "")).await;
+    let reply = stack
+        .send(request(
+            "GET",
+            "/v1/entries?status=new&source=github",
+            Some("s3cret-token-s3cret-token-s3cret-token"),
+            "",
+        ))
+        .await;
     assert_eq!(reply.status, StatusCode::OK);
     let page: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
     let entries = page["entries"].as_array().expect("entries").clone();
@@ -237,22 +244,40 @@ async fn admin_api_requires_the_token_and_has_the_cli_semantics() {
     let id = entries[0]["id"].as_str().expect("id").to_owned();
     assert_eq!(entries[0]["event_id"].as_str(), Some(delivery.delivery_id.as_str()));
 
-    let reply = stack.send(request("GET", &format!("/v1/entries/{id}"), Some("s3cret-token"), "")).await;
+    let reply = stack
+        .send(request("GET", &format!("/v1/entries/{id}"), Some("s3cret-token-s3cret-token-s3cret-token"), ""))
+        .await;
     let detail: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
     assert_eq!(detail["body"].as_str().map(str::as_bytes), Some(delivery.body.as_ref()));
     assert!(detail["headers"].as_array().is_some_and(|h| h.len() > 10));
 
-    let reply = stack.send(request("POST", "/v1/replay", Some("s3cret-token"), r#"{"all":true,"dry_run":true}"#)).await;
+    let reply = stack
+        .send(request(
+            "POST",
+            "/v1/replay",
+            Some("s3cret-token-s3cret-token-s3cret-token"),
+            r#"{"all":true,"dry_run":true}"#,
+        ))
+        .await;
     let report: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
     assert_eq!(report["done"].as_array().map(Vec::len), Some(1));
     assert_eq!(stack.handler.attempts(&delivery.delivery_id), 1, "a dry run re-drives nothing");
-    let reply =
-        stack.send(request("POST", "/v1/discard", Some("s3cret-token"), &format!(r#"{{"ids":["{id}"]}}"#))).await;
+    let reply = stack
+        .send(request(
+            "POST",
+            "/v1/discard",
+            Some("s3cret-token-s3cret-token-s3cret-token"),
+            &format!(r#"{{"ids":["{id}"]}}"#),
+        ))
+        .await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST, "a discard needs a reason");
     let body = format!(r#"{{"ids":["{id}"],"reason":"duplicate test","by":"oncall"}}"#);
-    assert_eq!(stack.send(request("POST", "/v1/discard", Some("s3cret-token"), &body)).await.status, StatusCode::OK);
+    assert_eq!(
+        stack.send(request("POST", "/v1/discard", Some("s3cret-token-s3cret-token-s3cret-token"), &body)).await.status,
+        StatusCode::OK
+    );
     // Read your writes: the call returned once the service's index had read the status back.
-    let reply = stack.send(request("GET", "/v1/stats", Some("s3cret-token"), "")).await;
+    let reply = stack.send(request("GET", "/v1/stats", Some("s3cret-token-s3cret-token-s3cret-token"), "")).await;
     let stats: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
     assert_eq!(stats["by_status"]["discarded"].as_u64(), Some(1));
 
@@ -352,11 +377,11 @@ async fn redriven_record_that_is_not_a_hookline_record_is_recorded_failed_again(
 async fn service_index_follows_both_topics_pages_with_a_stable_cursor_and_gauges_untriaged_age() {
     let stack = TestStack::builder().consumer().build().await;
     let first = dead_lettered(&stack, 5).await;
-    let api = stack.start_replayer_api("t0ken").await;
+    let api = stack.start_replayer_api("t0ken-t0ken-t0ken-t0ken-t0ken-t0ken-t0").await;
     let addr = api.addr;
     let get = |path: String| {
         Request::get(format!("http://{addr}{path}"))
-            .header("authorization", "Bearer t0ken")
+            .header("authorization", "Bearer t0ken-t0ken-t0ken-t0ken-t0ken-t0ken-t0")
             .body(Full::new(Bytes::new()))
             .expect("request")
     };
@@ -415,7 +440,7 @@ async fn service_index_follows_both_topics_pages_with_a_stable_cursor_and_gauges
     let discard = |dry_run: bool| {
         let body = format!(r#"{{"all":true,"filter":{{"source":"github"}},"reason":"test","dry_run":{dry_run}}}"#);
         Request::post(format!("http://{addr}/v1/discard"))
-            .header("authorization", "Bearer t0ken")
+            .header("authorization", "Bearer t0ken-t0ken-t0ken-t0ken-t0ken-t0ken-t0")
             .body(Full::new(Bytes::from(body)))
             .expect("request")
     };

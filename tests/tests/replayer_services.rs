@@ -95,11 +95,11 @@ async fn entries_are_listed_filtered_and_counted_by_the_service_that_dead_letter
     assert!(detail.entry.entry.service.is_some(), "show names the service");
 
     // The API takes `service=` like the other filters; the untriaged gauge is per source and service.
-    let api = stack.start_replayer_api("t0ken").await;
+    let api = stack.start_replayer_api("t0ken-t0ken-t0ken-t0ken-t0ken-t0ken-t0").await;
     let addr = api.addr;
     let get = |path: &str| {
         Request::get(format!("http://{addr}{path}"))
-            .header("authorization", "Bearer t0ken")
+            .header("authorization", "Bearer t0ken-t0ken-t0ken-t0ken-t0ken-t0ken-t0")
             .body(Full::new(Bytes::new()))
             .expect("request")
     };

@@ -1,25 +1,30 @@
-//! The console's forms: logging in, and the replay and discard actions (a dry-run preview, then the confirmed
-//! run in the background).
+//! The console's forms: the replay and discard actions (a dry-run preview, then the confirmed run in the
+//! background). Logging in is `login.rs`.
 
 use std::{fmt::Write as _, sync::Arc};
 
-use hookline_common::{http::Body, wire::now_ms};
-use http::{Request, Response, StatusCode, header};
+use hookline_common::{
+    http::{BODY_READ_TIMEOUT, Body},
+    wire::now_ms,
+};
+use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
-use super::{MAX_FORM_BYTES, esc, filter_hidden, op_problem, page, problem_page, redirect, same_origin, skipped_list};
+use super::{esc, filter_hidden, op_problem, page, problem_page, redirect, skipped_list};
 use crate::{
     api::Api,
     filter::Filter,
     ops::{DiscardRequest, OpError, ReplayRequest, Report},
-    session::{Action, COOKIE, Job, SESSION_TTL, Session},
+    session::{Action, Job, Session},
 };
 
 pub(super) type Form = Vec<(String, String)>;
 
-pub(super) async fn read_form(request: Request<Incoming>) -> Option<Form> {
-    let body = Limited::new(request.into_body(), MAX_FORM_BYTES).collect().await.ok()?.to_bytes();
+/// The posted form, read up to `limit` bytes within [`BODY_READ_TIMEOUT`]; `None` if larger, slower or broken.
+pub(super) async fn read_form(request: Request<Incoming>, limit: usize) -> Option<Form> {
+    let read = Limited::new(request.into_body(), limit).collect();
+    let body = tokio::time::timeout(BODY_READ_TIMEOUT, read).await.ok()?.ok()?.to_bytes();
     Some(form_urlencoded::parse(&body).into_owned().collect())
 }
 
@@ -39,40 +44,6 @@ pub(super) fn filter_of(form: &Form) -> Filter {
         until: get("until"),
         text: get("text"),
     }
-}
-
-pub(super) fn login_page(status: StatusCode, problem: Option<&str>) -> Response<Body> {
-    let problem =
-        problem.map(|text| format!(r#"<p class="problem" id="login-problem">{}</p>"#, esc(text))).unwrap_or_default();
-    let content = format!(
-        r#"<div class="login"><h1>Log in</h1>{problem}
-<form method="post" action="/ui/login"><label for="token">Replayer API token</label>
-<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
-<button class="primary" type="submit">Log in</button></form>
-<p class="muted">The token is the replayer's <code>api_token</code>, the same one the JSON API takes.</p></div>"#
-    );
-    page(status, "Log in", None, &content, false)
-}
-
-pub(super) async fn login(api: &Api, request: Request<Incoming>) -> Response<Body> {
-    if !same_origin(request.headers()) {
-        return login_page(StatusCode::FORBIDDEN, Some("this form was posted from another site"));
-    }
-    let Some(form) = read_form(request).await else {
-        return login_page(StatusCode::BAD_REQUEST, Some("the form could not be read"));
-    };
-    if !api.token_matches(field(&form, "token").unwrap_or("")) {
-        tracing::warn!("console login with a wrong token");
-        return login_page(StatusCode::UNAUTHORIZED, Some("wrong token"));
-    }
-    let (id, _) = api.console.login();
-    let mut response = redirect("/ui/");
-    let cookie =
-        format!("{COOKIE}={id}; Path=/ui; Max-Age={}; Secure; HttpOnly; SameSite=Strict", SESSION_TTL.as_secs());
-    if let Ok(value) = header::HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    response
 }
 
 /// What a form asks for: replay or discard, of ids or of every entry a filter matches.

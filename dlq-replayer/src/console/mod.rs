@@ -15,6 +15,7 @@
 //! Pages read the same index as the JSON API and call the same operations ([`crate::ops`]).
 
 mod forms;
+pub(crate) mod login;
 mod pages;
 
 use std::{fmt::Write as _, sync::Arc, time::Duration};
@@ -25,7 +26,8 @@ use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 
 use self::{
-    forms::{field, login, login_page, preview, read_form, run},
+    forms::{field, preview, read_form, run},
+    login::{login, login_page},
     pages::{entry_page, job_page, list, overview},
 };
 use crate::{
@@ -208,7 +210,7 @@ pub async fn handle(api: Arc<Api>, request: Request<Incoming>) -> Response<Body>
             return problem_page(&session.csrf, StatusCode::FORBIDDEN, "this form was posted from another site");
         }
         let headers = request.headers().clone();
-        let Some(form) = read_form(request).await else {
+        let Some(form) = read_form(request, MAX_FORM_BYTES).await else {
             return problem_page(&session.csrf, StatusCode::BAD_REQUEST, "the form could not be read");
         };
         let presented = field(&form, "csrf").unwrap_or("");
