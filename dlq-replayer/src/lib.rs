@@ -14,6 +14,7 @@ pub mod console;
 pub mod fetch;
 pub mod filter;
 pub mod index;
+mod login_throttle;
 pub mod metrics;
 pub mod ops;
 pub mod session;

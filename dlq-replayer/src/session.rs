@@ -20,7 +20,7 @@ pub(crate) const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 pub struct Console {
     sessions: Mutex<HashMap<String, Session>>,
     /// Wrong tokens per address at the login form.
-    pub(crate) logins: crate::console::login::LoginThrottle,
+    pub(crate) logins: crate::login_throttle::LoginThrottle,
     pub(crate) jobs: Arc<Mutex<HashMap<String, Job>>>,
 }
 
@@ -30,12 +30,22 @@ pub(crate) struct Session {
     expires: Instant,
 }
 
+/// A console action running or done, as its page shows it: the report keeps the first [`JOB_IDS_KEPT`] ids of each
+/// list and their totals, so a bulk replay of a million entries does not stay in memory for good.
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
     pub(crate) action: Action,
     pub(crate) started_ms: i64,
     pub(crate) outcome: Option<Result<Report, String>>,
+    /// Entries done and skipped, before the report's lists were cut.
+    pub(crate) done_total: usize,
+    pub(crate) skipped_total: usize,
 }
+
+/// Jobs kept at most; past it, the oldest finished ones go first.
+const MAX_JOBS: usize = 100;
+/// Ids of each list a finished job keeps (its page shows this many).
+pub(crate) const JOB_IDS_KEPT: usize = 50;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
@@ -88,6 +98,39 @@ impl Console {
         (id, session)
     }
 
+    /// Records a new running job, first dropping the oldest finished jobs past [`MAX_JOBS`].
+    pub(crate) fn start_job(&self, id: &str, action: Action, started_ms: i64) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        while jobs.len() >= MAX_JOBS {
+            let oldest_finished = jobs
+                .iter()
+                .filter(|(_, job)| job.outcome.is_some())
+                .min_by_key(|(_, job)| job.started_ms)
+                .map(|(id, _)| id.clone());
+            match oldest_finished {
+                Some(id) => jobs.remove(&id),
+                // Every kept job still runs: they end on their own.
+                None => break,
+            };
+        }
+        let job = Job { action, started_ms, outcome: None, done_total: 0, skipped_total: 0 };
+        jobs.insert(id.to_owned(), job);
+    }
+
+    /// Records how job `id` ended, its report cut to [`JOB_IDS_KEPT`] ids per list.
+    pub(crate) fn finish_job(&self, id: &str, outcome: Result<Report, String>) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(job) = jobs.get_mut(id) {
+            job.outcome = Some(outcome.map(|mut report| {
+                job.done_total = report.done.len();
+                job.skipped_total = report.skipped.len();
+                report.done.truncate(JOB_IDS_KEPT);
+                report.skipped.truncate(JOB_IDS_KEPT);
+                report
+            }));
+        }
+    }
+
     pub(crate) fn logout(&self, headers: &HeaderMap) {
         if let Some(id) = cookie_session(headers) {
             self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&id);
@@ -104,6 +147,27 @@ pub(crate) fn cookie_session(headers: &HeaderMap) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finished_jobs_are_pruned_and_their_reports_cut() {
+        let console = Console::default();
+        let report =
+            |n: usize| Report { dry_run: false, done: (0..n).map(|i| i.to_string()).collect(), skipped: vec![] };
+        for n in 0..MAX_JOBS + 20 {
+            let id = format!("job-{n}");
+            console.start_job(&id, Action::Replay, i64::try_from(n).unwrap());
+            if n != 3 {
+                console.finish_job(&id, Ok(report(1000)));
+            }
+        }
+        let jobs = console.jobs.lock().unwrap();
+        assert_eq!(jobs.len(), MAX_JOBS);
+        assert!(jobs.contains_key("job-3"), "a running job is never dropped");
+        assert!(!jobs.contains_key("job-0") && jobs.contains_key(&format!("job-{}", MAX_JOBS + 19)));
+        let kept = &jobs[&format!("job-{}", MAX_JOBS + 19)];
+        assert_eq!(kept.done_total, 1000);
+        assert_eq!(kept.outcome.as_ref().unwrap().as_ref().unwrap().done.len(), JOB_IDS_KEPT);
+    }
 
     #[test]
     fn session_cookie_is_found_among_others() {

@@ -21,6 +21,9 @@ use crate::{error::ReconcileError, metrics::Metrics};
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts of one call that failed retryably (rate limits within the wait budget, 5xx, network errors on reads).
 const MAX_ATTEMPTS: u32 = 5;
+/// A provider's answer is read up to this size (a page of 100 Stripe events is a few MiB at most); a larger one
+/// is an error, never buffered whole.
+const MAX_RESPONSE_BYTES: usize = 32 << 20;
 
 /// An answer from the provider with a 2xx status.
 #[derive(Debug)]
@@ -149,7 +152,8 @@ impl ApiClient {
                 }
             };
             let (parts, incoming) = response.into_parts();
-            let body = match tokio::time::timeout(REQUEST_TIMEOUT, incoming.collect()).await {
+            let read = http_body_util::Limited::new(incoming, MAX_RESPONSE_BYTES).collect();
+            let body = match tokio::time::timeout(REQUEST_TIMEOUT, read).await {
                 Ok(Ok(collected)) => collected.to_bytes(),
                 _ if method == Method::POST && parts.status.is_success() => Bytes::new(),
                 _ => {

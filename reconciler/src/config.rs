@@ -87,6 +87,15 @@ impl Provider {
         })
     }
 
+    /// The hosts of the provider's own API: the only ones a credential goes to unless `allow_custom_api_url`.
+    pub fn official_api_hosts(self) -> &'static [&'static str] {
+        match self {
+            Self::Stripe => &["api.stripe.com"],
+            Self::Github => &["api.github.com"],
+            Self::Paddle => &["api.paddle.com", "sandbox-api.paddle.com"],
+        }
+    }
+
     pub fn default_api_url(self) -> &'static str {
         match self {
             Self::Stripe => "https://api.stripe.com",
@@ -118,6 +127,11 @@ pub struct SourceConfig {
     /// only for loopback. Printed without a password it may carry.
     #[serde(default, serialize_with = "config::redact::optional_url_password")]
     pub api_url: Option<String>,
+    /// Allow an `api_url` on a host other than the provider's own API (a test double, GitHub Enterprise Server, a
+    /// proxy you run): the credential is sent there. Off by default, so a typo or a tampered config cannot hand
+    /// the provider's key to someone else.
+    #[serde(default)]
+    pub allow_custom_api_url: bool,
     /// The API key or token (Stripe: a restricted key with read access to events; GitHub: a token that can read
     /// and redeliver the hook's deliveries; Paddle: an API key with `notification.read` and `notification.write`).
     pub credential: SecretRef,
@@ -187,6 +201,7 @@ impl SourceConfig {
             name: name.to_owned(),
             provider,
             api_url: None,
+            allow_custom_api_url: false,
             credential,
             ca_file: None,
             lookback_s: None,
@@ -229,6 +244,17 @@ impl SourceConfig {
                 problems.check(
                     uri.scheme_str() == Some("https") || loopback,
                     format!("source `{name}`: api_url must be https:// (http:// only on loopback)"),
+                );
+                let host = uri.host().unwrap_or("");
+                let official = self.provider.official_api_hosts();
+                problems.check(
+                    official.contains(&host) || self.allow_custom_api_url,
+                    format!(
+                        "source `{name}`: api_url host `{host}` is not the provider's API ({}): the credential would \
+                         go there; set allow_custom_api_url = true for a test double, GitHub Enterprise Server or a \
+                         proxy you run",
+                        official.join(", ")
+                    ),
                 );
             }
             Err(problem) => problems.push(format!("source `{name}`: api_url {problem}")),
@@ -365,6 +391,8 @@ mod tests {
             "source `github`: hook must be",
             "source `paddle`: credential: secret `key`: cannot read /nonexistent/key",
             "source `paddle`: api_url must be https://",
+            "source `paddle`: api_url host `api.example.com` is not the provider's API (api.paddle.com, \
+             sandbox-api.paddle.com)",
             "source `paddle`: notification_setting_id",
         ] {
             assert!(found.iter().any(|problem| problem.starts_with(expected)), "{expected} not in {found:?}");

@@ -37,6 +37,7 @@ pub mod kafka_tls;
 pub mod postgres;
 pub mod process;
 pub mod provider_fakes;
+pub mod reconciler;
 pub mod record_auth;
 pub mod redis_tls;
 mod stack_env;

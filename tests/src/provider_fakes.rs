@@ -178,6 +178,8 @@ struct GithubState {
     deliveries: Vec<GithubDelivery>,
     next_id: u64,
     redelivery_requests: Vec<u64>,
+    /// Every page's `next` link points at that same page (a broken or hostile API).
+    looping_next: bool,
 }
 
 /// GitHub's repository hook deliveries API for one hook (`repos/acme/widgets/hooks/1`), delivering to
@@ -234,10 +236,11 @@ impl FakeGithub {
                     })
                     .collect();
                 let mut response = json(StatusCode::OK, &serde_json::Value::Array(page));
-                if offset + page_size < newest_first.len() {
+                if offset + page_size < newest_first.len() || state.looping_next {
+                    let next_offset = if state.looping_next { offset } else { offset + page_size };
                     let next = format!(
-                        "<http://{addr}/{GITHUB_HOOK}/deliveries?per_page={per_page}&cursor=v1_{}>; rel=\"next\"",
-                        offset + page_size
+                        "<http://{addr}/{GITHUB_HOOK}/deliveries?per_page={per_page}&cursor=v1_{next_offset}>; \
+                         rel=\"next\""
                     );
                     response.headers_mut().insert("link", HeaderValue::from_str(&next).expect("link"));
                 }
@@ -339,6 +342,11 @@ impl FakeGithub {
 
     pub fn calls(&self) -> Vec<ApiCall> {
         Control::calls(&self.control)
+    }
+
+    /// From now on every page's `next` link points at that same page.
+    pub fn loop_next_link(&self) {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).looping_next = true;
     }
 
     /// The next `n` requests get 429 with `Retry-After: retry_after_s`.

@@ -4,7 +4,6 @@
 
 use std::{
     collections::HashSet,
-    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -14,118 +13,19 @@ use hookline_common::{
     wire::{self, EventMeta, header, header_str},
 };
 use hookline_reconciler::{
-    Mode, Outcome, Provider, ReconcileError, Reconciler, ReconcilerConfig, Report, RunRequest, SourceConfig,
-    metrics::Metrics,
+    Mode, Outcome, Provider, ReconcileError, ReconcilerConfig, Report, RunRequest, SourceConfig,
 };
 use hookline_tests::{
     Delivery, TEST_SECRET, TestStack, TestStackBuilder, body_event_id, eventually,
     kafka_tls::KafkaSecurity,
-    provider_fakes::{FakeGithub, FakePaddle, GITHUB_HOOK, PADDLE_SETTING, StripeMock, TlsFront},
+    provider_fakes::{FakeGithub, FakePaddle, GITHUB_HOOK, StripeMock, TlsFront},
+    reconciler::{API_TOKEN, STRIPE_KEY, TestReconciler, github_source, outcomes, paddle_source, push_body, temp_file},
     redis_url,
 };
 use http::Request;
 use http_body_util::Full;
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
-
-const API_TOKEN: &str = "provider-api-token-for-tests";
-const STRIPE_KEY: &str = "sk_test_123";
-
-fn temp_file(name: &str, contents: &str) -> String {
-    let path = std::env::temp_dir().join(format!("hookline-reconciler-{}-{name}", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&path, contents).expect("write temp file");
-    path.display().to_string()
-}
-
-fn github_source(github: &FakeGithub, token: &str) -> SourceConfig {
-    SourceConfig {
-        api_url: Some(github.api_url()),
-        hook: Some(GITHUB_HOOK.to_owned()),
-        settle_s: 0,
-        ..SourceConfig::new("github", Provider::Github, SecretRef::from_file("github-api", temp_file("token", token)))
-    }
-}
-
-fn paddle_source(paddle: &FakePaddle) -> SourceConfig {
-    SourceConfig {
-        api_url: Some(paddle.api_url()),
-        notification_setting_id: Some(PADDLE_SETTING.to_owned()),
-        settle_s: 0,
-        ..SourceConfig::new("paddle", Provider::Paddle, SecretRef::from_file("paddle-api", temp_file("key", API_TOKEN)))
-    }
-}
-
-/// The reconciler for a [`TestStack`]: its indexer running in-process on the stack's inbound topic, with its own
-/// consumer group and Redis prefix.
-struct TestReconciler {
-    reconciler: Reconciler,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-}
-
-impl TestReconciler {
-    async fn start(stack: &TestStack, sources: Vec<SourceConfig>) -> Self {
-        // The fakes' histories (and stripe-mock's 2009 fixtures) predate the indexer; the test topics hold
-        // every record ever accepted, so the index is complete from the start.
-        Self::start_with(stack, sources, Some("2000-01-01T00:00:00Z")).await
-    }
-
-    async fn start_with(stack: &TestStack, sources: Vec<SourceConfig>, complete_since: Option<&str>) -> Self {
-        let run_id = uuid::Uuid::new_v4().simple().to_string();
-        let mut config = ReconcilerConfig {
-            kafka: stack.kafka.clone(),
-            index_group_id: format!("test-{run_id}-index"),
-            index_catch_up_timeout_ms: 30_000,
-            index_complete_since: complete_since.map(str::to_owned),
-            sources,
-            ..ReconcilerConfig::default()
-        };
-        config.redis.url = redis_url();
-        config.redis.key_prefix = format!("test:{run_id}:reconcile");
-        let loaded = hookline_reconciler::Loaded::build(config.clone()).expect("valid reconciler config");
-        let metrics = Arc::new(Metrics::register(&prometheus_registry()).expect("metrics"));
-        let reconciler = Reconciler::connect(loaded, metrics.clone()).await.expect("connect");
-        let shutdown = CancellationToken::new();
-        tokio::spawn(hookline_reconciler::index::run_indexer(
-            config.kafka.clone(),
-            config.index_group_id.clone(),
-            config.sources.clone(),
-            config.index_complete_since_ms().expect("valid"),
-            reconciler.store().clone(),
-            metrics.clone(),
-            shutdown.clone(),
-        ));
-        Self { reconciler, metrics, shutdown }
-    }
-
-    async fn run(&self, source: &str, mode: Mode) -> Result<Report, ReconcileError> {
-        let now = wire::now_ms();
-        self.run_window(source, mode, now - 3_600_000, now + 60_000).await
-    }
-
-    async fn run_window(&self, source: &str, mode: Mode, from_ms: i64, to_ms: i64) -> Result<Report, ReconcileError> {
-        let request = RunRequest { source: source.to_owned(), from_ms, to_ms, mode, again_after_request: false };
-        self.reconciler.run(&request).await
-    }
-}
-
-impl Drop for TestReconciler {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
-fn prometheus_registry() -> prometheus::Registry {
-    prometheus::Registry::new()
-}
-
-fn outcomes(report: &Report) -> Vec<Outcome> {
-    report.missed.iter().map(|missed| missed.outcome).collect()
-}
-
-fn push_body(n: usize) -> Bytes {
-    Bytes::from(format!(r#"{{"ref":"refs/heads/main","after":"{n:040}","repository":{{"full_name":"acme/widgets"}}}}"#))
-}
 
 #[tokio::test]
 async fn github_outage_window_is_found_dry_run_first_then_redelivered_once_and_processed_once() {
@@ -277,6 +177,7 @@ impl StripeSetup {
         let tls = TlsFront::start(stripe_mock.addr).await;
         let source = SourceConfig {
             api_url: Some(format!("https://127.0.0.1:{}", tls.addr.port())),
+            allow_custom_api_url: true,
             ca_file: Some(temp_file("ca.pem", &tls.ca_pem)),
             settle_s: 0,
             ..SourceConfig::new(
@@ -436,6 +337,7 @@ async fn missing_or_refused_credentials_and_long_rate_limits_give_clear_errors_a
     let stripe_mock = StripeMock::start().await;
     let stripe = SourceConfig {
         api_url: Some(format!("http://{}", stripe_mock.addr)),
+        allow_custom_api_url: true,
         ..SourceConfig::new(
             "stripe",
             Provider::Stripe,

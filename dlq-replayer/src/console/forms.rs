@@ -16,7 +16,7 @@ use crate::{
     api::Api,
     filter::Filter,
     ops::{DiscardRequest, OpError, ReplayRequest, Report},
-    session::{Action, Job, Session},
+    session::{Action, Session},
 };
 
 pub(super) type Form = Vec<(String, String)>;
@@ -183,10 +183,7 @@ pub(super) async fn run(api: &Arc<Api>, session: &Session, form: &Form) -> Respo
         return problem_page(&session.csrf, StatusCode::BAD_REQUEST, "a discard needs a reason");
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let jobs = api.console.jobs.clone();
-    jobs.lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .insert(id.clone(), Job { action: ask.action, started_ms: now_ms(), outcome: None });
+    api.console.start_job(&id, ask.action, now_ms());
     let (api, job_id) = (api.clone(), id.clone());
     // A bulk replay at a rate can take long: it runs on, and its page shows the report when it is done.
     tokio::spawn(async move {
@@ -203,9 +200,7 @@ pub(super) async fn run(api: &Arc<Api>, session: &Session, form: &Form) -> Respo
                 Action::Discard => api.metrics.discards.inc_by(report.done.len() as u64),
             }
         }
-        if let Some(job) = jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get_mut(&job_id) {
-            job.outcome = Some(outcome);
-        }
+        api.console.finish_job(&job_id, outcome);
     });
     redirect(&format!("/ui/jobs/{id}"))
 }

@@ -15,7 +15,7 @@
 //! Pages read the same index as the JSON API and call the same operations ([`crate::ops`]).
 
 mod forms;
-pub(crate) mod login;
+mod login;
 mod pages;
 
 use std::{fmt::Write as _, sync::Arc, time::Duration};

@@ -343,8 +343,8 @@ pub(super) fn job_page(api: &Api, session: &Session, id: &str) -> Response<Body>
         Some(Ok(report)) => {
             let mut content = format!(
                 r#"<h1>{verb}: done</h1><p class="notice" id="job-state" data-state="done">{} entr{} {}.</p><ul id="job-done">"#,
-                report.done.len(),
-                if report.done.len() == 1 { "y" } else { "ies" },
+                job.done_total,
+                if job.done_total == 1 { "y" } else { "ies" },
                 if job.action == Action::Replay {
                     "re-driven; their outcome appears on each entry once a consumer has handled it"
                 } else {
@@ -355,7 +355,11 @@ pub(super) fn job_page(api: &Api, session: &Session, id: &str) -> Response<Body>
                 let _ = write!(content, r#"<li><a href="/ui/entries/{}">{}</a></li>"#, enc(done), esc(done));
             }
             content.push_str("</ul>");
-            content.push_str(&skipped_list(report));
+            content.push_str(&skipped_list(report).replacen(
+                &format!("Skipped ({})", report.skipped.len()),
+                &format!("Skipped ({})", job.skipped_total),
+                1,
+            ));
             content.push_str(r#"<p><a href="/ui/entries">Back to the entries</a></p>"#);
             (content, false)
         }

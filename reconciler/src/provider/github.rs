@@ -40,7 +40,13 @@ impl Github {
         // GUID -> (first delivery time, newest delivery id, event).
         let mut by_guid: HashMap<String, (i64, u64, Option<String>)> = HashMap::new();
         let mut next = Some(format!("/{}/deliveries?per_page={PER_PAGE}", self.hook));
+        // A `next` link seen before would loop for ever (a broken or hostile API): the listing stops there.
+        let mut visited = std::collections::HashSet::new();
         while let Some(url) = next.take() {
+            if !visited.insert(url.clone()) {
+                tracing::warn!(source = %self.source, "GitHub's next link repeats a page already read; stopping");
+                break;
+            }
             let response = self.client.get(&url).await?;
             let page: Vec<DeliveryItem> = decode(&self.source, &response.body)?;
             let mut oldest_on_page = i64::MAX;
