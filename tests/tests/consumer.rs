@@ -34,8 +34,8 @@ async fn retryable_failure_then_success_is_processed_once() {
     stack.shutdown().await;
 }
 
-#[tokio::test]
-async fn poison_event_lands_in_the_dlq_with_its_metadata_and_the_alert_fires() {
+/// A stack with a consumer whose alert webhook (every second) is a recording endpoint.
+async fn stack_with_alerts() -> (FakeEndpoint, TestStack) {
     let alert = FakeEndpoint::start().await;
     let alert_url = alert.url("/alert");
     let stack = TestStack::builder()
@@ -46,6 +46,20 @@ async fn poison_event_lands_in_the_dlq_with_its_metadata_and_the_alert_fires() {
         .consumer()
         .build()
         .await;
+    (alert, stack)
+}
+
+/// The alert webhook's first message text.
+async fn first_alert_text(alert: &FakeEndpoint) -> String {
+    eventually(Duration::from_secs(10), "alert webhook called", || async { !alert.requests().is_empty() }).await;
+    let (_, body) = &alert.requests()[0];
+    let alert_body: serde_json::Value = serde_json::from_slice(body).expect("alert JSON");
+    alert_body["text"].as_str().expect("Slack-compatible text").to_owned()
+}
+
+#[tokio::test]
+async fn poison_event_lands_in_the_dlq_with_its_metadata_and_the_alert_fires() {
+    let (alert, stack) = stack_with_alerts().await;
     let poison = Delivery::new(&b"{\"bad\":  true }"[..]);
     stack.handler.poison(&poison.delivery_id);
     let fine = Delivery::new(&br#"{"ok":1}"#[..]);
@@ -80,10 +94,7 @@ async fn poison_event_lands_in_the_dlq_with_its_metadata_and_the_alert_fires() {
     }
     assert_eq!(stack.consumer_metric(0, "hookline_consumer_dead_lettered_total", "error_class=\"poison\"").await, 1.0);
 
-    eventually(Duration::from_secs(10), "alert webhook called", || async { !alert.requests().is_empty() }).await;
-    let (_, body) = &alert.requests()[0];
-    let alert_body: serde_json::Value = serde_json::from_slice(body).expect("alert JSON");
-    let text = alert_body["text"].as_str().expect("Slack-compatible text");
+    let text = first_alert_text(&alert).await;
     assert!(text.contains("1 event(s) dead-lettered") && text.contains("github: 1 poison"), "{text}");
     assert!(text.contains(&poison.delivery_id), "{text}");
     stack.shutdown().await;
@@ -93,25 +104,13 @@ async fn poison_event_lands_in_the_dlq_with_its_metadata_and_the_alert_fires() {
 /// cannot mention `@channel` or disguise a link during an incident.
 #[tokio::test]
 async fn an_event_id_chosen_by_the_sender_cannot_mention_or_link_in_the_alert() {
-    let alert = FakeEndpoint::start().await;
-    let alert_url = alert.url("/alert");
-    let stack = TestStack::builder()
-        .consumer_config(move |config| {
-            config.alert.url = Some(alert_url.clone());
-            config.alert.interval_s = 1;
-        })
-        .consumer()
-        .build()
-        .await;
+    let (alert, stack) = stack_with_alerts().await;
     let hostile = "<!channel> <https://evil.example/|Open the DLQ console>";
     stack.handler.poison(hostile);
     let meta = push_meta(hostile);
     stack.produce_raw(0, meta.record_key(), meta.to_headers(), b"{}").await;
     stack.wait_until_handled(1).await;
-    eventually(Duration::from_secs(10), "alert webhook called", || async { !alert.requests().is_empty() }).await;
-    let (_, body) = &alert.requests()[0];
-    let alert_body: serde_json::Value = serde_json::from_slice(body).expect("alert JSON");
-    let text = alert_body["text"].as_str().expect("Slack-compatible text");
+    let text = first_alert_text(&alert).await;
     assert!(
         text.contains("`&lt;!channel&gt; &lt;https://evil.example/|Open the DLQ console&gt;`"),
         "the id escaped, as code: {text}"

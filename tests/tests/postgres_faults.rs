@@ -1,7 +1,8 @@
 //! The `postgres` handler through the database's own faults, events flowing: a fast restart of the server (what a
 //! failover looks like to clients: `57P01`, then refused connections) and DDL that invalidates a prepared statement
 //! (`0A000`, re-prepared once) cost retries, never an event or a double effect; and a dead letter (its order did not
-//! exist yet) is applied exactly once when the replayer re-drives it.
+//! exist yet) is applied exactly once when the replayer re-drives it; a restart while the consumer prepares its
+//! statements at start is waited out.
 //!
 //! It restarts the shared PostgreSQL: the tests of this binary run one at a time.
 
@@ -261,6 +262,62 @@ async fn a_handler_timeout_during_commit_applies_the_event_once() {
     println!("timed-out attempts {timeouts}, applied {applied}, found applied by the next attempt {duplicates}");
     assert!(timeouts >= 1.0, "the first attempt timed out during its COMMIT");
     assert_eq!(applied, 1, "applied exactly once");
+    stack.shutdown().await;
+    db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
+}
+
+/// A restart while the consumer prepares its statements at start (the server going away under the prepare) is
+/// waited out like an unreachable server, never taken as a configuration the database refuses.
+#[tokio::test]
+async fn a_restart_while_the_consumer_prepares_its_statements_is_waited_out() {
+    let _serial = SERIAL.lock().await;
+    let db = connect().await;
+    let schema = format!("prepare_{}", uuid::Uuid::new_v4().simple());
+    db.batch_execute(&format!(
+        "CREATE SCHEMA {schema}; CREATE TABLE {schema}.effects (event_id text PRIMARY KEY, applied int NOT NULL)"
+    ))
+    .await
+    .expect("schema");
+    let for_config = schema.clone();
+    let mut stack = TestStack::builder()
+        .consumer_config(move |config| {
+            config.handler = postgres_handler(PostgresConfig {
+                statements: vec![StatementConfig {
+                    sql: format!("INSERT INTO {for_config}.effects (event_id, applied) VALUES ($1, 1)"),
+                    params: vec!["event.id".into()],
+                    rows: Some(1),
+                    on_zero_rows: ZeroRows::Poison,
+                }],
+                ..postgres_handler_config(&for_config)
+            });
+        })
+        .build()
+        .await;
+    migrate(&stack.consumer_config).await;
+    // Preparing the INSERT waits on this lock; the server restarts under it.
+    db.batch_execute(&format!("BEGIN; LOCK TABLE {schema}.effects IN ACCESS EXCLUSIVE MODE")).await.expect("lock");
+    start_configured_consumer(&mut stack).await;
+    let observer = connect().await;
+    eventually(Duration::from_secs(60), "the consumer's prepare waiting on the lock", || async {
+        let waiting: i64 = observer
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'", &[])
+            .await
+            .expect("pg_stat_activity")
+            .get(0);
+        waiting >= 1
+    })
+    .await;
+    let restore = StackRestore("start-postgres");
+    stack_script("restart-postgres");
+    drop(restore);
+    let db = connect().await;
+    let meta = push_meta("after-the-restart");
+    stack.produce_raw(0, meta.record_key(), meta.to_headers(), b"{}").await;
+    eventually(Duration::from_secs(60), "the consumer started after all and applied the event", || async {
+        let applied = db.query_one(&format!("SELECT count(*) FROM {schema}.effects"), &[]).await;
+        applied.is_ok_and(|row| row.get::<_, i64>(0) == 1)
+    })
+    .await;
     stack.shutdown().await;
     db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop");
 }

@@ -73,6 +73,26 @@ impl std::fmt::Debug for PostgresHandler {
     }
 }
 
+/// Why preparing at start failed.
+#[derive(Debug)]
+pub enum StartProblem {
+    /// The database refuses what the configuration asks: the start ends with this line.
+    Refused(String),
+    /// The connection was lost (a restart, a failover): wait and prepare again.
+    Lost(String),
+}
+
+impl StartProblem {
+    /// `error`'s kind (by its SQLSTATE, or none: the connection itself failed), with `line` to say it.
+    pub fn of(error: &tokio_postgres::Error, line: String) -> Self {
+        if error.code().is_none() || classify_error(error) == Disposition::Retryable {
+            Self::Lost(line)
+        } else {
+            Self::Refused(line)
+        }
+    }
+}
+
 /// Why one transaction failed, before its fate is decided.
 #[derive(Debug)]
 pub enum Failure {
@@ -175,25 +195,46 @@ impl PostgresHandler {
         client.batch_execute(sql).await.map_err(|error| describe(&error))
     }
 
-    /// Connects (waiting while the database is unreachable) and prepares everything the work will run.
+    /// Connects (waiting while the database is unreachable) and prepares everything the work will run. A
+    /// connection lost while preparing (a restart, a failover) is waited out too; what the database refuses (a
+    /// missing table, a statement that does not prepare, wrong credentials) ends the start.
     async fn prepare(&self, context: &StartContext) -> Result<(), String> {
-        let client = loop {
-            match self.pool.get().await {
-                Ok(client) => break client,
-                Err(error) if start_refusal(&error) => return Err(pool_error_line(&error)),
-                Err(error) => tracing::warn!(error = %pool_error_line(&error), "postgres unreachable; waiting"),
+        loop {
+            let client = loop {
+                match self.pool.get().await {
+                    Ok(client) => break client,
+                    Err(error) if start_refusal(&error) => return Err(pool_error_line(&error)),
+                    Err(error) => tracing::warn!(error = %pool_error_line(&error), "postgres unreachable; waiting"),
+                }
+                tokio::select! {
+                    () = context.shutdown.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(START_RETRY) => {}
+                }
+            };
+            match self.prepare_on(&client).await {
+                Ok(()) => return Ok(()),
+                Err(StartProblem::Refused(line)) => return Err(line),
+                Err(StartProblem::Lost(line)) => {
+                    tracing::warn!(error = %line, "postgres connection lost while preparing; waiting");
+                }
             }
+            drop(client);
             tokio::select! {
                 () = context.shutdown.cancelled() => return Ok(()),
                 () = tokio::time::sleep(START_RETRY) => {}
             }
-        };
+        }
+    }
+
+    /// Prepares the dedupe or inbox statements and the work's on `client`.
+    async fn prepare_on(&self, client: &deadpool_postgres::Object) -> Result<(), StartProblem> {
         let missing_table = |error: &tokio_postgres::Error, table: &str| {
-            if error.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
+            let line = if error.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
                 format!("table {table} does not exist: run `hookline-consumer migrate` once ({})", describe(error))
             } else {
                 describe(error)
-            }
+            };
+            StartProblem::of(error, line)
         };
         match &self.work {
             Work::Inbox(inbox) => {
@@ -208,8 +249,10 @@ impl PostgresHandler {
             }
         }
         match &self.work {
-            Work::Statements(statements) => statements.prepare(&client).await.map_err(|problems| problems.join("; ")),
-            Work::Custom(handler) => handler.prepare(&client).await.map_err(|error| describe(&error)),
+            Work::Statements(statements) => statements.prepare(client).await,
+            Work::Custom(handler) => {
+                handler.prepare(client).await.map_err(|error| StartProblem::of(&error, describe(&error)))
+            }
             Work::Inbox(_) => Ok(()),
         }
     }

@@ -119,14 +119,18 @@ impl Statements {
     }
 
     /// Prepares every statement on `client` and checks its parameters against what the server infers: the start
-    /// check. A problem is a line naming the statement.
-    pub async fn prepare(&self, client: &tokio_postgres::Client) -> Result<(), Vec<String>> {
+    /// check. A problem is a line naming the statement; every refusal is said at once, a lost connection at once.
+    pub async fn prepare(&self, client: &tokio_postgres::Client) -> Result<(), super::StartProblem> {
         let mut problems = Vec::new();
         for (index, statement) in self.list.iter().enumerate() {
             let prepared = match client.prepare(&statement.sql).await {
                 Ok(prepared) => prepared,
                 Err(error) => {
-                    problems.push(format!("statements[{index}] does not prepare: {}", super::describe(&error)));
+                    let line = format!("statements[{index}] does not prepare: {}", super::describe(&error));
+                    match super::StartProblem::of(&error, line) {
+                        lost @ super::StartProblem::Lost(_) => return Err(lost),
+                        super::StartProblem::Refused(line) => problems.push(line),
+                    }
                     continue;
                 }
             };
@@ -144,7 +148,7 @@ impl Statements {
                 }
             }
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems) }
+        if problems.is_empty() { Ok(()) } else { Err(super::StartProblem::Refused(problems.join("; "))) }
     }
 
     /// Runs the event's transaction on `client` in two round trips: BEGIN, the dedupe insert (`acquire`, with its
