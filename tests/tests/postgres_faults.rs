@@ -26,28 +26,27 @@ use hookline_tests::{
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-#[tokio::test]
-async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_double() {
-    const N: usize = 800;
-    let _serial = SERIAL.lock().await;
+/// A fresh schema `<prefix>_<uuid>` with an `effects (event_id, applied)` table, and a stack (built, migrated, its
+/// consumer not started) whose `postgres` handler runs `statement(schema)` once per event, with `max_attempts`.
+async fn effects_stack(
+    prefix: &str,
+    max_attempts: u32,
+    statement: fn(&str) -> String,
+) -> (tokio_postgres::Client, String, TestStack) {
     let db = connect().await;
-    let schema = format!("faults_{}", uuid::Uuid::new_v4().simple());
+    let schema = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
     db.batch_execute(&format!(
         "CREATE SCHEMA {schema}; CREATE TABLE {schema}.effects (event_id text PRIMARY KEY, applied int NOT NULL)"
     ))
     .await
     .expect("schema");
     let for_config = schema.clone();
-    let mut stack = TestStack::builder()
+    let stack = TestStack::builder()
         .consumer_config(move |config| {
-            config.retry.max_attempts = 100;
+            config.retry.max_attempts = max_attempts;
             config.handler = postgres_handler(PostgresConfig {
                 statements: vec![StatementConfig {
-                    // `RETURNING *`: its result type changes when a column is added, which invalidates the plan.
-                    sql: format!(
-                        "INSERT INTO {for_config}.effects (event_id, applied) VALUES ($1, 1) \
-                         ON CONFLICT (event_id) DO UPDATE SET applied = effects.applied + 1 RETURNING *"
-                    ),
+                    sql: statement(&for_config),
                     params: vec!["event.id".into()],
                     rows: Some(1),
                     on_zero_rows: ZeroRows::Poison,
@@ -58,6 +57,21 @@ async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_do
         .build()
         .await;
     migrate(&stack.consumer_config).await;
+    (db, schema, stack)
+}
+
+#[tokio::test]
+async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_double() {
+    const N: usize = 800;
+    let _serial = SERIAL.lock().await;
+    // `RETURNING *`: its result type changes when a column is added, which invalidates the plan.
+    let (db, schema, mut stack) = effects_stack("faults", 100, |schema| {
+        format!(
+            "INSERT INTO {schema}.effects (event_id, applied) VALUES ($1, 1) \
+             ON CONFLICT (event_id) DO UPDATE SET applied = effects.applied + 1 RETURNING *"
+        )
+    })
+    .await;
     // The first 600 events before the DDL, the last 200 after it: each of those runs a plan made stale by it.
     let batch = |range: std::ops::Range<usize>| {
         range
@@ -271,29 +285,10 @@ async fn a_handler_timeout_during_commit_applies_the_event_once() {
 #[tokio::test]
 async fn a_restart_while_the_consumer_prepares_its_statements_is_waited_out() {
     let _serial = SERIAL.lock().await;
-    let db = connect().await;
-    let schema = format!("prepare_{}", uuid::Uuid::new_v4().simple());
-    db.batch_execute(&format!(
-        "CREATE SCHEMA {schema}; CREATE TABLE {schema}.effects (event_id text PRIMARY KEY, applied int NOT NULL)"
-    ))
-    .await
-    .expect("schema");
-    let for_config = schema.clone();
-    let mut stack = TestStack::builder()
-        .consumer_config(move |config| {
-            config.handler = postgres_handler(PostgresConfig {
-                statements: vec![StatementConfig {
-                    sql: format!("INSERT INTO {for_config}.effects (event_id, applied) VALUES ($1, 1)"),
-                    params: vec!["event.id".into()],
-                    rows: Some(1),
-                    on_zero_rows: ZeroRows::Poison,
-                }],
-                ..postgres_handler_config(&for_config)
-            });
-        })
-        .build()
-        .await;
-    migrate(&stack.consumer_config).await;
+    let (db, schema, mut stack) = effects_stack("prepare", 5, |schema| {
+        format!("INSERT INTO {schema}.effects (event_id, applied) VALUES ($1, 1)")
+    })
+    .await;
     // Preparing the INSERT waits on this lock; the server restarts under it.
     db.batch_execute(&format!("BEGIN; LOCK TABLE {schema}.effects IN ACCESS EXCLUSIVE MODE")).await.expect("lock");
     start_configured_consumer(&mut stack).await;
