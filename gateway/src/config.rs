@@ -75,10 +75,13 @@ pub struct Limits {
     /// past it a request is answered 503 with `Retry-After`. With `max_connections x max_header_bytes` this
     /// bounds the gateway's memory (see docs/operations.md).
     pub max_body_buffer_bytes: usize,
-    /// Public-key verifications (Discord Ed25519, SendGrid ECDSA: 5 to 20 times an HMAC) one source may run at
-    /// once, on the blocking pool; past it that source's requests get 503 `verify_busy` with `Retry-After`, so a
-    /// forged flood on one source cannot take the CPU others need. Default: half the cores, at least 1.
-    pub max_asymmetric_verifications_per_source: usize,
+    /// Costly verifications one source may run at once, on the blocking pool: public-key schemes (Discord
+    /// Ed25519, SendGrid ECDSA: 5 to 20 times an HMAC), Twilio (parses and sorts the form) and the URL-signing
+    /// Square and HubSpot. Past it that source's requests get 503 `verify_busy` with `Retry-After`, so a forged
+    /// flood on one source cannot take the CPU others need. Default: half the cores, at least 1. Read under its
+    /// former name `max_asymmetric_verifications_per_source` too.
+    #[serde(alias = "max_asymmetric_verifications_per_source")]
+    pub max_costly_verifications_per_source: usize,
     /// Requests per second one client IP address may send, checked before anything else (see
     /// `peer_limit`): a request over it waits for its turn up to `peer_max_wait_ms`, beyond that it is held that
     /// long and answered 429 with `Retry-After`. 0 (the default) turns it off; leave it off behind a proxy or load
@@ -107,7 +110,7 @@ impl Default for Limits {
             max_connections_per_peer: 1024,
             max_concurrent_streams: 100,
             max_body_buffer_bytes: 256 * 1024 * 1024,
-            max_asymmetric_verifications_per_source: default_verifications_per_source(),
+            max_costly_verifications_per_source: default_verifications_per_source(),
             peer_rate_per_s: 0.0,
             peer_burst: 0,
             peer_max_wait_ms: 1_000,
@@ -264,7 +267,7 @@ mod tests {
                 "sendgrid" => {
                     "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g=="
                 }
-                _ => "a-secret",
+                _ => "a-secret-of-sixteen-bytes-or-more",
             };
             let secrets = source
                 .secrets

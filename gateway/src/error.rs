@@ -46,7 +46,7 @@ impl Rejection {
             Self::NotFound | Self::UnknownSource => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PeerRateLimited => StatusCode::TOO_MANY_REQUESTS,
-            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTooLarge { .. } | Self::Verify(VerifyError::FormTooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::BodyRead(_) => StatusCode::BAD_REQUEST,
             Self::Verify(VerifyError::MalformedSignature(_)) | Self::MissingEventId => StatusCode::BAD_REQUEST,
@@ -188,6 +188,11 @@ mod tests {
             (VerifyError::TimestampFuture, StatusCode::UNAUTHORIZED, "timestamp_future"),
             (VerifyError::MissingTimestamp("t"), StatusCode::UNAUTHORIZED, "timestamp_missing"),
             (VerifyError::UnsupportedContentType("x"), StatusCode::UNSUPPORTED_MEDIA_TYPE, "content_type_unsupported"),
+            (
+                VerifyError::FormTooLarge { max_bytes: 1, max_params: 1 },
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "form_too_large",
+            ),
         ];
         for (error, status, code) in cases {
             let rejection = Rejection::Verify(error);

@@ -104,8 +104,18 @@ impl Source {
                 _ => {}
             }
         }
+        if let (Some(scheme), Some(signature::FieldSource::Header(name))) = (&scheme, &config.ordering_key) {
+            let signed = scheme.signable_headers().iter().any(|signed| signed.eq_ignore_ascii_case(name));
+            if scheme.is_verifying() && !signed {
+                problems.push(format!(
+                    "ordering_key: header `{name}` is not covered by scheme `{}`'s signature, so whoever relays or \
+                     captures a request could choose it; use a json_pointer into the signed body",
+                    scheme.name()
+                ));
+            }
+        }
         let Some(scheme) = scheme.filter(|_| problems.is_empty()) else { return Err(problems) };
-        let scheme_is_asymmetric = scheme.is_asymmetric();
+        let scheme_is_costly = scheme.is_costly();
         let mut identity = scheme.identity();
         if let Some(event_id) = &config.event_id {
             identity.event_id = vec![event_id.clone()];
@@ -123,8 +133,7 @@ impl Source {
             ordering_key: config.ordering_key.clone(),
             forward_headers,
             public_url: config.public_url.clone(),
-            verify_budget: scheme_is_asymmetric
-                .then(|| Arc::new(tokio::sync::Semaphore::new(verifications_per_source))),
+            verify_budget: scheme_is_costly.then(|| Arc::new(tokio::sync::Semaphore::new(verifications_per_source))),
         })
     }
 
@@ -171,6 +180,7 @@ fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<S
         let key = secret_ref.load().map_err(|problem| problems.push(problem)).ok().and_then(|raw| {
             scheme
                 .decode_secret(&raw)
+                .and_then(|key| key_strength(scheme, &raw, key, &secret_ref.id))
                 .map_err(|problem| problems.push(format!("secret `{}`: {problem}", secret_ref.id)))
                 .ok()
         });
@@ -183,6 +193,36 @@ fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<S
         problems.push("no secret is active now (check not_before / not_after)".to_owned());
     }
     secrets
+}
+
+/// Shortest key the generic `hmac` scheme accepts (bytes): 128 bits, so one captured request cannot be used to
+/// guess the key offline.
+pub const MIN_GENERIC_KEY_BYTES: usize = 16;
+
+/// Refuses a secret that is blank (a file or variable of only whitespace) or decodes to an empty key (hex or base64
+/// of whitespace), and a generic `hmac` key under [`MIN_GENERIC_KEY_BYTES`]; warns about a short key for a
+/// provider's scheme, whose secrets the provider issues (its test vectors use short ones) or the user chose.
+fn key_strength(scheme: &dyn Scheme, raw: &[u8], key: Vec<u8>, id: &str) -> Result<Vec<u8>, String> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Err("is blank (only whitespace)".to_owned());
+    }
+    if key.is_empty() {
+        return Err("decodes to an empty key".to_owned());
+    }
+    if key.len() < MIN_GENERIC_KEY_BYTES && scheme.name() == "hmac" {
+        return Err(format!(
+            "decodes to a {}-byte key; scheme `hmac` needs at least {MIN_GENERIC_KEY_BYTES} (e.g. `openssl rand -hex 32`)",
+            key.len()
+        ));
+    }
+    if key.len() < MIN_GENERIC_KEY_BYTES {
+        tracing::warn!(
+            secret_id = id,
+            key_bytes = key.len(),
+            "a short HMAC key: one captured request lets anyone guess it offline; use the longest the provider allows"
+        );
+    }
+    Ok(key)
 }
 
 /// Every source of one config, by name.
@@ -206,7 +246,7 @@ impl SourceTable {
             if !seen.insert(name.as_str()) {
                 problems.push(format!("source `{name}` is declared twice"));
             }
-            let per_source = config.limits.max_asymmetric_verifications_per_source;
+            let per_source = config.limits.max_costly_verifications_per_source;
             match Source::from_config_with(source_config, &config.kafka.inbound_topic, per_source) {
                 Ok(source) => {
                     sources.insert(source.name.clone(), Arc::new(source));
@@ -327,6 +367,69 @@ mod tests {
         assert!(problems_of(&SourceConfig::new("sw", "svix", vec![expired.clone()])).contains("no secret is active"));
         let current = SecretRef::from_file("new", &good);
         assert!(Source::from_config(&SourceConfig::new("sw", "svix", vec![current, expired]), "t").is_ok());
+    }
+
+    #[test]
+    fn blank_empty_and_short_keys_are_refused_with_the_reason() {
+        use signature::generic::{Encoding, SecretEncoding, TimestampUnit};
+        let hmac = |file: &str, secret_encoding: SecretEncoding| SourceConfig {
+            hmac: Some(signature::GenericHmacOptions {
+                signature_header: "x-sig".into(),
+                prefix: String::new(),
+                encoding: Encoding::Hex,
+                algorithm: signature::generic::Algorithm::Sha256,
+                signed_content: "{body}".into(),
+                id_header: None,
+                timestamp_header: None,
+                timestamp_unit: TimestampUnit::Seconds,
+                secret_encoding,
+            }),
+            ..SourceConfig::new("acme", "hmac", vec![SecretRef::from_file("a", file)])
+        };
+        let blank = secret_file("   \t  \n");
+        assert!(
+            problems_of(&hmac(&blank, SecretEncoding::Utf8)).contains("secret `a`: is blank"),
+            "{}",
+            problems_of(&hmac(&blank, SecretEncoding::Utf8))
+        );
+        assert!(
+            problems_of(&SourceConfig::new("gh", "github", vec![SecretRef::from_file("a", &blank)]))
+                .contains("is blank")
+        );
+        let short = secret_file("0123456789abcdef0123456789abcd");
+        assert!(
+            problems_of(&hmac(&short, SecretEncoding::Hex)).contains("a 15-byte key; scheme `hmac` needs at least 16")
+        );
+        let long = secret_file("0123456789abcdef0123456789abcdef");
+        assert!(Source::from_config(&hmac(&long, SecretEncoding::Hex), "t").is_ok());
+        // A provider's own test vector key stays usable (with a warning): its secrets are the provider's to issue.
+        assert!(
+            Source::from_config(&SourceConfig::new("gh", "github", vec![SecretRef::from_file("a", &short)]), "t")
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn an_ordering_key_from_a_header_the_signature_does_not_cover_is_refused() {
+        let file = secret_file("It's a Secret to Everybody");
+        let github = SourceConfig {
+            ordering_key: Some(signature::FieldSource::header("X-GitHub-Hook-ID")),
+            ..SourceConfig::new("gh", "github", vec![SecretRef::from_file("a", &file)])
+        };
+        assert!(
+            problems_of(&github).contains("ordering_key: header `X-GitHub-Hook-ID` is not covered"),
+            "{}",
+            problems_of(&github)
+        );
+        let from_body =
+            SourceConfig { ordering_key: Some(signature::FieldSource::pointer("/repository/id")), ..github };
+        assert!(Source::from_config(&from_body, "t").is_ok());
+        let whsec = secret_file("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let signed_header = SourceConfig {
+            ordering_key: Some(signature::FieldSource::header("webhook-id")),
+            ..SourceConfig::new("sw", "standard_webhooks", vec![SecretRef::from_file("a", &whsec)])
+        };
+        assert!(Source::from_config(&signed_header, "t").is_ok());
     }
 
     #[test]

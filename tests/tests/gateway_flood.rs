@@ -35,7 +35,7 @@ async fn a_sendgrid_flood_leaves_another_sources_accepted_rate() {
             vec![SecretRef::from_file("events", path.display().to_string())],
         ))
         // Fewer permits than flooders: before the budget, the forgeries held them while verifying.
-        .gateway_limits(Limits { max_in_flight: 16, max_asymmetric_verifications_per_source: 1, ..Limits::default() })
+        .gateway_limits(Limits { max_in_flight: 16, max_costly_verifications_per_source: 1, ..Limits::default() })
         .build()
         .await;
     let stack = Arc::new(stack);

@@ -240,6 +240,21 @@ async fn each_bad_request_gets_its_own_status_and_code_and_changes_nothing() {
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "content_type_unsupported",
         ),
+        (
+            // Refused before it is parsed: a forged form costs what it sends, not a sort of 300 parameters.
+            post(
+                &stack,
+                "/webhooks/twilio",
+                &[
+                    ("X-Twilio-Signature", "RSOYDt4T1cUTdK1PDd93/VVr8B8="),
+                    ("Content-Type", "application/x-www-form-urlencoded"),
+                ],
+                (0..300).map(|n| format!("p{n}=v")).collect::<Vec<_>>().join("&").into_bytes(),
+            )
+            .await,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "form_too_large",
+        ),
     ];
     for (reply, status, code) in &cases {
         assert_eq!((reply.status, reply.error_code().as_deref()), (*status, Some(*code)), "{:?}", reply.body);
@@ -479,6 +494,21 @@ async fn handshakes_are_answered_after_verification_and_never_produced() {
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(&reply.body[..], b"pogchamp-kappa-360noscope-vohiyo");
     assert!(reply.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/plain")));
+    // The same captured verification re-sent as a `notification` (the type header is unsigned): still a handshake,
+    // decided on the signed body, so it is never produced as an event.
+    let reply = post(
+        &stack,
+        "/webhooks/twitch",
+        &[
+            ("Twitch-Eventsub-Message-Id", "twitch-msg-1"),
+            ("Twitch-Eventsub-Message-Timestamp", &timestamp),
+            ("Twitch-Eventsub-Message-Signature", &signature),
+            ("Twitch-Eventsub-Message-Type", "notification"),
+        ],
+        &twitch_body[..],
+    )
+    .await;
+    assert_eq!((reply.status, &reply.body[..]), (StatusCode::OK, &b"pogchamp-kappa-360noscope-vohiyo"[..]));
 
     assert!(stack.inbound_records().await.is_empty(), "handshakes are not events");
     let metrics = scrape(&stack).await;

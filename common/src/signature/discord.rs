@@ -57,7 +57,7 @@ impl Scheme for Discord {
         "discord"
     }
 
-    fn is_asymmetric(&self) -> bool {
+    fn is_costly(&self) -> bool {
         true
     }
 

@@ -120,7 +120,55 @@ pub fn parse_template(template: &str) -> Result<Vec<Part>, String> {
     if !parts.contains(&Part::Body) {
         return Err(format!("signed_content `{template}` must include {{body}}"));
     }
+    check_unambiguous(template, &parts)?;
     Ok(parts)
+}
+
+/// Refuses a template whose signed string could be split into its values in more than one way: then one captured
+/// request could move bytes between them (from the body into the id, say) and be accepted again as another event.
+/// Each placeholder appears once; two placeholders are never adjacent (`{id}{body}`); and the separator beside
+/// `{timestamp}` does not start or end, on its side, with a digit (a timestamp is digits only). An `{id}` value may
+/// not contain its separators: [`GenericHmac::verify`] refuses one that does, as a malformed id header.
+fn check_unambiguous(template: &str, parts: &[Part]) -> Result<(), String> {
+    for placeholder in [Part::Id, Part::Timestamp, Part::Body] {
+        if parts.iter().filter(|part| **part == placeholder).count() > 1 {
+            return Err(format!("signed_content `{template}` uses a placeholder twice"));
+        }
+    }
+    for pair in parts.windows(2) {
+        let [before, after] = pair else { continue };
+        let reason = match (before, after) {
+            (Part::Literal(_), Part::Literal(_)) => None,
+            (Part::Literal(separator), Part::Timestamp) if separator.last().is_some_and(u8::is_ascii_digit) => {
+                Some("a digit before {timestamp} could belong to it")
+            }
+            (Part::Timestamp, Part::Literal(separator)) if separator.first().is_some_and(u8::is_ascii_digit) => {
+                Some("a digit after {timestamp} could belong to it")
+            }
+            (Part::Literal(_), _) | (_, Part::Literal(_)) => None,
+            _ => Some("two placeholders with no separator between them"),
+        };
+        if let Some(reason) = reason {
+            return Err(format!(
+                "signed_content `{template}` is ambiguous ({reason}): the same signature would cover other values, \
+                 so a captured request could be re-sent as another event; put a separator such as `.` between them"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The literals beside `{id}` in a template: an id value containing one of them is refused.
+fn id_separators(parts: &[Part]) -> Vec<Vec<u8>> {
+    let Some(index) = parts.iter().position(|part| *part == Part::Id) else { return Vec::new() };
+    [index.checked_sub(1), Some(index + 1)]
+        .into_iter()
+        .flatten()
+        .filter_map(|neighbour| match parts.get(neighbour) {
+            Some(Part::Literal(separator)) => Some(separator.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -130,6 +178,8 @@ pub struct GenericHmac {
     encoding: Encoding,
     algorithm: Algorithm,
     template: Vec<Part>,
+    /// The separators beside `{id}` (see [`check_unambiguous`]).
+    id_separators: Vec<Vec<u8>>,
     id_header: Option<HeaderName>,
     timestamp_header: Option<HeaderName>,
     timestamp_unit: TimestampUnit,
@@ -174,6 +224,7 @@ impl GenericHmac {
             prefix: options.prefix.clone(),
             encoding: options.encoding,
             algorithm: options.algorithm,
+            id_separators: id_separators(&template),
             template,
             id_header,
             timestamp_header,
@@ -182,6 +233,10 @@ impl GenericHmac {
             tolerance,
         })
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|window| window == needle)
 }
 
 fn text_of<'a>(request: &UnverifiedRequest<'a>, name: &HeaderName) -> Result<&'a str, VerifyError> {
@@ -218,6 +273,10 @@ impl Scheme for GenericHmac {
         .filter(|bytes| bytes.len() == self.algorithm.digest_len())
         .ok_or_else(malformed)?;
         let id = self.id_header.as_ref().map(|name| text_of(request, name)).transpose()?;
+        let id_is_ambiguous = id.is_some_and(|id| self.id_separators.iter().any(|sep| contains(id.as_bytes(), sep)));
+        if let (true, Some(name)) = (id_is_ambiguous, &self.id_header) {
+            return Err(VerifyError::MalformedSignature(Cow::Owned(name.as_str().to_owned())));
+        }
         let timestamp_text = self.timestamp_header.as_ref().map(|name| text_of(request, name)).transpose()?;
         let timestamp = match (&self.timestamp_header, timestamp_text) {
             (Some(name), Some(text)) => Some(
@@ -236,10 +295,8 @@ impl Scheme for GenericHmac {
                 Part::Body => request.body.as_ref(),
             })
             .collect();
-        // `new` refuses an id or timestamp header that the template does not sign.
-        let covered =
-            self.id_header.iter().chain(&self.timestamp_header).map(|name| Cow::Owned(name.as_str().to_owned()));
-        let verified = first_hmac_match(self.algorithm, secrets, &parts, &[signature])?.covering(covered);
+        let verified =
+            first_hmac_match(self.algorithm, secrets, &parts, &[signature])?.covering(self.signable_headers());
         if let (Some(tolerance), Some(timestamp)) = (self.tolerance, timestamp) {
             let timestamp_ms = match self.timestamp_unit {
                 TimestampUnit::Seconds => timestamp.saturating_mul(1000),
@@ -248,6 +305,11 @@ impl Scheme for GenericHmac {
             tolerance.check(timestamp_ms, request.now_ms)?;
         }
         Ok(verified)
+    }
+
+    /// `new` refuses an id or timestamp header that the template does not sign.
+    fn signable_headers(&self) -> Vec<Cow<'static, str>> {
+        self.id_header.iter().chain(&self.timestamp_header).map(|name| Cow::Owned(name.as_str().to_owned())).collect()
     }
 
     fn identity(&self) -> IdentityRule {
@@ -357,6 +419,38 @@ mod tests {
         );
         assert!(GenericHmac::new(&options("signature_header = \"bad header\"\n"), None).is_err());
         assert!(toml::from_str::<GenericHmacOptions>("signature_header = \"x\"\nalgorithm = \"md5\"\n").is_err());
+    }
+
+    #[test]
+    fn ambiguous_templates_are_refused_with_the_reason() {
+        for bad in ["{id}{body}", "{timestamp}{body}", "{body}{id}", "{timestamp}1{body}", "{body}.2{timestamp}"] {
+            let problem = parse_template(bad).expect_err(bad);
+            assert!(problem.contains("ambiguous"), "{bad}: {problem}");
+        }
+        assert!(parse_template("{body}.{body}").is_err(), "a placeholder twice");
+        for good in ["{id}.{timestamp}.{body}", "{timestamp}.{body}", "v0:{timestamp}:{body}", "{body}.{id}", "{body}"]
+        {
+            assert!(parse_template(good).is_ok(), "{good}");
+        }
+    }
+
+    /// `{id}.{body}` signs `abc.x.y` for id `abc` and body `x.y`, and the same string for id `abc.x` and body `y`:
+    /// without the check, one captured request is accepted again as a new event over a truncated body.
+    #[test]
+    fn an_id_holding_its_separator_is_refused_so_bytes_cannot_move_from_the_body() {
+        let scheme = GenericHmac::new(
+            &options("signature_header = \"x-sig\"\nsigned_content = \"{id}.{body}\"\nid_header = \"x-id\"\n"),
+            None,
+        )
+        .unwrap();
+        let signature = hex::encode(hmac(Algorithm::Sha256, b"k", &[b"abc", b".", b"x.y"]));
+        let genuine = headers(&[("x-sig", &signature), ("x-id", "abc")]);
+        assert_eq!(check(&scheme, &genuine, b"x.y", &[("a", "k")], 0), Ok("a".to_owned()));
+        let shifted = headers(&[("x-sig", &signature), ("x-id", "abc.x")]);
+        assert_eq!(
+            check(&scheme, &shifted, b"y", &[("a", "k")], 0),
+            Err(VerifyError::MalformedSignature("x-id".into()))
+        );
     }
 
     #[test]

@@ -259,6 +259,10 @@ pub enum VerifyError {
     /// with a `bodySHA256` query parameter).
     #[error("this source needs a `{0}` body")]
     UnsupportedContentType(&'static str),
+    /// A form too large to verify at the cost of what it sends (Twilio signs sorted form parameters, so a forged
+    /// form costs its parse and sort before its signature can be found wrong).
+    #[error("a signed form may hold at most {max_bytes} bytes and {max_params} parameters")]
+    FormTooLarge { max_bytes: usize, max_params: usize },
 }
 
 impl VerifyError {
@@ -272,6 +276,7 @@ impl VerifyError {
             Self::TimestampFuture => "timestamp_future",
             Self::MissingTimestamp(_) => "timestamp_missing",
             Self::UnsupportedContentType(_) => "content_type_unsupported",
+            Self::FormTooLarge { .. } => "form_too_large",
         }
     }
 
@@ -285,7 +290,8 @@ impl VerifyError {
             | Self::TimestampStale
             | Self::TimestampFuture
             | Self::MissingTimestamp(_)
-            | Self::UnsupportedContentType(_) => error.reason(),
+            | Self::UnsupportedContentType(_)
+            | Self::FormTooLarge { .. } => error.reason(),
         };
         let each = [
             Self::missing("h"),
@@ -295,6 +301,7 @@ impl VerifyError {
             Self::TimestampFuture,
             Self::MissingTimestamp("t"),
             Self::UnsupportedContentType("c"),
+            Self::FormTooLarge { max_bytes: 0, max_params: 0 },
         ];
         each.iter().map(listed).collect()
     }
@@ -366,15 +373,22 @@ pub trait Scheme: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The request headers (lowercase names) this scheme's signature can cover besides the body: the only headers
+    /// whose values may decide anything about an event (its id, its ordering key). Empty for most providers.
+    fn signable_headers(&self) -> Vec<Cow<'static, str>> {
+        Vec::new()
+    }
+
     /// Whether the scheme signs the URL, so the source must configure `public_url`.
     fn signs_url(&self) -> bool {
         false
     }
 
-    /// Whether verification is public-key cryptography (Discord, SendGrid), costly enough to run on a bounded
-    /// pool with a per-source budget.
-    fn is_asymmetric(&self) -> bool {
-        false
+    /// Whether verification costs more than one HMAC over the body, enough to run on the blocking pool under a
+    /// per-source budget: public-key cryptography (Discord, SendGrid), form parsing and sorting (Twilio), and the
+    /// URL variants a URL-signing scheme tries (Square, HubSpot).
+    fn is_costly(&self) -> bool {
+        self.signs_url()
     }
 
     /// Whether the scheme checks a signature at all. Only `none` says no.

@@ -48,7 +48,7 @@ impl Scheme for SendGrid {
         "sendgrid"
     }
 
-    fn is_asymmetric(&self) -> bool {
+    fn is_costly(&self) -> bool {
         true
     }
 

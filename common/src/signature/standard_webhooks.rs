@@ -138,6 +138,10 @@ impl Scheme for StandardWebhooks {
     fn identity(&self) -> IdentityRule {
         (self.identity)()
     }
+
+    fn signable_headers(&self) -> Vec<Cow<'static, str>> {
+        self.spellings.iter().flat_map(|names| [Cow::Borrowed(names.id), Cow::Borrowed(names.timestamp)]).collect()
+    }
 }
 
 /// What a signature covers: `"<id>.<timestamp>." + body`, the timestamp as sent (decimal seconds). The one

@@ -130,6 +130,7 @@ fn error_reasons_are_stable() {
         VerifyError::TimestampFuture,
         VerifyError::MissingTimestamp("t"),
         VerifyError::UnsupportedContentType("x"),
+        VerifyError::FormTooLarge { max_bytes: 1, max_params: 1 },
     ];
     let reasons: Vec<&str> = all.iter().map(VerifyError::reason).collect();
     assert_eq!(
@@ -141,7 +142,8 @@ fn error_reasons_are_stable() {
             "timestamp_stale",
             "timestamp_future",
             "timestamp_missing",
-            "content_type_unsupported"
+            "content_type_unsupported",
+            "form_too_large"
         ]
     );
 }

@@ -6,6 +6,12 @@
 //! then carries `bodySHA256=<hex>` of the raw body; that hash is checked too. Any other body cannot be verified
 //! (415). The URL is the source's `public_url` plus the query string; as Twilio's SDKs do, it is tried with and
 //! without the scheme's default port. Event id from `I-Twilio-Idempotency-Token`, else the body's SHA-256.
+//!
+//! Cost: the signed string is the sorted parameters, so it must be built before the signature can be checked,
+//! and a forged form costs what building it costs. Twilio sends fewer than 100 parameters in a few KiB, so a form
+//! over [`MAX_FORM_BYTES`] or [`MAX_FORM_PARAMS`] is refused (413 `form_too_large`) before it is parsed; the
+//! string is built once (the deduplicated variant from the same sorted list), and the gateway runs the scheme on
+//! the blocking pool under the source's verification budget ([`Scheme::is_costly`], as every URL-signing scheme).
 
 use sha2::{Digest, Sha256};
 
@@ -18,6 +24,11 @@ use base64::Engine;
 const SIGNATURE: &str = "X-Twilio-Signature";
 const SETTINGS: &str = "X-Twilio-Webhooks-Signature-Settings";
 const FORM: &str = "application/x-www-form-urlencoded";
+
+/// Largest form body verified (bytes): Twilio's requests are a few KiB.
+pub const MAX_FORM_BYTES: usize = 64 * 1024;
+/// Most form parameters verified: Twilio sends fewer than 100.
+pub const MAX_FORM_PARAMS: usize = 256;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Twilio;
@@ -58,18 +69,43 @@ pub fn toggle_default_port(url: &str) -> Option<String> {
 
 /// The POST parameters as Twilio signs them: sorted by name (then value), `name + value` concatenated.
 pub fn signed_params(body: &[u8]) -> String {
-    let mut params: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
-    params.sort();
-    params.iter().map(|(name, value)| format!("{name}{value}")).collect()
+    signed_param_strings(body).0
 }
 
 /// [`signed_params`] with repeated name/value pairs counted once, as Twilio's Python SDK builds the string.
 /// Tried as well when the body repeats a pair, so either convention verifies.
 pub fn signed_params_deduplicated(body: &[u8]) -> String {
-    let mut params: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
-    params.sort();
-    params.dedup();
-    params.iter().map(|(name, value)| format!("{name}{value}")).collect()
+    let (all, deduplicated) = signed_param_strings(body);
+    deduplicated.unwrap_or(all)
+}
+
+/// Both strings from one parse and one sort: every pair, and (only when the body repeats a pair) each pair once.
+fn signed_param_strings(body: &[u8]) -> (String, Option<String>) {
+    let mut params: Vec<(std::borrow::Cow<'_, str>, std::borrow::Cow<'_, str>)> =
+        form_urlencoded::parse(body).collect();
+    params.sort_unstable();
+    let length = params.iter().map(|(name, value)| name.len() + value.len()).sum();
+    let mut all = String::with_capacity(length);
+    let mut deduplicated: Option<String> = None;
+    for (index, (name, value)) in params.iter().enumerate() {
+        let repeated = index > 0 && params[index - 1] == params[index];
+        if repeated && deduplicated.is_none() {
+            deduplicated = Some(all.clone());
+        }
+        all.push_str(name);
+        all.push_str(value);
+        if let Some(deduplicated) = deduplicated.as_mut().filter(|_| !repeated) {
+            deduplicated.push_str(name);
+            deduplicated.push_str(value);
+        }
+    }
+    (all, deduplicated)
+}
+
+/// Whether a form is small enough to verify: at most [`MAX_FORM_BYTES`] and [`MAX_FORM_PARAMS`] parameters,
+/// counted without parsing (each `&` starts one).
+fn form_within_bounds(body: &[u8]) -> bool {
+    body.len() <= MAX_FORM_BYTES && body.iter().filter(|&&byte| byte == b'&').count() < MAX_FORM_PARAMS
 }
 
 fn is_form(content_type: Option<&str>) -> bool {
@@ -105,18 +141,17 @@ impl Scheme for Twilio {
         let url = request.url.ok_or(VerifyError::Mismatch)?;
 
         let form = is_form(header(request.headers, "content-type"));
-        let body_hash = if form { None } else { Some(body_sha256_param(url)) };
-        let mut param_strings = match body_hash {
-            None => vec![signed_params(request.body)],
-            Some(Some(_)) => vec![String::new()],
-            Some(None) => return Err(VerifyError::UnsupportedContentType(FORM)),
-        };
-        if body_hash.is_none() {
-            let deduplicated = signed_params_deduplicated(request.body);
-            if deduplicated != param_strings[0] {
-                param_strings.push(deduplicated);
-            }
+        if form && !form_within_bounds(request.body) {
+            return Err(VerifyError::FormTooLarge { max_bytes: MAX_FORM_BYTES, max_params: MAX_FORM_PARAMS });
         }
+        let param_strings: Vec<String> = if form {
+            let (all, deduplicated) = signed_param_strings(request.body);
+            std::iter::once(all).chain(deduplicated).collect()
+        } else if body_sha256_param(url).is_some() {
+            vec![String::new()]
+        } else {
+            return Err(VerifyError::UnsupportedContentType(FORM));
+        };
         let mut urls = vec![url.to_owned()];
         urls.extend(toggle_default_port(url));
         let verified = urls
@@ -127,7 +162,7 @@ impl Scheme for Twilio {
                 first_hmac_match(algorithm, secrets, &parts, std::slice::from_ref(&signature)).ok()
             })
             .ok_or(VerifyError::Mismatch)?;
-        if let Some(Some(expected)) = body_hash {
+        if let Some(expected) = body_sha256_param(url).filter(|_| !form) {
             let actual = hex::encode(Sha256::digest(request.body));
             if !equal(actual.as_bytes(), expected.to_ascii_lowercase().as_bytes()) {
                 return Err(VerifyError::Mismatch);
@@ -190,6 +225,28 @@ mod tests {
             assert_eq!(result, Ok("a".to_owned()), "{params}");
         }
         assert_eq!(signed_params_deduplicated(body), "TagaTagb");
+    }
+
+    #[test]
+    fn forms_past_the_bounds_are_refused_before_parsing_and_forms_within_them_verify() {
+        let sign_headers = |body: &[u8]| {
+            let signature = sign(TOKEN.as_bytes(), URL, body);
+            headers(&[(SIGNATURE, signature.as_str()), ("Content-Type", FORM)])
+        };
+        let run = |body: &[u8]| {
+            check_at(&Twilio, &http::Method::POST, Some(URL), &sign_headers(body), body, &[("a", TOKEN)], 0)
+        };
+        let params = |n: usize, value: &str| (0..n).map(|i| format!("p{i}={value}")).collect::<Vec<_>>().join("&");
+        let too_large = Err(VerifyError::FormTooLarge { max_bytes: MAX_FORM_BYTES, max_params: MAX_FORM_PARAMS });
+        // Genuinely signed, and refused all the same: the bound holds whoever sends it.
+        assert_eq!(run(params(MAX_FORM_PARAMS + 1, "v").as_bytes()), too_large);
+        let long_value = "v".repeat(MAX_FORM_BYTES);
+        assert_eq!(run(format!("Body={long_value}").as_bytes()), too_large);
+        assert_eq!(run(params(MAX_FORM_PARAMS, "v").as_bytes()), Ok("a".to_owned()));
+        let at_size = format!("Body={}", "v".repeat(MAX_FORM_BYTES - "Body=".len()));
+        assert_eq!(run(at_size.as_bytes()), Ok("a".to_owned()));
+        assert_eq!(signed_param_strings(b"b=2&a=1"), ("a1b2".to_owned(), None));
+        assert_eq!(signed_param_strings(b"b=2&a=1&b=2"), ("a1b2b2".to_owned(), Some("a1b2".to_owned())));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! body, concatenated without separators. The timestamp is RFC 3339; Twitch asks receivers to refuse messages older
 //! than 10 minutes. Event id from the message id, type from `Twitch-Eventsub-Subscription-Type`.
 //!
-//! Handshake: a `webhook_callback_verification` message is answered 200 `text/plain` with the raw `challenge`.
+//! Handshake: a verification message (`webhook_callback_verification`) is answered 200 `text/plain` with the raw
+//! `challenge`; it is recognised by the `challenge` in its signed body, never by the unsigned message type header.
 
 use std::time::UNIX_EPOCH;
 
@@ -16,7 +17,6 @@ pub const DEFAULT_TOLERANCE_S: u64 = 600;
 const SIGNATURE: &str = "Twitch-Eventsub-Message-Signature";
 const ID: &str = "Twitch-Eventsub-Message-Id";
 const TIMESTAMP: &str = "Twitch-Eventsub-Message-Timestamp";
-const MESSAGE_TYPE: &str = "twitch-eventsub-message-type";
 
 #[derive(Debug, Clone, Copy)]
 pub struct Twitch {
@@ -51,10 +51,8 @@ impl Scheme for Twitch {
             .ok_or(VerifyError::malformed(SIGNATURE))?;
         let timestamp_ms = parse_rfc3339_ms(timestamp_text).ok_or(VerifyError::malformed(TIMESTAMP))?;
         let parts: [&[u8]; 3] = [id.as_bytes(), timestamp_text.as_bytes(), request.body];
-        let verified = first_hmac_match(Algorithm::Sha256, secrets, &parts, &[signature])?.covering([
-            std::borrow::Cow::Borrowed("twitch-eventsub-message-id"),
-            std::borrow::Cow::Borrowed("twitch-eventsub-message-timestamp"),
-        ]);
+        let verified =
+            first_hmac_match(Algorithm::Sha256, secrets, &parts, &[signature])?.covering(self.signable_headers());
         if let Some(tolerance) = self.tolerance {
             tolerance.check(timestamp_ms, request.now_ms)?;
         }
@@ -68,11 +66,17 @@ impl Scheme for Twitch {
         )
     }
 
+    fn signable_headers(&self) -> Vec<std::borrow::Cow<'static, str>> {
+        vec![
+            std::borrow::Cow::Borrowed("twitch-eventsub-message-id"),
+            std::borrow::Cow::Borrowed("twitch-eventsub-message-timestamp"),
+        ]
+    }
+
+    /// Decided on the signed body, never on the unsigned `Twitch-Eventsub-Message-Type` header: a body carrying a
+    /// top-level `challenge` is a verification message whatever the header says (so a captured one re-sent as a
+    /// `notification` is answered, never produced), and a body without one is never a handshake.
     fn handshake(&self, request: &UnverifiedRequest<'_>, _secret: &Secret) -> Option<Handshake> {
-        let message_type = request.headers.get(MESSAGE_TYPE)?.to_str().ok()?;
-        if message_type != "webhook_callback_verification" {
-            return None;
-        }
         let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
         Some(Handshake::text(body.get("challenge")?.as_str()?.as_bytes().to_vec()))
     }
@@ -149,14 +153,18 @@ mod tests {
             reply.map(|r| (r.content_type, r.body)),
             Some(("text/plain; charset=utf-8", b"pogchamp-kappa-360noscope-vohiyo".to_vec()))
         );
-        let notification = headers_for("notification");
-        assert_eq!(
-            Twitch::new(None).handshake(
-                &UnverifiedRequest::new(&notification, &Bytes::copy_from_slice(body), 0),
-                &secret("a", SECRET)
-            ),
-            None
-        );
+        // The unsigned message type header decides nothing: a captured verification re-sent as a `notification` is
+        // still answered (and so never produced), and a notification's body is never taken for a handshake.
+        let handshake_of = |message_type: &str, body: &[u8]| {
+            Twitch::new(None)
+                .handshake(
+                    &UnverifiedRequest::new(&headers_for(message_type), &Bytes::copy_from_slice(body), 0),
+                    &secret("a", SECRET),
+                )
+                .map(|reply| reply.body)
+        };
+        assert_eq!(handshake_of("notification", body), Some(b"pogchamp-kappa-360noscope-vohiyo".to_vec()));
+        assert_eq!(handshake_of("webhook_callback_verification", BODY), None);
     }
 
     fn headers_for(message_type: &str) -> http::HeaderMap {
