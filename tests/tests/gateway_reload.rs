@@ -65,6 +65,9 @@ async fn secrets_rotate_without_restart_and_a_bad_reload_keeps_the_old_config() 
     assert_eq!(answer["error"]["code"], "reload_rejected");
     assert_eq!(answer["error"]["problems"], 1, "{answer}");
     assert!(!reply.body.windows(4).any(|window| window == b"/tmp"), "no path in the answer: {answer}");
+    // A secret of only whitespace is as empty (it would be a guessable key): rejected too.
+    std::fs::write(&secret_path, "  \t \n").expect("write");
+    assert_eq!(admin(&stack, http::Method::POST).await.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(post_signed(&stack, "second-secret", "d-5").await.status, StatusCode::ACCEPTED);
     assert_eq!(admin(&stack, http::Method::GET).await.status, StatusCode::METHOD_NOT_ALLOWED);
 
@@ -89,7 +92,7 @@ async fn secrets_rotate_without_restart_and_a_bad_reload_keeps_the_old_config() 
         "{text}"
     );
     assert!(
-        text.lines().any(|l| l.starts_with("hookline_gateway_config_reloads_total{outcome=\"rejected\"} 1")),
+        text.lines().any(|l| l.starts_with("hookline_gateway_config_reloads_total{outcome=\"rejected\"} 2")),
         "{text}"
     );
 
