@@ -479,35 +479,23 @@ async fn handshakes_are_answered_after_verification_and_never_produced() {
     let twitch_body = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"type":"channel.follow"}}"#;
     let timestamp = rfc3339_now();
     let signature = twitch::sign(TWITCH_SECRET.as_bytes(), "twitch-msg-1", &timestamp, twitch_body);
-    let reply = post(
-        &stack,
-        "/webhooks/twitch",
-        &[
+    let post_twitch = |message_type: &'static str| {
+        let headers = [
             ("Twitch-Eventsub-Message-Id", "twitch-msg-1"),
-            ("Twitch-Eventsub-Message-Timestamp", &timestamp),
-            ("Twitch-Eventsub-Message-Signature", &signature),
-            ("Twitch-Eventsub-Message-Type", "webhook_callback_verification"),
-        ],
-        &twitch_body[..],
-    )
-    .await;
+            ("Twitch-Eventsub-Message-Timestamp", timestamp.as_str()),
+            ("Twitch-Eventsub-Message-Signature", signature.as_str()),
+            ("Twitch-Eventsub-Message-Type", message_type),
+        ];
+        let stack = &stack;
+        async move { post(stack, "/webhooks/twitch", &headers, &twitch_body[..]).await }
+    };
+    let reply = post_twitch("webhook_callback_verification").await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(&reply.body[..], b"pogchamp-kappa-360noscope-vohiyo");
     assert!(reply.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/plain")));
     // The same captured verification re-sent as a `notification` (the type header is unsigned): still a handshake,
     // decided on the signed body, so it is never produced as an event.
-    let reply = post(
-        &stack,
-        "/webhooks/twitch",
-        &[
-            ("Twitch-Eventsub-Message-Id", "twitch-msg-1"),
-            ("Twitch-Eventsub-Message-Timestamp", &timestamp),
-            ("Twitch-Eventsub-Message-Signature", &signature),
-            ("Twitch-Eventsub-Message-Type", "notification"),
-        ],
-        &twitch_body[..],
-    )
-    .await;
+    let reply = post_twitch("notification").await;
     assert_eq!((reply.status, &reply.body[..]), (StatusCode::OK, &b"pogchamp-kappa-360noscope-vohiyo"[..]));
 
     assert!(stack.inbound_records().await.is_empty(), "handshakes are not events");
