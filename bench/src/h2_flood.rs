@@ -170,7 +170,16 @@ impl FloodConnection {
 
 /// The resident set size of process `pid` (`VmRSS` of `/proc/<pid>/status`), in bytes.
 pub fn rss_bytes(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// The largest resident set size process `pid` has had (`VmHWM`), in bytes.
+pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmHWM:")
+}
+
+fn status_bytes(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib = status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim();
+    let kib = status.lines().find_map(|line| line.strip_prefix(field))?.trim().trim_end_matches("kB").trim();
     kib.parse::<u64>().ok().map(|kib| kib * 1024)
 }

@@ -1,6 +1,7 @@
 //! The gateway's resident memory under an HTTP/2 stream flood (docs/benchmarks/h2-stream-flood.md): connections
 //! that each open streams with a large head and no body, held for a while, spread over loopback addresses so the
-//! per-peer connection cap does not stop them. Samples the gateway's `VmRSS` every 50 ms and prints its peak.
+//! per-peer connection cap does not stop them. Samples the gateway's `VmRSS` every 50 ms and prints its peak and
+//! the process's `VmHWM` (a fresh gateway's peak is the flood's).
 //!
 //! `h2-flood-bench --target 127.0.0.1:8080 --pid <gateway pid> --connections 512 --streams 16 --header-bytes 61440`
 
@@ -11,7 +12,7 @@ use std::{
 };
 
 use clap::Parser;
-use hookline_bench::h2_flood::{FloodConnection, FloodRequest, Outcomes, rss_bytes};
+use hookline_bench::h2_flood::{FloodConnection, FloodRequest, Outcomes, peak_rss_bytes, rss_bytes};
 use http::StatusCode;
 
 #[derive(Debug, Parser)]
@@ -71,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
     let opened = started.elapsed();
     tokio::time::sleep(Duration::from_secs(args.hold_s)).await;
     let held_rss = rss_bytes(args.pid).unwrap_or(0);
+    let high_water = peak_rss_bytes(args.pid).unwrap_or(0);
     let advertised: Vec<usize> = connections.iter().map(FloodConnection::advertised_streams).collect();
     let (n_503, n_503_retry_after) = outcomes.answered(StatusCode::SERVICE_UNAVAILABLE);
     println!(
@@ -94,10 +96,12 @@ async fn main() -> anyhow::Result<()> {
     sampling.abort();
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     println!(
-        "gateway RSS: baseline {:.1} MiB, at the end of the hold {:.1} MiB, peak {:.1} MiB",
+        "gateway RSS: before {:.1} MiB, at the end of the hold {:.1} MiB, peak sampled every 50 ms {:.1} MiB, \
+         VmHWM (the process's peak) {:.1} MiB",
         mib(baseline),
         mib(held_rss),
-        mib(peak.load(std::sync::atomic::Ordering::Relaxed))
+        mib(peak.load(std::sync::atomic::Ordering::Relaxed)),
+        mib(high_water)
     );
     Ok(())
 }
