@@ -2,7 +2,8 @@
 # The gateway's peak RSS under an HTTP/2 stream flood (docs/benchmarks/h2-stream-flood.md).
 # run.sh <gateway binary> <h2-flood-bench binary> <label> <out dir> [extra [limits] lines]
 # Starts a fresh gateway on 127.0.0.1:48480 against $KAFKA_BROKERS, floods it (512 connections, 32 streams
-# offered on each, 60 KiB of headers a stream, no body, held 5 s), writes <label>.txt, <label>.toml, load.
+# offered on each, 60 KiB of headers a stream, no body, held 5 s), writes <label>.txt, <label>.toml,
+# <label>.load (uptime before and after) and <label>.gateway.log (ignored by git).
 set -euo pipefail
 gateway=$1 flood=$2 label=$3 out=$4 extra=${5:-}
 mkdir -p "$out"
