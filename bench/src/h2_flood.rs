@@ -75,7 +75,8 @@ pub struct FloodRequest {
 }
 
 impl FloodRequest {
-    fn build(&self) -> Request<()> {
+    /// The request each stream sends (its head; the stream never sends a body).
+    pub fn build(&self) -> Request<()> {
         const CHUNK: usize = 8 * 1024;
         let mut builder = Request::post(&self.uri).header("content-type", "application/json");
         let mut remaining = self.n_header_bytes;

@@ -2,8 +2,9 @@
 //! `max_header_bytes` while its body is awaited, so the memory bound counts streams, not connections: a connection
 //! may open `max_concurrent_streams` streams (advertised in SETTINGS, the rest refused), at most
 //! `max_requests_in_progress` requests are in progress at once (past it: 503 with `Retry-After`, at once), and
-//! every head held is charged to the body budget. The gateway runs as its own process (`test-gateway`), so its
-//! resident memory is its own, apart from the flooding clients'.
+//! every head held is charged to the body budget. For its memory the gateway runs as its own process
+//! (`test-gateway`), so its resident memory is its own, apart from the flooding clients'; the heads' charge is
+//! tested on the in-process gateway of a [`TestStack`].
 
 use std::{
     io::{BufRead, BufReader},
@@ -243,4 +244,51 @@ async fn an_h2_stream_flood_is_held_to_the_stream_and_request_caps_within_the_me
         offered_bytes >> 20
     );
     drop((from_one_peer, from_more_peers));
+}
+
+#[tokio::test]
+async fn heads_held_by_streams_are_charged_to_the_body_budget() {
+    const BUDGET: usize = 512 * 1024;
+    let stack = TestStack::builder()
+        .gateway_limits(Limits {
+            max_body_buffer_bytes: BUDGET,
+            body_read_timeout_ms: 60_000,
+            request_deadline_ms: 60_000,
+            drain_grace_ms: 0,
+            ..Limits::default()
+        })
+        .build()
+        .await;
+    let request =
+        FloodRequest { uri: format!("http://{}/webhooks/github", stack.gateway_addr), n_header_bytes: HEADER_BYTES };
+    let head = request.build();
+    let charged = hookline_gateway::body::head_bytes(head.uri(), head.headers());
+    let n_fit = BUDGET / charged;
+    assert!(n_fit < 4 * MAX_STREAMS, "the flood offers more heads than the budget holds: {n_fit}");
+
+    let outcomes = Arc::new(Outcomes::default());
+    let mut flood = Vec::new();
+    for _ in 0..4 {
+        let connection =
+            FloodConnection::open(stack.gateway_addr, loopback(2), &request, 2 * MAX_STREAMS, outcomes.clone());
+        flood.push(connection.await.expect("connect"));
+    }
+    let buffer_full = "outcome=\"body_buffer_full\"";
+    eventually(Duration::from_secs(30), "heads past the budget are refused, and the clients heard it", || async {
+        let counted = stack.gateway_metric("hookline_gateway_requests_total", buffer_full).await;
+        let (n_503, _) = outcomes.answered(StatusCode::SERVICE_UNAVAILABLE);
+        counted > 0.0
+            && counted == n_503 as f64
+            && stack.gateway_metric("hookline_gateway_in_flight_requests", "").await == n_fit as f64
+    })
+    .await;
+    let (n_503, n_retry_after) = outcomes.answered(StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!((n_503, n_retry_after), (outcomes.n_answered(), n_503), "only 503s, each with Retry-After");
+    // What the held heads leave of the budget is less than one more flood head, and more than a delivery needs.
+    let reply = stack.post(&Delivery::new(r#"{"small":"enough"}"#)).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    let held = stack.gateway_metric("hookline_gateway_in_flight_requests", "").await;
+    assert_eq!(held, n_fit as f64, "the budget holds {n_fit} heads of {charged} bytes");
+    drop(flood);
+    stack.shutdown().await;
 }
