@@ -1,7 +1,8 @@
 //! Benchmarks of the webhook-to-durable-Kafka path, reproducible on one machine: a load generator that signs
 //! every request with a real provider scheme and afterwards proves the topic holds exactly what was acknowledged
 //! ([`loadgen`], [`topic_check`]), the ceilings it is compared with ([`ceilings`]: bare HTTP, a bare Kafka
-//! producer, bare Redis dedupe round trips), and the consumer's end-to-end throughput ([`consumer_bench`]).
+//! producer, bare Redis dedupe round trips), the consumer's end-to-end throughput ([`consumer_bench`]), and an
+//! HTTP/2 stream flood against the gateway's memory bound ([`h2_flood`]).
 //!
 //! `scripts/bench` runs the whole set through the `hookline-bench` binary and `report` turns the results into
 //! the tables of `docs/benchmarks.md`. The test suite only runs a short smoke of the generator.
@@ -9,6 +10,7 @@
 pub mod ceilings;
 pub mod consumer_bench;
 pub mod cpu;
+pub mod h2_flood;
 pub mod loadgen;
 pub mod postgres_bench;
 pub mod record_key;

@@ -51,7 +51,8 @@ pub struct ServeLimits {
     pub idle_timeout: Duration,
     /// Connections open at once on this listener.
     pub max_connections: usize,
-    /// Connections open at once from one IP address (behind a proxy every client shares its address).
+    /// Connections open at once from one peer: an IPv4 address, or an IPv6 /64 (behind a proxy every client
+    /// shares its address).
     pub max_connections_per_peer: usize,
     /// HTTP/2 streams a connection may have open at once.
     pub max_concurrent_streams: u32,
@@ -301,7 +302,9 @@ impl Drop for RequestGuard {
     }
 }
 
-/// The connection caps of one listener: in total and per peer address.
+/// The connection caps of one listener: in total and per peer, a peer being its [`crate::peer::peer_key`] (an
+/// IPv6 host by its /64). The per-peer table holds only peers with a connection open, so it never holds more
+/// than `max_total + probe_slots` entries and needs no overflow: it never fails open.
 #[derive(Debug, Clone)]
 struct ConnectionSlots {
     max_total: usize,
@@ -325,6 +328,7 @@ impl ConnectionSlots {
     /// A slot for a connection from `peer`: a full one, a probes-only one when the listener is full, or `None`
     /// when a cap is reached.
     fn take(&self, peer: IpAddr) -> Option<ConnectionSlot> {
+        let peer = crate::peer::peer_key(peer);
         let mut counts = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let from_peer = counts.per_peer.get(&peer).copied().unwrap_or(0);
         if from_peer >= self.max_per_peer {
@@ -473,5 +477,22 @@ mod tests {
         assert!(token_matches("t0k", b"t0k"));
         assert!(!token_matches("t0k", b"t0K"));
         assert!(!token_matches("", b""));
+    }
+
+    #[test]
+    fn connections_from_one_ipv6_64_count_as_one_peer() {
+        let slots = ConnectionSlots::new(100, 3, 0);
+        let host = |n: u16| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, 7, n, 0, 0, n));
+        let held: Vec<ConnectionSlot> = (1..=3).map(|n| slots.take(host(n)).expect("within the cap")).collect();
+        assert!(slots.take(host(4)).is_none(), "a fourth address of the same /64 is the same peer");
+        let other = IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, 8, 0, 0, 0, 1));
+        assert!(slots.take(other).is_some(), "another /64 is another peer");
+        drop(held);
+        assert!(slots.take(host(4)).is_some(), "given back on close");
+        let mapped: IpAddr = "::ffff:192.0.2.9".parse().unwrap();
+        let v4: IpAddr = "192.0.2.9".parse().unwrap();
+        let held: Vec<ConnectionSlot> = [v4, v4, mapped].into_iter().filter_map(|ip| slots.take(ip)).collect();
+        assert_eq!(held.len(), 3);
+        assert!(slots.take(v4).is_none(), "an IPv4-mapped address is its IPv4 address");
     }
 }

@@ -4,7 +4,8 @@
 //! ([`kafka_security`]), and the one producer every writer uses ([`producer`]), which signs every record
 //! ([`record_auth`]), one Redis connection type
 //! ([`redis_connection`]), configuration loading ([`config`]), HTTP/admin plumbing and logging ([`http`],
-//! [`telemetry`]), and the description of a service's metrics ([`metrics_catalog`]).
+//! [`telemetry`]), the key per-client limits count by ([`peer`]), and the description of a service's metrics
+//! ([`metrics_catalog`]).
 //!
 //! This crate knows nothing about any one service or public route.
 
@@ -15,6 +16,7 @@ pub mod http_client;
 pub mod kafka;
 pub mod kafka_security;
 pub mod metrics_catalog;
+pub mod peer;
 pub mod producer;
 pub mod record_auth;
 pub mod redis_connection;

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::telemetry::LogThrottle;
+use hookline_common::{peer::peer_key, telemetry::LogThrottle};
 
 /// Wrong tokens an address may send per [`FAILURE_WINDOW`] before its logins are refused until the window ends.
 const MAX_FAILURES: u32 = 10;
@@ -17,7 +17,8 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(300);
 /// the table never fails open.
 const MAX_TRACKED: usize = 10_000;
 
-/// Wrong-token counts per address (an IPv6 address by its /64, what one host can easily hold).
+/// Wrong-token counts per address (keyed by [`peer_key`]: an IPv6 address by its /64, what one host can easily
+/// hold).
 #[derive(Debug)]
 pub struct LoginThrottle {
     failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
@@ -33,7 +34,7 @@ impl Default for LoginThrottle {
 impl LoginThrottle {
     /// Whether `peer` may try a token now.
     pub(crate) fn admits(&self, peer: Option<IpAddr>, now: Instant) -> bool {
-        let Some(peer) = peer.map(key) else { return true };
+        let Some(peer) = peer.map(peer_key) else { return true };
         let mut failures = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match failures.get(&peer) {
             Some((since, count)) if now.duration_since(*since) < FAILURE_WINDOW => *count < MAX_FAILURES,
@@ -51,11 +52,11 @@ impl LoginThrottle {
         if let Some(peer) = peer {
             let mut failures = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let full = failures.len() >= MAX_TRACKED;
-            match failures.get_mut(&key(peer)) {
+            match failures.get_mut(&peer_key(peer)) {
                 Some((since, count)) if now.duration_since(*since) < FAILURE_WINDOW => *count += 1,
                 Some(entry) => *entry = (now, 1),
                 None if !full => {
-                    failures.insert(key(peer), (now, 1));
+                    failures.insert(peer_key(peer), (now, 1));
                 }
                 None => {}
             }
@@ -64,17 +65,6 @@ impl LoginThrottle {
             let peer = peer.map(|peer| peer.to_string()).unwrap_or_default();
             tracing::warn!(peer = %peer, more_since_last_line = held_back, "console login with a wrong token");
         }
-    }
-}
-
-/// The address a throttle counts: IPv4 as is, IPv6 by its /64.
-fn key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !((1_u128 << 64) - 1)).into()),
-        },
     }
 }
 

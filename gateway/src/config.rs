@@ -66,14 +66,23 @@ pub struct Limits {
     /// Public connections open at once; more are closed on accept. Lowered at start-up, with a warning, to what
     /// the process's open-file limit leaves after a reserve for the admin listener, Kafka and files.
     pub max_connections: usize,
-    /// Public connections open at once from one IP address. Behind a proxy or load balancer every client shares
-    /// its address: raise it to `max_connections` there.
+    /// Public connections open at once from one IP address (an IPv6 address by its /64). Behind a proxy or load
+    /// balancer every client shares its address: raise it to `max_connections` there.
     pub max_connections_per_peer: usize,
-    /// HTTP/2 streams one connection may have open at once.
+    /// HTTP/2 streams one connection may have open at once (advertised in SETTINGS; a stream past it is refused
+    /// with `REFUSED_STREAM`). Each open stream may hold a request head of up to `max_header_bytes` while its body
+    /// is awaited, so this multiplies what one connection can hold; providers barely multiplex, hence 8.
     pub max_concurrent_streams: u32,
-    /// Bytes of request bodies held at once, over all requests (read buffers included, being read or in flight):
-    /// past it a request is answered 503 with `Retry-After`. With `max_connections x max_header_bytes` this
-    /// bounds the gateway's memory (see docs/operations.md).
+    /// Requests in progress at once over all connections and streams, counted from when a request's head has
+    /// arrived (before its body is read) until it is answered; past it a request is answered 503
+    /// `too_many_requests_in_progress` with `Retry-After` at once. Unlike `max_in_flight` (taken once a body is
+    /// complete) this bounds the requests that wait for a body that never comes.
+    pub max_requests_in_progress: usize,
+    /// Bytes of request bodies and heads held at once, over all requests (read buffers included, being read or in
+    /// flight; a head is charged its header list size, name and value plus 32 bytes a header, from when it arrives
+    /// until the answer): past it a request is answered 503 `body_buffer_full` with `Retry-After`. With
+    /// `max_connections x max_header_bytes` (the one head each connection may be receiving) this bounds the
+    /// gateway's memory (see docs/operations.md).
     pub max_body_buffer_bytes: usize,
     /// Costly verifications one source may run at once, on the blocking pool: public-key schemes (Discord
     /// Ed25519, SendGrid ECDSA: 5 to 20 times an HMAC), Twilio (parses and sorts the form) and the URL-signing
@@ -82,10 +91,11 @@ pub struct Limits {
     /// former name `max_asymmetric_verifications_per_source` too.
     #[serde(alias = "max_asymmetric_verifications_per_source")]
     pub max_costly_verifications_per_source: usize,
-    /// Requests per second one client IP address may send, checked before anything else (see
-    /// `peer_limit`): a request over it waits for its turn up to `peer_max_wait_ms`, beyond that it is held that
-    /// long and answered 429 with `Retry-After`. 0 (the default) turns it off; leave it off behind a proxy or load
-    /// balancer that hides client addresses (every client would share one limit) and rate-limit there.
+    /// Requests per second one client IP address (an IPv6 address by its /64) may send, checked before anything
+    /// else (see `peer_limit`): a request over it waits for its turn up to `peer_max_wait_ms`, beyond that it is
+    /// held that long and answered 429 with `Retry-After`. 0 (the default) turns it off; leave it off behind a
+    /// proxy or load balancer that hides client addresses (every client would share one limit) and rate-limit
+    /// there.
     pub peer_rate_per_s: f64,
     /// Requests one address may send at once above `peer_rate_per_s` before pacing starts; 0 means one second's
     /// worth.
@@ -108,7 +118,8 @@ impl Default for Limits {
             idle_timeout_ms: 30_000,
             max_connections: 4096,
             max_connections_per_peer: 1024,
-            max_concurrent_streams: 100,
+            max_concurrent_streams: 8,
+            max_requests_in_progress: 4096,
             max_body_buffer_bytes: 256 * 1024 * 1024,
             max_costly_verifications_per_source: default_verifications_per_source(),
             peer_rate_per_s: 0.0,
@@ -224,6 +235,7 @@ impl GatewayConfig {
         );
         problems.check(self.limits.peer_max_wait_ms <= 60_000, "limits.peer_max_wait_ms must be at most 60000");
         problems.check(self.limits.max_concurrent_streams > 0, "limits.max_concurrent_streams must be positive");
+        problems.check(self.limits.max_requests_in_progress > 0, "limits.max_requests_in_progress must be positive");
         problems.check(
             self.limits.header_read_timeout_ms > 0 && self.limits.idle_timeout_ms > 0,
             "limits.header_read_timeout_ms and limits.idle_timeout_ms must be positive",

@@ -32,6 +32,8 @@ pub enum Rejection {
     Overloaded,
     #[error("the gateway holds as many request bodies as it may")]
     BodyBufferFull,
+    #[error("the gateway has as many requests in progress as it may")]
+    TooManyRequestsInProgress,
     #[error("this source's signature verifications are at their limit")]
     VerifyBusy,
     #[error("this client address sends faster than the gateway's limit for one address")]
@@ -58,9 +60,11 @@ impl Rejection {
                 | VerifyError::TimestampFuture
                 | VerifyError::MissingTimestamp(_),
             ) => StatusCode::UNAUTHORIZED,
-            Self::Overloaded | Self::BodyBufferFull | Self::VerifyBusy | Self::Produce(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::Overloaded
+            | Self::BodyBufferFull
+            | Self::TooManyRequestsInProgress
+            | Self::VerifyBusy
+            | Self::Produce(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -77,6 +81,7 @@ impl Rejection {
             Self::MissingEventId => "event_id_missing",
             Self::Overloaded => "overloaded",
             Self::BodyBufferFull => "body_buffer_full",
+            Self::TooManyRequestsInProgress => "too_many_requests_in_progress",
             Self::VerifyBusy => "verify_busy",
             Self::PeerRateLimited => "rate_limited",
             Self::Produce(ProduceError::QueueFull) => "broker_queue_full",
@@ -98,6 +103,7 @@ impl Rejection {
             | Self::MissingEventId
             | Self::Overloaded
             | Self::BodyBufferFull
+            | Self::TooManyRequestsInProgress
             | Self::VerifyBusy
             | Self::PeerRateLimited
             | Self::Produce(_) => rejection.code(),
@@ -112,6 +118,7 @@ impl Rejection {
             Self::MissingEventId,
             Self::Overloaded,
             Self::BodyBufferFull,
+            Self::TooManyRequestsInProgress,
             Self::VerifyBusy,
             Self::PeerRateLimited,
             Self::Produce(ProduceError::QueueFull),

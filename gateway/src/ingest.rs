@@ -5,7 +5,8 @@
 //!
 //! The in-flight permit is taken only once the body is complete, so clients that send slowly (or, over HTTP/2,
 //! declare a body and never send it) hold no permit and cannot starve fast ones; what they can hold is bounded
-//! by the connection caps, the body timeout and the shared body buffer budget ([`BodyBudget`]).
+//! by the connection caps, the body timeout, `limits.max_requests_in_progress` (taken as soon as the head has
+//! arrived) and the shared body buffer budget ([`BodyBudget`]), which each request's head is charged to as well.
 
 use std::{
     collections::HashMap,
@@ -21,11 +22,11 @@ use hookline_common::{
     wire::{EventMeta, now_ms},
 };
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::{
+    body::{BodyBudget, head_bytes, read_body, reserve_head},
     config::{FORWARDED_HEADER_PREFIX, Limits},
     error::Rejection,
     metrics::{Metrics, outcome},
@@ -44,6 +45,8 @@ pub struct Ingest {
     metrics: Metrics,
     limits: Limits,
     in_flight: Semaphore,
+    /// Requests whose head has arrived and that are not answered yet (`limits.max_requests_in_progress`).
+    in_progress: Semaphore,
     body_budget: BodyBudget,
     rejection_log: RejectionLog,
     /// The request rate per client address, when configured.
@@ -118,6 +121,7 @@ impl Ingest {
             metrics,
             limits: limits.clone(),
             in_flight: Semaphore::new(limits.max_in_flight),
+            in_progress: Semaphore::new(limits.max_requests_in_progress.min(Semaphore::MAX_PERMITS)),
             body_budget: BodyBudget::new(limits.max_body_buffer_bytes),
             rejection_log: RejectionLog::default(),
             peer_limiter: PeerLimiter::new(
@@ -159,12 +163,18 @@ impl Ingest {
         let sources = self.sources.load_full();
         let source_label = source_label(&sources, request.uri().path()).to_owned();
         let peer = request.extensions().get::<PeerAddr>().map(|PeerAddr(peer)| peer.ip());
-        let result = match self.admit_peer(&request).await {
-            Ok(()) => {
-                // A guard, not inc/dec around the await: hyper drops this future when the client goes away.
-                let _in_flight = InFlight::enter(&self.metrics.in_flight);
-                self.accept(&sources, request, started).await
-            }
+        // Both held until the answer (hyper drops this future when the client goes away): a head waiting for its
+        // body counts, whatever it waits in (the peer's turn, the body, the broker).
+        let held = self.hold_head(&request);
+        let result = match held {
+            Ok(_held) => match self.admit_peer(&request).await {
+                Ok(()) => {
+                    // A guard, not inc/dec around the await.
+                    let _in_flight = InFlight::enter(&self.metrics.in_flight);
+                    self.accept(&sources, request, started).await
+                }
+                Err(rejection) => Err(rejection.into()),
+            },
             Err(rejection) => Err(rejection.into()),
         };
         let (outcome, response) = match result {
@@ -199,6 +209,17 @@ impl Ingest {
             }
         }
         response
+    }
+
+    /// Takes one of `limits.max_requests_in_progress` and reserves the request's head from the body budget, or
+    /// refuses the request at once: with neither, nothing but its head has been read.
+    fn hold_head(
+        &self,
+        request: &Request<Incoming>,
+    ) -> Result<(tokio::sync::SemaphorePermit<'_>, tokio::sync::OwnedSemaphorePermit), Rejection> {
+        let in_progress = self.in_progress.try_acquire().map_err(|_| Rejection::TooManyRequestsInProgress)?;
+        let head = reserve_head(&self.body_budget, head_bytes(request.uri(), request.headers()))?;
+        Ok((in_progress, head))
     }
 
     /// Waits for this client address's turn under `limits.peer_rate_per_s`, or refuses it after holding it (see
@@ -397,81 +418,6 @@ fn forwarded_headers(source: &Source, headers: &http::HeaderMap) -> Vec<(String,
         .collect()
 }
 
-/// The bytes of request bodies the gateway may hold at once, over all requests: each body reserves what its
-/// buffer allocates, as it grows, and gives it back when the request ends.
-#[derive(Debug)]
-pub struct BodyBudget {
-    bytes: Arc<Semaphore>,
-}
-
-impl BodyBudget {
-    pub fn new(max_bytes: usize) -> Self {
-        Self { bytes: Arc::new(Semaphore::new(max_bytes.min(Semaphore::MAX_PERMITS))) }
-    }
-
-    /// Bytes not reserved by any body now.
-    pub fn available(&self) -> usize {
-        self.bytes.available_permits()
-    }
-
-    fn reserve(&self, n_bytes: usize) -> Result<OwnedSemaphorePermit, Rejection> {
-        let n_bytes = u32::try_from(n_bytes).map_err(|_| Rejection::BodyBufferFull)?;
-        self.bytes.clone().try_acquire_many_owned(n_bytes).map_err(|_| Rejection::BodyBufferFull)
-    }
-}
-
-/// Smallest buffer a body starts with once its first bytes arrive.
-const MIN_BODY_BUFFER_BYTES: usize = 4096;
-
-/// Reads the whole body into one buffer, refusing it as soon as it is known to exceed `limit_bytes`: from
-/// `Content-Length` before reading anything, and while streaming when there is none (or it lies).
-///
-/// Memory: the buffer is sized from what has arrived (doubling, from [`MIN_BODY_BUFFER_BYTES`]), never from what
-/// the client declares, and never beyond `limit_bytes` or the declared length; each chunk is copied in and
-/// dropped, so a body of one-byte chunks costs what a body of one chunk costs. Its capacity is at most
-/// `min(limit_bytes, 2 x received + 4 KiB)` and is reserved from `budget` before it is allocated; the
-/// reservation is returned with the bytes and must live as long as they do.
-pub async fn read_body<B>(
-    mut body: B,
-    declared: Option<u64>,
-    limit_bytes: usize,
-    budget: &BodyBudget,
-    deadline: Duration,
-) -> Result<(Bytes, OwnedSemaphorePermit), Rejection>
-where
-    B: hyper::body::Body<Data = Bytes> + Unpin,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    if declared.is_some_and(|length| length > limit_bytes as u64) {
-        return Err(Rejection::BodyTooLarge { limit_bytes });
-    }
-    let most = declared.map_or(limit_bytes, |length| usize::try_from(length).unwrap_or(limit_bytes).min(limit_bytes));
-    let mut reservation = budget.reserve(0)?;
-    let mut buffer: Vec<u8> = Vec::new();
-    let collect = async {
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|error| Rejection::BodyRead(error.into()))?;
-            let Ok(data) = frame.into_data() else { continue };
-            let needed = buffer.len() + data.len();
-            if needed > limit_bytes {
-                return Err(Rejection::BodyTooLarge { limit_bytes });
-            }
-            if needed > buffer.capacity() {
-                let grown = needed.max(buffer.capacity() * 2).max(MIN_BODY_BUFFER_BYTES).min(most.max(needed));
-                reservation.merge(budget.reserve(grown - buffer.capacity())?);
-                buffer.reserve_exact(grown - buffer.len());
-            }
-            buffer.extend_from_slice(&data);
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(deadline, collect).await {
-        Err(_elapsed) => Err(Rejection::BodyTimeout),
-        Ok(Err(rejection)) => Err(rejection),
-        Ok(Ok(())) => Ok((Bytes::from(buffer), reservation)),
-    }
-}
-
 /// The log line of a rejection (when the rate-limited log allows one): source, reason, event id when known.
 /// Never the body, a signature or a secret.
 fn log_rejection(source: &str, failure: &Failure) {
@@ -502,55 +448,9 @@ impl Drop for InFlight<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::{
-        pin::Pin,
-        task::{Context, Poll},
-    };
-
-    use hyper::body::Frame;
+    use http_body_util::BodyExt;
 
     use super::*;
-
-    /// A body that arrives in one-byte chunks, as an attacker sends it.
-    struct OneByteChunks {
-        remaining: usize,
-    }
-
-    impl hyper::body::Body for OneByteChunks {
-        type Data = Bytes;
-        type Error = std::convert::Infallible;
-
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            if self.remaining == 0 {
-                return Poll::Ready(None);
-            }
-            self.remaining -= 1;
-            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
-        }
-    }
-
-    const DEADLINE: Duration = Duration::from_secs(10);
-
-    /// The documented bound: one buffer of at most `min(limit, 2 x received + 4 KiB)` bytes, all of it reserved
-    /// from the shared budget and given back when the request ends.
-    #[tokio::test]
-    async fn one_byte_chunks_leave_memory_within_the_documented_bound() {
-        let budget = BodyBudget::new(4 * 1024 * 1024);
-        for (n_bytes, declared) in [(1, None), (5_000, None), (1_000_000, None), (777_777, Some(777_777))] {
-            let body = OneByteChunks { remaining: n_bytes };
-            let (bytes, reservation) = read_body(body, declared, 1_000_000, &budget, DEADLINE).await.unwrap();
-            assert_eq!(bytes.len(), n_bytes);
-            let reserved = reservation.num_permits();
-            assert!(reserved >= n_bytes, "the buffer is reserved: {reserved} < {n_bytes}");
-            assert!(reserved <= (2 * n_bytes + MIN_BODY_BUFFER_BYTES).min(1_000_000), "{n_bytes}: {reserved}");
-            assert_eq!(budget.available(), 4 * 1024 * 1024 - reserved);
-            drop((bytes, reservation));
-            assert_eq!(budget.available(), 4 * 1024 * 1024, "given back");
-        }
-    }
 
     #[tokio::test]
     async fn the_acknowledgement_is_the_same_json_without_serde() {
@@ -561,31 +461,5 @@ mod tests {
             let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
             assert_eq!(value, serde_json::json!({ "status": "accepted", "event_id": event_id }));
         }
-    }
-
-    #[tokio::test]
-    async fn a_declared_length_allocates_nothing_until_bytes_arrive() {
-        let budget = BodyBudget::new(1024 * 1024);
-        let (bytes, reservation) =
-            read_body(OneByteChunks { remaining: 0 }, Some(1_000_000), 1_000_000, &budget, DEADLINE).await.unwrap();
-        assert!(bytes.is_empty());
-        assert_eq!(reservation.num_permits(), 0);
-    }
-
-    #[tokio::test]
-    async fn bodies_past_the_limit_or_the_budget_are_refused() {
-        let budget = BodyBudget::new(1024 * 1024);
-        let too_large = read_body(OneByteChunks { remaining: 2_000 }, None, 1_000, &budget, DEADLINE).await;
-        assert!(matches!(too_large, Err(Rejection::BodyTooLarge { limit_bytes: 1_000 })));
-        let declared = read_body(OneByteChunks { remaining: 0 }, Some(1_001), 1_000, &budget, DEADLINE).await;
-        assert!(matches!(declared, Err(Rejection::BodyTooLarge { .. })));
-        assert_eq!(budget.available(), 1024 * 1024);
-
-        let small = BodyBudget::new(10_000);
-        let held = read_body(OneByteChunks { remaining: 6_000 }, None, 100_000, &small, DEADLINE).await.unwrap();
-        let refused = read_body(OneByteChunks { remaining: 6_000 }, None, 100_000, &small, DEADLINE).await;
-        assert!(matches!(refused, Err(Rejection::BodyBufferFull)));
-        drop(held);
-        assert_eq!(small.available(), 10_000, "a refused body gives back what it had reserved");
     }
 }

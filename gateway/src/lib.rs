@@ -4,6 +4,7 @@
 //!
 //! [`run`] takes already-bound listeners so tests can run the real gateway in-process on port 0.
 
+pub mod body;
 pub mod config;
 pub mod error;
 pub mod ingest;

@@ -147,7 +147,7 @@ mod tests {
         {
             assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} not in {outcomes:?}");
         }
-        assert_eq!(outcomes.len(), 2 + 13 + 8, "every rejection code and verification reason once: {outcomes:?}");
+        assert_eq!(outcomes.len(), 2 + 14 + 8, "every rejection code and verification reason once: {outcomes:?}");
     }
 
     /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered

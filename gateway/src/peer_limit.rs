@@ -19,6 +19,10 @@
 //! provider's are almost never forged, so an address that sends forgeries is slowed to a tenth of the rate while
 //! one that sends valid requests is not slowed at all.
 //!
+//! Addresses are counted by [`peer_key`]: an IPv6 host, which usually holds a whole /64, is one peer. The table
+//! never fails open: once it holds [`MAX_TRACKED_PEERS`] addresses with turns pending, every address not in it
+//! shares one overflow cell, so a flood of fresh addresses is limited as one peer, never admitted unlimited.
+//!
 //! Behind a proxy or load balancer every client shares the proxy's address: leave the limit off there
 //! (`peer_rate_per_s = 0`, the default) and rate-limit at the proxy.
 
@@ -29,8 +33,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use hookline_common::peer::peer_key;
+
 /// Addresses tracked at once; past it, addresses with no pending turn are forgotten (at most once a second), and
-/// new addresses are admitted untracked until there is room.
+/// new addresses share the one overflow cell until there is room.
 const MAX_TRACKED_PEERS: usize = 65_536;
 const PRUNE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -58,9 +64,45 @@ pub struct PeerLimiter {
 
 #[derive(Debug)]
 struct State {
-    /// Per address: the time from which its next request would be within the rate with no burst left.
+    /// Per address ([`peer_key`]): the time from which its next request would be within the rate with no burst
+    /// left.
     arrivals: HashMap<IpAddr, Instant>,
+    /// The same, for every address that found the table full: they are limited together, as one peer.
+    overflow: Option<Instant>,
     last_prune: Instant,
+}
+
+/// Which cell a request is counted in.
+enum Cell {
+    Peer(IpAddr),
+    Overflow,
+}
+
+impl State {
+    /// The cell `peer` is counted in: its own, or the overflow cell when it has none and the table is full.
+    fn cell_of(&self, peer: IpAddr) -> Cell {
+        if self.arrivals.contains_key(&peer) || self.arrivals.len() < MAX_TRACKED_PEERS {
+            Cell::Peer(peer)
+        } else {
+            Cell::Overflow
+        }
+    }
+
+    fn arrival(&self, cell: &Cell) -> Option<Instant> {
+        match cell {
+            Cell::Peer(peer) => self.arrivals.get(peer).copied(),
+            Cell::Overflow => self.overflow,
+        }
+    }
+
+    fn set_arrival(&mut self, cell: Cell, arrival: Instant) {
+        match cell {
+            Cell::Peer(peer) => {
+                self.arrivals.insert(peer, arrival);
+            }
+            Cell::Overflow => self.overflow = Some(arrival),
+        }
+    }
 }
 
 impl PeerLimiter {
@@ -74,27 +116,25 @@ impl PeerLimiter {
             interval,
             tolerance: interval.saturating_mul(burst.max(1) - 1),
             max_wait,
-            state: Mutex::new(State { arrivals: HashMap::new(), last_prune: now }),
+            state: Mutex::new(State { arrivals: HashMap::new(), overflow: None, last_prune: now }),
         })
     }
 
     /// Decides one request from `peer` arriving at `now`, taking its turn unless it is refused.
     pub fn admit(&self, peer: IpAddr, now: Instant) -> Admission {
+        let peer = peer_key(peer);
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if state.arrivals.len() >= MAX_TRACKED_PEERS && now.duration_since(state.last_prune) >= PRUNE_INTERVAL {
             state.arrivals.retain(|_, arrival| *arrival > now);
             state.last_prune = now;
         }
-        let tracked = state.arrivals.get(&peer).copied();
-        if tracked.is_none() && state.arrivals.len() >= MAX_TRACKED_PEERS {
-            return Admission::Now;
-        }
-        let arrival = tracked.map_or(now, |arrival| arrival.max(now));
+        let cell = state.cell_of(peer);
+        let arrival = state.arrival(&cell).map_or(now, |arrival| arrival.max(now));
         let wait = arrival.duration_since(now).saturating_sub(self.tolerance);
         if wait > self.max_wait {
             return Admission::Refuse(self.max_wait);
         }
-        state.arrivals.insert(peer, arrival + self.interval);
+        state.set_arrival(cell, arrival + self.interval);
         if wait.is_zero() { Admission::Now } else { Admission::After(wait) }
     }
 
@@ -102,8 +142,9 @@ impl PeerLimiter {
     /// was taken when it was admitted), from `now` at the earliest.
     pub fn charge_failed_verification(&self, peer: IpAddr, now: Instant) {
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(arrival) = state.arrivals.get_mut(&peer) {
-            *arrival = (*arrival).max(now) + self.interval * (FAILED_VERIFICATION_TURNS - 1);
+        let cell = state.cell_of(peer_key(peer));
+        if let Some(arrival) = state.arrival(&cell) {
+            state.set_arrival(cell, arrival.max(now) + self.interval * (FAILED_VERIFICATION_TURNS - 1));
         }
     }
 }
@@ -171,20 +212,51 @@ mod tests {
     }
 
     #[test]
-    fn tracked_addresses_stay_bounded() {
+    fn tracked_addresses_stay_bounded_and_fresh_ones_past_the_table_share_one_cell() {
         let start = Instant::now();
-        let limiter = PeerLimiter::new(1.0, 1, Duration::ZERO, start).expect("on");
-        for n in 0..(MAX_TRACKED_PEERS as u32 + 10) {
-            let peer = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
-            assert_eq!(limiter.admit(peer, start), Admission::Now);
-        }
-        let state = limiter.state.lock().expect("lock");
-        assert_eq!(state.arrivals.len(), MAX_TRACKED_PEERS);
-        drop(state);
-        // Once their turns have passed they are forgotten, and new addresses are tracked again.
+        // 10/s, no burst, no wait: each cell admits one request per 100 ms.
+        let limiter = PeerLimiter::new(10.0, 1, Duration::ZERO, start).expect("on");
+        let fresh = |n: u32| IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+        let n_addresses = 70_000;
+        let admitted = (0..n_addresses).filter(|&n| limiter.admit(fresh(n), start) == Admission::Now).count();
+        // Every tracked address once, and the overflow cell once: not the 70,000 an untracked address would get.
+        assert_eq!(admitted, MAX_TRACKED_PEERS + 1);
+        assert_eq!(limiter.state.lock().expect("lock").arrivals.len(), MAX_TRACKED_PEERS);
+        // Within the overflow cell's interval, fresh addresses get nothing more, however many.
+        let soon = start + Duration::from_millis(50);
+        let admitted_soon =
+            (n_addresses..n_addresses + 10_000).filter(|&n| limiter.admit(fresh(n), soon) == Admission::Now);
+        assert_eq!(admitted_soon.count(), 0);
+        // One interval later, the overflow cell's next turn: exactly one of them.
+        let next = start + Duration::from_millis(100);
+        let admitted_next =
+            (n_addresses..n_addresses + 10_000).filter(|&n| limiter.admit(fresh(n), next) == Admission::Now);
+        assert_eq!(admitted_next.count(), 1);
+        // Once the tracked addresses' turns have passed they are forgotten, and new addresses are tracked again.
         let later = start + Duration::from_secs(2);
-        let fresh = IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, 7));
-        assert_eq!(limiter.admit(fresh, later), Admission::Now);
-        assert_eq!(limiter.admit(fresh, later), Admission::Refuse(Duration::ZERO));
+        let newcomer = IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, 7));
+        assert_eq!(limiter.admit(newcomer, later), Admission::Now);
+        assert_eq!(limiter.admit(newcomer, later), Admission::Refuse(Duration::ZERO));
+        assert!(limiter.state.lock().expect("lock").arrivals.contains_key(&newcomer));
+    }
+
+    #[test]
+    fn an_ipv6_flood_from_one_64_is_one_peer() {
+        let now = Instant::now();
+        // 10/s, burst 5, no wait.
+        let limiter = PeerLimiter::new(10.0, 5, Duration::ZERO, now).expect("on");
+        let admitted = (0..1_000u16)
+            .map(|n| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, n, n, 0, 1)))
+            .filter(|&peer| limiter.admit(peer, now) == Admission::Now)
+            .count();
+        assert_eq!(admitted, 5, "one burst for the whole /64");
+        let neighbour = IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 3, 0, 0, 0, 1));
+        assert_eq!(limiter.admit(neighbour, now), Admission::Now, "another /64 is another peer");
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        assert_eq!(limiter.admit(A, now), Admission::Now);
+        for _ in 0..4 {
+            assert_eq!(limiter.admit(mapped, now), Admission::Now);
+        }
+        assert_eq!(limiter.admit(mapped, now), Admission::Refuse(Duration::ZERO), "an IPv4-mapped address is its IPv4");
     }
 }

@@ -75,8 +75,9 @@ async fn silent_h2_streams(stack: &TestStack, n_streams: usize) -> Vec<tokio::ta
 #[tokio::test]
 async fn slow_clients_leave_valid_deliveries_accepted() {
     const N_SLOW_HTTP1: usize = 200;
-    const N_H2_CONNECTIONS: usize = 2;
-    const N_STREAMS: usize = 50;
+    const N_H2_CONNECTIONS: usize = 12;
+    // The default `max_concurrent_streams`: the gateway holds no more per connection (gateway_h2_streams.rs).
+    const N_STREAMS: usize = 8;
     const N_VALID: usize = 20;
     let stack = TestStack::builder()
         .gateway_limits(Limits {

@@ -110,10 +110,16 @@ func checkGrace(r *reporter, where string, hc *hooklineContainer) {
 }
 
 // checkGatewayMemory: what the gateway may hold must fit its memory limit. Request bodies (being read or in
-// flight) are bounded together by limits.max_body_buffer_bytes; each open connection may hold a request head of
-// limits.max_header_bytes; plus a fixed allowance for the process itself and the producer's queue.
+// flight) and the heads of requests in progress (held while their body is awaited: over HTTP/2 up to
+// max_concurrent_streams of them per connection) are charged together to limits.max_body_buffer_bytes, so the heads
+// held count inside it: min(max_connections x max_concurrent_streams, max_requests_in_progress) x max_header_bytes,
+// capped by that budget. Beyond it each open connection may be receiving one head of limits.max_header_bytes
+// (an HTTP/2 header block is contiguous on its connection), each request in progress costs what is not charged
+// (its task, its header map's structure, its stream's state), plus a fixed allowance for the process itself and
+// the producer's queue.
 func checkGatewayMemory(r *reporter, hook []*hooklineContainer) {
-	const base = 128 << 20 // runtime, TLS-free hyper, rdkafka's queue.buffering.max.kbytes is separate (below)
+	const base = 128 << 20               // runtime, TLS-free hyper, rdkafka's queue.buffering.max.kbytes is separate (below)
+	const perRequestUncharged = 20 << 10 // measured 16 to 20 KiB: docs/benchmarks/h2-stream-flood.md
 	for _, hc := range hook {
 		if hc.binary != "hookline-gateway" {
 			continue
@@ -124,16 +130,24 @@ func checkGatewayMemory(r *reporter, hook []*hooklineContainer) {
 			r.fail("%s: memory limit: %v", where, err)
 			continue
 		}
-		bodies := configInt(r, where, hc.config, "limits", "max_body_buffer_bytes")
+		budget := configInt(r, where, hc.config, "limits", "max_body_buffer_bytes")
 		connections := configInt(r, where, hc.config, "limits", "max_connections")
-		heads := connections * configInt(r, where, hc.config, "limits", "max_header_bytes")
+		headBytes := configInt(r, where, hc.config, "limits", "max_header_bytes")
+		streams := configInt(r, where, hc.config, "limits", "max_concurrent_streams")
+		inProgress := configInt(r, where, hc.config, "limits", "max_requests_in_progress")
+		// Heads held while bodies are awaited: one per stream, at most one per request in progress, charged to
+		// the body budget (so within it).
+		heldHeads := min(connections*streams, inProgress) * headBytes
+		charged := budget
+		receiving := connections * headBytes
+		requests := inProgress * perRequestUncharged
 		producerQueue := int64(256 << 20) // queue.buffering.max.kbytes = 262144 (common/src/kafka.rs)
-		need := bodies + heads + producerQueue + base
+		need := charged + receiving + requests + producerQueue + base
 		if limit < need {
-			r.fail("%s: memory limit %s is below max_body_buffer_bytes %d + max_connections %d x max_header_bytes (%d MiB) + producer queue 256 MiB + 128 MiB = %d MiB", where, hc.c.Resources.Limits["memory"], bodies, connections, heads>>20, need>>20)
+			r.fail("%s: memory limit %s is below max_body_buffer_bytes %d (bodies and the heads held, up to %d MiB of them: min(max_connections %d x max_concurrent_streams %d, max_requests_in_progress %d) x max_header_bytes %d) + max_connections x max_header_bytes (%d MiB) + max_requests_in_progress x %d KiB (%d MiB) + producer queue 256 MiB + 128 MiB = %d MiB", where, hc.c.Resources.Limits["memory"], budget, min(heldHeads, budget)>>20, connections, streams, inProgress, headBytes, receiving>>20, perRequestUncharged>>10, requests>>20, need>>20)
 			continue
 		}
-		r.ok("%s: memory limit %s holds max_body_buffer_bytes %d + %d connections' heads (%d MiB) + producer queue + base (%d MiB)", where, hc.c.Resources.Limits["memory"], bodies, connections, heads>>20, need>>20)
+		r.ok("%s: memory limit %s holds max_body_buffer_bytes %d (bodies and up to %d MiB of held heads) + %d connections' heads being received (%d MiB) + %d requests in progress (%d MiB) + producer queue + base (%d MiB)", where, hc.c.Resources.Limits["memory"], budget, min(heldHeads, budget)>>20, connections, receiving>>20, inProgress, requests>>20, need>>20)
 	}
 }
 
