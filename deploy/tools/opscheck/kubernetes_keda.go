@@ -137,14 +137,21 @@ func (k *kedaObjects) add(kind, name string, node *yaml.Node) {
 	}
 }
 
-// kafkaTriggerKeys: the kafka scaler's metadata keys (KEDA 2.x); any other key is a typo KEDA would ignore.
+// kafkaTriggerKeys: the kafka scaler's metadata keys (KEDA 2.x, pkg/scalers/kafka_scaler.go); any other key is
+// a typo KEDA would ignore. bootstrapServers, consumerGroup and topic may each be given as <key>FromEnv instead,
+// the name of a variable of the target's container.
 var kafkaTriggerKeys = map[string]bool{
-	"bootstrapServers": true, "bootstrapServersFromEnv": true, "consumerGroup": true, "topic": true,
-	"lagThreshold": true, "activationLagThreshold": true, "offsetResetPolicy": true, "allowIdleConsumers": true,
-	"scaleToZeroOnInvalidOffset": true, "excludePersistentLag": true, "limitToPartitionsWithLag": true,
-	"ensureEvenDistributionOfPartitions": true, "version": true, "partitionLimitation": true, "sasl": true,
+	"bootstrapServers": true, "bootstrapServersFromEnv": true, "consumerGroup": true, "consumerGroupFromEnv": true,
+	"topic": true, "topicFromEnv": true, "lagThreshold": true, "activationLagThreshold": true,
+	"offsetResetPolicy": true, "allowIdleConsumers": true, "scaleToZeroOnInvalidOffset": true,
+	"excludePersistentLag": true, "limitToPartitionsWithLag": true, "ensureEvenDistributionOfPartitions": true,
+	"version": true, "partitionLimitation": true, "sasl": true, "saslTokenProvider": true, "awsRegion": true,
 	"tls": true, "unsafeSsl": true,
 }
+
+// kedaSASL maps the consumer's kafka.sasl.mechanism to the value of KEDA's sasl parameter.
+var kedaSASL = map[string]string{"PLAIN": "plaintext", "SCRAM-SHA-256": "scram_sha256", "SCRAM-SHA-512": "scram_sha512",
+	"OAUTHBEARER": "oauthbearer", "GSSAPI": "gssapi"}
 
 var kafkaTriggerBools = []string{"allowIdleConsumers", "scaleToZeroOnInvalidOffset", "excludePersistentLag",
 	"limitToPartitionsWithLag", "ensureEvenDistributionOfPartitions", "unsafeSsl"}
@@ -277,6 +284,22 @@ func checkKafkaTrigger(r *reporter, where string, t kedaTrigger, hc *hooklineCon
 	}
 	kafka, _ := hc.config["kafka"].(map[string]any)
 	inbound, _ := kafka["inbound_topic"].(string)
+	// <key>FromEnv takes the value of a variable of the container (as KEDA resolves it), and wins over <key>.
+	for _, k := range []string{"bootstrapServers", "consumerGroup", "topic"} {
+		name, ok := md[k+"FromEnv"]
+		if !ok {
+			continue
+		}
+		if _, both := md[k]; both {
+			r.fail("%s: both %s and %sFromEnv", where, k, k)
+		}
+		v, resolved := env(hc.c, m, name)
+		if !resolved {
+			r.fail("%s: %sFromEnv %s: container %s of %s sets no such variable (from a literal or a ConfigMap)", where, k, name, hc.c.Name, cs.where)
+			return
+		}
+		md[k] = v
+	}
 	switch {
 	case md["consumerGroup"] == "":
 		r.fail("%s: no consumerGroup (without one KEDA's lag is not the service's)", where)
@@ -321,22 +344,19 @@ func checkKafkaTrigger(r *reporter, where string, t kedaTrigger, hc *hooklineCon
 	if v, ok := env(hc.c, m, "HOOKLINE_KAFKA_BROKERS"); ok {
 		brokers = v
 	}
-	got, from := md["bootstrapServers"], "bootstrapServers"
-	if name, ok := md["bootstrapServersFromEnv"]; ok {
-		if _, both := md["bootstrapServers"]; both {
-			r.fail("%s: both bootstrapServers and bootstrapServersFromEnv", where)
-		}
-		v, resolved := env(hc.c, m, name)
-		if !resolved {
-			r.fail("%s: bootstrapServersFromEnv %s: container %s of %s sets no such variable (from a literal or a ConfigMap)", where, name, hc.c.Name, cs.where)
-			return
-		}
-		got, from = v, "bootstrapServersFromEnv "+name
-	}
-	if got == "" {
+	if got := md["bootstrapServers"]; got == "" {
 		r.fail("%s: no bootstrapServers or bootstrapServersFromEnv", where)
 	} else if got != brokers {
-		r.fail("%s: %s is %q, but the consumer reads from %q", where, from, got, brokers)
+		r.fail("%s: the brokers are %q, but the consumer reads from %q", where, got, brokers)
+	}
+	if v := md["offsetResetPolicy"]; v != "" && v != "earliest" && v != "latest" {
+		r.fail("%s: offsetResetPolicy %q is not earliest or latest", where, v)
+	}
+	if v := md["tls"]; v != "" && v != "enable" && v != "disable" {
+		r.fail("%s: tls %q is not enable or disable", where, v)
+	}
+	if md["allowIdleConsumers"] == "true" && md["limitToPartitionsWithLag"] == "true" {
+		r.fail("%s: allowIdleConsumers and limitToPartitionsWithLag cannot both be true (KEDA refuses it)", where)
 	}
 	checkTriggerAuth(r, where, t, md, kafka, m)
 }
@@ -386,6 +406,13 @@ func checkTriggerAuth(r *reporter, where string, t kedaTrigger, md map[string]st
 				r.fail("%s: the consumer authenticates with SASL ([kafka.sasl]), the trigger has no %s: give it through an authenticationRef's TriggerAuthentication, from the Secret the consumer mounts", where, p)
 			}
 		}
+		sasl, _ := kafka["sasl"].(map[string]any)
+		mechanism, _ := sasl["mechanism"].(string)
+		if want, known := kedaSASL[strings.ToUpper(mechanism)]; known && md["sasl"] != "" && md["sasl"] != want {
+			r.fail("%s: sasl %q, but the consumer's mechanism is %s (KEDA's %q)", where, md["sasl"], mechanism, want)
+		}
+	} else if v := md["sasl"]; v != "" && v != "none" {
+		r.fail("%s: sasl %s, but the consumer does not use SASL (no [kafka.sasl])", where, v)
 	}
 	if !wantTLS && md["tls"] == "enable" {
 		r.fail("%s: tls enable, but the consumer talks PLAINTEXT to Kafka (no [kafka.tls])", where)

@@ -51,6 +51,7 @@ import (
 type reporter struct {
 	prefix string
 	fails  int
+	failed []string // every failure's text, for tests
 }
 
 func (r *reporter) ok(format string, a ...any) {
@@ -63,7 +64,8 @@ func (r *reporter) note(format string, a ...any) {
 
 func (r *reporter) fail(format string, a ...any) {
 	r.fails++
-	fmt.Printf("%s: FAIL %s\n", r.prefix, fmt.Sprintf(format, a...))
+	r.failed = append(r.failed, fmt.Sprintf(format, a...))
+	fmt.Printf("%s: FAIL %s\n", r.prefix, r.failed[len(r.failed)-1])
 }
 
 func usage() {
