@@ -169,7 +169,15 @@ type manifests struct {
 	pdbs       []*pdb
 	configMaps map[string]*dataObject
 	secrets    map[string]*dataObject
-	kinds      []string
+	keda       *kedaObjects
+	// exampleSecrets are the Secrets of the example manifest the base leaves out (-secret-example).
+	exampleSecrets map[string]*dataObject
+	kinds          []string
+}
+
+func newManifests() *manifests {
+	return &manifests{configMaps: map[string]*dataObject{}, secrets: map[string]*dataObject{},
+		keda: &kedaObjects{auths: map[string]*triggerAuthentication{}}}
 }
 
 func decodeAll(file string, m *manifests) error {
@@ -210,6 +218,9 @@ func decodeAll(file string, m *manifests) error {
 		case "PodDisruptionBudget":
 			p := &pdb{}
 			m.pdbs, target = append(m.pdbs, p), p
+		case "ScaledObject", "TriggerAuthentication":
+			m.keda.add(head.Kind, head.Metadata.Name, &node)
+			continue
 		case "ConfigMap", "Secret":
 			d := &dataObject{}
 			if head.Kind == "ConfigMap" {
@@ -250,8 +261,8 @@ type hooklineContainer struct {
 	adminPort int
 }
 
-func checkKubernetes(r *reporter, rendered, secretExample string) {
-	m := &manifests{configMaps: map[string]*dataObject{}, secrets: map[string]*dataObject{}}
+func checkKubernetes(r *reporter, rendered, secretExample string, requireConsumersScaled bool) {
+	m := newManifests()
 	if err := decodeAll(rendered, m); err != nil {
 		r.fail("%v", err)
 		return
@@ -259,12 +270,13 @@ func checkKubernetes(r *reporter, rendered, secretExample string) {
 	r.ok("kubernetes: %d objects: %s", len(m.kinds), strings.Join(m.kinds, ", "))
 	example := map[string]*dataObject{}
 	if secretExample != "" {
-		ex := &manifests{configMaps: map[string]*dataObject{}, secrets: map[string]*dataObject{}}
+		ex := newManifests()
 		if err := decodeAll(secretExample, ex); err != nil {
 			r.fail("%v", err)
 		}
 		example = ex.secrets
 	}
+	m.exampleSecrets = example
 
 	var hook []*hooklineContainer
 	for _, w := range m.workloads {
@@ -335,9 +347,10 @@ func checkKubernetes(r *reporter, rendered, secretExample string) {
 		}
 	}
 	checkServices(r, m)
-	checkScaling(r, m)
+	kedaScaled := checkKEDA(r, m, hook, requireConsumersScaled)
+	checkScaling(r, m, kedaScaled)
 	checkConsumerServices(r, hook)
-	checkTopicJob(r, m, hook)
+	checkTopicJob(r, m, hook, kedaScaled)
 	checkGatewayMemory(r, hook)
 }
 

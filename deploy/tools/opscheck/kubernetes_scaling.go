@@ -1,7 +1,7 @@
 package main
 
 // Checks of the objects around the workloads: Services and PodDisruptionBudgets select real pods, an
-// autoscaled Deployment leaves replicas to its autoscaler.
+// autoscaled Deployment leaves replicas to its autoscaler (KEDA's ScaledObjects: kubernetes_keda.go).
 
 func podsSelected(m *manifests, selector map[string]string) []*workload {
 	var out []*workload
@@ -48,8 +48,13 @@ func checkServices(r *reporter, m *manifests) {
 	}
 }
 
-func checkScaling(r *reporter, m *manifests) {
+// checkScaling checks the HorizontalPodAutoscalers and the disruption budgets; kedaScaled are the Deployments KEDA
+// scales (checkKEDA), whose fewest replicas the budgets must allow for like an autoscaler's.
+func checkScaling(r *reporter, m *manifests, kedaScaled map[string]scaledRange) {
 	scaled := map[string]int{} // Deployment -> the fewest replicas it can have
+	for d, sr := range kedaScaled {
+		scaled[d] = sr.min
+	}
 	for _, h := range m.hpas {
 		where := "HorizontalPodAutoscaler/" + h.Metadata.Name
 		var target *workload

@@ -17,7 +17,7 @@ var (
 
 // checkTopicJob: the Job creates every topic the configs name (and no other), each consumer service's retry topic
 // among them, with enough inbound partitions for the replicas of each consumer service.
-func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
+func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer, kedaScaled map[string]scaledRange) {
 	want := map[string][]string{} // topic -> who names it
 	inbound, dlq := "", ""
 	replicas := map[string]int{} // consumer group -> the replicas of the Deployments that join it
@@ -42,7 +42,9 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 		}
 		if cs, ok := consumerServiceOf(hc); ok {
 			want[cs.retryTopic] = append(want[cs.retryTopic], fmt.Sprintf("%s: the retry topic of consumer service %s", hc.w.Metadata.Name, cs.name))
-			if hc.w.Spec.Replicas != nil {
+			if sr, ok := kedaScaled[hc.w.Metadata.Name]; ok {
+				replicas[cs.group] += sr.max // the most KEDA may run
+			} else if hc.w.Spec.Replicas != nil {
 				replicas[cs.group] += *hc.w.Spec.Replicas
 			}
 		}
@@ -53,45 +55,13 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer) {
 			consumers, busiest = replicas[g], g
 		}
 	}
-	var job *workload
-	var script string
-	var jc *container
-	for _, w := range m.workloads {
-		if w.Kind != "Job" {
-			continue
-		}
-		for i, c := range w.Spec.Template.Spec.Containers {
-			s := strings.Join(append(append([]string{}, c.Command...), c.Args...), " ")
-			if strings.Contains(s, "kafka-topics") && strings.Contains(s, "--create") {
-				job, script, jc = w, s, &w.Spec.Template.Spec.Containers[i]
-			}
-		}
-	}
+	job, created, flags := topicsCreated(m)
 	if job == nil {
 		r.fail("kubernetes: no Job creates the topics (kafka-topics.sh --create)")
 		return
 	}
 	where := "Job/" + job.Metadata.Name
 	before := r.fails
-	created := map[string]int{}
-	flags := map[string]string{} // topic -> the flags it is created with
-	for _, line := range strings.Split(script, "\n") {
-		if !strings.Contains(line, "--topic") || strings.Contains(line, "--describe") {
-			continue
-		}
-		for _, mt := range createdTopic.FindAllStringSubmatch(line, -1) {
-			parts := 0
-			if pm := partitionsOf.FindStringSubmatch(mt[2]); pm != nil {
-				if n, err := strconv.Atoi(pm[1]); err == nil {
-					parts = n
-				} else if v, ok := env(jc, m, pm[1]); ok {
-					parts, _ = strconv.Atoi(v)
-				}
-			}
-			created[mt[1]] = parts
-			flags[mt[1]] = mt[2]
-		}
-	}
 	if dlq != "" {
 		if _, ok := created[dlq]; ok && !unlimitedRetention(flags[dlq]) {
 			r.fail("%s: creates %s without retention.ms=-1: a dead letter nobody triaged would expire unseen", where, dlq)
@@ -131,4 +101,44 @@ var retentionOf = regexp.MustCompile(`--config[= ]+"?retention\.ms=(-?[0-9]+)"?`
 func unlimitedRetention(flags string) bool {
 	m := retentionOf.FindStringSubmatch(flags)
 	return m != nil && m[1] == "-1"
+}
+
+// topicsCreated finds the Job that creates the topics (kafka-topics.sh --create) and reads, per topic, the
+// partitions it is created with (0 when they cannot be read) and the flags of its creation. job is nil without one.
+func topicsCreated(m *manifests) (job *workload, created map[string]int, flags map[string]string) {
+	var script string
+	var jc *container
+	for _, w := range m.workloads {
+		if w.Kind != "Job" {
+			continue
+		}
+		for i, c := range w.Spec.Template.Spec.Containers {
+			s := strings.Join(append(append([]string{}, c.Command...), c.Args...), " ")
+			if strings.Contains(s, "kafka-topics") && strings.Contains(s, "--create") {
+				job, script, jc = w, s, &w.Spec.Template.Spec.Containers[i]
+			}
+		}
+	}
+	created, flags = map[string]int{}, map[string]string{}
+	if job == nil {
+		return nil, created, flags
+	}
+	for _, line := range strings.Split(script, "\n") {
+		if !strings.Contains(line, "--topic") || strings.Contains(line, "--describe") {
+			continue
+		}
+		for _, mt := range createdTopic.FindAllStringSubmatch(line, -1) {
+			parts := 0
+			if pm := partitionsOf.FindStringSubmatch(mt[2]); pm != nil {
+				if n, err := strconv.Atoi(pm[1]); err == nil {
+					parts = n
+				} else if v, ok := env(jc, m, pm[1]); ok {
+					parts, _ = strconv.Atoi(v)
+				}
+			}
+			created[mt[1]] = parts
+			flags[mt[1]] = mt[2]
+		}
+	}
+	return job, created, flags
 }

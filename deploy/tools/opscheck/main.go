@@ -16,7 +16,12 @@
 // source reads is in the mounted Secret (and in its example manifest); every
 // referenced ConfigMap exists; Services, PodDisruptionBudgets and the
 // HorizontalPodAutoscaler select or target something real; the autoscaled
-// Deployment leaves replicas to the autoscaler; the topic Job creates exactly
+// Deployment leaves replicas to the autoscaler; KEDA ScaledObjects (decoded
+// strictly: their CRD is in no schema kubernetes-validate has) target a
+// consumer Deployment and scale it on its own group's lag of the inbound topic
+// (never the retry topic), from 1 or more to at most the inbound partitions,
+// with its brokers, offset policy and TLS/SASL (with -consumers-scaled, every
+// consumer Deployment has one); the topic Job creates exactly
 // the topics the configs name, with at least as many inbound partitions as
 // consumer replicas; images are pinned; the gateway's memory limit holds
 // its body budget, its connections' request heads, the producer queue and a base.
@@ -46,6 +51,7 @@ import (
 type reporter struct {
 	prefix string
 	fails  int
+	failed []string // every failure's text, for tests
 }
 
 func (r *reporter) ok(format string, a ...any) {
@@ -58,11 +64,12 @@ func (r *reporter) note(format string, a ...any) {
 
 func (r *reporter) fail(format string, a ...any) {
 	r.fails++
-	fmt.Printf("%s: FAIL %s\n", r.prefix, fmt.Sprintf(format, a...))
+	r.failed = append(r.failed, fmt.Sprintf(format, a...))
+	fmt.Printf("%s: FAIL %s\n", r.prefix, r.failed[len(r.failed)-1])
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: opscheck kubernetes -bin-dir dir [-prefix p] [-secret-example file] RENDERED.yaml")
+	fmt.Fprintln(os.Stderr, "usage: opscheck kubernetes -bin-dir dir [-prefix p] [-secret-example file] [-consumers-scaled] RENDERED.yaml")
 	fmt.Fprintln(os.Stderr, "       opscheck observability [-prefix p] -metrics dir [-root dir] [-pending list] [-emit-rules file]")
 	os.Exit(2)
 }
@@ -78,12 +85,13 @@ func main() {
 	case "kubernetes":
 		secretExample := fs.String("secret-example", "", "the example manifest of the webhook Secret, which the base leaves out")
 		fs.StringVar(&binDir, "bin-dir", "", "the directory of the built hookline binaries, whose --print-config gives each config's effective values")
+		consumersScaled := fs.Bool("consumers-scaled", false, "every Deployment running hookline-consumer must be scaled by a KEDA ScaledObject (an overlay with components/keda)")
 		_ = fs.Parse(os.Args[2:])
 		if fs.NArg() != 1 || binDir == "" {
 			usage()
 		}
 		r.prefix = *prefix
-		checkKubernetes(r, fs.Arg(0), *secretExample)
+		checkKubernetes(r, fs.Arg(0), *secretExample, *consumersScaled)
 	case "observability":
 		root := fs.String("root", ".", "the tree holding deploy/prometheus, deploy/grafana and docs/runbook.md")
 		metricsDir := fs.String("metrics", "", "a directory of <binary>.json files, each the binary's --print-metrics output")
