@@ -16,6 +16,10 @@ pub struct Metrics {
     pub dead_lettered: IntCounterVec,
     /// `hookline_consumer_handle_duration_seconds{source}`: one successful handler call.
     pub handle_duration: HistogramVec,
+    /// `hookline_consumer_event_age_seconds{source}`: from the gateway's acceptance (`received_at_ms`) to the
+    /// event's processing, for events processed the first time (not replays or re-processing runs): how far
+    /// behind the service runs, in time rather than records.
+    pub event_age: HistogramVec,
     /// `hookline_consumer_dedupe_errors_total`: Redis errors and timeouts (the consumer pauses on each).
     pub dedupe_errors: IntCounter,
     /// `hookline_consumer_claim_conflicts_total`: claims found held by another consumer.
@@ -96,6 +100,12 @@ impl Metrics {
                 "Successful handler call time.",
                 &["source"],
                 None,
+            )?,
+            event_age: histogram_vec(
+                "hookline_consumer_event_age_seconds",
+                "Time from the gateway's acceptance to processing, for events processed the first time.",
+                &["source"],
+                Some(&[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0]),
             )?,
             dedupe_errors: counter("hookline_consumer_dedupe_errors_total", "Redis errors and timeouts.")?,
             claim_conflicts: counter(
@@ -195,6 +205,7 @@ impl Metrics {
             Box::new(self.handler_failures.clone()),
             Box::new(self.dead_lettered.clone()),
             Box::new(self.handle_duration.clone()),
+            Box::new(self.event_age.clone()),
             Box::new(self.dedupe_errors.clone()),
             Box::new(self.claim_conflicts.clone()),
             Box::new(self.dlq_produce_errors.clone()),
@@ -312,6 +323,7 @@ mod tests {
         metrics.handler_failures.with_label_values(&["s", "retryable"]).inc();
         metrics.dead_lettered.with_label_values(&["s", "poison"]).inc();
         metrics.handle_duration.with_label_values(&["s"]).observe(0.01);
+        metrics.event_age.with_label_values(&["s"]).observe(0.2);
         metrics.dedupe_errors.inc();
         metrics.claim_conflicts.inc();
         metrics.dlq_produce_errors.inc();
@@ -336,7 +348,7 @@ mod tests {
         metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
         metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 27);
+        assert_eq!(described.len(), 28);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

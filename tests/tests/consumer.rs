@@ -30,6 +30,9 @@ async fn retryable_failure_then_success_is_processed_once() {
     assert_eq!(stack.handler.count(&delivery.delivery_id), 1);
     assert_eq!(stack.consumer_events("processed").await, 1);
     assert_eq!(stack.consumer_metric(0, "hookline_consumer_retries_total", "").await, 2.0);
+    // Its age when processed, from the gateway's acceptance: observed once, after both retries' backoff.
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_count", "").await, 1.0);
+    assert!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_sum", "").await > 0.0);
     assert!(stack.records(&stack.kafka.dlq_topic).await.is_empty(), "nothing dead-lettered");
     stack.shutdown().await;
 }
@@ -231,6 +234,8 @@ async fn replayed_event_takes_the_same_path_and_its_entry_is_recorded() {
     stack.wait_until_handled(2).await;
     assert_eq!(stack.handler.count("replayed-1"), 1);
     assert_eq!(stack.handler.calls()[0].replay_of.as_deref(), Some("dlq:0:7"));
+    // A replay is old by nature: it is not counted in the age the lateness alert watches.
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_count", "").await, 0.0);
 
     let statuses: Vec<(String, EntryStatusRecord)> = stack
         .records(&stack.kafka.dlq_status_topic)

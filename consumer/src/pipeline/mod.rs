@@ -339,6 +339,10 @@ impl Pipeline {
                 Ok(()) => {
                     self.metrics.handle_duration.with_label_values(&[source]).observe(started.elapsed().as_secs_f64());
                     self.renewing(&token, self.mark_done(&token, event)).await?;
+                    if event.replay_of.is_none() && event.reprocess_id.is_none() {
+                        let age_ms = now_ms().saturating_sub(event.meta.received_at_ms).max(0);
+                        self.metrics.event_age.with_label_values(&[source]).observe(age_ms as f64 / 1000.0);
+                    }
                     if event.reprocess_id.is_some() {
                         // The event itself is processed now too, if it never was: its own delivery is then a
                         // duplicate.
