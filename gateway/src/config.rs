@@ -78,6 +78,11 @@ pub struct Limits {
     /// `too_many_requests_in_progress` with `Retry-After` at once. Unlike `max_in_flight` (taken once a body is
     /// complete) this bounds the requests that wait for a body that never comes.
     pub max_requests_in_progress: usize,
+    /// The share of `max_requests_in_progress` one client address (an IPv6 address by its /64) may hold; past it
+    /// that address's requests get the same 503. One flooding address then cannot take the whole cap, and every
+    /// other client's answer with it. Behind a proxy or load balancer that hides client addresses, raise it to
+    /// `max_requests_in_progress`.
+    pub max_requests_in_progress_per_peer: usize,
     /// Bytes of request bodies and heads held at once, over all requests (read buffers included, being read or in
     /// flight; a head is charged its header list size, name and value plus 32 bytes a header, from when it arrives
     /// until the answer): past it a request is answered 503 `body_buffer_full` with `Retry-After`. With
@@ -120,6 +125,7 @@ impl Default for Limits {
             max_connections_per_peer: 1024,
             max_concurrent_streams: 8,
             max_requests_in_progress: 4096,
+            max_requests_in_progress_per_peer: 512,
             max_body_buffer_bytes: 256 * 1024 * 1024,
             max_costly_verifications_per_source: default_verifications_per_source(),
             peer_rate_per_s: 0.0,
@@ -236,6 +242,10 @@ impl GatewayConfig {
         problems.check(self.limits.peer_max_wait_ms <= 60_000, "limits.peer_max_wait_ms must be at most 60000");
         problems.check(self.limits.max_concurrent_streams > 0, "limits.max_concurrent_streams must be positive");
         problems.check(self.limits.max_requests_in_progress > 0, "limits.max_requests_in_progress must be positive");
+        problems.check(
+            self.limits.max_requests_in_progress_per_peer > 0,
+            "limits.max_requests_in_progress_per_peer must be positive",
+        );
         problems.check(
             self.limits.header_read_timeout_ms > 0 && self.limits.idle_timeout_ms > 0,
             "limits.header_read_timeout_ms and limits.idle_timeout_ms must be positive",

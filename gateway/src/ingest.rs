@@ -29,6 +29,7 @@ use crate::{
     body::{BodyBudget, head_bytes, read_body, reserve_head},
     config::{FORWARDED_HEADER_PREFIX, Limits},
     error::Rejection,
+    in_progress::{self, InProgress},
     metrics::{Metrics, outcome},
     peer_limit::{Admission, PeerLimiter},
     produce::{EventProducer, VerifiedWebhook},
@@ -45,8 +46,9 @@ pub struct Ingest {
     metrics: Metrics,
     limits: Limits,
     in_flight: Semaphore,
-    /// Requests whose head has arrived and that are not answered yet (`limits.max_requests_in_progress`).
-    in_progress: Semaphore,
+    /// Requests whose head has arrived and that are not answered yet (`limits.max_requests_in_progress`, and
+    /// `limits.max_requests_in_progress_per_peer` of them from one address).
+    in_progress: InProgress,
     body_budget: BodyBudget,
     rejection_log: RejectionLog,
     /// The request rate per client address, when configured.
@@ -121,7 +123,7 @@ impl Ingest {
             metrics,
             limits: limits.clone(),
             in_flight: Semaphore::new(limits.max_in_flight),
-            in_progress: Semaphore::new(limits.max_requests_in_progress.min(Semaphore::MAX_PERMITS)),
+            in_progress: InProgress::new(limits.max_requests_in_progress, limits.max_requests_in_progress_per_peer),
             body_budget: BodyBudget::new(limits.max_body_buffer_bytes),
             rejection_log: RejectionLog::default(),
             peer_limiter: PeerLimiter::new(
@@ -211,13 +213,14 @@ impl Ingest {
         response
     }
 
-    /// Takes one of `limits.max_requests_in_progress` and reserves the request's head from the body budget, or
-    /// refuses the request at once: with neither, nothing but its head has been read.
+    /// Takes one of `limits.max_requests_in_progress` (within its address's share) and reserves the request's
+    /// head from the body budget, or refuses the request at once: with neither, nothing but its head has been read.
     fn hold_head(
         &self,
         request: &Request<Incoming>,
-    ) -> Result<(tokio::sync::SemaphorePermit<'_>, tokio::sync::OwnedSemaphorePermit), Rejection> {
-        let in_progress = self.in_progress.try_acquire().map_err(|_| Rejection::TooManyRequestsInProgress)?;
+    ) -> Result<(in_progress::Slot<'_>, tokio::sync::OwnedSemaphorePermit), Rejection> {
+        let peer = request.extensions().get::<PeerAddr>().map(|PeerAddr(peer)| peer.ip());
+        let in_progress = self.in_progress.take(peer)?;
         let head = reserve_head(&self.body_budget, head_bytes(request.uri(), request.headers()))?;
         Ok((in_progress, head))
     }

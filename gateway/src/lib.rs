@@ -7,6 +7,7 @@
 pub mod body;
 pub mod config;
 pub mod error;
+pub mod in_progress;
 pub mod ingest;
 pub mod load;
 pub mod metrics;

@@ -292,3 +292,48 @@ async fn heads_held_by_streams_are_charged_to_the_body_budget() {
     drop(flood);
     stack.shutdown().await;
 }
+
+/// One address's flood takes at most its share of the requests in progress, so the cap is never all its own and a
+/// delivery from another address is acknowledged while the flood is held.
+#[tokio::test]
+async fn one_address_holds_at_most_its_share_of_the_requests_in_progress() {
+    const SHARE: usize = 12;
+    let stack = TestStack::builder()
+        .gateway_limits(Limits {
+            max_requests_in_progress: 2 * SHARE,
+            max_requests_in_progress_per_peer: SHARE,
+            body_read_timeout_ms: 60_000,
+            request_deadline_ms: 60_000,
+            drain_grace_ms: 0,
+            ..Limits::default()
+        })
+        .build()
+        .await;
+    let request = FloodRequest { uri: format!("http://{}/webhooks/github", stack.gateway_addr), n_header_bytes: 1024 };
+    let outcomes = Arc::new(Outcomes::default());
+    let mut flood = Vec::new();
+    // 4 connections x 8 streams offered from one address: 32, against a share of 12 and a cap of 24.
+    for _ in 0..4 {
+        let connection =
+            FloodConnection::open(stack.gateway_addr, loopback(2), &request, MAX_STREAMS, outcomes.clone());
+        flood.push(connection.await.expect("connect"));
+    }
+    let too_many = "outcome=\"too_many_requests_in_progress\"";
+    eventually(
+        Duration::from_secs(30),
+        "the address's streams past its share are refused, and it heard it",
+        || async {
+            let counted = stack.gateway_metric("hookline_gateway_requests_total", too_many).await;
+            counted >= (4 * MAX_STREAMS - SHARE) as f64
+                && counted == outcomes.answered(StatusCode::SERVICE_UNAVAILABLE).0 as f64
+        },
+    )
+    .await;
+    let (n_503, n_retry_after) = outcomes.answered(StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!((n_503, n_retry_after), (outcomes.n_answered(), n_503), "only 503s, each with Retry-After");
+    assert_eq!(stack.gateway_metric("hookline_gateway_in_flight_requests", "").await, SHARE as f64, "its share, held");
+    let reply = stack.post(&Delivery::new(r#"{"beside":"one address's flood"}"#)).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "another address is answered: {:?}", reply.body);
+    drop(flood);
+    stack.shutdown().await;
+}
