@@ -416,9 +416,14 @@ pub fn verify(
     request: &UnverifiedRequest<'_>,
     secrets: &[Secret],
 ) -> Result<Verified, VerifyError> {
-    let active: Vec<&Secret> = secrets.iter().filter(|secret| secret.is_active_at(request.now_ms)).collect();
+    let active: Vec<&Secret> = active_secrets(secrets, request.now_ms).collect();
     let matched = scheme.verify(request, &active)?;
     Ok(Verified::signed(matched, request.body.clone()))
+}
+
+/// Those of `secrets` active at `now_ms`, in configured order: the ones [`verify`] hands the scheme to try.
+pub fn active_secrets(secrets: &[Secret], now_ms: i64) -> impl Iterator<Item = &Secret> {
+    secrets.iter().filter(move |secret| secret.is_active_at(now_ms))
 }
 
 /// Per-source options a scheme is built with.
