@@ -191,7 +191,7 @@ impl Ingest {
         let (outcome, response) = match result {
             Ok(Answer::Accepted(response)) => (outcome::ACCEPTED, response),
             Ok(Answer::Handshake(response)) => (outcome::HANDSHAKE, response),
-            Err(failure) => {
+            Err(mut failure) => {
                 if let (Rejection::Verify(_), Some(limiter), Some(peer)) =
                     (&failure.rejection, &self.peer_limiter, peer)
                 {
@@ -202,7 +202,7 @@ impl Ingest {
                 if verdict == Verdict::Log {
                     log_rejection(&source_label, &failure);
                 }
-                self.rejection_ring.record(&source_label, ring_entry(&failure, peer));
+                self.rejection_ring.record(&source_label, ring_entry(&mut failure, peer));
                 (failure.rejection.code(), failure.rejection.into_response(self.limits.retry_after_s))
             }
         };
@@ -452,19 +452,20 @@ fn log_rejection(source: &str, failure: &Failure) {
 }
 
 /// What the ring keeps of a rejection: never the body, a signature or a secret (see [`crate::rejection_ring`]).
-fn ring_entry(failure: &Failure, peer: Option<std::net::IpAddr>) -> RejectionEntry {
+/// Takes the secret ids and the event id out of `failure`: the log line has been written, nothing after needs them.
+fn ring_entry(failure: &mut Failure, peer: Option<std::net::IpAddr>) -> RejectionEntry {
     let rejection = &failure.rejection;
     RejectionEntry {
         at_ms: now_ms(),
         code: rejection.code(),
         status: rejection.status().as_u16(),
-        secrets_tried: failure.secrets_tried.clone(),
+        secrets_tried: std::mem::take(&mut failure.secrets_tried),
         skew_ms: match rejection {
             Rejection::Verify(error) => error.skew_ms(),
             _ => None,
         },
         peer,
-        event_id: failure.event_id.clone(),
+        event_id: failure.event_id.take(),
     }
 }
 
