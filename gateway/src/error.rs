@@ -56,8 +56,8 @@ impl Rejection {
             Self::Verify(
                 VerifyError::MissingSignature(_)
                 | VerifyError::Mismatch
-                | VerifyError::TimestampStale
-                | VerifyError::TimestampFuture
+                | VerifyError::TimestampStale { .. }
+                | VerifyError::TimestampFuture { .. }
                 | VerifyError::MissingTimestamp(_),
             ) => StatusCode::UNAUTHORIZED,
             Self::Overloaded
@@ -191,8 +191,8 @@ mod tests {
             (VerifyError::MalformedSignature("h".into()), StatusCode::BAD_REQUEST, "signature_malformed"),
             (VerifyError::MissingSignature("h".into()), StatusCode::UNAUTHORIZED, "signature_missing"),
             (VerifyError::Mismatch, StatusCode::UNAUTHORIZED, "signature_mismatch"),
-            (VerifyError::TimestampStale, StatusCode::UNAUTHORIZED, "timestamp_stale"),
-            (VerifyError::TimestampFuture, StatusCode::UNAUTHORIZED, "timestamp_future"),
+            (VerifyError::TimestampStale { skew_ms: -1 }, StatusCode::UNAUTHORIZED, "timestamp_stale"),
+            (VerifyError::TimestampFuture { skew_ms: 1 }, StatusCode::UNAUTHORIZED, "timestamp_future"),
             (VerifyError::MissingTimestamp("t"), StatusCode::UNAUTHORIZED, "timestamp_missing"),
             (VerifyError::UnsupportedContentType("x"), StatusCode::UNSUPPORTED_MEDIA_TYPE, "content_type_unsupported"),
             (

@@ -34,6 +34,7 @@ use crate::{
     peer_limit::{Admission, PeerLimiter},
     produce::{EventProducer, VerifiedWebhook},
     rejection_log::{RejectionLog, Verdict, log_summary},
+    rejection_ring::{RejectionEntry, RejectionRing, UNKNOWN_SOURCE},
     source::{Source, SourceTable},
 };
 
@@ -51,6 +52,8 @@ pub struct Ingest {
     in_progress: InProgress,
     body_budget: BodyBudget,
     rejection_log: RejectionLog,
+    /// Each source's last rejections, for `GET /admin/rejections`.
+    rejection_ring: RejectionRing,
     /// The request rate per client address, when configured.
     peer_limiter: Option<PeerLimiter>,
     /// Metric handles of the hot path's fixed labels, resolved once per source table instead of per request.
@@ -91,15 +94,17 @@ fn resolve_handles(metrics: &Metrics, sources: &SourceTable) -> HashMap<String, 
 
 const ROUTE_PREFIX: &str = "/webhooks/";
 
-/// A rejection, with the event id when it was known by then (for the one log line).
+/// A rejection, with the event id when it was known by then (for the one log line and the ring), and the ids of
+/// the secrets a refused signature was checked against (for the ring).
 struct Failure {
     rejection: Rejection,
     event_id: Option<String>,
+    secrets_tried: Vec<String>,
 }
 
 impl From<Rejection> for Failure {
     fn from(rejection: Rejection) -> Self {
-        Self { rejection, event_id: None }
+        Self { rejection, event_id: None, secrets_tried: Vec::new() }
     }
 }
 
@@ -126,6 +131,7 @@ impl Ingest {
             in_progress: InProgress::new(limits.max_requests_in_progress, limits.max_requests_in_progress_per_peer),
             body_budget: BodyBudget::new(limits.max_body_buffer_bytes),
             rejection_log: RejectionLog::default(),
+            rejection_ring: RejectionRing::default(),
             peer_limiter: PeerLimiter::new(
                 limits.peer_rate_per_s,
                 if limits.peer_burst > 0 {
@@ -144,6 +150,7 @@ impl Ingest {
     pub fn replace_sources(&self, sources: SourceTable) {
         sources.log_warnings();
         self.handles.store(Arc::new(resolve_handles(&self.metrics, &sources)));
+        self.rejection_ring.retain_sources(|name| sources.get(name).is_some());
         self.sources.store(Arc::new(sources));
     }
 
@@ -158,6 +165,10 @@ impl Ingest {
 
     pub fn rejection_log(&self) -> &RejectionLog {
         &self.rejection_log
+    }
+
+    pub fn rejection_ring(&self) -> &RejectionRing {
+        &self.rejection_ring
     }
 
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
@@ -182,7 +193,7 @@ impl Ingest {
         let (outcome, response) = match result {
             Ok(Answer::Accepted(response)) => (outcome::ACCEPTED, response),
             Ok(Answer::Handshake(response)) => (outcome::HANDSHAKE, response),
-            Err(failure) => {
+            Err(mut failure) => {
                 if let (Rejection::Verify(_), Some(limiter), Some(peer)) =
                     (&failure.rejection, &self.peer_limiter, peer)
                 {
@@ -193,6 +204,7 @@ impl Ingest {
                 if verdict == Verdict::Log {
                     log_rejection(&source_label, &failure);
                 }
+                self.rejection_ring.record(&source_label, ring_entry(&mut failure, peer));
                 (failure.rejection.code(), failure.rejection.into_response(self.limits.retry_after_s))
             }
         };
@@ -306,7 +318,13 @@ impl Ingest {
         };
         let proof = verified.map_err(|error| {
             self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
-            Rejection::Verify(error)
+            Failure {
+                rejection: Rejection::Verify(error),
+                event_id: None,
+                secrets_tried: signature::active_secrets(&source.secrets, received_at_ms)
+                    .map(|secret| secret.id.clone())
+                    .collect(),
+            }
         })?;
         let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method);
         if let Some(url) = &url {
@@ -350,8 +368,11 @@ impl Ingest {
         self.metrics.producer_queue_depth.set(i64::from(self.producer.queue_depth()));
         let produce_duration = if delivery.is_ok() { &self.produce_acked } else { &self.produce_failed };
         produce_duration.observe(produce_started.elapsed().as_secs_f64());
-        let delivery =
-            delivery.map_err(|error| Failure { rejection: Rejection::Produce(error), event_id: Some(event_id) })?;
+        let delivery = delivery.map_err(|error| Failure {
+            rejection: Rejection::Produce(error),
+            event_id: Some(event_id),
+            secrets_tried: Vec::new(),
+        })?;
 
         tracing::debug!(
             source = %webhook.meta().source,
@@ -374,7 +395,7 @@ impl Ingest {
 
 /// The `source` metric label: the configured name, or `unknown` (never the raw path: bounded cardinality).
 fn source_label<'a>(sources: &'a SourceTable, path: &str) -> &'a str {
-    path.strip_prefix(ROUTE_PREFIX).and_then(|name| sources.name_of(name)).unwrap_or("unknown")
+    path.strip_prefix(ROUTE_PREFIX).and_then(|name| sources.name_of(name)).unwrap_or(UNKNOWN_SOURCE)
 }
 
 /// `202 {"status":"accepted","event_id":"..."}`, written directly (no JSON value per request). Event ids hold
@@ -430,6 +451,24 @@ fn log_rejection(source: &str, failure: &Failure) {
         tracing::warn!(source, code = rejection.code(), event_id, error = %rejection, "refused with 5xx");
     } else {
         tracing::info!(source, code = rejection.code(), event_id, reason = %rejection, "rejected");
+    }
+}
+
+/// What the ring keeps of a rejection: never the body, a signature or a secret (see [`crate::rejection_ring`]).
+/// Takes the secret ids and the event id out of `failure`: the log line has been written, nothing after needs them.
+fn ring_entry(failure: &mut Failure, peer: Option<std::net::IpAddr>) -> RejectionEntry {
+    let rejection = &failure.rejection;
+    RejectionEntry {
+        at_ms: now_ms(),
+        code: rejection.code(),
+        status: rejection.status().as_u16(),
+        secrets_tried: std::mem::take(&mut failure.secrets_tried),
+        skew_ms: match rejection {
+            Rejection::Verify(error) => error.skew_ms(),
+            _ => None,
+        },
+        peer,
+        event_id: failure.event_id.take(),
     }
 }
 

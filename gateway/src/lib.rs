@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod peer_limit;
 pub mod produce;
 pub mod rejection_log;
+pub mod rejection_ring;
 pub mod reload;
 pub mod source;
 
@@ -37,7 +38,7 @@ use crate::{error::json_response, ingest::Ingest, metrics::Metrics, produce::Eve
 pub struct Listeners {
     /// Public webhook traffic.
     pub public: TcpListener,
-    /// `/livez`, `/readyz`, `/metrics`, and `POST /admin/reload`.
+    /// `/livez`, `/readyz`, `/metrics`, `POST /admin/reload` and `GET /admin/rejections`.
     pub admin: TcpListener,
 }
 
@@ -85,9 +86,13 @@ pub async fn run_with_origin(
     let admin_shutdown = CancellationToken::new();
     tasks.spawn(serve_gateway_admin(
         listeners.admin,
-        registry,
-        readiness.clone(),
-        reloader.clone(),
+        AdminState {
+            registry,
+            readiness: readiness.clone(),
+            reloader: reloader.clone(),
+            ingest: ingest.clone(),
+            gateway_name: Arc::from(rejection_ring::gateway_name()),
+        },
         reload_token.map(Arc::new),
         admin_shutdown.clone(),
     ));
@@ -160,46 +165,66 @@ fn public_serve_limits(limits: &config::Limits, open_files: Option<usize>) -> Se
     }
 }
 
-/// The admin listener: the shared `/livez`, `/readyz`, `/metrics`, plus `POST /admin/reload`.
-async fn serve_gateway_admin(
-    listener: TcpListener,
+/// What the admin listener's routes read.
+#[derive(Debug, Clone)]
+struct AdminState {
     registry: Registry,
     readiness: Arc<Readiness>,
     reloader: Arc<Reloader>,
+    ingest: Arc<Ingest>,
+    /// This replica's name in `GET /admin/rejections`.
+    gateway_name: Arc<str>,
+}
+
+/// The admin listener: the shared `/livez`, `/readyz`, `/metrics`, plus `POST /admin/reload` and
+/// `GET /admin/rejections`, both behind [`admin_refusal`].
+async fn serve_gateway_admin(
+    listener: TcpListener,
+    state: AdminState,
     reload_token: Option<Arc<secrecy::SecretSlice<u8>>>,
     shutdown: CancellationToken,
 ) {
     let handler = move |request: Request<Incoming>| {
-        let (registry, readiness, reloader) = (registry.clone(), readiness.clone(), reloader.clone());
-        let reload_token = reload_token.clone();
+        let (state, reload_token) = (state.clone(), reload_token.clone());
         async move {
-            if request.uri().path() != RELOAD_PATH {
-                return admin_response(&request, &registry, &readiness);
-            }
-            if request.method() != Method::POST {
+            let (method, message) = match request.uri().path() {
+                RELOAD_PATH => (Method::POST, "POST to reload"),
+                rejection_ring::REJECTIONS_PATH => (Method::GET, "GET the rejections"),
+                _ => return admin_response(&request, &state.registry, &state.readiness),
+            };
+            if request.method() != method {
                 return json_response(
                     StatusCode::METHOD_NOT_ALLOWED,
-                    &serde_json::json!({ "error": { "code": "method_not_allowed", "message": "POST to reload" } }),
+                    &serde_json::json!({ "error": { "code": "method_not_allowed", "message": message } }),
                 );
             }
             let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0);
-            if let Some(refusal) = reload_refusal(request.headers(), peer, reload_token.as_deref()) {
+            if let Some(refusal) = admin_refusal(request.headers(), peer, reload_token.as_deref()) {
                 return refusal;
             }
-            reload_response(reloader.reload().await)
+            if method == Method::GET {
+                return rejection_ring::rejections_response(
+                    state.ingest.rejection_ring(),
+                    &state.ingest.sources(),
+                    &state.gateway_name,
+                    request.uri().query(),
+                );
+            }
+            reload_response(state.reloader.reload().await)
         }
     };
     let limits = ServeLimits { drain_deadline: Duration::from_secs(1), ..ServeLimits::default() };
     serve(listener, handler, limits, shutdown).await;
 }
 
-/// The answer refusing a reload, if this caller may not reload. Who may: a caller presenting the configured
-/// `reload_token` (`Authorization: Bearer`, any case), or, when none is configured, a caller on 127.0.0.1 or ::1
-/// exactly that sends no `Origin`. Not the rest of 127.0.0.0/8: behind a service mesh sidecar every client arrives
-/// from 127.0.0.6. Never with `Origin`: a web page in the operator's browser can POST to 127.0.0.1 without a
-/// preflight, and a browser always says where the page came from. A reload re-reads every secret, so it must not
-/// be something anyone who reaches the admin port can trigger at will.
-fn reload_refusal(
+/// The answer refusing an `/admin/` route (a reload, the rejections), if this caller may not use it. Who may: a
+/// caller presenting the configured `reload_token` (`Authorization: Bearer`, any case), or, when none is
+/// configured, a caller on 127.0.0.1 or ::1 exactly that sends no `Origin`. Not the rest of 127.0.0.0/8: behind a
+/// service mesh sidecar every client arrives from 127.0.0.6. Never with `Origin`: a web page in the operator's
+/// browser can POST to 127.0.0.1 without a preflight (or read an answer it should not), and a browser always says
+/// where the page came from. A reload re-reads every secret and the rejections name client addresses and secret
+/// ids, so neither may be had by anyone who reaches the admin port.
+fn admin_refusal(
     headers: &http::HeaderMap,
     peer: Option<std::net::SocketAddr>,
     token: Option<&secrecy::SecretSlice<u8>>,
@@ -224,8 +249,8 @@ fn reload_refusal(
             StatusCode::FORBIDDEN,
             &serde_json::json!({ "error": {
                 "code": "forbidden",
-                "message": "without reload_token, reload only from 127.0.0.1 or ::1 and not from a browser; \
-                            or send SIGHUP"
+                "message": "without reload_token, /admin/ routes answer only 127.0.0.1 or ::1 and not a browser; \
+                            a reload can also be sent as SIGHUP"
             } }),
         )),
     }
@@ -327,25 +352,25 @@ mod tests {
         let loopback = Some("127.0.0.1:5000".parse().unwrap());
         let remote = Some("10.1.2.3:5000".parse().unwrap());
         let none = http::HeaderMap::new();
-        assert!(reload_refusal(&none, loopback, None).is_none());
-        assert!(reload_refusal(&none, Some("[::1]:5000".parse().unwrap()), None).is_none());
-        assert!(reload_refusal(&none, Some("[::ffff:127.0.0.1]:5000".parse().unwrap()), None).is_none());
-        assert_eq!(reload_refusal(&none, remote, None).unwrap().status(), StatusCode::FORBIDDEN);
-        assert_eq!(reload_refusal(&none, None, None).unwrap().status(), StatusCode::FORBIDDEN);
+        assert!(admin_refusal(&none, loopback, None).is_none());
+        assert!(admin_refusal(&none, Some("[::1]:5000".parse().unwrap()), None).is_none());
+        assert!(admin_refusal(&none, Some("[::ffff:127.0.0.1]:5000".parse().unwrap()), None).is_none());
+        assert_eq!(admin_refusal(&none, remote, None).unwrap().status(), StatusCode::FORBIDDEN);
+        assert_eq!(admin_refusal(&none, None, None).unwrap().status(), StatusCode::FORBIDDEN);
         let sidecar = Some("127.0.0.6:5000".parse().unwrap());
-        assert_eq!(reload_refusal(&none, sidecar, None).unwrap().status(), StatusCode::FORBIDDEN, "a mesh's peer");
+        assert_eq!(admin_refusal(&none, sidecar, None).unwrap().status(), StatusCode::FORBIDDEN, "a mesh's peer");
         let mut browser = http::HeaderMap::new();
         browser.insert(http::header::ORIGIN, http::HeaderValue::from_static("https://evil.example"));
-        assert_eq!(reload_refusal(&browser, loopback, None).unwrap().status(), StatusCode::FORBIDDEN, "a web page");
+        assert_eq!(admin_refusal(&browser, loopback, None).unwrap().status(), StatusCode::FORBIDDEN, "a web page");
 
         let token = secrecy::SecretSlice::from(b"a-reload-token-of-length".to_vec());
         let mut bearer = http::HeaderMap::new();
         bearer.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("bearer a-reload-token-of-length"));
-        assert!(reload_refusal(&bearer, remote, Some(&token)).is_none());
-        assert_eq!(reload_refusal(&none, loopback, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
+        assert!(admin_refusal(&bearer, remote, Some(&token)).is_none());
+        assert_eq!(admin_refusal(&none, loopback, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
         let mut wrong = http::HeaderMap::new();
         wrong.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("Bearer a-reload-token-of-lengtH"));
-        assert_eq!(reload_refusal(&wrong, remote, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(admin_refusal(&wrong, remote, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
 
         let rejected =
             reload_response(Err(vec!["secret `a`: cannot read /run/secrets/hookline/github: No such file".into()]));

@@ -174,14 +174,22 @@ mod tests {
             check(&Discord::default(), &headers, BODY, &[("a", &public)], now_ms)
         };
         assert_eq!(at("1700000000", NOW_MS), Ok("a".to_owned()));
-        assert_eq!(at("1000000000", NOW_MS), Err(VerifyError::TimestampStale), "2001");
-        assert_eq!(at("2015000000", NOW_MS), Err(VerifyError::TimestampFuture), "ten years ahead");
+        assert_eq!(
+            at("1000000000", NOW_MS),
+            Err(VerifyError::TimestampStale { skew_ms: 1_000_000_000_000 - NOW_MS }),
+            "2001"
+        );
+        assert_eq!(
+            at("2015000000", NOW_MS),
+            Err(VerifyError::TimestampFuture { skew_ms: 2_015_000_000_000 - NOW_MS }),
+            "ten years ahead"
+        );
         assert_eq!(at("not-a-time", NOW_MS), Err(VerifyError::malformed(TIMESTAMP)));
         // Freshness is judged first: a stale request with a forged signature is stale, not a mismatch.
         let headers = headers(&[(SIGNATURE, "00".repeat(64).as_str()), (TIMESTAMP, "1000000000")]);
         assert_eq!(
             check(&Discord::default(), &headers, BODY, &[("a", &public)], NOW_MS),
-            Err(VerifyError::TimestampStale)
+            Err(VerifyError::TimestampStale { skew_ms: 1_000_000_000_000 - NOW_MS })
         );
     }
 

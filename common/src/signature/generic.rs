@@ -378,8 +378,14 @@ mod tests {
         let body = br#"{"test": 2432232314}"#;
         let now = 1_614_265_330_000;
         assert_eq!(check(&scheme, &headers, body, &secrets, now), Ok("a".to_owned()));
-        assert_eq!(check(&scheme, &headers, body, &secrets, now + 301_000), Err(VerifyError::TimestampStale));
-        assert_eq!(check(&scheme, &headers, body, &secrets, now - 301_000), Err(VerifyError::TimestampFuture));
+        assert_eq!(
+            check(&scheme, &headers, body, &secrets, now + 301_000),
+            Err(VerifyError::TimestampStale { skew_ms: -301_000 })
+        );
+        assert_eq!(
+            check(&scheme, &headers, body, &secrets, now - 301_000),
+            Err(VerifyError::TimestampFuture { skew_ms: 301_000 })
+        );
         assert_eq!(check(&scheme, &headers, body, &[("n", "b3RoZXI="), secrets[0]], now), Ok("a".to_owned()));
         assert_eq!(
             scheme.identity().identify(&headers, body).event_id.as_deref(),
@@ -402,7 +408,7 @@ mod tests {
             assert_eq!(check(&scheme, &headers, b"body", &[("a", "k")], 1_700_000_005_000), Ok("a".to_owned()));
             assert_eq!(
                 check(&scheme, &headers, b"body", &[("a", "k")], 1_700_000_011_000),
-                Err(VerifyError::TimestampStale)
+                Err(VerifyError::TimestampStale { skew_ms: -11_000 })
             );
         }
     }

@@ -159,11 +159,11 @@ mod tests {
     fn stale_and_future() {
         assert_eq!(
             run(&http::Method::POST, URI, VECTOR, BODY, &[("a", SECRET)], T_MS + 300_001),
-            Err(VerifyError::TimestampStale)
+            Err(VerifyError::TimestampStale { skew_ms: -300_001 })
         );
         assert_eq!(
             run(&http::Method::POST, URI, VECTOR, BODY, &[("a", SECRET)], T_MS - 300_001),
-            Err(VerifyError::TimestampFuture)
+            Err(VerifyError::TimestampFuture { skew_ms: 300_001 })
         );
     }
 

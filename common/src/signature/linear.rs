@@ -97,8 +97,14 @@ mod tests {
         let body = body();
         let value = sign(SECRET.as_bytes(), &body);
         assert_eq!(run(&value, &body, &[("a", SECRET)], T_MS + 60_000), Ok("a".to_owned()));
-        assert_eq!(run(&value, &body, &[("a", SECRET)], T_MS + 60_001), Err(VerifyError::TimestampStale));
-        assert_eq!(run(&value, &body, &[("a", SECRET)], T_MS - 60_001), Err(VerifyError::TimestampFuture));
+        assert_eq!(
+            run(&value, &body, &[("a", SECRET)], T_MS + 60_001),
+            Err(VerifyError::TimestampStale { skew_ms: -60_001 })
+        );
+        assert_eq!(
+            run(&value, &body, &[("a", SECRET)], T_MS - 60_001),
+            Err(VerifyError::TimestampFuture { skew_ms: 60_001 })
+        );
     }
 
     #[test]

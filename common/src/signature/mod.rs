@@ -246,12 +246,15 @@ pub enum VerifyError {
     MalformedSignature(Cow<'static, str>),
     #[error("no configured secret produces this signature")]
     Mismatch,
-    /// The signed timestamp is older than the tolerance allows (a replay, or a very late retry).
+    /// The signed timestamp is older than the tolerance allows (a replay, or a very late retry). `skew_ms` is the
+    /// signed timestamp minus the gateway's clock when the request arrived (negative here), so an operator can
+    /// tell a replay from days ago from a sender whose clock is a few minutes behind.
     #[error("the signed timestamp is too old")]
-    TimestampStale,
+    TimestampStale { skew_ms: i64 },
     /// The signed timestamp is further in the future than the tolerance allows (clock skew, or a forged clock).
+    /// `skew_ms` as for [`Self::TimestampStale`] (positive here).
     #[error("the signed timestamp is in the future")]
-    TimestampFuture,
+    TimestampFuture { skew_ms: i64 },
     /// The scheme signs a timestamp that this request does not carry where it should (Linear: in the body).
     #[error("the signed timestamp `{0}` is missing")]
     MissingTimestamp(&'static str),
@@ -272,8 +275,8 @@ impl VerifyError {
             Self::MissingSignature(_) => "signature_missing",
             Self::MalformedSignature(_) => "signature_malformed",
             Self::Mismatch => "signature_mismatch",
-            Self::TimestampStale => "timestamp_stale",
-            Self::TimestampFuture => "timestamp_future",
+            Self::TimestampStale { .. } => "timestamp_stale",
+            Self::TimestampFuture { .. } => "timestamp_future",
             Self::MissingTimestamp(_) => "timestamp_missing",
             Self::UnsupportedContentType(_) => "content_type_unsupported",
             Self::FormTooLarge { .. } => "form_too_large",
@@ -287,8 +290,8 @@ impl VerifyError {
             Self::MissingSignature(_)
             | Self::MalformedSignature(_)
             | Self::Mismatch
-            | Self::TimestampStale
-            | Self::TimestampFuture
+            | Self::TimestampStale { .. }
+            | Self::TimestampFuture { .. }
             | Self::MissingTimestamp(_)
             | Self::UnsupportedContentType(_)
             | Self::FormTooLarge { .. } => error.reason(),
@@ -297,13 +300,22 @@ impl VerifyError {
             Self::missing("h"),
             Self::malformed("h"),
             Self::Mismatch,
-            Self::TimestampStale,
-            Self::TimestampFuture,
+            Self::TimestampStale { skew_ms: 0 },
+            Self::TimestampFuture { skew_ms: 0 },
             Self::MissingTimestamp("t"),
             Self::UnsupportedContentType("c"),
             Self::FormTooLarge { max_bytes: 0, max_params: 0 },
         ];
         each.iter().map(listed).collect()
+    }
+
+    /// How far the signed timestamp was from the gateway's clock (timestamp minus clock, ms) when that is why the
+    /// request was refused; `None` for every other reason.
+    pub fn skew_ms(&self) -> Option<i64> {
+        match self {
+            Self::TimestampStale { skew_ms } | Self::TimestampFuture { skew_ms } => Some(*skew_ms),
+            _ => None,
+        }
     }
 
     pub(crate) fn missing(header: &'static str) -> Self {
@@ -404,9 +416,14 @@ pub fn verify(
     request: &UnverifiedRequest<'_>,
     secrets: &[Secret],
 ) -> Result<Verified, VerifyError> {
-    let active: Vec<&Secret> = secrets.iter().filter(|secret| secret.is_active_at(request.now_ms)).collect();
+    let active: Vec<&Secret> = active_secrets(secrets, request.now_ms).collect();
     let matched = scheme.verify(request, &active)?;
     Ok(Verified::signed(matched, request.body.clone()))
+}
+
+/// Those of `secrets` active at `now_ms`, in configured order: the ones [`verify`] hands the scheme to try.
+pub fn active_secrets(secrets: &[Secret], now_ms: i64) -> impl Iterator<Item = &Secret> {
+    secrets.iter().filter(move |secret| secret.is_active_at(now_ms))
 }
 
 /// Per-source options a scheme is built with.

@@ -88,8 +88,8 @@ mod tests {
     #[test]
     fn tampered_body_stale_future_rotation() {
         assert_eq!(run(VECTOR, b"hello-world!", &[("a", SECRET)], T), Err(VerifyError::Mismatch));
-        assert_eq!(run(VECTOR, BODY, &[("a", SECRET)], T + 6), Err(VerifyError::TimestampStale));
-        assert_eq!(run(VECTOR, BODY, &[("a", SECRET)], T - 6), Err(VerifyError::TimestampFuture));
+        assert_eq!(run(VECTOR, BODY, &[("a", SECRET)], T + 6), Err(VerifyError::TimestampStale { skew_ms: -6_000 }));
+        assert_eq!(run(VECTOR, BODY, &[("a", SECRET)], T - 6), Err(VerifyError::TimestampFuture { skew_ms: 6_000 }));
         assert_eq!(run(VECTOR, BODY, &[("a", SECRET)], T + 5), Ok("a".to_owned()));
         assert_eq!(run(VECTOR, BODY, &[("new", WRONG), ("old", SECRET)], T), Ok("old".to_owned()));
     }

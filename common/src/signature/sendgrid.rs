@@ -101,11 +101,20 @@ mod tests {
         let at = |now_ms| check(&SendGrid::default(), &headers, BODY, &[("a", PUBLIC_KEY)], now_ms);
         assert_eq!(at(NOW_MS), Ok("a".to_owned()));
         // A captured request replayed ten minutes (or ten years) later, or sent ten years ahead.
-        assert_eq!(at(1_600_112_502_000 + 301_000), Err(VerifyError::TimestampStale));
-        assert_eq!(at(1_915_000_000_000), Err(VerifyError::TimestampStale));
-        assert_eq!(at(1_285_000_000_000), Err(VerifyError::TimestampFuture));
+        assert_eq!(at(1_600_112_502_000 + 301_000), Err(VerifyError::TimestampStale { skew_ms: -301_000 }));
+        assert_eq!(
+            at(1_915_000_000_000),
+            Err(VerifyError::TimestampStale { skew_ms: 1_600_112_502_000 - 1_915_000_000_000 })
+        );
+        assert_eq!(
+            at(1_285_000_000_000),
+            Err(VerifyError::TimestampFuture { skew_ms: 1_600_112_502_000 - 1_285_000_000_000 })
+        );
         let narrow = SendGrid::new(Tolerance::seconds(60));
-        assert_eq!(check(&narrow, &headers, BODY, &[("a", PUBLIC_KEY)], NOW_MS), Err(VerifyError::TimestampStale));
+        assert_eq!(
+            check(&narrow, &headers, BODY, &[("a", PUBLIC_KEY)], NOW_MS),
+            Err(VerifyError::TimestampStale { skew_ms: -100_000 })
+        );
         for bad in ["not-a-time", "", "-1600112502", "1600112502.5"] {
             assert_eq!(run(SIG, bad, BODY, &[("a", PUBLIC_KEY)]), Err(VerifyError::malformed(TIMESTAMP)), "{bad:?}");
         }

@@ -98,8 +98,14 @@ mod tests {
 
     #[test]
     fn stale_and_future() {
-        assert_eq!(run(VECTOR, "1531420618", BODY, &[("a", SECRET)], T + 301), Err(VerifyError::TimestampStale));
-        assert_eq!(run(VECTOR, "1531420618", BODY, &[("a", SECRET)], T - 301), Err(VerifyError::TimestampFuture));
+        assert_eq!(
+            run(VECTOR, "1531420618", BODY, &[("a", SECRET)], T + 301),
+            Err(VerifyError::TimestampStale { skew_ms: -301_000 })
+        );
+        assert_eq!(
+            run(VECTOR, "1531420618", BODY, &[("a", SECRET)], T - 301),
+            Err(VerifyError::TimestampFuture { skew_ms: 301_000 })
+        );
     }
 
     #[test]

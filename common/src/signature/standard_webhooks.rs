@@ -228,8 +228,14 @@ mod tests {
 
     #[test]
     fn stale_and_future_timestamps() {
-        assert_eq!(run((ID_1, T_1, SIG_1), BODY_1, &[("a", SECRET_1)], T_1 + 301), Err(VerifyError::TimestampStale));
-        assert_eq!(run((ID_1, T_1, SIG_1), BODY_1, &[("a", SECRET_1)], T_1 - 301), Err(VerifyError::TimestampFuture));
+        assert_eq!(
+            run((ID_1, T_1, SIG_1), BODY_1, &[("a", SECRET_1)], T_1 + 301),
+            Err(VerifyError::TimestampStale { skew_ms: -301_000 })
+        );
+        assert_eq!(
+            run((ID_1, T_1, SIG_1), BODY_1, &[("a", SECRET_1)], T_1 - 301),
+            Err(VerifyError::TimestampFuture { skew_ms: 301_000 })
+        );
     }
 
     #[test]
@@ -279,7 +285,7 @@ mod tests {
         assert_eq!(run_with(&svix, STANDARD, (ID_1, T_1, SIG_1), BODY_1, &[("a", SECRET_1)], T_1), Ok("a".to_owned()));
         assert_eq!(
             run_with(&svix, SVIX, (ID_1, T_1, SIG_1), BODY_1, &[("a", SECRET_1)], T_1 + 400),
-            Err(VerifyError::TimestampStale)
+            Err(VerifyError::TimestampStale { skew_ms: -400_000 })
         );
         let svix_headers = headers(&[(SVIX.id, ID_1)]);
         assert_eq!(svix.identity().identify(&svix_headers, BODY_1).event_id.as_deref(), Some(ID_1));

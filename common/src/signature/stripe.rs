@@ -100,8 +100,14 @@ mod tests {
     #[test]
     fn stale_and_future_timestamps_are_refused_after_the_signature_matched() {
         assert_eq!(run(VECTOR, BODY, &[("a", SECRET)], T + 300), Ok("a".to_owned()));
-        assert_eq!(run(VECTOR, BODY, &[("a", SECRET)], T + 301), Err(VerifyError::TimestampStale));
-        assert_eq!(run(VECTOR, BODY, &[("a", SECRET)], T - 301), Err(VerifyError::TimestampFuture));
+        assert_eq!(
+            run(VECTOR, BODY, &[("a", SECRET)], T + 301),
+            Err(VerifyError::TimestampStale { skew_ms: -301_000 })
+        );
+        assert_eq!(
+            run(VECTOR, BODY, &[("a", SECRET)], T - 301),
+            Err(VerifyError::TimestampFuture { skew_ms: 301_000 })
+        );
         // A forged request with an old timestamp is a mismatch, not "stale".
         assert_eq!(run(VECTOR, BODY, &[("a", "forger")], T + 10_000), Err(VerifyError::Mismatch));
     }

@@ -113,12 +113,14 @@ impl Tolerance {
     }
 
     /// Whether a timestamp (ms since the epoch) is fresh at `now_ms`.
+    /// When it is not, the error carries the skew (timestamp minus `now_ms`), saturated to `i64`.
     pub(crate) fn check(&self, timestamp_ms: i64, now_ms: i64) -> Result<(), VerifyError> {
         let age_ms = i128::from(now_ms) - i128::from(timestamp_ms);
+        let skew_ms = timestamp_ms.saturating_sub(now_ms);
         if age_ms > i128::from(self.past_ms) {
-            Err(VerifyError::TimestampStale)
+            Err(VerifyError::TimestampStale { skew_ms })
         } else if -age_ms > i128::from(self.future_ms) {
-            Err(VerifyError::TimestampFuture)
+            Err(VerifyError::TimestampFuture { skew_ms })
         } else {
             Ok(())
         }
@@ -217,10 +219,10 @@ mod tests {
         let now = 1_700_000_000_000;
         assert_eq!(tolerance.check(now - 300_000, now), Ok(()));
         assert_eq!(tolerance.check(now + 300_000, now), Ok(()));
-        assert_eq!(tolerance.check(now - 300_001, now), Err(VerifyError::TimestampStale));
-        assert_eq!(tolerance.check(now + 300_001, now), Err(VerifyError::TimestampFuture));
-        assert_eq!(tolerance.check(i64::MIN, i64::MAX), Err(VerifyError::TimestampStale));
-        assert_eq!(tolerance.check(i64::MAX, i64::MIN), Err(VerifyError::TimestampFuture));
+        assert_eq!(tolerance.check(now - 300_001, now), Err(VerifyError::TimestampStale { skew_ms: -300_001 }));
+        assert_eq!(tolerance.check(now + 300_001, now), Err(VerifyError::TimestampFuture { skew_ms: 300_001 }));
+        assert_eq!(tolerance.check(i64::MIN, i64::MAX), Err(VerifyError::TimestampStale { skew_ms: i64::MIN }));
+        assert_eq!(tolerance.check(i64::MAX, i64::MIN), Err(VerifyError::TimestampFuture { skew_ms: i64::MAX }));
     }
 
     #[test]

@@ -131,8 +131,14 @@ mod tests {
         assert_eq!(run(&value, b"{}", &[("a", SECRET)], now_ms()), Err(VerifyError::Mismatch));
         assert_eq!(run(&value, BODY, &[("a", "x")], now_ms()), Err(VerifyError::Mismatch));
         assert_eq!(run(&value, BODY, &[("n", "x"), ("o", SECRET)], now_ms()), Ok("o".to_owned()));
-        assert_eq!(run(&value, BODY, &[("a", SECRET)], now_ms() + 600_001), Err(VerifyError::TimestampStale));
-        assert_eq!(run(&value, BODY, &[("a", SECRET)], now_ms() - 600_001), Err(VerifyError::TimestampFuture));
+        assert_eq!(
+            run(&value, BODY, &[("a", SECRET)], now_ms() + 600_001),
+            Err(VerifyError::TimestampStale { skew_ms: -600_001 })
+        );
+        assert_eq!(
+            run(&value, BODY, &[("a", SECRET)], now_ms() - 600_001),
+            Err(VerifyError::TimestampFuture { skew_ms: 600_001 })
+        );
     }
 
     #[test]

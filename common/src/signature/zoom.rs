@@ -121,8 +121,14 @@ mod tests {
     fn configured_tolerance_refuses_stale_and_future() {
         let value = sign(SECRET.as_bytes(), BODY, T);
         let zoom = Zoom::new(Some(Tolerance::seconds(300)));
-        assert_eq!(run(&zoom, &value, BODY, &[("a", SECRET)], T + 301), Err(VerifyError::TimestampStale));
-        assert_eq!(run(&zoom, &value, BODY, &[("a", SECRET)], T - 301), Err(VerifyError::TimestampFuture));
+        assert_eq!(
+            run(&zoom, &value, BODY, &[("a", SECRET)], T + 301),
+            Err(VerifyError::TimestampStale { skew_ms: -301_000 })
+        );
+        assert_eq!(
+            run(&zoom, &value, BODY, &[("a", SECRET)], T - 301),
+            Err(VerifyError::TimestampFuture { skew_ms: 301_000 })
+        );
     }
 
     #[test]
