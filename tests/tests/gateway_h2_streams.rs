@@ -117,6 +117,11 @@ impl GatewayProcess {
     }
 }
 
+/// Limits under which a flood's streams are held for the whole test: no timeout ends them first.
+fn held() -> Limits {
+    Limits { body_read_timeout_ms: 60_000, request_deadline_ms: 60_000, drain_grace_ms: 0, ..Limits::default() }
+}
+
 /// Loopback address `n` (127.0.0.`n`): each is a peer of its own to the gateway.
 fn loopback(n: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, n))
@@ -159,11 +164,7 @@ async fn an_h2_stream_flood_is_held_to_the_stream_and_request_caps_within_the_me
         max_connections_per_peer: CONNECTIONS_PER_PEER,
         max_requests_in_progress: MAX_REQUESTS_IN_PROGRESS,
         max_body_buffer_bytes: 32 * 1024 * 1024,
-        // The flood's streams are held for the whole test: no timeout ends them first.
-        body_read_timeout_ms: 60_000,
-        request_deadline_ms: 60_000,
-        drain_grace_ms: 0,
-        ..Limits::default()
+        ..held()
     };
     assert_eq!(limits.max_concurrent_streams as usize, MAX_STREAMS, "the default the test holds the gateway to");
     let gateway = GatewayProcess::start(&stack, limits.clone());
@@ -249,16 +250,7 @@ async fn an_h2_stream_flood_is_held_to_the_stream_and_request_caps_within_the_me
 #[tokio::test]
 async fn heads_held_by_streams_are_charged_to_the_body_budget() {
     const BUDGET: usize = 512 * 1024;
-    let stack = TestStack::builder()
-        .gateway_limits(Limits {
-            max_body_buffer_bytes: BUDGET,
-            body_read_timeout_ms: 60_000,
-            request_deadline_ms: 60_000,
-            drain_grace_ms: 0,
-            ..Limits::default()
-        })
-        .build()
-        .await;
+    let stack = TestStack::builder().gateway_limits(Limits { max_body_buffer_bytes: BUDGET, ..held() }).build().await;
     let request =
         FloodRequest { uri: format!("http://{}/webhooks/github", stack.gateway_addr), n_header_bytes: HEADER_BYTES };
     let head = request.build();
@@ -302,10 +294,7 @@ async fn one_address_holds_at_most_its_share_of_the_requests_in_progress() {
         .gateway_limits(Limits {
             max_requests_in_progress: 2 * SHARE,
             max_requests_in_progress_per_peer: SHARE,
-            body_read_timeout_ms: 60_000,
-            request_deadline_ms: 60_000,
-            drain_grace_ms: 0,
-            ..Limits::default()
+            ..held()
         })
         .build()
         .await;
