@@ -1,7 +1,8 @@
 //! The gateways' rejections in one place: the replayer asks every configured gateway's `GET /admin/rejections`
 //! and serves them merged per source, newest first, each entry naming its gateway, on `GET /v1/rejections` (behind
 //! the API token) and on the console's Rejections page (every value escaped); a gateway that does not answer is
-//! named with the reason and the others' entries are still served.
+//! named with the reason (as is one answering past the size bound or not at all within the timeout) and the
+//! others' entries are still served.
 
 use std::{
     net::SocketAddr,
@@ -14,7 +15,7 @@ use hookline_common::{
     http::{Body, ServeLimits, serve},
     signature::stripe,
 };
-use hookline_dlq_replayer::{ReplayerConfig, ServeError, config::GatewaysConfig};
+use hookline_dlq_replayer::{ReplayerConfig, ServeError, config::GatewaysConfig, rejections::MAX_RESPONSE_BYTES};
 use hookline_gateway::config::SourceConfig;
 use hookline_tests::{Reply, TestStack, forward::secret_file};
 use http::{Request, Response, StatusCode, header};
@@ -205,31 +206,73 @@ async fn every_gateways_rejections_are_gathered_and_one_that_does_not_answer_is_
     stack.shutdown().await;
 }
 
-/// A stand-in for a gateway that answers only with `GATEWAY_TOKEN`, with entries carrying markup.
+/// A stand-in for a gateway that answers only with `GATEWAY_TOKEN`. Under `/admin/rejections`, entries carrying
+/// markup; under `/huge/admin/rejections`, a well-formed answer one byte over the replayer's bound; under
+/// `/silent/admin/rejections`, nothing until it is stopped.
 async fn hostile_gateway(shutdown: CancellationToken) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let handler = |request: Request<hyper::body::Incoming>| async move {
-        let authorized = request.headers().get(header::AUTHORIZATION).and_then(|value| value.to_str().ok())
-            == Some(&format!("Bearer {GATEWAY_TOKEN}"));
-        let (status, body) = if request.uri().path() != "/admin/rejections" {
-            (StatusCode::NOT_FOUND, serde_json::json!({}))
-        } else if !authorized {
-            (StatusCode::UNAUTHORIZED, serde_json::json!({ "error": { "code": "unauthorized" } }))
-        } else {
-            let entry = serde_json::json!({
-                "at_ms": 1_780_000_000_000_i64, "code": "<script>alert(1)</script>", "status": 401,
-                "secrets_tried": ["<b>key</b>"], "skew_ms": null, "peer": "\"><img src=x onerror=alert(2)>",
-                "event_id": null
-            });
-            (StatusCode::OK, serde_json::json!({ "gateway": "<i>gw</i>", "sources": { "stripe": [entry] } }))
-        };
-        let mut response = Response::new(Body::new(Bytes::from(body.to_string())));
-        *response.status_mut() = status;
-        response
+    let stopped = shutdown.clone();
+    let handler = move |request: Request<hyper::body::Incoming>| {
+        let stopped = stopped.clone();
+        async move {
+            let authorized = request.headers().get(header::AUTHORIZATION).and_then(|value| value.to_str().ok())
+                == Some(&format!("Bearer {GATEWAY_TOKEN}"));
+            let (status, body) = match request.uri().path() {
+                _ if !authorized => {
+                    (StatusCode::UNAUTHORIZED, serde_json::json!({ "error": { "code": "unauthorized" } }).to_string())
+                }
+                "/admin/rejections" => {
+                    let entry = serde_json::json!({
+                        "at_ms": 1_780_000_000_000_i64, "code": "<script>alert(1)</script>", "status": 401,
+                        "secrets_tried": ["<b>key</b>"], "skew_ms": null, "peer": "\"><img src=x onerror=alert(2)>",
+                        "event_id": null
+                    });
+                    let answer = serde_json::json!({ "gateway": "<i>gw</i>", "sources": { "stripe": [entry] } });
+                    (StatusCode::OK, answer.to_string())
+                }
+                "/huge/admin/rejections" => {
+                    let head = r#"{"gateway":"huge","sources":{},"padding":""#;
+                    let padding = MAX_RESPONSE_BYTES + 1 - head.len() - 2;
+                    (StatusCode::OK, format!("{head}{}\"}}", " ".repeat(padding)))
+                }
+                "/silent/admin/rejections" => {
+                    stopped.cancelled().await;
+                    (StatusCode::SERVICE_UNAVAILABLE, String::new())
+                }
+                _ => (StatusCode::NOT_FOUND, String::new()),
+            };
+            let mut response = Response::new(Body::new(Bytes::from(body)));
+            *response.status_mut() = status;
+            response
+        }
     };
     tokio::spawn(serve(listener, handler, ServeLimits::default(), shutdown));
     addr
+}
+
+#[tokio::test]
+async fn a_gateway_answering_too_much_or_nothing_is_named_and_the_others_are_served() {
+    let stack = TestStack::builder().build().await;
+    let fake_shutdown = CancellationToken::new();
+    let gateway = hostile_gateway(fake_shutdown.clone()).await;
+    let (huge, silent) = (format!("http://{gateway}/huge"), format!("http://{gateway}/silent"));
+    let replayer = Replayer::start(&stack, vec![huge.clone(), format!("http://{gateway}"), silent.clone()]).await;
+
+    let answer = replayer.api_rejections(&stack, "").await;
+    assert_eq!(answer["gateways"], serde_json::json!(["<i>gw</i>"]), "{answer}");
+    assert_eq!(answer["sources"]["stripe"].as_array().map(Vec::len), Some(1), "{answer}");
+    let reasons: Vec<(&str, &str)> = answer["unreachable"]
+        .as_array()
+        .expect("unreachable")
+        .iter()
+        .map(|gateway| (gateway["url"].as_str().expect("url"), gateway["reason"].as_str().expect("reason")))
+        .collect();
+    assert_eq!(reasons, [(huge.as_str(), "answer larger than 4 MiB"), (silent.as_str(), "no answer within 2 s")]);
+
+    replayer.stop().await;
+    fake_shutdown.cancel();
+    stack.shutdown().await;
 }
 
 #[tokio::test]
