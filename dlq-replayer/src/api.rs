@@ -11,10 +11,12 @@
 //! - `POST /v1/reprocess` body: `{"service": "...", "from": "<RFC 3339>", "to": "<RFC 3339>"}` and/or
 //!   `"event_ids": [...]`, plus `source`, `apply` (without it a dry run), `rate_per_s`, `by` — re-drives already
 //!   processed events of the inbound topic to that one service; answers the run id and the records
+//! - `GET  /v1/rejections?source=` — every configured gateway's recent rejections (`[gateways]`), merged per
+//!   source newest first, each entry naming its gateway; gateways that did not answer are listed in `unreachable`
 //! - `POST /v1/discard` body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `reason`, `dry_run`,
 //!   `by`
 //!
-//! Every answer comes from the replayer's index, which a background tail keeps current; a write is visible in
+//! Every answer but the rejections' comes from the replayer's index, which a background tail keeps current; a write is visible in
 //! the next read once the call returns.
 
 use std::sync::Arc;
@@ -32,6 +34,7 @@ use crate::{
     filter::Filter,
     metrics::Metrics,
     ops::{DiscardRequest, OpError, ReplayRequest, Replayer, ReprocessRequest},
+    rejections::Gatherer,
     session::Console,
 };
 
@@ -45,6 +48,8 @@ pub struct Api {
     pub readiness: Arc<Readiness>,
     pub metrics: Metrics,
     pub console: Console,
+    /// Gathers the gateways' recent rejections (`GET /v1/rejections`, the console's Rejections page).
+    pub rejections: Gatherer,
 }
 
 impl Api {
@@ -74,6 +79,10 @@ impl Api {
                     self.replayer.stats(&filter).await.map(|stats| json(StatusCode::OK, &stats))
                 }
                 Ok(_) => Err(OpError::BadRequest("stats take no cursor or limit".to_owned())),
+                Err(problem) => Err(OpError::BadRequest(problem)),
+            },
+            (Method::GET, "/v1/rejections") => match rejections_query(&query) {
+                Ok(source) => Ok(json(StatusCode::OK, &self.rejections.gather(source.as_deref()).await)),
                 Err(problem) => Err(OpError::BadRequest(problem)),
             },
             (Method::GET, path) if path.starts_with("/v1/entries/") => {
@@ -192,6 +201,19 @@ pub fn parse_query(query: &str) -> Result<ListQuery, String> {
         }
     }
     Ok(list)
+}
+
+/// The `source` of `GET /v1/rejections?source=<name>` (and of the console's page), the only parameter it takes.
+pub fn rejections_query(query: &str) -> Result<Option<String>, String> {
+    let mut source = None;
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        match key.as_ref() {
+            "source" if !value.is_empty() => source = Some(value.into_owned()),
+            "source" => {}
+            other => return Err(format!("unknown query parameter `{other}`")),
+        }
+    }
+    Ok(source)
 }
 
 /// A path segment with its `%XX` escapes decoded (a `+` stays a `+` in a path).

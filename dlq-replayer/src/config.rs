@@ -24,6 +24,20 @@ pub struct ReplayerConfig {
     /// `replay --all` takes it again. Keep it above the consumers' `retry.max_total_ms` plus their usual lag: a
     /// re-driven event that is being retried has no outcome yet. A second re-drive is harmless (dedupe).
     pub replay_outcome_timeout_s: u64,
+    /// The gateways whose recent rejections `serve` gathers (`GET /v1/rejections`, the console's Rejections page).
+    pub gateways: GatewaysConfig,
+}
+
+/// Where the gateways' admin listeners are, and the token they want for `/admin/` routes.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewaysConfig {
+    /// Base URLs of every gateway replica's admin listener (`http://gateway-0.gateway:9091`), each asked for
+    /// `/admin/rejections`. Empty: the replayer gathers nothing.
+    pub admin_urls: Vec<String>,
+    /// The gateways' `reload_token`, sent as a bearer token. Without it the gateways answer only a caller on
+    /// their own loopback, so set it whenever the replayer runs elsewhere.
+    pub token: Option<SecretRef>,
 }
 
 impl Default for ReplayerConfig {
@@ -35,6 +49,7 @@ impl Default for ReplayerConfig {
             max_failed_again: 3,
             refresh_interval_s: 15,
             replay_outcome_timeout_s: 3600,
+            gateways: GatewaysConfig::default(),
         }
     }
 }
@@ -52,6 +67,11 @@ impl ReplayerConfig {
         problems.check(config.max_failed_again >= 1, "max_failed_again must be at least 1");
         problems.check(config.refresh_interval_s >= 1, "refresh_interval_s must be at least 1");
         problems.check(config.replay_outcome_timeout_s >= 1, "replay_outcome_timeout_s must be at least 1");
+        for url in &config.gateways.admin_urls {
+            if let Err(problem) = hookline_common::http_client::check_url(url) {
+                problems.push(format!("gateways.admin_urls: `{url}` {problem}"));
+            }
+        }
         problems.into_result()?;
         Ok(config)
     }
@@ -103,5 +123,21 @@ mod tests {
         assert_eq!(format!("{kafka:?}"), format!("{:?}", defaults.kafka), "[kafka] of the example is not the defaults");
         let token = config.api_token.expect("the example sets api_token");
         assert_eq!((token.env.as_deref(), token.file), (Some("HOOKLINE_REPLAYER_TOKEN"), None));
+    }
+
+    #[test]
+    fn gateway_admin_urls_must_be_http_or_https() {
+        let path = std::env::temp_dir().join(format!("hookline-replayer-gateways-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "[gateways]\nadmin_urls = [\"http://gateway-0.gateway:9091\", \"ftp://gateway-1:9091\", \"gateway-2:9091\"]\n",
+        )
+        .unwrap();
+        let loaded = ReplayerConfig::load(Some(&path));
+        let _ = std::fs::remove_file(&path);
+        let message = loaded.expect_err("two bad URLs").to_string();
+        assert!(message.contains("`ftp://gateway-1:9091`"), "{message}");
+        assert!(message.contains("`gateway-2:9091`"), "{message}");
+        assert!(!message.contains("gateway-0"), "{message}");
     }
 }

@@ -17,6 +17,7 @@ pub mod index;
 mod login_throttle;
 pub mod metrics;
 pub mod ops;
+pub mod rejections;
 pub mod session;
 
 use std::{
@@ -95,6 +96,7 @@ pub async fn serve_api(
             })
             .map_err(|error| ServeError::Config(format!("cannot start the index thread: {error}")))?
     };
+    let rejections = rejections::Gatherer::new(&config.gateways).map_err(ServeError::Config)?;
     let replayer = Replayer::live(config.clone(), index.clone())?;
     let api = Arc::new(Api {
         replayer: replayer.clone(),
@@ -103,6 +105,7 @@ pub async fn serve_api(
         readiness,
         metrics: metrics.clone(),
         console: session::Console::default(),
+        rejections,
     });
     let tasks = TaskTracker::new();
     let handler = move |request: Request<Incoming>| {

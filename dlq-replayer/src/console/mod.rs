@@ -9,7 +9,8 @@
 //! - Actions (replay, discard) always go through a dry-run preview that says how many entries they will touch,
 //!   then a confirmation; the confirmed action runs in the background and its page shows the report.
 //!
-//! `pages` renders what a GET shows (overview, entries, one entry, a job); `forms` handles what a POST asks
+//! `pages` renders what a GET shows (overview, entries, one entry, a job); `rejections` the gateways' recent
+//! refusals, gathered from them on request; `forms` handles what a POST asks
 //! (log in, preview an action, run it); this module routes, lays pages out and escapes.
 //!
 //! Pages read the same index as the JSON API and call the same operations ([`crate::ops`]).
@@ -17,6 +18,7 @@
 mod forms;
 mod login;
 mod pages;
+mod rejections;
 
 use std::{fmt::Write as _, sync::Arc, time::Duration};
 
@@ -29,6 +31,7 @@ use self::{
     forms::{field, preview, read_form, run},
     login::{login, login_page},
     pages::{entry_page, job_page, list, overview},
+    rejections::rejections_page,
 };
 use crate::{
     api::{Api, decode_path_segment},
@@ -116,7 +119,7 @@ fn redirect(location: &str) -> Response<Body> {
 fn page(status: StatusCode, title: &str, csrf: Option<&str>, content: &str, refresh: bool) -> Response<Body> {
     let nav = match csrf {
         Some(csrf) => format!(
-            r#"<a class="brand" href="/ui/">hookline DLQ</a><a href="/ui/">Overview</a><a href="/ui/entries">Entries</a>
+            r#"<a class="brand" href="/ui/">hookline DLQ</a><a href="/ui/">Overview</a><a href="/ui/entries">Entries</a><a href="/ui/rejections">Rejections</a>
 <form method="post" action="/ui/logout"><input type="hidden" name="csrf" value="{}"><button type="submit">Log out</button></form>"#,
             esc(csrf)
         ),
@@ -243,6 +246,7 @@ pub async fn handle(api: Arc<Api>, request: Request<Incoming>) -> Response<Body>
     match path.as_str() {
         "/ui" | "/ui/" => overview(&api, &session).await,
         "/ui/entries" => list(&api, &session, &query).await,
+        "/ui/rejections" => rejections_page(&api, &session, &query).await,
         other if other.starts_with("/ui/entries/") => {
             entry_page(&api, &session, &decode_path_segment(&other["/ui/entries/".len()..])).await
         }
