@@ -48,6 +48,22 @@ impl Delivery {
     pub fn signature(&self, secret: &str) -> String {
         hookline_common::signature::github::sign(secret.as_bytes(), &self.body)
     }
+
+    /// The request GitHub would send to the `github` source of the gateway at `gateway`, carrying `signature` as
+    /// its `X-Hub-Signature-256`.
+    pub fn request(
+        &self,
+        gateway: std::net::SocketAddr,
+        signature: &str,
+    ) -> http::Request<http_body_util::Full<Bytes>> {
+        http::Request::post(format!("http://{gateway}/webhooks/github"))
+            .header("content-type", "application/json")
+            .header("x-github-delivery", &self.delivery_id)
+            .header("x-github-event", &self.event)
+            .header("x-hub-signature-256", signature)
+            .body(http_body_util::Full::new(self.body.clone()))
+            .expect("request")
+    }
 }
 
 /// The metadata the gateway gives a GitHub `push` event with this id (secret `primary`, JSON, a fixed receive

@@ -412,14 +412,7 @@ impl TestStack {
 
     /// Sends `delivery` to the `github` source with this `X-Hub-Signature-256` value.
     pub async fn post_signed(&self, delivery: &Delivery, signature: &str) -> Reply {
-        let request = Request::post(format!("http://{}/webhooks/github", self.gateway_addr))
-            .header("content-type", "application/json")
-            .header("x-github-delivery", &delivery.delivery_id)
-            .header("x-github-event", &delivery.event)
-            .header("x-hub-signature-256", signature)
-            .body(Full::new(delivery.body.clone()))
-            .expect("request");
-        self.send(request).await
+        self.send(delivery.request(self.gateway_addr, signature)).await
     }
 
     /// Sends `delivery` correctly signed with the test secret.

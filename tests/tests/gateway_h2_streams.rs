@@ -106,14 +106,7 @@ impl GatewayProcess {
 
     /// A correctly signed GitHub delivery, over HTTP/1.1 from 127.0.0.1.
     async fn post(&self, stack: &TestStack, delivery: &Delivery) -> StatusCode {
-        let request = Request::post(format!("http://{}/webhooks/github", self.public))
-            .header("content-type", "application/json")
-            .header("x-github-delivery", &delivery.delivery_id)
-            .header("x-github-event", &delivery.event)
-            .header("x-hub-signature-256", delivery.signature(TEST_SECRET))
-            .body(Full::new(delivery.body.clone()))
-            .expect("request");
-        stack.send(request).await.status
+        stack.send(delivery.request(self.public, &delivery.signature(TEST_SECRET))).await.status
     }
 }
 

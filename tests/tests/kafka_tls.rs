@@ -27,7 +27,6 @@ use hookline_tests::{
     record_auth::test_record_auth,
     redis_url,
 };
-use http::Request;
 use http_body_util::Full;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use rdkafka::{
@@ -212,13 +211,7 @@ async fn refused_at_start(security: KafkaSecurity, why: &str) {
     let address = public.local_addr().expect("addr");
     let gateway = tokio::spawn(hookline_gateway::run(config, Listeners { public, admin }, CancellationToken::new()));
     let delivery = Delivery::new(&b"{\"tls\":\"refused\"}"[..]);
-    let request = Request::post(format!("http://{address}/webhooks/github"))
-        .header("content-type", "application/json")
-        .header("x-github-delivery", &delivery.delivery_id)
-        .header("x-github-event", &delivery.event)
-        .header("x-hub-signature-256", delivery.signature(TEST_SECRET))
-        .body(Full::new(delivery.body.clone()))
-        .expect("request");
+    let request = delivery.request(address, &delivery.signature(TEST_SECRET));
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
     let reply = tokio::time::timeout(Duration::from_secs(60), client.request(request)).await.expect("bounded");
     if let Ok(response) = &reply {
