@@ -144,10 +144,12 @@ impl Scheme for Twilio {
         if form && !form_within_bounds(request.body) {
             return Err(VerifyError::FormTooLarge { max_bytes: MAX_FORM_BYTES, max_params: MAX_FORM_PARAMS });
         }
+        // A JSON body is signed through the URL, which carries its hash.
+        let body_hash = if form { None } else { body_sha256_param(url) };
         let param_strings: Vec<String> = if form {
             let (all, deduplicated) = signed_param_strings(request.body);
             std::iter::once(all).chain(deduplicated).collect()
-        } else if body_sha256_param(url).is_some() {
+        } else if body_hash.is_some() {
             vec![String::new()]
         } else {
             return Err(VerifyError::UnsupportedContentType(FORM));
@@ -162,7 +164,7 @@ impl Scheme for Twilio {
                 first_hmac_match(algorithm, secrets, &parts, std::slice::from_ref(&signature)).ok()
             })
             .ok_or(VerifyError::Mismatch)?;
-        if let Some(expected) = body_sha256_param(url).filter(|_| !form) {
+        if let Some(expected) = body_hash {
             let actual = hex::encode(Sha256::digest(request.body));
             if !equal(actual.as_bytes(), expected.to_ascii_lowercase().as_bytes()) {
                 return Err(VerifyError::Mismatch);

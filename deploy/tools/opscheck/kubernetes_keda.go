@@ -43,16 +43,19 @@ type kedaTrigger struct {
 	} `yaml:"authenticationRef"`
 }
 
+// kedaMetadata is the metadata of KEDA's objects, decoded strictly like the rest of them.
+type kedaMetadata struct {
+	Name        string            `yaml:"name"`
+	Namespace   string            `yaml:"namespace"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
 type scaledObject struct {
-	APIVersion string `yaml:"apiVersion"`
-	Kind       string `yaml:"kind"`
-	Metadata   struct {
-		Name        string            `yaml:"name"`
-		Namespace   string            `yaml:"namespace"`
-		Labels      map[string]string `yaml:"labels"`
-		Annotations map[string]string `yaml:"annotations"`
-	} `yaml:"metadata"`
-	Spec struct {
+	APIVersion string       `yaml:"apiVersion"`
+	Kind       string       `yaml:"kind"`
+	Metadata   kedaMetadata `yaml:"metadata"`
+	Spec       struct {
 		ScaleTargetRef struct {
 			APIVersion             string `yaml:"apiVersion"`
 			Kind                   string `yaml:"kind"`
@@ -84,14 +87,10 @@ type scaledObject struct {
 }
 
 type triggerAuthentication struct {
-	APIVersion string `yaml:"apiVersion"`
-	Kind       string `yaml:"kind"`
-	Metadata   struct {
-		Name      string            `yaml:"name"`
-		Namespace string            `yaml:"namespace"`
-		Labels    map[string]string `yaml:"labels"`
-	} `yaml:"metadata"`
-	Spec struct {
+	APIVersion string       `yaml:"apiVersion"`
+	Kind       string       `yaml:"kind"`
+	Metadata   kedaMetadata `yaml:"metadata"`
+	Spec       struct {
 		SecretTargetRef []struct {
 			Parameter string `yaml:"parameter"`
 			Name      string `yaml:"name"`
