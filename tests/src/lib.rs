@@ -33,6 +33,7 @@ mod delivery;
 mod fake_endpoint;
 pub mod forward;
 mod handler;
+pub mod jaeger;
 pub mod kafka_tls;
 pub mod postgres;
 pub mod process;
