@@ -9,6 +9,7 @@
 
 pub mod ceilings;
 pub mod consumer_bench;
+pub mod consumer_http;
 pub mod cpu;
 pub mod h2_flood;
 pub mod loadgen;

@@ -7,7 +7,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use hookline_bench::{
     ceilings::{self, KafkaCeilingConfig},
-    consumer_bench::{self, ConsumerBenchConfig, HttpBenchConfig},
+    consumer_bench::{self, ConsumerBenchConfig},
+    consumer_http::{self, HttpBenchConfig},
     loadgen::{LoadConfig, Mode, Protocol},
     record_key::BenchRecordKey,
     report,
@@ -389,7 +390,7 @@ async fn main() -> anyhow::Result<()> {
             json,
         } => {
             std::fs::create_dir_all(&work_dir)?;
-            let rows = consumer_bench::run_http(&HttpBenchConfig {
+            let rows = consumer_http::run_http(&HttpBenchConfig {
                 brokers,
                 redis_url,
                 dlq_topic,

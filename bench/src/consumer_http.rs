@@ -1,0 +1,319 @@
+//! The consumer with the `http` handler against a local sink (issue 21's rows, "the http handler against a slow
+//! sink" and "a healthy source beside a failing one"): the sink, the fill of gateway-shaped records per source,
+//! and one consumer instance per run. The naive peer (`naive_consumer.rs`) reads the same sink.
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use hookline_common::{config::KafkaConfig, kafka::QuietContext};
+
+use crate::{
+    consumer_bench::{Instance, free_port},
+    record_key::BenchRecordKey,
+};
+
+/// The `http` handler against a local sink that answers 200 after `delay_ms` (and 503 at once for the failing
+/// source): events/s of one consumer instance for each delay and partition count, and the healthy source's rate
+/// alone and beside a source whose downstream always answers 503. Each run gets fresh topics (inbound and retry),
+/// a fresh group and a fresh dedupe prefix.
+#[derive(Debug, Clone)]
+pub struct HttpBenchConfig {
+    pub brokers: String,
+    pub redis_url: String,
+    pub dlq_topic: String,
+    pub dlq_status_topic: String,
+    pub consumer_bin: PathBuf,
+    pub work_dir: PathBuf,
+    pub timeout: Duration,
+    pub body_bytes: usize,
+    pub delays_ms: Vec<u64>,
+    pub partitions: Vec<i32>,
+    /// `processing.max_in_flight` (and the healthy route's limit).
+    pub max_in_flight: usize,
+    /// The delays of the isolation runs (healthy alone, then beside the 503 source), on 6 partitions.
+    pub isolation_delays_ms: Vec<u64>,
+    /// Extra librdkafka properties for the consumer (`[kafka.properties]`), `key=value`.
+    pub kafka_properties: Vec<String>,
+    /// The run's record key: the fill signs with it, the consumer verifies with it.
+    pub record_key: BenchRecordKey,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HttpRow {
+    /// `http`, `healthy_alone` or `healthy_beside_503`.
+    pub kind: String,
+    pub partitions: i32,
+    pub delay_ms: u64,
+    /// Healthy events timed (the failing ones are not counted).
+    pub events: u64,
+    pub duration_s: f64,
+    pub events_per_s: f64,
+    /// The most requests the sink saw in flight at once.
+    pub sink_max_in_flight: usize,
+    /// max_in_flight / D (no bound at D = 0).
+    pub concurrency_bound_per_s: Option<f64>,
+    /// The consumer process's peak resident memory (`VmHWM`), KiB.
+    pub consumer_peak_rss_kib: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Sink {
+    in_flight: std::sync::atomic::AtomicUsize,
+    max_in_flight: std::sync::atomic::AtomicUsize,
+}
+
+/// Serves the bench downstream: `/healthy` answers 200 after `delay`, `/failing` answers 503 at once.
+async fn serve_sink(listener: tokio::net::TcpListener, delay: Duration, sink: std::sync::Arc<Sink>) {
+    use std::sync::atomic::Ordering;
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let sink = sink.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let sink = sink.clone();
+                async move {
+                    let failing = request.uri().path() == "/failing";
+                    let _ = http_body_util::BodyExt::collect(request.into_body()).await;
+                    let status = if failing {
+                        http::StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        let now = sink.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+                        sink.max_in_flight.fetch_max(now, Ordering::Relaxed);
+                        tokio::time::sleep(delay).await;
+                        sink.in_flight.fetch_sub(1, Ordering::Relaxed);
+                        http::StatusCode::OK
+                    };
+                    let mut response = http::Response::new(http_body_util::Full::new(bytes::Bytes::new()));
+                    *response.status_mut() = status;
+                    Ok::<_, std::convert::Infallible>(response)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Produces `n` gateway-shaped records per source (interleaved), signed with `keys` as the gateway signs, and
+/// waits for every acknowledgement.
+async fn fill_sources(
+    brokers: &str,
+    topic: &str,
+    sources: &[&str],
+    n: u64,
+    body_bytes: usize,
+    keys: &hookline_common::record_auth::RecordKeys,
+) -> anyhow::Result<()> {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let kafka = KafkaConfig { brokers: brokers.to_owned(), ..KafkaConfig::default() };
+    let producer: FutureProducer<QuietContext> =
+        hookline_common::kafka::producer_config(&kafka).create_with_context(QuietContext::new("bench-fill"))?;
+    let mut pending = std::collections::VecDeque::new();
+    for index in 0..n {
+        for source in sources {
+            let event_id = format!("{source}-{index}-{}", uuid::Uuid::new_v4().simple());
+            let meta = hookline_common::wire::EventMeta {
+                source: (*source).to_owned(),
+                event_id: event_id.clone(),
+                event_type: Some("push".to_owned()),
+                received_at_ms: hookline_common::wire::now_ms(),
+                content_type: Some("application/json".to_owned()),
+                secret_id: "bench".to_owned(),
+                ordering_key: None,
+            };
+            let body = crate::signing::json_body(&event_id, body_bytes);
+            let headers = keys.sign(
+                topic,
+                Some(event_id.as_bytes()),
+                Some(&body),
+                Some(&meta.to_headers()),
+                hookline_common::wire::now_ms(),
+            )?;
+            let record = FutureRecord::to(topic).key(event_id.as_str()).payload(&body).headers(headers);
+            let delivery = producer.send_result(record).map_err(|(error, _)| error)?;
+            pending.push_back(delivery);
+            if pending.len() >= 10_000
+                && let Some(delivery) = pending.pop_front()
+            {
+                delivery.await?.map_err(|(error, _)| error)?;
+            }
+        }
+    }
+    for delivery in pending {
+        delivery.await?.map_err(|(error, _)| error)?;
+    }
+    Ok(())
+}
+
+pub async fn run_http(config: &HttpBenchConfig) -> anyhow::Result<Vec<HttpRow>> {
+    let mut rows = Vec::new();
+    for &partitions in &config.partitions {
+        for &delay_ms in &config.delays_ms {
+            let row = http_run(config, "http", partitions, delay_ms, false).await?;
+            eprintln!(
+                "consumer-bench http: {partitions} partition(s), D = {delay_ms} ms: {:.0} events/s, sink max {} in flight",
+                row.events_per_s, row.sink_max_in_flight
+            );
+            rows.push(row);
+        }
+    }
+    for &delay_ms in &config.isolation_delays_ms {
+        for (kind, with_failing) in [("healthy_alone", false), ("healthy_beside_503", true)] {
+            let row = http_run(config, kind, 6, delay_ms, with_failing).await?;
+            eprintln!("consumer-bench http: {kind}, D = {delay_ms} ms: {:.0} healthy events/s", row.events_per_s);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+async fn http_run(
+    config: &HttpBenchConfig,
+    kind: &str,
+    partitions: i32,
+    delay_ms: u64,
+    with_failing: bool,
+) -> anyhow::Result<HttpRow> {
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let topic = format!("hookline-bench-http-{run_id}");
+    let retry_topic = format!("{topic}-retry");
+    let specs = [&topic, &retry_topic].map(|name| hookline_common::kafka::TopicSpec {
+        name: name.clone(),
+        partitions,
+        compacted: false,
+    });
+    hookline_common::kafka::ensure_topics(
+        &KafkaConfig { brokers: config.brokers.clone(), ..KafkaConfig::default() },
+        &specs,
+        1,
+    )
+    .await?;
+    // Enough events for several seconds at the expected rate, bounded for the slow cases.
+    let n_events: u64 = match delay_ms {
+        0..=5 => 20_000,
+        6..=20 => 15_000,
+        _ => 6_000,
+    };
+    let sources: &[&str] = if with_failing { &["bench-healthy", "bench-failing"] } else { &["bench-healthy"] };
+    fill_sources(&config.brokers, &topic, sources, n_events, config.body_bytes, config.record_key.keys()).await?;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let sink_addr = listener.local_addr()?;
+    let sink = std::sync::Arc::new(Sink::default());
+    let sink_task = tokio::spawn(serve_sink(listener, Duration::from_millis(delay_ms), sink.clone()));
+
+    let admin = free_port()?;
+    let path = config.work_dir.join(format!("consumer-http-{run_id}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"admin_addr = "{admin}"
+[kafka]
+brokers = "{brokers}"
+inbound_topic = "{topic}"
+retry_topic = "{retry_topic}"
+dlq_topic = "{dlq}"
+dlq_status_topic = "{dlq_status}"
+group_id = "hookline-bench-{run_id}"
+{record_auth}[kafka.properties]
+{properties}
+[redis]
+url = "{redis}"
+key_prefix = "hookline:bench:{run_id}"
+dedupe_ttl_s = 600
+[handler]
+kind = "http"
+url = "http://{sink_addr}/healthy"
+[processing]
+max_in_flight = {max_in_flight}
+route_max_in_flight = {max_in_flight}
+[[routes]]
+source = "bench-failing"
+max_in_flight = {failing_limit}
+handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
+"#,
+            record_auth = config.record_key.toml(),
+            brokers = config.brokers,
+            dlq = config.dlq_topic,
+            dlq_status = config.dlq_status_topic,
+            redis = config.redis_url,
+            max_in_flight = config.max_in_flight,
+            failing_limit = (config.max_in_flight / 4).max(1),
+            properties = config
+                .kafka_properties
+                .iter()
+                .filter_map(|property| property.split_once('='))
+                .map(|(key, value)| format!("{key:?} = {value:?}\n"))
+                .collect::<String>(),
+        ),
+    )?;
+    let child = Command::new(&config.consumer_bin)
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let instance = Instance { child, admin };
+    let deadline = Instant::now() + config.timeout;
+    let mut first: Option<(Instant, u64)> = None;
+    let (done_at, first_at, first_count) = loop {
+        anyhow::ensure!(Instant::now() < deadline, "http D = {delay_ms} ms: not done within {:?}", config.timeout);
+        let processed = scrape_processed(instance.admin, "bench-healthy").unwrap_or(0);
+        let now = Instant::now();
+        if processed > 0 && first.is_none() {
+            first = Some((now, processed));
+        }
+        if processed >= n_events {
+            let (first_at, first_count) = first.expect("set before done");
+            break (now, first_at, first_count);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let consumer_peak_rss_kib = peak_rss_kib(instance.child.id());
+    drop(instance);
+    sink_task.abort();
+    let duration_s = done_at.duration_since(first_at).as_secs_f64().max(1e-3);
+    Ok(HttpRow {
+        kind: kind.to_owned(),
+        partitions,
+        delay_ms,
+        events: n_events,
+        duration_s,
+        events_per_s: (n_events - first_count) as f64 / duration_s,
+        sink_max_in_flight: sink.max_in_flight.load(std::sync::atomic::Ordering::Relaxed),
+        concurrency_bound_per_s: (delay_ms > 0).then(|| config.max_in_flight as f64 * 1000.0 / delay_ms as f64),
+        consumer_peak_rss_kib,
+    })
+}
+
+/// `VmHWM` of a process, KiB (Linux).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `hookline_consumer_events_total{source, outcome="processed"}` of one source, from one instance.
+fn scrape_processed(admin: SocketAddr, source: &str) -> Option<u64> {
+    let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(200)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let source_label = format!("source=\"{source}\"");
+    let mut total = 0;
+    for line in text.lines().filter(|line| line.starts_with("hookline_consumer_events_total{")) {
+        if line.contains(&source_label) && line.contains("outcome=\"processed\"") {
+            total += line.rsplit(' ').next()?.parse::<f64>().ok()? as u64;
+        }
+    }
+    Some(total)
+}
