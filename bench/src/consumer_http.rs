@@ -62,13 +62,13 @@ pub struct HttpRow {
 }
 
 #[derive(Debug, Default)]
-struct Sink {
+pub(crate) struct Sink {
     in_flight: std::sync::atomic::AtomicUsize,
     max_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 /// Serves the bench downstream: `/healthy` answers 200 after `delay`, `/failing` answers 503 at once.
-async fn serve_sink(listener: tokio::net::TcpListener, delay: Duration, sink: std::sync::Arc<Sink>) {
+pub(crate) async fn serve_sink(listener: tokio::net::TcpListener, delay: Duration, sink: std::sync::Arc<Sink>) {
     use std::sync::atomic::Ordering;
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
@@ -102,7 +102,7 @@ async fn serve_sink(listener: tokio::net::TcpListener, delay: Duration, sink: st
 
 /// Produces `n` gateway-shaped records per source (interleaved), signed with `keys` as the gateway signs, and
 /// waits for every acknowledgement.
-async fn fill_sources(
+pub(crate) async fn fill_sources(
     brokers: &str,
     topic: &str,
     sources: &[&str],
@@ -207,7 +207,40 @@ async fn http_run(
     let sink_addr = listener.local_addr()?;
     let sink = std::sync::Arc::new(Sink::default());
     let sink_task = tokio::spawn(serve_sink(listener, Duration::from_millis(delay_ms), sink.clone()));
+    let measured = measure_consumer(config, &topic, &retry_topic, sink_addr, n_events).await;
+    sink_task.abort();
+    let measured = measured?;
+    Ok(HttpRow {
+        kind: kind.to_owned(),
+        partitions,
+        delay_ms,
+        events: n_events,
+        duration_s: measured.duration_s,
+        events_per_s: measured.events_per_s,
+        sink_max_in_flight: sink.max_in_flight.load(std::sync::atomic::Ordering::Relaxed),
+        concurrency_bound_per_s: (delay_ms > 0).then(|| config.max_in_flight as f64 * 1000.0 / delay_ms as f64),
+        consumer_peak_rss_kib: measured.peak_rss_kib,
+    })
+}
 
+/// What one consumer instance did with a filled topic.
+pub(crate) struct Measured {
+    pub(crate) duration_s: f64,
+    pub(crate) events_per_s: f64,
+    pub(crate) peak_rss_kib: Option<u64>,
+}
+
+/// Starts one consumer instance (fresh group, fresh dedupe prefix) with the `http` handler posting `bench-healthy`
+/// to `sink_addr`'s `/healthy` (and `bench-failing` to `/failing`), and times it from its first processed event
+/// until `n_events` of `bench-healthy` are processed.
+pub(crate) async fn measure_consumer(
+    config: &HttpBenchConfig,
+    topic: &str,
+    retry_topic: &str,
+    sink_addr: SocketAddr,
+    n_events: u64,
+) -> anyhow::Result<Measured> {
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
     let admin = free_port()?;
     let path = config.work_dir.join(format!("consumer-http-{run_id}.toml"));
     std::fs::write(
@@ -265,7 +298,7 @@ handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
     let deadline = Instant::now() + config.timeout;
     let mut first: Option<(Instant, u64)> = None;
     let (done_at, first_at, first_count) = loop {
-        anyhow::ensure!(Instant::now() < deadline, "http D = {delay_ms} ms: not done within {:?}", config.timeout);
+        anyhow::ensure!(Instant::now() < deadline, "{topic}: not done within {:?}", config.timeout);
         let processed = scrape_processed(instance.admin, "bench-healthy").unwrap_or(0);
         let now = Instant::now();
         if processed > 0 && first.is_none() {
@@ -277,21 +310,10 @@ handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let consumer_peak_rss_kib = peak_rss_kib(instance.child.id());
+    let peak_rss_kib = peak_rss_kib(instance.child.id());
     drop(instance);
-    sink_task.abort();
     let duration_s = done_at.duration_since(first_at).as_secs_f64().max(1e-3);
-    Ok(HttpRow {
-        kind: kind.to_owned(),
-        partitions,
-        delay_ms,
-        events: n_events,
-        duration_s,
-        events_per_s: (n_events - first_count) as f64 / duration_s,
-        sink_max_in_flight: sink.max_in_flight.load(std::sync::atomic::Ordering::Relaxed),
-        concurrency_bound_per_s: (delay_ms > 0).then(|| config.max_in_flight as f64 * 1000.0 / delay_ms as f64),
-        consumer_peak_rss_kib,
-    })
+    Ok(Measured { duration_s, events_per_s: (n_events - first_count) as f64 / duration_s, peak_rss_kib })
 }
 
 /// `VmHWM` of a process, KiB (Linux).

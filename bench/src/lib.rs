@@ -13,6 +13,7 @@ pub mod consumer_http;
 pub mod cpu;
 pub mod h2_flood;
 pub mod loadgen;
+pub mod naive_consumer;
 pub mod postgres_bench;
 pub mod record_key;
 pub mod report;

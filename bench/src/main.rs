@@ -10,6 +10,7 @@ use hookline_bench::{
     consumer_bench::{self, ConsumerBenchConfig},
     consumer_http::{self, HttpBenchConfig},
     loadgen::{LoadConfig, Mode, Protocol},
+    naive_consumer,
     record_key::BenchRecordKey,
     report,
     signing::{SchemeKind, Signer},
@@ -160,6 +161,40 @@ enum Command {
         /// Extra librdkafka properties for the consumer, `key=value,...`.
         #[arg(long, value_delimiter = ',')]
         kafka_properties: Vec<String>,
+        #[arg(long, default_value_t = 1024)]
+        body_bytes: usize,
+        /// The `consumer` binary (a release build).
+        #[arg(long)]
+        consumer_bin: PathBuf,
+        #[arg(long)]
+        work_dir: PathBuf,
+        #[arg(long, default_value_t = 180)]
+        timeout_s: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// hookline's consumer beside the naive consumer most teams write first (a `StreamConsumer` loop, `SET NX` per
+    /// record, the same sink), A B A B over one filled topic per delay D (`naive_consumer.rs`).
+    ConsumerPeer {
+        #[arg(long, env = "KAFKA_BROKERS")]
+        brokers: String,
+        #[arg(long, env = "REDIS_URL")]
+        redis_url: String,
+        #[arg(long, env = "DLQ_TOPIC", default_value = "webhooks.dlq")]
+        dlq_topic: String,
+        #[arg(long, env = "DLQ_STATUS_TOPIC", default_value = "webhooks.dlq-status")]
+        dlq_status_topic: String,
+        #[arg(long, value_delimiter = ',', default_value = "0,20")]
+        delays_ms: Vec<u64>,
+        #[arg(long, default_value_t = 6)]
+        partitions: i32,
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+        /// The naive consumer is timed over at most this long (at D = 20 ms it does ~50 events a second).
+        #[arg(long, default_value_t = 10)]
+        naive_window_s: u64,
+        #[arg(long, default_value_t = 256)]
+        max_in_flight: usize,
         #[arg(long, default_value_t = 1024)]
         body_bytes: usize,
         /// The `consumer` binary (a release build).
@@ -408,6 +443,46 @@ async fn main() -> anyhow::Result<()> {
             })
             .await?;
             write_json(json.as_deref(), &rows)
+        }
+        Command::ConsumerPeer {
+            brokers,
+            redis_url,
+            dlq_topic,
+            dlq_status_topic,
+            delays_ms,
+            partitions,
+            rounds,
+            naive_window_s,
+            max_in_flight,
+            body_bytes,
+            consumer_bin,
+            work_dir,
+            timeout_s,
+            json,
+        } => {
+            std::fs::create_dir_all(&work_dir)?;
+            let config = HttpBenchConfig {
+                brokers,
+                redis_url,
+                dlq_topic,
+                dlq_status_topic,
+                consumer_bin,
+                work_dir,
+                timeout: Duration::from_secs(timeout_s),
+                body_bytes,
+                delays_ms,
+                partitions: vec![partitions],
+                max_in_flight,
+                isolation_delays_ms: Vec::new(),
+                kafka_properties: Vec::new(),
+                record_key: BenchRecordKey::generate()?,
+            };
+            let report =
+                naive_consumer::run_peer(&config, partitions, rounds, Duration::from_secs(naive_window_s)).await?;
+            for (delay_ms, ratio) in &report.ratios {
+                eprintln!("consumer-peer: D = {delay_ms} ms: hookline / naive = {ratio:.2}");
+            }
+            write_json(json.as_deref(), &report)
         }
         Command::CreateTopic { brokers, topic, partitions } => create_topic(&brokers, &topic, partitions).await,
         Command::Report { results, criterion } => {
