@@ -169,13 +169,9 @@ impl Lookup {
     /// Accepted-at and the inbound position, from the first record the answer names: a done marker's position,
     /// a waiting retry record, or a DLQ entry's original position.
     async fn accepted(&self, answers: &[ServiceAnswer], entries: &[Entry]) -> Result<Option<Accepted>, OpError> {
+        // A DLQ entry's original record first: a processed record may be a re-drive of it, which carries no
+        // position of the original.
         let mut candidates: Vec<RecordPosition> = Vec::new();
-        for answer in answers {
-            if let DedupeState::Processed { position: Some(position), .. } = &answer.dedupe {
-                candidates.push(position.clone());
-            }
-            candidates.extend(answer.retry.waiting.iter().map(|waiting| waiting.position.clone()));
-        }
         for entry in entries {
             let e = &entry.entry;
             if let (Some(topic), Some(partition), Some(offset)) =
@@ -183,6 +179,12 @@ impl Lookup {
             {
                 candidates.push(RecordPosition { topic: topic.clone(), partition, offset });
             }
+        }
+        for answer in answers {
+            if let DedupeState::Processed { position: Some(position), .. } = &answer.dedupe {
+                candidates.push(position.clone());
+            }
+            candidates.extend(answer.retry.waiting.iter().map(|waiting| waiting.position.clone()));
         }
         let inbound_topic = self.replayer.config().kafka.inbound_topic.clone();
         // The inbound record itself first, when a candidate names it: it is the one that was accepted.
@@ -214,12 +216,14 @@ fn accepted_from(record: &OwnedMessage, inbound_topic: &str) -> Accepted {
             offset: number(offset)?,
         })
     };
-    let inbound = if record.topic() == inbound_topic && text(header::REPLAY_OF).is_none() {
+    let is_copy = text(header::REPLAY_OF).is_some() || text(header::REPROCESS_ID).is_some();
+    let inbound = if record.topic() == inbound_topic && !is_copy {
         Some(RecordPosition::of(record))
     } else {
         original(header::retry::ORIGINAL_TOPIC, header::retry::ORIGINAL_PARTITION, header::retry::ORIGINAL_OFFSET)
             .or_else(|| original(header::dlq::ORIGINAL_TOPIC, header::dlq::ORIGINAL_PARTITION, header::dlq::ORIGINAL_OFFSET))
-            .or_else(|| (record.topic() == inbound_topic).then(|| RecordPosition::of(record)))
+            // A re-drive or re-processing copy is not the accepted record: its position is not the inbound one.
+            .or_else(|| (record.topic() == inbound_topic && !is_copy).then(|| RecordPosition::of(record)))
     };
     Accepted {
         received_at_ms: number(header::RECEIVED_AT_MS),
