@@ -119,6 +119,9 @@ impl ReplayerConfig {
                 problems.push(format!("gateways.admin_urls: `{url}` {problem}"));
             }
         }
+        if let Some(redis) = &config.lookup.redis {
+            redis.validate(&mut problems);
+        }
         problems.check(config.lookup.retry_scan_max_records >= 1, "lookup.retry_scan_max_records must be at least 1");
         problems.into_result()?;
         Ok(config)

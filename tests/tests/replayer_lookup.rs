@@ -142,11 +142,10 @@ async fn lookup_finds_an_event_processed_once_whose_later_copy_was_a_duplicate()
     let received_at = header_str(first.headers(), header::RECEIVED_AT_MS).and_then(Result::ok).expect("received at");
     assert_eq!(accepted.received_at_ms, received_at.parse().ok());
     let inbound = accepted.inbound.as_ref().expect("inbound position");
-    assert_eq!((inbound.topic.as_str(), inbound.partition, inbound.offset), (
-        stack.kafka.inbound_topic.as_str(),
-        first.partition(),
-        first.offset()
-    ));
+    assert_eq!(
+        (inbound.topic.as_str(), inbound.partition, inbound.offset),
+        (stack.kafka.inbound_topic.as_str(), first.partition(), first.offset())
+    );
     assert_eq!(accepted.trace_id, None, "the gateway's record has no traceparent (yet)");
     let ours = service(&answer, &service_name);
     match &ours.dedupe {
@@ -173,7 +172,8 @@ async fn lookup_finds_an_event_processed_once_whose_later_copy_was_a_duplicate()
     let json: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
     assert_eq!(json["found"], true);
     assert_eq!(json["accepted"]["inbound"]["offset"].as_i64(), Some(first.offset()));
-    let ours_json = json["services"].as_array().expect("services").iter().find(|s| s["service"] == service_name.as_str());
+    let ours_json =
+        json["services"].as_array().expect("services").iter().find(|s| s["service"] == service_name.as_str());
     assert_eq!(ours_json.expect("our service")["dedupe"]["state"], "processed");
     let unknown = served.api(&stack, "/v1/events/github/no-such-event").await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
@@ -227,7 +227,10 @@ async fn lookup_finds_an_event_waiting_in_its_services_retry_topic() {
     let waiting = &ours.retry.waiting[0];
     assert_eq!(waiting.attempts, Some(1));
     assert!(waiting.error.as_deref().is_some_and(|e| e.contains("503")), "{waiting:?}");
-    assert!(waiting.due_at_ms.is_some_and(|due| due >= posted_at + 300_000), "due minutes from now (jittered): {waiting:?}");
+    assert!(
+        waiting.due_at_ms.is_some_and(|due| due >= posted_at + 300_000),
+        "due minutes from now (jittered): {waiting:?}"
+    );
     assert_eq!(waiting.position.topic, stack.consumer_config.service_retry_topic());
     assert_eq!(ours.retry.records_not_scanned, 0);
     let first = inbound_record_of(&stack.inbound_records().await, &delivery.delivery_id);
@@ -259,13 +262,16 @@ async fn lookup_follows_a_dead_letter_through_its_replay_and_the_replays_outcome
     let billing_answer = service(&answer_dead, "billing");
     let entry = billing_answer.dead_letters[0].clone();
     assert_eq!(entry.status, Status::New);
-    assert_eq!(billing_answer.dedupe, DedupeState::DeadLettered {
-        entry_id: entry.entry.id.clone(),
-        expires_in_ms: match &billing_answer.dedupe {
-            DedupeState::DeadLettered { expires_in_ms, .. } => *expires_in_ms,
-            _ => None,
-        },
-    });
+    assert_eq!(
+        billing_answer.dedupe,
+        DedupeState::DeadLettered {
+            entry_id: entry.entry.id.clone(),
+            expires_in_ms: match &billing_answer.dedupe {
+                DedupeState::DeadLettered { expires_in_ms, .. } => *expires_in_ms,
+                _ => None,
+            },
+        }
+    );
     let text = render_text(&answer_dead, false).join("\n");
     println!("{text}");
     assert!(text.contains(&format!("billing: dead-lettered {} (new)", entry.entry.id)), "{text}");
@@ -313,7 +319,14 @@ async fn a_plain_done_marker_of_an_earlier_consumer_is_still_a_duplicate_and_loo
     let client = redis::Client::open(stack.redis.url.as_str()).expect("client");
     let mut connection = client.get_multiplexed_async_connection().await.expect("connection");
     let key = redis_key::dedupe(&stack.redis.key_prefix, &service_name, "github", &delivery.delivery_id);
-    let _: () = redis::cmd("SET").arg(&key).arg(redis_key::DEDUPE_DONE).arg("EX").arg(600).query_async(&mut connection).await.expect("SET");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(redis_key::DEDUPE_DONE)
+        .arg("EX")
+        .arg(600)
+        .query_async(&mut connection)
+        .await
+        .expect("SET");
     stack.post_accepted(&delivery).await;
     eventually(Duration::from_secs(30), "skipped as a duplicate", || async {
         stack.consumer_events("duplicate").await >= 1

@@ -49,10 +49,7 @@ pub(super) async fn lookup_page(api: &Api, session: &Session, query: &str) -> Re
 }
 
 fn answer_html(answer: &Answer) -> String {
-    let mut html = format!(
-        r#"<pre id="lookup-answer" data-found="{}">"#,
-        if answer.found { "true" } else { "false" }
-    );
+    let mut html = format!(r#"<pre id="lookup-answer" data-found="{}">"#, if answer.found { "true" } else { "false" });
     for line in render_text(answer, true) {
         let _ = writeln!(html, "{}", esc(&line));
     }

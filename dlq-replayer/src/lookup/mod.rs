@@ -221,7 +221,9 @@ fn accepted_from(record: &OwnedMessage, inbound_topic: &str) -> Accepted {
         Some(RecordPosition::of(record))
     } else {
         original(header::retry::ORIGINAL_TOPIC, header::retry::ORIGINAL_PARTITION, header::retry::ORIGINAL_OFFSET)
-            .or_else(|| original(header::dlq::ORIGINAL_TOPIC, header::dlq::ORIGINAL_PARTITION, header::dlq::ORIGINAL_OFFSET))
+            .or_else(|| {
+                original(header::dlq::ORIGINAL_TOPIC, header::dlq::ORIGINAL_PARTITION, header::dlq::ORIGINAL_OFFSET)
+            })
             // A re-drive or re-processing copy is not the accepted record: its position is not the inbound one.
             .or_else(|| (record.topic() == inbound_topic && !is_copy).then(|| RecordPosition::of(record)))
     };

@@ -78,7 +78,8 @@ pub async fn read(
     let mut connection = connection.clone();
     // Two commands on one key (one slot on a cluster); a key that changes in between is read as it was at the
     // GET with the TTL it had a moment later: good enough for an answer a person reads.
-    let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection).await.map_err(OpError::Redis)?;
+    let value: Option<String> =
+        redis::cmd("GET").arg(&key).query_async(&mut connection).await.map_err(OpError::Redis)?;
     let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut connection).await.map_err(OpError::Redis)?;
     Ok(DedupeState::decode(value.as_deref(), (ttl_ms >= 0).then_some(ttl_ms)))
 }
@@ -125,7 +126,10 @@ mod tests {
                 expires_in_ms: None,
             }
         );
-        assert_eq!(DedupeState::decode(Some("claim:abc"), Some(900)), DedupeState::Claimed { expires_in_ms: Some(900) });
+        assert_eq!(
+            DedupeState::decode(Some("claim:abc"), Some(900)),
+            DedupeState::Claimed { expires_in_ms: Some(900) }
+        );
         assert_eq!(
             DedupeState::decode(Some("dead:webhooks.dlq:0:7"), None),
             DedupeState::DeadLettered { entry_id: "webhooks.dlq:0:7".to_owned(), expires_in_ms: None }

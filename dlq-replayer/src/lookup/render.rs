@@ -96,7 +96,10 @@ fn service_summary(service: &ServiceAnswer) -> String {
         DedupeState::Claimed { .. } => "being processed now (claimed)".to_owned(),
         DedupeState::DeadLettered { entry_id, .. } => {
             let status = service.dead_letters.iter().find(|entry| &entry.entry.id == entry_id);
-            format!("dead-lettered {entry_id}{}", status.map_or_else(String::new, |e| format!(" ({})", e.status.as_str())))
+            format!(
+                "dead-lettered {entry_id}{}",
+                status.map_or_else(String::new, |e| format!(" ({})", e.status.as_str()))
+            )
         }
         DedupeState::Absent => match service.dead_letters.last() {
             Some(entry) => format!("dead-lettered {} ({})", entry.entry.id, entry.status.as_str()),

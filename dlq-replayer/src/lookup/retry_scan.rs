@@ -85,9 +85,8 @@ pub fn scan(
         return Ok(scan);
     }
     // The group's committed offsets, asked with the group's id; this client never joins or commits.
-    let group_client: BaseConsumer<QuietContext> = reader_config(kafka)
-        .set("group.id", group)
-        .create_with_context(QuietContext::new("lookup-committed"))?;
+    let group_client: BaseConsumer<QuietContext> =
+        reader_config(kafka).set("group.id", group).create_with_context(QuietContext::new("lookup-committed"))?;
     let mut wanted = TopicPartitionList::new();
     for &partition in &partitions {
         wanted.add_partition(&topic, partition);
