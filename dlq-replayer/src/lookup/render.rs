@@ -41,11 +41,12 @@ fn duration(ms: i64) -> String {
 /// trace id of each record read (or `no trace`).
 pub fn render_text(answer: &Answer, with_trace: bool) -> Vec<String> {
     if !answer.found {
+        let services: Vec<&str> = answer.services.iter().map(|service| service.service.as_str()).collect();
         return vec![format!(
-            "unknown event: {} {} (no dedupe key, no waiting retry, no dead letter in any of {} services)",
+            "unknown event: {} {} (no dead letter; no dedupe key and no waiting retry in the services looked in: {})",
             answer.source,
             answer.event_id,
-            answer.services.len()
+            if services.is_empty() { "none".to_owned() } else { services.join(", ") }
         )];
     }
     let mut summary = Vec::new();
