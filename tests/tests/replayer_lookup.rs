@@ -1,7 +1,8 @@
 //! "Where is event X?" against the real broker, Redis and consumers: `lookup` answers for an event processed
 //! (and delivered again: the copy was a duplicate), one waiting in its service's retry topic, one dead-lettered,
 //! and one replayed (with its replay's outcome); the API and the console's search box give the same answer; an
-//! unknown event is said to be unknown; and a plain `done` written by an earlier consumer is still a duplicate.
+//! unknown event is said to be unknown; a plain `done` written by an earlier consumer is still a duplicate; and
+//! every dedupe script takes both forms of the done marker.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -370,4 +371,52 @@ async fn with_trace_lookup_reads_the_trace_id_of_the_records_traceparent() {
     let text = render_text(&answer, true).join("\n");
     assert!(text.contains(&format!("trace: {trace_id}")), "{text}");
     stack.shutdown().await;
+}
+
+/// The scripts against a real Redis: the detailed marker is done for the claim script, a re-sent done (its reply
+/// lost) still finds its claim's work done, a plain `done` of an earlier build is done too and is taken over by a
+/// later done, and a dead marker never replaces either form.
+#[tokio::test]
+async fn every_dedupe_script_takes_both_forms_of_the_done_marker() {
+    use hookline_consumer::dedupe::{Claim, Dedupe};
+    let redis = hookline_common::config::RedisConfig {
+        url: hookline_tests::redis_url(),
+        key_prefix: format!("test:{}", uuid::Uuid::new_v4().simple()),
+        ..hookline_common::config::RedisConfig::default()
+    };
+    let dedupe = Dedupe::connect(&redis, "billing").await.expect("connect");
+    let marker = |offset| redis_key::DoneMarker {
+        processed_at_ms: now_ms(),
+        handling_ms: 7,
+        topic: "webhooks.inbound".to_owned(),
+        partition: 2,
+        offset,
+    };
+    let client = redis::Client::open(redis.url.as_str()).expect("client");
+    let mut connection = client.get_multiplexed_async_connection().await.expect("connection");
+    let key = redis_key::dedupe(&redis.key_prefix, "billing", "github", "evt_1");
+    let value = |mut connection: redis::aio::MultiplexedConnection| {
+        let key = key.clone();
+        async move { redis::cmd("GET").arg(&key).query_async::<Option<String>>(&mut connection).await.expect("GET") }
+    };
+
+    let token = dedupe.token("github", "evt_1");
+    assert!(matches!(dedupe.claim(&token).await.expect("claim"), Claim::Acquired(_)));
+    assert!(dedupe.mark_done(&token, &marker(41)).await.expect("done"), "our claim");
+    assert!(dedupe.mark_done(&token, &marker(41)).await.expect("done again"), "a re-sent done finds it done");
+    let stored = value(connection.clone()).await.expect("a marker");
+    assert_eq!(redis_key::DoneMarker::decode(&stored).map(|m| m.offset), Some(41), "{stored}");
+    assert_eq!(dedupe.claim(&dedupe.token("github", "evt_1")).await.expect("claim"), Claim::AlreadyDone);
+    assert_eq!(dedupe.claim(&dedupe.redrive_token("github", "evt_1")).await.expect("claim"), Claim::AlreadyDone);
+    dedupe.mark_dead(&dedupe.token("github", "evt_1"), "webhooks.dlq:0:1").await.expect("dead");
+    assert_eq!(value(connection.clone()).await, Some(stored), "a dead marker never replaces a done one");
+
+    let _: () =
+        redis::cmd("SET").arg(&key).arg(redis_key::DEDUPE_DONE).query_async(&mut connection).await.expect("SET");
+    assert_eq!(dedupe.claim(&dedupe.token("github", "evt_1")).await.expect("claim"), Claim::AlreadyDone);
+    dedupe.mark_dead(&dedupe.token("github", "evt_1"), "webhooks.dlq:0:1").await.expect("dead");
+    assert_eq!(value(connection.clone()).await.as_deref(), Some(redis_key::DEDUPE_DONE));
+    assert!(dedupe.mark_done(&token, &marker(42)).await.expect("done"), "a plain done counts as done");
+    let stored = value(connection.clone()).await.expect("a marker");
+    assert_eq!(redis_key::DoneMarker::decode(&stored).map(|m| m.offset), Some(42), "{stored}");
 }
