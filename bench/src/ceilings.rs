@@ -19,7 +19,7 @@ use hookline_common::{
     record_auth::RecordKeys,
     wire::{
         EventMeta, now_ms,
-        redis_key::{DEDUPE_CLAIM_PREFIX, DEDUPE_DONE},
+        redis_key::{DEDUPE_CLAIM_PREFIX, DEDUPE_DONE, DoneMarker},
     },
 };
 use hookline_consumer::dedupe::{CLAIM_SCRIPT, Claim, DONE_SCRIPT, Dedupe};
@@ -245,7 +245,14 @@ pub async fn redis_ceiling(
                     let started = Instant::now();
                     let claim = dedupe.claim(&token).await?;
                     assert!(matches!(claim, Claim::Acquired(_)), "a fresh key is free");
-                    dedupe.mark_done(&token).await?;
+                    let marker = DoneMarker {
+                        processed_at_ms: hookline_common::wire::now_ms(),
+                        handling_ms: 0,
+                        topic: "webhooks.inbound".to_owned(),
+                        partition: 0,
+                        offset: i64::try_from(seq).unwrap_or(i64::MAX),
+                    };
+                    dedupe.mark_done(&token, &marker).await?;
                     histogram.saturating_record(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
                 }
                 Ok::<_, hookline_consumer::dedupe::DedupeError>((histogram, seq))

@@ -213,13 +213,19 @@ pub mod default_topic {
 ///
 /// Dedupe key: `<prefix>:svc=<service>:<source>:<event id>`, scoped to the consumer service, so that services
 /// sharing a Redis never see each other's claims or done markers. Its value is either a claim
-/// (`claim:<owner token>`, short lease), the done marker [`DEDUPE_DONE`] (long TTL), or a dead marker
+/// (`claim:<owner token>`, short lease), a done marker ([`DoneMarker`], or the plain [`DEDUPE_DONE`] written by
+/// earlier builds; long TTL), or a dead marker
 /// (`dead:<DLQ entry id>`, long TTL: the event was dead-lettered). `svc=<service>` cannot be
 /// mistaken for a source (source names are letters, digits, `-` and `_`). Every script touches one key, so Redis
 /// Cluster needs no hash tag.
+mod done_marker;
+
 pub mod redis_key {
-    /// Value of a dedupe key once its event was processed.
+    /// Value of a dedupe key once its event was processed, as written before done markers carried details (and
+    /// still read as done): see [`DoneMarker`] for the form written now.
     pub const DEDUPE_DONE: &str = "done";
+    /// Prefix of a done marker with details: `done:<processed at ms>:<handling ms>:<partition>:<offset>:<topic>`.
+    pub const DEDUPE_DONE_DETAILED_PREFIX: &str = "done:";
     /// Prefix of a dedupe key's value while a consumer holds the claim.
     pub const DEDUPE_CLAIM_PREFIX: &str = "claim:";
     /// Prefix of a dead marker's value: `dead:<DLQ entry id>`, the long TTL (see the consumer's dedupe).
@@ -230,6 +236,8 @@ pub mod redis_key {
     /// Value of [`service`] for a service that started on a scoped build: `new:<ms>`. Unscoped keys were
     /// written by other services' work, never its own, so it never reads them.
     pub const SERVICE_NEW: &str = "new";
+
+    pub use super::done_marker::{DoneMarker, is_done};
 
     pub fn dedupe(prefix: &str, service: &str, source: &str, event_id: &str) -> String {
         format!("{prefix}:svc={service}:{source}:{event_id}")

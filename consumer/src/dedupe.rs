@@ -4,7 +4,10 @@
 //! SET. Instead, per event key `<prefix>:svc=<service>:<source>:<event id>` (scoped to the consumer service, so
 //! that services sharing a Redis never see each other's claims or done markers):
 //! 1. claim: `SET key claim:<token> NX PX <lease>` — a short lease, so a crashed consumer's claim expires;
-//! 2. done: after success, the key becomes the done marker with the long TTL;
+//! 2. done: after success, the key becomes the done marker with the long TTL; the marker carries when the event
+//!    was processed, how long the handling took and the record's position ([`DoneMarker`]), in that same `SET`,
+//!    so the replayer's `lookup` can say where an event went at no cost on the hot path. Every script reads both
+//!    forms of done (the plain `done` of earlier builds and the detailed `done:...`);
 //! 3. release: after a retryable failure, delete the key only if it still holds our claim (compare-and-delete),
 //!    so the retry is not mistaken for a duplicate;
 //! 4. dead: after the event is dead-lettered, the key becomes `dead:<DLQ entry id>` with the long TTL: a re-send
@@ -33,7 +36,7 @@ use std::time::Duration;
 use hookline_common::{
     config::RedisConfig,
     redis_connection::RedisConnection,
-    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DEAD_PREFIX, DEDUPE_DONE},
+    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DEAD_PREFIX, DEDUPE_DONE, DoneMarker},
 };
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, aio::ConnectionManager};
 
@@ -100,13 +103,14 @@ impl DedupeError {
 }
 
 /// Returns `acquired`, `done`, `dead` or `held`. `SET NX` first; if the key exists, our own value (a re-sent claim
-/// whose first reply was lost) counts as acquired, and a key that expired in between is claimed anew. A `dead:`
-/// marker is taken over by a re-drive (`ARGV[4]` = `1`) and answers `dead` to anything else.
+/// whose first reply was lost) counts as acquired, and a key that expired in between is claimed anew. A done
+/// marker is the plain `ARGV[3]` (`done`, earlier builds) or `done:<details>`. A `dead:` marker is taken over by a
+/// re-drive (`ARGV[4]` = `1`) and answers `dead` to anything else.
 pub const CLAIM_SCRIPT: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 'acquired' end
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then return 'acquired' end
-if current == ARGV[3] then return 'done' end
+if current == ARGV[3] or (current ~= false and string.sub(current, 1, 5) == 'done:') then return 'done' end
 local dead = current ~= false and string.sub(current, 1, 5) == 'dead:'
 if current == false or (dead and ARGV[4] == '1') then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -116,12 +120,14 @@ if dead then return 'dead' end
 return 'held'
 ";
 
-/// Marks the key done with the long TTL whatever it holds, and says whether our claim was still there (or the
-/// key already done: a re-sent mark whose first reply was lost).
+/// Marks the key done (`ARGV[2]`: the detailed marker, or the plain `done`) with the long TTL whatever it holds,
+/// and says whether our claim was still there (or the key already done, in either form: a re-sent mark whose first
+/// reply was lost).
 pub const DONE_SCRIPT: &str = r"
 local current = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if current == ARGV[1] or current == ARGV[2] then return 1 end
+if current == ARGV[1] or current == ARGV[2] or current == 'done' then return 1 end
+if current ~= false and string.sub(current, 1, 5) == 'done:' then return 1 end
 return 0
 ";
 
@@ -160,7 +166,8 @@ const BATCHES_IN_FLIGHT: usize = 4;
 #[derive(Debug, Clone)]
 enum Op {
     Claim,
-    Done,
+    /// The done marker's value ([`DoneMarker::encode`]).
+    Done(String),
     Release,
     Renew,
     /// The dead marker, naming the DLQ entry.
@@ -250,7 +257,7 @@ impl Dedupe {
         let _: i64 = probe.invoke(&mut probe.invocation(&Op::Dead("start-check".to_owned()), &token)).await?;
         let _: String =
             probe.invoke(&mut probe.invocation(&Op::Claim, &ClaimToken { redrive: true, ..token.clone() })).await?;
-        let _: i64 = probe.invoke(&mut probe.invocation(&Op::Done, &token)).await?;
+        let _: i64 = probe.invoke(&mut probe.invocation(&Op::Done(DEDUPE_DONE.to_owned()), &token)).await?;
         Ok(())
     }
 
@@ -276,9 +283,9 @@ impl Dedupe {
                 invocation.arg(&token.value).arg(format!("{DEDUPE_DEAD_PREFIX}{entry_id}")).arg(self.done_ttl_ms);
                 invocation
             }
-            Op::Done => {
+            Op::Done(marker) => {
                 let mut invocation = self.done.key(&token.key);
-                invocation.arg(&token.value).arg(DEDUPE_DONE).arg(self.done_ttl_ms);
+                invocation.arg(&token.value).arg(marker).arg(self.done_ttl_ms);
                 invocation
             }
             Op::Release => {
@@ -374,7 +381,7 @@ impl Dedupe {
             let mut connection = self.connection.clone();
             let unscoped: Option<String> = redis::cmd("GET").arg(unscoped_key).query_async(&mut connection).await?;
             match unscoped.as_deref() {
-                Some(DEDUPE_DONE) => return Ok(Claim::AlreadyDone),
+                Some(value) if redis_key::is_done(value) => return Ok(Claim::AlreadyDone),
                 Some(value) if value.starts_with(DEDUPE_CLAIM_PREFIX) => return Ok(Claim::HeldByOther),
                 _ => {}
             }
@@ -395,10 +402,10 @@ impl Dedupe {
         Ok(())
     }
 
-    /// Records the event as processed for the dedupe TTL. Returns false when our claim had expired (another
-    /// consumer may have processed the event too: the handler ran longer than the lease).
-    pub async fn mark_done(&self, token: &ClaimToken) -> Result<bool, DedupeError> {
-        let still_ours: i64 = self.call(Op::Done, token).await?;
+    /// Records the event as processed for the dedupe TTL, with what `marker` says about it. Returns false when our
+    /// claim had expired (another consumer may have processed the event too: the handler ran longer than the lease).
+    pub async fn mark_done(&self, token: &ClaimToken, marker: &DoneMarker) -> Result<bool, DedupeError> {
+        let still_ours: i64 = self.call(Op::Done(marker.encode()), token).await?;
         Ok(still_ours == 1)
     }
 

@@ -11,6 +11,9 @@
 //! - `POST /v1/reprocess` body: `{"service": "...", "from": "<RFC 3339>", "to": "<RFC 3339>"}` and/or
 //!   `"event_ids": [...]`, plus `source`, `apply` (without it a dry run), `rate_per_s`, `by` — re-drives already
 //!   processed events of the inbound topic to that one service; answers the run id and the records
+//! - `GET  /v1/events/{source}/{event id}` — where that event is: per service its dedupe state, a waiting retry,
+//!   its dead letters with their replay outcomes, and when and where it was accepted ([`crate::lookup`]);
+//!   404 with the same answer (`"found": false`) for an event hookline knows nothing of
 //! - `GET  /v1/rejections?source=` — every configured gateway's recent rejections (`[gateways]`), merged per
 //!   source newest first, each entry naming its gateway; gateways that did not answer are listed in `unreachable`
 //! - `POST /v1/discard` body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `reason`, `dry_run`,
@@ -32,6 +35,7 @@ use serde::Serialize;
 
 use crate::{
     filter::Filter,
+    lookup::Lookup,
     metrics::Metrics,
     ops::{DiscardRequest, OpError, ReplayRequest, Replayer, ReprocessRequest},
     rejections::Gatherer,
@@ -50,6 +54,8 @@ pub struct Api {
     pub console: Console,
     /// Gathers the gateways' recent rejections (`GET /v1/rejections`, the console's Rejections page).
     pub rejections: Gatherer,
+    /// Answers "where is event X?" (`GET /v1/events/...`, the console's search box).
+    pub lookup: Lookup,
 }
 
 impl Api {
@@ -85,6 +91,17 @@ impl Api {
                 Ok(source) => Ok(json(StatusCode::OK, &self.rejections.gather(source.as_deref()).await)),
                 Err(problem) => Err(OpError::BadRequest(problem)),
             },
+            (Method::GET, path) if path.starts_with("/v1/events/") => {
+                match path["/v1/events/".len()..].split_once('/') {
+                    Some((source, event_id)) => {
+                        let (source, event_id) = (decode_path_segment(source), decode_path_segment(event_id));
+                        self.lookup.lookup(&source, &event_id).await.map(|answer| {
+                            json(if answer.found { StatusCode::OK } else { StatusCode::NOT_FOUND }, &answer)
+                        })
+                    }
+                    None => Err(OpError::BadRequest("the path is /v1/events/{source}/{event id}".to_owned())),
+                }
+            }
             (Method::GET, path) if path.starts_with("/v1/entries/") => {
                 let id = decode_path_segment(&path["/v1/entries/".len()..]);
                 self.replayer.show(&id).await.map(|detail| match detail {
@@ -136,6 +153,10 @@ impl Api {
                     error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "the dead-letter index is still being built");
                 response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
                 response
+            }
+            OpError::Redis(redis_error) => {
+                tracing::warn!(error = %redis_error, "lookup could not read Redis");
+                error(StatusCode::SERVICE_UNAVAILABLE, "redis_unavailable", "Redis could not be read")
             }
             other => {
                 tracing::warn!(error = %other, cause = ?std::error::Error::source(&other), "admin API operation failed");

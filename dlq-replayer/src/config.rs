@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use hookline_common::config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env};
+use hookline_common::config::{self, ConfigError, KafkaConfig, Problems, RedisConfig, SecretRef, env};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -26,6 +26,52 @@ pub struct ReplayerConfig {
     pub replay_outcome_timeout_s: u64,
     /// The gateways whose recent rejections `serve` gathers (`GET /v1/rejections`, the console's Rejections page).
     pub gateways: GatewaysConfig,
+    /// What `lookup` ("where is event X?") reads besides the topics.
+    pub lookup: LookupConfig,
+}
+
+/// `lookup`'s sources: the consumers' Redis (their dedupe keys) and which services there are.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LookupConfig {
+    /// The consumers' Redis (same `url`, `key_prefix`, TLS and user settings as theirs; the user needs only
+    /// GET and PTTL). Absent: `lookup` answers from the topics alone, without dedupe state or service discovery.
+    pub redis: Option<RedisConfig>,
+    /// The consumer services to look in. Empty: every consumer group the brokers know that has a service key in
+    /// Redis (a service whose `service.name` differs from its group id must be listed), plus any service a DLQ
+    /// entry names.
+    pub services: Vec<LookupService>,
+    /// At most this many records of each partition of a service's retry topic are read, from the service group's
+    /// committed offset on; the answer says how many were left unread.
+    pub retry_scan_max_records: u64,
+}
+
+/// One consumer service for `lookup`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupService {
+    /// The service's name (its `service.name`, or else its `kafka.group_id`).
+    pub name: String,
+    /// Its consumer group (`kafka.group_id`), when it is not the name: whose committed offsets bound the retry
+    /// topic's search.
+    pub group_id: Option<String>,
+}
+
+impl Default for LookupConfig {
+    fn default() -> Self {
+        Self { redis: None, services: Vec::new(), retry_scan_max_records: 10_000 }
+    }
+}
+
+impl LookupConfig {
+    /// The consumer group of `service`: as configured, or else its name.
+    pub fn group_of<'a>(&'a self, service: &'a str) -> &'a str {
+        self.services
+            .iter()
+            .find(|known| known.name == service)
+            .and_then(|known| known.group_id.as_deref())
+            .unwrap_or(service)
+    }
 }
 
 /// Where the gateways' admin listeners are, and the token they want for `/admin/` routes.
@@ -50,6 +96,7 @@ impl Default for ReplayerConfig {
             refresh_interval_s: 15,
             replay_outcome_timeout_s: 3600,
             gateways: GatewaysConfig::default(),
+            lookup: LookupConfig::default(),
         }
     }
 }
@@ -72,6 +119,10 @@ impl ReplayerConfig {
                 problems.push(format!("gateways.admin_urls: `{url}` {problem}"));
             }
         }
+        if let Some(redis) = &config.lookup.redis {
+            redis.validate(&mut problems);
+        }
+        problems.check(config.lookup.retry_scan_max_records >= 1, "lookup.retry_scan_max_records must be at least 1");
         problems.into_result()?;
         Ok(config)
     }

@@ -1,5 +1,6 @@
 //! Reads one DLQ record (body, key, every header) by partition and offset: what `show` displays and `replay`
-//! re-drives. The index holds no bodies; this is the only place that reads them.
+//! re-drives. The index holds no bodies; this is the only place that reads them. `lookup` reads inbound and retry
+//! records by position through it too.
 
 use std::{
     collections::HashMap,
@@ -22,6 +23,7 @@ use crate::index::{Position, reader_config};
 #[derive(Clone)]
 pub struct Fetcher {
     kafka: KafkaConfig,
+    topic: String,
     inner: Arc<Mutex<Option<Reader>>>,
 }
 
@@ -33,7 +35,7 @@ struct Reader {
 
 impl std::fmt::Debug for Fetcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fetcher").field("topic", &self.kafka.dlq_topic).finish_non_exhaustive()
+        f.debug_struct("Fetcher").field("topic", &self.topic).finish_non_exhaustive()
     }
 }
 
@@ -41,7 +43,12 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Fetcher {
     pub fn new(kafka: &KafkaConfig) -> Self {
-        Self { kafka: kafka.clone(), inner: Arc::new(Mutex::new(None)) }
+        Self::of_topic(kafka, &kafka.dlq_topic)
+    }
+
+    /// A fetcher of another topic's records (`lookup` reads inbound and retry records by position).
+    pub fn of_topic(kafka: &KafkaConfig, topic: &str) -> Self {
+        Self { kafka: kafka.clone(), topic: topic.to_owned(), inner: Arc::new(Mutex::new(None)) }
     }
 
     /// The record at `position`, or `None` when the topic has no record there (any more).
@@ -59,7 +66,7 @@ impl Fetcher {
             *guard = Some(Reader { consumer, next: HashMap::new() });
         }
         let Some(reader) = guard.as_mut() else { return Ok(None) };
-        let result = reader.fetch(&self.kafka.dlq_topic, position);
+        let result = reader.fetch(&self.topic, position);
         if result.is_err() {
             *guard = None; // Start clean next time.
         }

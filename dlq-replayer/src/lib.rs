@@ -15,6 +15,7 @@ pub mod fetch;
 pub mod filter;
 pub mod index;
 mod login_throttle;
+pub mod lookup;
 pub mod metrics;
 pub mod ops;
 pub mod rejections;
@@ -106,6 +107,7 @@ pub async fn serve_api(
         metrics: metrics.clone(),
         console: session::Console::default(),
         rejections,
+        lookup: lookup::Lookup::new(replayer.clone()),
     });
     let tasks = TaskTracker::new();
     let handler = move |request: Request<Incoming>| {

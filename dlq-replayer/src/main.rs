@@ -7,6 +7,7 @@ use hookline_dlq_replayer::{
     ReplayerConfig,
     filter::Filter,
     index::Entry,
+    lookup::{Lookup, render_text},
     metrics::Metrics,
     ops::{DiscardRequest, ReplayRequest, Replayer, Report, ReprocessReport, ReprocessRequest},
 };
@@ -165,16 +166,36 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Where is this event? Per service: processed (when, how long, which record), being processed, waiting in
+    /// its retry topic, dead-lettered (and replayed, with the outcome); and when and where it was accepted.
+    /// Exits 3 when hookline knows nothing of the event.
+    Lookup {
+        source: String,
+        event_id: String,
+        #[arg(long)]
+        json: bool,
+        /// Also print the trace id of the records read (their `traceparent` header), or `no trace`.
+        #[arg(long)]
+        trace: bool,
+    },
     /// Run the HTTP admin API (and /livez, /readyz, /metrics) on `admin_addr`.
     Serve,
 }
 
+/// The exit code of a lookup that found nothing: distinct from an error's 1 and a usage error's 2.
+const EXIT_UNKNOWN_EVENT: u8 = 3;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    hookline_common::cli::exit_code(run().await)
+    match run().await {
+        Ok(Some(code)) => code,
+        Ok(None) => std::process::ExitCode::SUCCESS,
+        Err(error) => hookline_common::cli::exit_code(Err(error)),
+    }
 }
 
-async fn run() -> anyhow::Result<()> {
+/// `Some(code)` when the command ends with a code other than success's though nothing failed.
+async fn run() -> anyhow::Result<Option<std::process::ExitCode>> {
     let args = Args::parse();
     // The service logs like the others; a command keeps stdout for its output.
     if matches!(args.command, Some(Command::Serve)) {
@@ -184,7 +205,7 @@ async fn run() -> anyhow::Result<()> {
     }
     // The replayer's config names its API token but reads it only when serving: loading it reads no secret.
     if args.service.print_requested(Metrics::describe, ReplayerConfig::load)? {
-        return Ok(());
+        return Ok(None);
     }
     let Some(command) = args.command else {
         Args::command().error(ErrorKind::MissingSubcommand, "a subcommand is required").exit()
@@ -292,8 +313,21 @@ async fn run() -> anyhow::Result<()> {
             let report = replayer(config)?.discard(&request).await?;
             print_report(&mut out, &report, if dry_run { "would discard" } else { "discarded" }, json)?;
         }
+        Command::Lookup { source, event_id, json, trace } => {
+            let answer = Lookup::new(replayer(config)?).lookup(&source, &event_id).await?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&answer)?)?;
+            } else {
+                for line in render_text(&answer, trace) {
+                    writeln!(out, "{}", printable(&line))?;
+                }
+            }
+            if !answer.found {
+                return Ok(Some(std::process::ExitCode::from(EXIT_UNKNOWN_EVENT)));
+            }
+        }
     }
-    Ok(())
+    Ok(None)
 }
 
 fn replayer(config: ReplayerConfig) -> anyhow::Result<Replayer> {

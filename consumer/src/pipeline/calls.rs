@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::wire::{EntryStatusRecord, InboundEvent};
+use hookline_common::wire::{EntryStatusRecord, InboundEvent, redis_key::DoneMarker};
 use rand::Rng;
 use rdkafka::message::OwnedMessage;
 
@@ -74,8 +74,8 @@ impl Pipeline {
 
     /// Marks the event done, retrying Redis errors. The handler succeeded, so storing the offset without the done
     /// marker could let a provider's retry be processed again: keep trying (the claim guards it meanwhile).
-    pub(super) async fn mark_done(&self, token: &ClaimToken, event: &InboundEvent) -> Option<()> {
-        let still_ours = self.redis_until_done("done", || self.dedupe.mark_done(token)).await?;
+    pub(super) async fn mark_done(&self, token: &ClaimToken, marker: &DoneMarker, event: &InboundEvent) -> Option<()> {
+        let still_ours = self.redis_until_done("done", || self.dedupe.mark_done(token, marker)).await?;
         if !still_ours {
             tracing::warn!(
                 source = %event.meta.source,

@@ -37,7 +37,7 @@ use std::{
 use hookline_common::{
     record_auth::Verdict,
     telemetry::LogThrottle,
-    wire::{EntryStatus, EntryStatusRecord, InboundEvent, header, header_str, now_ms},
+    wire::{EntryStatus, EntryStatusRecord, InboundEvent, header, header_str, now_ms, redis_key::DoneMarker},
 };
 use rdkafka::{Message, message::OwnedMessage};
 use tokio_util::sync::CancellationToken;
@@ -338,7 +338,15 @@ impl Pipeline {
             let error = match result {
                 Ok(()) => {
                     self.metrics.handle_duration.with_label_values(&[source]).observe(started.elapsed().as_secs_f64());
-                    self.renewing(&token, self.mark_done(&token, event)).await?;
+                    // What lookup reads back: written in the same `SET` as the done marker, so it costs nothing.
+                    let marker = DoneMarker {
+                        processed_at_ms: now_ms(),
+                        handling_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        topic: message.topic().to_owned(),
+                        partition: message.partition(),
+                        offset: message.offset(),
+                    };
+                    self.renewing(&token, self.mark_done(&token, &marker, event)).await?;
                     if event.replay_of.is_none() && event.reprocess_id.is_none() {
                         let age_ms = now_ms().saturating_sub(event.meta.received_at_ms).max(0);
                         self.metrics.event_age.with_label_values(&[source]).observe(age_ms as f64 / 1000.0);
@@ -347,7 +355,7 @@ impl Pipeline {
                         // The event itself is processed now too, if it never was: its own delivery is then a
                         // duplicate.
                         let own = self.dedupe.token(source, event_id);
-                        self.redis_until_done("done", || self.dedupe.mark_done(&own)).await?;
+                        self.redis_until_done("done", || self.dedupe.mark_done(&own, &marker)).await?;
                     }
                     return Some(Outcome::Processed);
                 }

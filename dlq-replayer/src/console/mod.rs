@@ -10,13 +10,14 @@
 //!   then a confirmation; the confirmed action runs in the background and its page shows the report.
 //!
 //! `pages` renders what a GET shows (overview, entries, one entry, a job); `rejections` the gateways' recent
-//! refusals, gathered from them on request; `forms` handles what a POST asks
+//! refusals, gathered from them on request; `lookup` the search box "where is event X?"; `forms` handles what a POST asks
 //! (log in, preview an action, run it); this module routes, lays pages out and escapes.
 //!
 //! Pages read the same index as the JSON API and call the same operations ([`crate::ops`]).
 
 mod forms;
 mod login;
+mod lookup;
 mod pages;
 mod rejections;
 
@@ -30,6 +31,7 @@ use hyper::body::Incoming;
 use self::{
     forms::{field, preview, read_form, run},
     login::{login, login_page},
+    lookup::lookup_page,
     pages::{entry_page, job_page, list, overview},
     rejections::rejections_page,
 };
@@ -119,7 +121,7 @@ fn redirect(location: &str) -> Response<Body> {
 fn page(status: StatusCode, title: &str, csrf: Option<&str>, content: &str, refresh: bool) -> Response<Body> {
     let nav = match csrf {
         Some(csrf) => format!(
-            r#"<a class="brand" href="/ui/">hookline DLQ</a><a href="/ui/">Overview</a><a href="/ui/entries">Entries</a><a href="/ui/rejections">Rejections</a>
+            r#"<a class="brand" href="/ui/">hookline DLQ</a><a href="/ui/">Overview</a><a href="/ui/entries">Entries</a><a href="/ui/rejections">Rejections</a><a href="/ui/events">Find event</a>
 <form method="post" action="/ui/logout"><input type="hidden" name="csrf" value="{}"><button type="submit">Log out</button></form>"#,
             esc(csrf)
         ),
@@ -247,6 +249,7 @@ pub async fn handle(api: Arc<Api>, request: Request<Incoming>) -> Response<Body>
         "/ui" | "/ui/" => overview(&api, &session).await,
         "/ui/entries" => list(&api, &session, &query).await,
         "/ui/rejections" => rejections_page(&api, &session, &query).await,
+        "/ui/events" => lookup_page(&api, &session, &query).await,
         other if other.starts_with("/ui/entries/") => {
             entry_page(&api, &session, &decode_path_segment(&other["/ui/entries/".len()..])).await
         }
@@ -260,6 +263,10 @@ fn op_problem(csrf: &str, error: &OpError) -> Response<Body> {
         OpError::BadRequest(problem) => problem_page(csrf, StatusCode::BAD_REQUEST, problem),
         OpError::NotReady => {
             problem_page(csrf, StatusCode::SERVICE_UNAVAILABLE, "the index is still being built: reload in a moment")
+        }
+        OpError::Redis(error) => {
+            tracing::warn!(error = %error, "console lookup could not read Redis");
+            problem_page(csrf, StatusCode::SERVICE_UNAVAILABLE, "Redis could not be read; try again")
         }
         other => {
             tracing::warn!(error = %other, "console operation failed");

@@ -26,8 +26,11 @@ pub(super) async fn overview(api: &Api, session: &Session) -> Response<Body> {
         Ok(index) => index,
         Err(error) => return op_problem(&session.csrf, &error),
     };
-    let mut content =
-        format!("<h1>Overview</h1><p>{} dead-letter entries in all.</p><div class=\"cards\">", stats.total);
+    let mut content = format!(
+        "<h1>Overview</h1>{}<p>{} dead-letter entries in all.</p><div class=\"cards\">",
+        super::lookup::search_form("", ""),
+        stats.total
+    );
     for (title, key, counts) in [
         ("By service", "service", &stats.by_service),
         ("By source", "source", &stats.by_source),

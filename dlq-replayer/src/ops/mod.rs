@@ -40,6 +40,8 @@ pub enum OpError {
     BadRequest(String),
     #[error("kafka")]
     Kafka(#[from] KafkaError),
+    #[error("redis")]
+    Redis(#[source] redis::RedisError),
     #[error("a record was not acknowledged")]
     Produce(#[from] ProduceError),
     #[error("the Kafka reader task failed")]

@@ -1,0 +1,93 @@
+//! The done marker with details (see [`super::redis_key`]).
+
+use super::redis_key::{DEDUPE_DONE, DEDUPE_DONE_DETAILED_PREFIX};
+
+/// Whether a dedupe key's value is a done marker, in either form: the plain [`DEDUPE_DONE`] or
+/// [`DEDUPE_DONE_DETAILED_PREFIX`] with details (read as done even when the details do not parse).
+pub fn is_done(value: &str) -> bool {
+    value == DEDUPE_DONE || value.starts_with(DEDUPE_DONE_DETAILED_PREFIX)
+}
+
+/// What a done marker says about the processing it records, written in the same `SET` that marks the event
+/// done (no other key, no other round trip): when the handler's success was recorded, how long the handling
+/// took, and the position of the record that was processed (an inbound, retry or re-driven record).
+///
+/// Encoded as `done:<processed at ms>:<handling ms>:<partition>:<offset>:<topic>`; the topic goes last
+/// because it is the one free-form field (Kafka topic names have no `:`, but nothing needs to rely on it).
+/// A consumer of a build before this form reads such a value as a claim held by another consumer: it waits
+/// (never processes the event, never skips it) until it is replaced by a build that reads it as done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoneMarker {
+    pub processed_at_ms: i64,
+    pub handling_ms: u64,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl DoneMarker {
+    pub fn encode(&self) -> String {
+        format!(
+            "{DEDUPE_DONE_DETAILED_PREFIX}{}:{}:{}:{}:{}",
+            self.processed_at_ms, self.handling_ms, self.partition, self.offset, self.topic
+        )
+    }
+
+    /// The details of a done marker: `None` for the plain `done` (written before details were kept), for a
+    /// detailed marker that does not parse, and for any value that is not a done marker.
+    pub fn decode(value: &str) -> Option<Self> {
+        let details = value.strip_prefix(DEDUPE_DONE_DETAILED_PREFIX)?;
+        let mut fields = details.splitn(5, ':');
+        let processed_at_ms = fields.next()?.parse().ok()?;
+        let handling_ms = fields.next()?.parse().ok()?;
+        let partition = fields.next()?.parse().ok()?;
+        let offset = fields.next()?.parse().ok()?;
+        let topic = fields.next().filter(|topic| !topic.is_empty())?.to_owned();
+        Some(Self { processed_at_ms, handling_ms, topic, partition, offset })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker() -> DoneMarker {
+        DoneMarker {
+            processed_at_ms: 1_767_000_001_230,
+            handling_ms: 18,
+            topic: "webhooks.inbound".to_owned(),
+            partition: 3,
+            offset: 18_233,
+        }
+    }
+
+    #[test]
+    fn a_detailed_marker_round_trips() {
+        let encoded = marker().encode();
+        assert_eq!(encoded, "done:1767000001230:18:3:18233:webhooks.inbound");
+        assert!(is_done(&encoded));
+        assert_eq!(DoneMarker::decode(&encoded), Some(marker()));
+    }
+
+    #[test]
+    fn the_plain_done_of_earlier_builds_is_done_without_details() {
+        assert!(is_done(DEDUPE_DONE));
+        assert_eq!(DoneMarker::decode(DEDUPE_DONE), None);
+    }
+
+    #[test]
+    fn a_damaged_detailed_marker_is_still_done() {
+        for value in ["done:", "done:x:18:3:18233:webhooks.inbound", "done:1:2:3:4:", "done:1:2:3"] {
+            assert!(is_done(value), "{value}");
+            assert_eq!(DoneMarker::decode(value), None, "{value}");
+        }
+    }
+
+    #[test]
+    fn claims_and_dead_markers_are_not_done() {
+        for value in ["claim:8f1c", "dead:webhooks.dlq:0:7", "donee", ""] {
+            assert!(!is_done(value), "{value}");
+            assert_eq!(DoneMarker::decode(value), None, "{value}");
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! "Where is event X?": one event's fate across every consumer service, answered from what hookline already
+//! keeps, at no cost on the hot path. Nothing here writes anything.
+//!
+//! - Per service, its dedupe key in Redis ([`redis_state`]): absent, claimed now, done (with when, how long and
+//!   the processed record's position, for markers the consumer wrote since they carry details) or dead-lettered.
+//! - The DLQ index: the entries of that source and event id, with attempts, error and replay status; the status
+//!   topic's replay outcomes are part of each entry's fate.
+//! - Per service, its retry topic ([`retry_scan`]): the records waiting there with that event id, read from the
+//!   service group's committed offsets to the end, at most [`crate::config::LookupConfig::retry_scan_max_records`]
+//!   records per partition (the answer says when the bound cut a scan short).
+//! - Accepted-at and the inbound position: from the record itself, fetched at the position the done marker, the
+//!   retry record's or the DLQ entry's original-position headers name.
+//!
+//! Which services: those `lookup.services` names, or else every consumer group Kafka knows that has a service
+//! key in Redis (`<prefix>:svc=<group>`, written at a service's first start; a service's name is its group id
+//! unless `service.name` says otherwise, and then it must be listed), plus those named by DLQ entries.
+
+mod redis_state;
+mod render;
+mod retry_scan;
+
+use std::collections::BTreeSet;
+
+use hookline_common::{
+    config::RedisConfig,
+    redis_connection::RedisConnection,
+    wire::{header, header_str},
+};
+use rdkafka::{Message, message::OwnedMessage};
+use serde::Serialize;
+
+pub use self::{
+    redis_state::DedupeState,
+    render::{render_text, trace_id},
+    retry_scan::{RetryScan, Waiting},
+};
+use crate::{
+    filter::Filter,
+    index::Entry,
+    ops::{OpError, Replayer},
+};
+
+/// Where a record is: topic, partition, offset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordPosition {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl RecordPosition {
+    fn of(message: &OwnedMessage) -> Self {
+        Self { topic: message.topic().to_owned(), partition: message.partition(), offset: message.offset() }
+    }
+}
+
+/// When the gateway accepted the event, and where its inbound record is.
+#[derive(Debug, Clone, Serialize)]
+pub struct Accepted {
+    pub received_at_ms: Option<i64>,
+    /// The inbound record (for an event re-driven or retried: the original one its headers name).
+    pub inbound: Option<RecordPosition>,
+    /// The trace id of the `traceparent` header of the record read, when it has one.
+    pub trace_id: Option<String>,
+}
+
+/// One service's view of the event.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServiceAnswer {
+    pub service: String,
+    pub dedupe: DedupeState,
+    /// Records of the event waiting in the service's retry topic.
+    pub retry: RetryScan,
+    /// The service's DLQ entries for the event, oldest first.
+    pub dead_letters: Vec<Entry>,
+}
+
+/// The whole answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    pub source: String,
+    pub event_id: String,
+    /// Anything at all was found: a dedupe key, a waiting retry, a DLQ entry.
+    pub found: bool,
+    pub accepted: Option<Accepted>,
+    pub services: Vec<ServiceAnswer>,
+    /// DLQ entries of the event that name no service (written before services had names).
+    pub unattributed_dead_letters: Vec<Entry>,
+}
+
+/// Looks events up. Each lookup connects to Redis anew (when `lookup.redis` is configured; without it the
+/// answer has no dedupe state): an operator's question, not a hot path, and a Redis that is down at the
+/// replayer's start must not stop the rest of the API.
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    replayer: Replayer,
+}
+
+impl Lookup {
+    pub fn new(replayer: Replayer) -> Self {
+        Self { replayer }
+    }
+
+    /// Everything hookline keeps about `event_id` of `source`.
+    pub async fn lookup(&self, source: &str, event_id: &str) -> Result<Answer, OpError> {
+        if source.is_empty() || event_id.is_empty() {
+            return Err(OpError::BadRequest("a lookup names a source and an event id".to_owned()));
+        }
+        let config = self.replayer.config().clone();
+        let redis: Option<(RedisConnection, &RedisConfig)> = match &config.lookup.redis {
+            Some(redis) => Some((RedisConnection::connect(redis).await.map_err(OpError::Redis)?, redis)),
+            None => None,
+        };
+        let filter = Filter { source: Some(source.to_owned()), ..Filter::default() };
+        let entries: Vec<Entry> = self
+            .replayer
+            .list(&filter)
+            .await?
+            .into_iter()
+            .filter(|entry| entry.entry.event_id.as_deref() == Some(event_id))
+            .collect();
+
+        let mut services: BTreeSet<String> = BTreeSet::new();
+        if config.lookup.services.is_empty() {
+            let kafka = config.kafka.clone();
+            let groups = tokio::task::spawn_blocking(move || retry_scan::consumer_groups(&kafka)).await??;
+            if let Some((connection, redis)) = &redis {
+                services.extend(redis_state::services_among(connection, &redis.key_prefix, groups).await?);
+            }
+        } else {
+            services.extend(config.lookup.services.iter().map(|service| service.name.clone()));
+        }
+        services.extend(entries.iter().filter_map(|entry| entry.entry.service.clone()));
+
+        let mut answers = Vec::new();
+        for service in services {
+            let dedupe = match &redis {
+                Some((connection, redis)) => {
+                    redis_state::read(connection, &redis.key_prefix, &service, source, event_id).await?
+                }
+                None => DedupeState::NotConfigured,
+            };
+            let group = config.lookup.group_of(&service).to_owned();
+            let (kafka, limit) = (config.kafka.clone(), config.lookup.retry_scan_max_records);
+            let (scan_service, scan_source, scan_id) = (service.clone(), source.to_owned(), event_id.to_owned());
+            let retry = tokio::task::spawn_blocking(move || {
+                retry_scan::scan(&kafka, &scan_service, &group, &scan_source, &scan_id, limit)
+            })
+            .await??;
+            let dead_letters =
+                entries.iter().filter(|entry| entry.entry.service.as_deref() == Some(&service)).cloned().collect();
+            answers.push(ServiceAnswer { service, dedupe, retry, dead_letters });
+        }
+        let unattributed_dead_letters: Vec<Entry> =
+            entries.iter().filter(|entry| entry.entry.service.is_none()).cloned().collect();
+        let found = !entries.is_empty()
+            || answers.iter().any(|answer| answer.dedupe.is_present() || !answer.retry.waiting.is_empty());
+        let accepted = if found { self.accepted(&answers, &entries).await? } else { None };
+        Ok(Answer {
+            source: source.to_owned(),
+            event_id: event_id.to_owned(),
+            found,
+            accepted,
+            services: answers,
+            unattributed_dead_letters,
+        })
+    }
+
+    /// Accepted-at and the inbound position, from the first record the answer names: a done marker's position,
+    /// a waiting retry record, or a DLQ entry's original position.
+    async fn accepted(&self, answers: &[ServiceAnswer], entries: &[Entry]) -> Result<Option<Accepted>, OpError> {
+        // A DLQ entry's original record first: a processed record may be a re-drive of it, which carries no
+        // position of the original.
+        let mut candidates: Vec<RecordPosition> = Vec::new();
+        for entry in entries {
+            let e = &entry.entry;
+            if let (Some(topic), Some(partition), Some(offset)) =
+                (&e.original_topic, e.original_partition, e.original_offset)
+            {
+                candidates.push(RecordPosition { topic: topic.clone(), partition, offset });
+            }
+        }
+        for answer in answers {
+            if let DedupeState::Processed { position: Some(position), .. } = &answer.dedupe {
+                candidates.push(position.clone());
+            }
+            candidates.extend(answer.retry.waiting.iter().map(|waiting| waiting.position.clone()));
+        }
+        let inbound_topic = self.replayer.config().kafka.inbound_topic.clone();
+        // The inbound record itself first, when a candidate names it: it is the one that was accepted.
+        candidates.sort_by_key(|position| position.topic != inbound_topic);
+        for position in candidates {
+            let kafka = self.replayer.config().kafka.clone();
+            let at = position.clone();
+            let record = tokio::task::spawn_blocking(move || {
+                crate::fetch::Fetcher::of_topic(&kafka, &at.topic)
+                    .fetch(crate::index::Position { partition: at.partition, offset: at.offset })
+            })
+            .await??;
+            let Some(record) = record else { continue };
+            return Ok(Some(accepted_from(&record, &inbound_topic)));
+        }
+        Ok(None)
+    }
+}
+
+/// What a record says about its acceptance: its receive time, and the inbound position (its own, or the
+/// original one a retry or re-driven record's headers name).
+fn accepted_from(record: &OwnedMessage, inbound_topic: &str) -> Accepted {
+    let text = |name: &'static str| header_str(record.headers(), name).and_then(Result::ok);
+    let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());
+    let original = |topic: &'static str, partition: &'static str, offset: &'static str| {
+        Some(RecordPosition {
+            topic: text(topic)?,
+            partition: i32::try_from(number(partition)?).ok()?,
+            offset: number(offset)?,
+        })
+    };
+    let is_copy = text(header::REPLAY_OF).is_some() || text(header::REPROCESS_ID).is_some();
+    let inbound = if record.topic() == inbound_topic && !is_copy {
+        Some(RecordPosition::of(record))
+    } else {
+        original(header::retry::ORIGINAL_TOPIC, header::retry::ORIGINAL_PARTITION, header::retry::ORIGINAL_OFFSET)
+            .or_else(|| {
+                original(header::dlq::ORIGINAL_TOPIC, header::dlq::ORIGINAL_PARTITION, header::dlq::ORIGINAL_OFFSET)
+            })
+            // A re-drive or re-processing copy is not the accepted record: its position is not the inbound one.
+            .or_else(|| (record.topic() == inbound_topic && !is_copy).then(|| RecordPosition::of(record)))
+    };
+    Accepted {
+        received_at_ms: number(header::RECEIVED_AT_MS),
+        inbound,
+        trace_id: text(render::TRACEPARENT).as_deref().and_then(trace_id),
+    }
+}

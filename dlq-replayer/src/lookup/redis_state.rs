@@ -1,0 +1,139 @@
+//! One service's dedupe key for an event, read (GET and PTTL, never a write) and decoded; and which consumer
+//! groups are hookline services (they have a service key).
+
+use hookline_common::{
+    redis_connection::RedisConnection,
+    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DEAD_PREFIX, DoneMarker},
+};
+use serde::Serialize;
+
+use super::RecordPosition;
+use crate::ops::OpError;
+
+/// What a service's dedupe key says about the event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum DedupeState {
+    /// The replayer has no `lookup.redis`: nothing was read.
+    NotConfigured,
+    /// No key: never processed by this service, or longer ago than its dedupe TTL, or released for a retry.
+    Absent,
+    /// A consumer holds the claim now (it is processing the event); the lease ends in `expires_in_ms`.
+    Claimed { expires_in_ms: Option<i64> },
+    /// Processed. `position` etc. are absent for a plain `done` written by a consumer before markers had details.
+    /// Any later copy of the event is skipped as a duplicate for `expires_in_ms`.
+    Processed {
+        processed_at_ms: Option<i64>,
+        handling_ms: Option<u64>,
+        position: Option<RecordPosition>,
+        expires_in_ms: Option<i64>,
+    },
+    /// Dead-lettered as DLQ entry `entry_id`: a re-send is skipped, a re-drive of the entry runs it.
+    DeadLettered { entry_id: String, expires_in_ms: Option<i64> },
+    /// A value lookup does not know (a newer build's?), shown as it is.
+    Unknown { value: String },
+}
+
+impl DedupeState {
+    /// Whether the key exists.
+    pub fn is_present(&self) -> bool {
+        !matches!(self, Self::NotConfigured | Self::Absent)
+    }
+
+    /// Decodes a dedupe key's value (`None`: no key) with its remaining time to live.
+    pub fn decode(value: Option<&str>, expires_in_ms: Option<i64>) -> Self {
+        let Some(value) = value else { return Self::Absent };
+        if redis_key::is_done(value) {
+            let marker = DoneMarker::decode(value);
+            return Self::Processed {
+                processed_at_ms: marker.as_ref().map(|marker| marker.processed_at_ms),
+                handling_ms: marker.as_ref().map(|marker| marker.handling_ms),
+                position: marker.map(|marker| RecordPosition {
+                    topic: marker.topic,
+                    partition: marker.partition,
+                    offset: marker.offset,
+                }),
+                expires_in_ms,
+            };
+        }
+        if value.starts_with(DEDUPE_CLAIM_PREFIX) {
+            return Self::Claimed { expires_in_ms };
+        }
+        if let Some(entry_id) = value.strip_prefix(DEDUPE_DEAD_PREFIX) {
+            return Self::DeadLettered { entry_id: entry_id.to_owned(), expires_in_ms };
+        }
+        Self::Unknown { value: value.to_owned() }
+    }
+}
+
+/// The service's dedupe key for the event, read with its time to live.
+pub async fn read(
+    connection: &RedisConnection,
+    prefix: &str,
+    service: &str,
+    source: &str,
+    event_id: &str,
+) -> Result<DedupeState, OpError> {
+    let key = redis_key::dedupe(prefix, service, source, event_id);
+    let mut connection = connection.clone();
+    // Two commands on one key (one slot on a cluster); a key that changes in between is read as it was at the
+    // GET with the TTL it had a moment later: good enough for an answer a person reads.
+    let value: Option<String> =
+        redis::cmd("GET").arg(&key).query_async(&mut connection).await.map_err(OpError::Redis)?;
+    let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut connection).await.map_err(OpError::Redis)?;
+    Ok(DedupeState::decode(value.as_deref(), (ttl_ms >= 0).then_some(ttl_ms)))
+}
+
+/// The consumer groups among `groups` that are hookline services: those with a service key
+/// (`<prefix>:svc=<group>`), which a service writes at its first start. One GET per group.
+pub async fn services_among(
+    connection: &RedisConnection,
+    prefix: &str,
+    groups: Vec<String>,
+) -> Result<Vec<String>, OpError> {
+    let mut services = Vec::new();
+    let mut connection = connection.clone();
+    for group in groups {
+        let recorded: Option<String> = redis::cmd("GET")
+            .arg(redis_key::service(prefix, &group))
+            .query_async(&mut connection)
+            .await
+            .map_err(OpError::Redis)?;
+        if recorded.is_some() {
+            services.push(group);
+        }
+    }
+    Ok(services)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_of_a_dedupe_key_decodes() {
+        assert_eq!(DedupeState::decode(None, None), DedupeState::Absent);
+        assert_eq!(
+            DedupeState::decode(Some("done"), Some(5)),
+            DedupeState::Processed { processed_at_ms: None, handling_ms: None, position: None, expires_in_ms: Some(5) }
+        );
+        assert_eq!(
+            DedupeState::decode(Some("done:1767000001230:18:3:18233:webhooks.inbound"), None),
+            DedupeState::Processed {
+                processed_at_ms: Some(1_767_000_001_230),
+                handling_ms: Some(18),
+                position: Some(RecordPosition { topic: "webhooks.inbound".to_owned(), partition: 3, offset: 18_233 }),
+                expires_in_ms: None,
+            }
+        );
+        assert_eq!(
+            DedupeState::decode(Some("claim:abc"), Some(900)),
+            DedupeState::Claimed { expires_in_ms: Some(900) }
+        );
+        assert_eq!(
+            DedupeState::decode(Some("dead:webhooks.dlq:0:7"), None),
+            DedupeState::DeadLettered { entry_id: "webhooks.dlq:0:7".to_owned(), expires_in_ms: None }
+        );
+        assert_eq!(DedupeState::decode(Some("other"), None), DedupeState::Unknown { value: "other".to_owned() });
+    }
+}
