@@ -108,6 +108,10 @@ impl ReplayerConfig {
             None => Self::default(),
         };
         config.kafka.apply_env();
+        // The consumers' Redis, where a deployment names it once for every service (HOOKLINE_REDIS_URL).
+        if let Some(redis) = &mut config.lookup.redis {
+            redis.apply_env();
+        }
         config::env_override(env::ADMIN_ADDR, &mut config.admin_addr);
         let mut problems = Problems::default();
         config.kafka.validate(&mut problems);
