@@ -19,11 +19,11 @@ use std::{borrow::Cow, future::Future, sync::OnceLock, time::Duration};
 
 use futures_util::future::Either;
 use opentelemetry::{
-    Context, KeyValue, Value,
+    Context, Value,
     context::FutureExt as _,
     trace::{
-        Link, Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-        Tracer as _, TracerProvider as _,
+        Link, Span as _, SpanContext, SpanId, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
+        TracerProvider as _,
     },
 };
 use opentelemetry_sdk::{
@@ -34,6 +34,9 @@ use rdkafka::message::Headers;
 use serde::{Deserialize, Serialize};
 
 use crate::{config::Problems, wire::header::TRACEPARENT};
+
+/// What a service needs of the OpenTelemetry API to start spans, re-exported so only `common` depends on it.
+pub use opentelemetry::{KeyValue, trace::SpanKind};
 
 /// The semantic conventions version the attribute names below follow.
 pub const SEMCONV_VERSION: &str = "1.30.0";
