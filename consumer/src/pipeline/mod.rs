@@ -303,7 +303,20 @@ impl Pipeline {
     /// starts now unless it started before, so that an event deferred again and again still ends, in the DLQ at
     /// the latest (`retry.max_total_ms`). The offset may be stored once this returns `Handled`: the broker
     /// acknowledged the copy, exactly as for a retry.
+    ///
+    /// With traces on, a `process <topic>` span with outcome `deferred`, so the copy's send (and the copy's later
+    /// processing) stays in the record's trace.
     pub async fn defer(&self, message: &OwnedMessage, due_at_ms: i64, reason: DeferReason) -> Disposition {
+        if !traces::enabled() {
+            return self.defer_record(message, due_at_ms, reason).await;
+        }
+        let span = self.process_span(message);
+        span.set(attribute::OUTCOME, || "deferred");
+        span.set("hookline.defer.reason", || reason.as_str());
+        span.scope(self.defer_record(message, due_at_ms, reason)).await
+    }
+
+    async fn defer_record(&self, message: &OwnedMessage, due_at_ms: i64, reason: DeferReason) -> Disposition {
         if !self.is_authentic(message) {
             // Never copied (and so signed) into the retry topic: dead-lettered now instead.
             return self.process(message, None).await.0;
