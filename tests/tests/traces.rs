@@ -161,6 +161,10 @@ async fn one_trace_runs_from_the_gateway_request_to_the_http_handler_call_and_th
     assert_eq!(attribute(&process, "hookline.attempt").as_deref(), Some("1"));
     assert_eq!(attribute(&process, "hookline.outcome").as_deref(), Some("processed"));
     assert!(attribute(&process, "hookline.service").is_some_and(|service| !service.is_empty()));
+    assert_eq!(
+        attribute(&process, "messaging.consumer.group.name").as_deref(),
+        Some(stack.consumer_config.kafka.group_id.as_str())
+    );
     assert_eq!(attribute(&process, "messaging.kafka.offset").as_deref(), Some(offset.as_str()));
 
     let handler = one(&spans, "handler http", None);

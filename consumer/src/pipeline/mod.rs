@@ -166,6 +166,7 @@ impl Pipeline {
                     KeyValue::new(attribute::MESSAGING_DESTINATION_NAME, message.topic().to_owned()),
                     KeyValue::new(attribute::MESSAGING_DESTINATION_PARTITION_ID, message.partition().to_string()),
                     KeyValue::new(attribute::MESSAGING_KAFKA_OFFSET, message.offset()),
+                    KeyValue::new(attribute::MESSAGING_CONSUMER_GROUP_NAME, self.dead_letters.group_id().to_owned()),
                     KeyValue::new(attribute::SERVICE, self.dead_letters.service().to_owned()),
                 ];
                 if let Some(Ok(event_id)) = header_str(message.headers(), header::EVENT_ID) {
