@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rdkafka::{
     error::{KafkaError, RDKafkaErrorCode},
-    message::ToBytes,
+    message::{Header, Headers, OwnedHeaders, ToBytes},
     producer::{FutureProducer, FutureRecord, Producer},
     util::Timeout,
 };
@@ -17,8 +17,10 @@ use crate::{
     config::KafkaConfig,
     kafka::{QuietContext, producer_config},
     record_auth::{RecordKeys, SignError},
-    wire::now_ms,
+    telemetry::traces::{self, Parent, TraceSpan, attribute},
+    wire::{header, now_ms},
 };
+use opentelemetry::{KeyValue, trace::SpanKind};
 
 /// Beyond `produce_timeout_ms` (librdkafka's own `message.timeout.ms`, which ends the delivery attempt), how long
 /// a send waits for the report before giving up on it: only a report that never arrives takes this margin.
@@ -44,6 +46,39 @@ pub enum ProduceError {
     /// Nothing was sent: no record key is valid now (all before their `not_before` or past their `not_after`).
     #[error("the record cannot be signed")]
     Sign(#[source] SignError),
+}
+
+impl ProduceError {
+    /// A short, bounded name of the failure (a span's `error.type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::QueueFull => "queue_full",
+            Self::Timeout => "timeout",
+            Self::Kafka(_) => "kafka",
+            Self::Sign(_) => "sign",
+        }
+    }
+}
+
+/// The first value of header `name`, as text.
+fn header_value(headers: &OwnedHeaders, name: &str) -> Option<String> {
+    headers
+        .iter()
+        .find(|header| header.key == name)
+        .and_then(|header| header.value)
+        .map(|value| String::from_utf8_lossy(value).into_owned())
+}
+
+/// `headers` with [`header::TRACEPARENT`] set to `traceparent`: a copied record's own is left out, so a record
+/// carries one.
+fn with_traceparent(headers: Option<OwnedHeaders>, traceparent: &str) -> OwnedHeaders {
+    let mut rebuilt = OwnedHeaders::new_with_capacity(headers.as_ref().map_or(0, |headers| headers.count()) + 1);
+    for existing in headers.iter().flat_map(|headers| headers.iter()) {
+        if existing.key != header::TRACEPARENT {
+            rebuilt = rebuilt.insert(Header { key: existing.key, value: existing.value });
+        }
+    }
+    rebuilt.insert(Header { key: header::TRACEPARENT, value: Some(traceparent) })
 }
 
 /// How long a send may wait for room in the producer's local queue.
@@ -98,7 +133,72 @@ impl AckedProducer {
     }
 
     /// [`Self::send`], giving up after `limit` if that comes before the produce timeout.
+    ///
+    /// With traces on, the send is a `send <topic>` producer span, a child of the task's current span
+    /// ([`TraceSpan::scope`]), and the record carries that span's context in its
+    /// [`header::TRACEPARENT`] (replacing one copied from an earlier record), put in before the MAC is computed.
     pub async fn send_within<K, P>(
+        &self,
+        record: FutureRecord<'_, K, P>,
+        queue: QueueWait,
+        limit: Duration,
+    ) -> Result<Delivery, ProduceError>
+    where
+        K: ToBytes + ?Sized,
+        P: ToBytes + ?Sized,
+    {
+        if !traces::enabled() {
+            return self.send_signed(record, queue, limit).await;
+        }
+        self.send_traced(record, queue, limit).await
+    }
+
+    async fn send_traced<K, P>(
+        &self,
+        mut record: FutureRecord<'_, K, P>,
+        queue: QueueWait,
+        limit: Duration,
+    ) -> Result<Delivery, ProduceError>
+    where
+        K: ToBytes + ?Sized,
+        P: ToBytes + ?Sized,
+    {
+        let topic = record.topic;
+        let span = TraceSpan::start(
+            SpanKind::Producer,
+            Parent::Current,
+            || format!("send {topic}"),
+            || {
+                let mut attributes = vec![
+                    KeyValue::new(attribute::MESSAGING_SYSTEM, "kafka"),
+                    KeyValue::new(attribute::MESSAGING_OPERATION_NAME, "send"),
+                    KeyValue::new(attribute::MESSAGING_OPERATION_TYPE, "send"),
+                    KeyValue::new(attribute::MESSAGING_DESTINATION_NAME, topic.to_owned()),
+                ];
+                if let Some(event_id) =
+                    record.headers.as_ref().and_then(|headers| header_value(headers, header::EVENT_ID))
+                {
+                    attributes.push(KeyValue::new(attribute::MESSAGING_MESSAGE_ID, event_id));
+                }
+                attributes
+            },
+        );
+        if let Some(traceparent) = span.traceparent() {
+            record.headers = Some(with_traceparent(record.headers.take(), &traceparent));
+        }
+        let sent = self.send_signed(record, queue, limit).await;
+        match &sent {
+            Ok(delivery) => {
+                span.set(attribute::MESSAGING_DESTINATION_PARTITION_ID, || delivery.partition.to_string());
+                span.set(attribute::MESSAGING_KAFKA_OFFSET, || delivery.offset);
+            }
+            Err(error) => span.fail(error.kind(), || error.to_string()),
+        }
+        sent
+    }
+
+    /// Signs `record` and sends it.
+    async fn send_signed<K, P>(
         &self,
         mut record: FutureRecord<'_, K, P>,
         queue: QueueWait,

@@ -83,6 +83,11 @@ pub mod header {
     /// every record (through [`crate::producer::AckedProducer`]); checked by every reader before dedupe or any
     /// handler. Optional for readers only inside `kafka.record_auth.accept_unsigned_until`: no format bump.
     pub const MAC: &str = "hookline-mac";
+    /// The W3C trace context (`00-<trace id>-<span id>-<flags>`) of the span that sent the record, when traces
+    /// are on ([`crate::telemetry::traces`]): the one header not named `hookline-*`, because its name is the
+    /// standard's. Forwarded provider headers are `http-*`, so a provider's cannot pose as it. Covered by the MAC
+    /// like every header; metadata outside the signed body. Optional, readable by every version: no format bump.
+    pub const TRACEPARENT: &str = "traceparent";
 
     /// Dead-letter headers, added to the original headers (which are kept unchanged).
     pub mod dlq {

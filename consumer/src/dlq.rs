@@ -158,6 +158,11 @@ impl DeadLetters {
     }
 
     /// The consumer service whose dead letters these are.
+    /// The consumer group this service reads in.
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+
     pub fn service(&self) -> &str {
         &self.service
     }

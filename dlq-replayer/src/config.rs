@@ -25,6 +25,8 @@ pub struct ReplayerConfig {
     /// re-driven event that is being retried has no outcome yet. A second re-drive is harmless (dedupe).
     pub replay_outcome_timeout_s: u64,
     /// The gateways whose recent rejections `serve` gathers (`GET /v1/rejections`, the console's Rejections page).
+    /// Traces (on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; see docs/operations.md, "Traces").
+    pub telemetry: hookline_common::telemetry::traces::TelemetryConfig,
     pub gateways: GatewaysConfig,
     /// What `lookup` ("where is event X?") reads besides the topics.
     pub lookup: LookupConfig,
@@ -95,6 +97,7 @@ impl Default for ReplayerConfig {
             max_failed_again: 3,
             refresh_interval_s: 15,
             replay_outcome_timeout_s: 3600,
+            telemetry: Default::default(),
             gateways: GatewaysConfig::default(),
             lookup: LookupConfig::default(),
         }
@@ -115,6 +118,7 @@ impl ReplayerConfig {
         config::env_override(env::ADMIN_ADDR, &mut config.admin_addr);
         let mut problems = Problems::default();
         config.kafka.validate(&mut problems);
+        config.telemetry.validate(&mut problems);
         problems.check(config.max_failed_again >= 1, "max_failed_again must be at least 1");
         problems.check(config.refresh_interval_s >= 1, "refresh_interval_s must be at least 1");
         problems.check(config.replay_outcome_timeout_s >= 1, "replay_outcome_timeout_s must be at least 1");

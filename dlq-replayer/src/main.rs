@@ -223,111 +223,128 @@ async fn run() -> anyhow::Result<Option<std::process::ExitCode>> {
         )
         .await?;
     }
-    match command {
-        Command::Serve => {
-            let admin =
-                TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
-            tracing::info!(
-                version = env!("CARGO_PKG_VERSION"),
-                admin = %admin.local_addr()?,
-                brokers = %config.kafka.brokers,
-                topic = %config.kafka.dlq_topic,
-                "dlq-replayer starting"
-            );
-            hookline_dlq_replayer::serve_api(config, admin, hookline_common::signals::shutdown_on_signals()).await?;
-        }
-        Command::List { filter, limit, cursor, json } => {
-            let page = replayer(config)?.page(&filter.into(), cursor.as_deref(), limit.unwrap_or(usize::MAX)).await?;
-            if json {
-                for entry in &page.entries {
-                    writeln!(out, "{}", serde_json::to_string(entry)?)?;
+    let traces = telemetry::traces::init_from_env("hookline-dlq-replayer", &config.telemetry)?;
+    // Every command's spans are flushed before the process exits, whatever the command returned.
+    let done = async {
+        match command {
+            Command::Serve => {
+                let admin = TcpListener::bind(&config.admin_addr)
+                    .await
+                    .with_context(|| format!("bind {}", config.admin_addr))?;
+                tracing::info!(
+                    version = env!("CARGO_PKG_VERSION"),
+                    admin = %admin.local_addr()?,
+                    brokers = %config.kafka.brokers,
+                    topic = %config.kafka.dlq_topic,
+                    "dlq-replayer starting"
+                );
+                hookline_dlq_replayer::serve_api(config, admin, hookline_common::signals::shutdown_on_signals())
+                    .await?;
+            }
+            Command::List { filter, limit, cursor, json } => {
+                let page =
+                    replayer(config)?.page(&filter.into(), cursor.as_deref(), limit.unwrap_or(usize::MAX)).await?;
+                if json {
+                    for entry in &page.entries {
+                        writeln!(out, "{}", serde_json::to_string(entry)?)?;
+                    }
+                } else {
+                    print_table(&mut out, &page.entries, page.total_matching)?;
                 }
-            } else {
-                print_table(&mut out, &page.entries, page.total_matching)?;
+                if let Some(next) = &page.next_cursor {
+                    eprintln!("more: --cursor {next}");
+                }
             }
-            if let Some(next) = &page.next_cursor {
-                eprintln!("more: --cursor {next}");
-            }
-        }
-        Command::Stats { filter, json } => {
-            let stats = replayer(config)?.stats(&filter.into()).await?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&stats)?)?;
-            } else {
-                writeln!(out, "{} entries", stats.total)?;
-                for (title, counts) in [
-                    ("by source", &stats.by_source),
-                    ("by service", &stats.by_service),
-                    ("by error class", &stats.by_error_class),
-                    ("by status", &stats.by_status),
-                ] {
-                    writeln!(out, "{title}:")?;
-                    for (name, count) in counts {
-                        writeln!(out, "  {name:<24} {count}")?;
+            Command::Stats { filter, json } => {
+                let stats = replayer(config)?.stats(&filter.into()).await?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&stats)?)?;
+                } else {
+                    writeln!(out, "{} entries", stats.total)?;
+                    for (title, counts) in [
+                        ("by source", &stats.by_source),
+                        ("by service", &stats.by_service),
+                        ("by error class", &stats.by_error_class),
+                        ("by status", &stats.by_status),
+                    ] {
+                        writeln!(out, "{title}:")?;
+                        for (name, count) in counts {
+                            writeln!(out, "  {name:<24} {count}")?;
+                        }
                     }
                 }
             }
-        }
-        Command::Show { id, json } => {
-            let detail = replayer(config)?.show(&id).await?.with_context(|| format!("no entry `{id}`"))?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&detail)?)?;
-            } else {
-                let entry = &detail.entry;
-                writeln!(out, "entry      {}", entry.entry.id)?;
-                writeln!(out, "service    {}", entry.entry.service.as_deref().unwrap_or("- (every service)"))?;
-                writeln!(out, "status     {}{}", entry.status.as_str(), if entry.flagged { " (flagged)" } else { "" })?;
-                writeln!(out, "replays    {}   failed again: {}", entry.replays, entry.failed_again)?;
-                writeln!(out, "record mac {}", detail.authenticity)?;
-                if let Some(last) = &entry.last_status {
-                    writeln!(out, "last       {:?} at {} by {}", last.status, format_ms(last.at_ms), last.by)?;
-                }
-                writeln!(out, "headers")?;
-                for (key, value) in &detail.headers {
-                    writeln!(out, "  {key}: {}", printable(value))?;
-                }
-                match (&detail.body, &detail.body_base64) {
-                    (Some(text), _) => {
-                        writeln!(out, "body ({} bytes, text)\n{}", entry.entry.body_bytes, printable(text))?
+            Command::Show { id, json } => {
+                let detail = replayer(config)?.show(&id).await?.with_context(|| format!("no entry `{id}`"))?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&detail)?)?;
+                } else {
+                    let entry = &detail.entry;
+                    writeln!(out, "entry      {}", entry.entry.id)?;
+                    writeln!(out, "service    {}", entry.entry.service.as_deref().unwrap_or("- (every service)"))?;
+                    writeln!(
+                        out,
+                        "status     {}{}",
+                        entry.status.as_str(),
+                        if entry.flagged { " (flagged)" } else { "" }
+                    )?;
+                    writeln!(out, "replays    {}   failed again: {}", entry.replays, entry.failed_again)?;
+                    writeln!(out, "record mac {}", detail.authenticity)?;
+                    if let Some(last) = &entry.last_status {
+                        writeln!(out, "last       {:?} at {} by {}", last.status, format_ms(last.at_ms), last.by)?;
                     }
-                    (None, Some(b64)) => {
-                        writeln!(out, "body ({} bytes, binary, base64)\n{b64}", entry.entry.body_bytes)?
+                    writeln!(out, "headers")?;
+                    for (key, value) in &detail.headers {
+                        writeln!(out, "  {key}: {}", printable(value))?;
                     }
-                    (None, None) => writeln!(out, "body (empty)")?,
+                    match (&detail.body, &detail.body_base64) {
+                        (Some(text), _) => {
+                            writeln!(out, "body ({} bytes, text)\n{}", entry.entry.body_bytes, printable(text))?
+                        }
+                        (None, Some(b64)) => {
+                            writeln!(out, "body ({} bytes, binary, base64)\n{b64}", entry.entry.body_bytes)?
+                        }
+                        (None, None) => writeln!(out, "body (empty)")?,
+                    }
+                }
+            }
+            Command::Replay { ids, all, filter, dry_run, rate, force, by, json } => {
+                let request = ReplayRequest { ids, all, filter: filter.into(), dry_run, rate, force, by: operator(by) };
+                let report = replayer(config)?.replay(&request).await?;
+                print_report(&mut out, &report, if dry_run { "would replay" } else { "replayed" }, json)?;
+            }
+            Command::Reprocess { service, event_ids, from, to, source, apply, rate_per_s, by, json } => {
+                let request =
+                    ReprocessRequest { service, event_ids, from, to, source, apply, rate_per_s, by: operator(by) };
+                let report = replayer(config)?.reprocess(&request).await?;
+                print_reprocess(&mut out, &report, json)?;
+            }
+            Command::Discard { ids, all, filter, dry_run, reason, by, json } => {
+                let request = DiscardRequest { ids, all, filter: filter.into(), dry_run, reason, by: operator(by) };
+                let report = replayer(config)?.discard(&request).await?;
+                print_report(&mut out, &report, if dry_run { "would discard" } else { "discarded" }, json)?;
+            }
+            Command::Lookup { source, event_id, json, trace } => {
+                let answer = Lookup::new(replayer(config)?).lookup(&source, &event_id).await?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&answer)?)?;
+                } else {
+                    for line in render_text(&answer, trace) {
+                        writeln!(out, "{}", printable(&line))?;
+                    }
+                }
+                if !answer.found {
+                    return Ok(Some(std::process::ExitCode::from(EXIT_UNKNOWN_EVENT)));
                 }
             }
         }
-        Command::Replay { ids, all, filter, dry_run, rate, force, by, json } => {
-            let request = ReplayRequest { ids, all, filter: filter.into(), dry_run, rate, force, by: operator(by) };
-            let report = replayer(config)?.replay(&request).await?;
-            print_report(&mut out, &report, if dry_run { "would replay" } else { "replayed" }, json)?;
-        }
-        Command::Reprocess { service, event_ids, from, to, source, apply, rate_per_s, by, json } => {
-            let request =
-                ReprocessRequest { service, event_ids, from, to, source, apply, rate_per_s, by: operator(by) };
-            let report = replayer(config)?.reprocess(&request).await?;
-            print_reprocess(&mut out, &report, json)?;
-        }
-        Command::Discard { ids, all, filter, dry_run, reason, by, json } => {
-            let request = DiscardRequest { ids, all, filter: filter.into(), dry_run, reason, by: operator(by) };
-            let report = replayer(config)?.discard(&request).await?;
-            print_report(&mut out, &report, if dry_run { "would discard" } else { "discarded" }, json)?;
-        }
-        Command::Lookup { source, event_id, json, trace } => {
-            let answer = Lookup::new(replayer(config)?).lookup(&source, &event_id).await?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&answer)?)?;
-            } else {
-                for line in render_text(&answer, trace) {
-                    writeln!(out, "{}", printable(&line))?;
-                }
-            }
-            if !answer.found {
-                return Ok(Some(std::process::ExitCode::from(EXIT_UNKNOWN_EVENT)));
-            }
-        }
+        Ok::<Option<std::process::ExitCode>, anyhow::Error>(None)
     }
-    Ok(None)
+    .await;
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+    done
 }
 
 fn replayer(config: ReplayerConfig) -> anyhow::Result<Replayer> {

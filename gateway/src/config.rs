@@ -5,6 +5,7 @@ use std::path::Path;
 use hookline_common::{
     config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env},
     signature::{FieldSource, GenericHmacOptions},
+    telemetry::traces::TelemetryConfig,
 };
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +22,8 @@ pub struct GatewayConfig {
     /// source secrets). Without one, only loopback callers (`kubectl exec`, `kubectl port-forward`, the host
     /// itself) may reload; SIGHUP always works.
     pub reload_token: Option<SecretRef>,
+    /// Traces (on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; see docs/operations.md, "Traces").
+    pub telemetry: TelemetryConfig,
     pub sources: Vec<SourceConfig>,
 }
 
@@ -32,6 +35,7 @@ impl Default for GatewayConfig {
             kafka: KafkaConfig::default(),
             limits: Limits::default(),
             reload_token: None,
+            telemetry: TelemetryConfig::default(),
             sources: Vec::new(),
         }
     }
@@ -171,6 +175,10 @@ pub struct SourceConfig {
     pub public_url: Option<String>,
     /// Settings of the generic HMAC scheme (`scheme = "hmac"`).
     pub hmac: Option<GenericHmacOptions>,
+    /// Whether the request span continues a W3C `traceparent` sent with the request. Off by default: a header from
+    /// the internet could otherwise choose the trace (and its sampling) of our spans; turn it on only for a sender
+    /// inside your own tracing (an internal service behind `scheme = "none"` or your own proxy).
+    pub trust_traceparent: bool,
 }
 
 /// Prefix of the Kafka record headers that carry allowlisted request headers: `http-` + lowercase header name.
@@ -199,6 +207,7 @@ impl Default for SourceConfig {
             forward_headers: Vec::new(),
             public_url: None,
             hmac: None,
+            trust_traceparent: false,
         }
     }
 }
@@ -226,6 +235,7 @@ impl GatewayConfig {
     /// building them).
     pub(crate) fn check(&self, problems: &mut Problems) {
         self.kafka.validate(problems);
+        self.telemetry.validate(problems);
         problems.check(self.limits.max_in_flight > 0, "limits.max_in_flight must be positive");
         problems.check(!self.sources.is_empty(), "no [[sources]] configured: the gateway would serve nothing");
         problems.check(

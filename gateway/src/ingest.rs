@@ -19,6 +19,7 @@ use bytes::Bytes;
 use hookline_common::{
     http::{Body, PeerAddr},
     signature::{self, UnverifiedRequest},
+    telemetry::traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
     wire::{EventMeta, now_ms},
 };
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -178,13 +179,14 @@ impl Ingest {
         let peer = request.extensions().get::<PeerAddr>().map(|PeerAddr(peer)| peer.ip());
         // Both held until the answer (hyper drops this future when the client goes away): a head waiting for its
         // body counts, whatever it waits in (the peer's turn, the body, the broker).
+        let span = request_span(&sources, &request, &source_label);
         let held = self.hold_head(&request);
         let result = match held {
             Ok(_held) => match self.admit_peer(&request).await {
                 Ok(()) => {
                     // A guard, not inc/dec around the await.
                     let _in_flight = InFlight::enter(&self.metrics.in_flight);
-                    self.accept(&sources, request, started).await
+                    span.scope(self.accept(&sources, request, started, &span)).await
                 }
                 Err(rejection) => Err(rejection.into()),
             },
@@ -205,9 +207,15 @@ impl Ingest {
                     log_rejection(&source_label, &failure);
                 }
                 self.rejection_ring.record(&source_label, ring_entry(&mut failure, peer));
+                span.set(attribute::REJECTION_REASON, || failure.rejection.code());
+                if failure.rejection.status().is_server_error() {
+                    span.fail(failure.rejection.code(), || failure.rejection.to_string());
+                }
                 (failure.rejection.code(), failure.rejection.into_response(self.limits.retry_after_s))
             }
         };
+        span.set(attribute::OUTCOME, || outcome);
+        span.set(attribute::HTTP_RESPONSE_STATUS_CODE, || i64::from(response.status().as_u16()));
         let handles = self.handles.load();
         match handles.get(&source_label).filter(|_| outcome == outcome::ACCEPTED) {
             Some(handles) => {
@@ -262,6 +270,7 @@ impl Ingest {
         sources: &SourceTable,
         request: Request<Incoming>,
         started: Instant,
+        span: &TraceSpan,
     ) -> Result<Answer, Failure> {
         let name = request.uri().path().strip_prefix(ROUTE_PREFIX).ok_or(Rejection::NotFound)?;
         let source = sources.get(name).ok_or(Rejection::UnknownSource)?;
@@ -334,6 +343,7 @@ impl Ingest {
             Some(verified) => verified.inc(),
             None => self.metrics.verified.with_label_values(&[&source.name, proof.secret_id()]).inc(),
         }
+        span.set(attribute::SECRET_ID, || proof.secret_id().to_owned());
 
         let secret = source.secrets.iter().find(|secret| secret.id == proof.secret_id());
         if let Some(handshake) = secret.and_then(|secret| source.scheme.handshake(&unverified, secret)) {
@@ -391,6 +401,37 @@ impl Ingest {
     pub fn producer(&self) -> &EventProducer {
         &self.producer
     }
+}
+
+/// The request's server span (none with traces off). A request's own `traceparent` is continued only for a source
+/// with `trust_traceparent`; from anyone else it is ignored and the request starts a trace of its own.
+fn request_span(sources: &SourceTable, request: &Request<Incoming>, source_label: &str) -> TraceSpan {
+    if !traces::enabled() {
+        return TraceSpan::off();
+    }
+    let trusted = request
+        .uri()
+        .path()
+        .strip_prefix(ROUTE_PREFIX)
+        .and_then(|name| sources.get(name))
+        .is_some_and(|source| source.trust_traceparent);
+    let inbound = if trusted { traces::http_context(request.headers()) } else { None };
+    let parent = match &inbound {
+        Some(span_context) => Parent::Remote(span_context),
+        None => Parent::Root,
+    };
+    TraceSpan::start(
+        SpanKind::Server,
+        parent,
+        || format!("POST {ROUTE_PREFIX}{{source}}"),
+        || {
+            vec![
+                KeyValue::new(attribute::HTTP_REQUEST_METHOD, request.method().as_str().to_owned()),
+                KeyValue::new(attribute::HTTP_ROUTE, format!("{ROUTE_PREFIX}{{source}}")),
+                KeyValue::new(attribute::SOURCE, source_label.to_owned()),
+            ]
+        },
+    )
 }
 
 /// The `source` metric label: the configured name, or `unknown` (never the raw path: bounded cardinality).

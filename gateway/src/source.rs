@@ -29,6 +29,8 @@ pub struct Source {
     /// For public-key schemes (Discord, SendGrid): the verifications of this source that may run at once. A
     /// forged flood of one source then costs at most this many cores, never another source's.
     pub verify_budget: Option<Arc<tokio::sync::Semaphore>>,
+    /// Whether a request's `traceparent` is continued (`trust_traceparent`); otherwise ignored.
+    pub trust_traceparent: bool,
 }
 
 impl Source {
@@ -134,6 +136,7 @@ impl Source {
             forward_headers,
             public_url: config.public_url.clone(),
             verify_budget: scheme_is_costly.then(|| Arc::new(tokio::sync::Semaphore::new(verifications_per_source))),
+            trust_traceparent: config.trust_traceparent,
         })
     }
 

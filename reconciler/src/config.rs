@@ -38,6 +38,8 @@ pub struct ReconcilerConfig {
     /// the indexer's first start or the oldest record it indexed, whichever is earlier, and older events are
     /// never acted on (they could have been accepted and processed long ago).
     pub index_complete_since: Option<String>,
+    /// Traces (on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; see docs/operations.md, "Traces").
+    pub telemetry: hookline_common::telemetry::traces::TelemetryConfig,
     pub sources: Vec<SourceConfig>,
 }
 
@@ -52,6 +54,7 @@ impl Default for ReconcilerConfig {
             index_catch_up_timeout_ms: 60_000,
             run_lease_s: 900,
             index_complete_since: None,
+            telemetry: Default::default(),
             sources: Vec::new(),
         }
     }
@@ -335,6 +338,7 @@ impl ReconcilerConfig {
     /// The problems of everything but the credentials' values: what `--print-config` checks, reading no secret.
     pub fn check_settings(&self, problems: &mut Problems) {
         self.kafka.validate(problems);
+        self.telemetry.validate(problems);
         self.redis.validate(problems);
         problems.check(!self.index_group_id.is_empty(), "index_group_id is empty");
         problems.check(self.index_group_id != self.kafka.group_id, "index_group_id must differ from kafka.group_id");

@@ -77,66 +77,76 @@ async fn run() -> anyhow::Result<()> {
         Args::command().error(ErrorKind::MissingSubcommand, "a subcommand is required").exit()
     };
     let loaded = Loaded::load(args.service.config())?;
-    let config = &loaded.config;
-    match command {
-        Command::Serve => {
-            let admin =
-                TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
-            tracing::info!(
-                version = env!("CARGO_PKG_VERSION"),
-                admin = %admin.local_addr()?,
-                sources = config.sources.len(),
-                "reconciler starting"
-            );
-            hookline_reconciler::run(loaded, admin, hookline_common::signals::shutdown_on_signals()).await?;
-        }
-        Command::Run { source, since, until, apply, again_after_request, json } => {
-            // A broker that refuses our TLS or SASL settings: one clear line, not a run that times out.
-            hookline_common::kafka_security::check_broker_accepts(
-                &config.kafka,
-                hookline_common::kafka_security::ACCEPT_CHECK_WAIT,
-            )
-            .await?;
-            let source_config =
-                config.source(&source).with_context(|| format!("source `{source}` is not configured"))?;
-            let now = wire::now_ms();
-            let from_ms = match since {
-                Some(text) => time_arg(&text, now)?,
-                None => now - i64::try_from(source_config.lookback().as_millis())?,
-            };
-            let to_ms = match until {
-                Some(text) => time_arg(&text, now)?,
-                None => now - i64::try_from(source_config.settle_s * 1000)?,
-            };
-            anyhow::ensure!(from_ms < to_ms, "the window is empty: --since must be before --until");
-            let metrics = Arc::new(Metrics::register(&prometheus::Registry::new())?);
-            let reconciler = Reconciler::connect(loaded, metrics).await?;
-            let mode = if apply { Mode::Apply } else { Mode::DryRun };
-            let report = reconciler.run(&RunRequest { source, from_ms, to_ms, mode, again_after_request }).await?;
-            let mut out = std::io::stdout().lock();
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
-            } else {
-                writeln!(
-                    out,
-                    "{}: {} listed, {} accepted, {} missed{}",
-                    report.source,
-                    report.listed,
-                    report.accepted,
-                    report.missed.len(),
-                    if report.dry_run { " (dry run: nothing changed; --apply to act)" } else { "" }
-                )?;
-                for missed in &report.missed {
+    let traces = telemetry::traces::init_from_env("hookline-reconciler", &loaded.config.telemetry)?;
+    // Every command's spans are flushed before the process exits, whatever the command returned.
+    let done = async {
+        let config = &loaded.config;
+        match command {
+            Command::Serve => {
+                let admin = TcpListener::bind(&config.admin_addr)
+                    .await
+                    .with_context(|| format!("bind {}", config.admin_addr))?;
+                tracing::info!(
+                    version = env!("CARGO_PKG_VERSION"),
+                    admin = %admin.local_addr()?,
+                    sources = config.sources.len(),
+                    "reconciler starting"
+                );
+                hookline_reconciler::run(loaded, admin, hookline_common::signals::shutdown_on_signals()).await?;
+            }
+            Command::Run { source, since, until, apply, again_after_request, json } => {
+                // A broker that refuses our TLS or SASL settings: one clear line, not a run that times out.
+                hookline_common::kafka_security::check_broker_accepts(
+                    &config.kafka,
+                    hookline_common::kafka_security::ACCEPT_CHECK_WAIT,
+                )
+                .await?;
+                let source_config =
+                    config.source(&source).with_context(|| format!("source `{source}` is not configured"))?;
+                let now = wire::now_ms();
+                let from_ms = match since {
+                    Some(text) => time_arg(&text, now)?,
+                    None => now - i64::try_from(source_config.lookback().as_millis())?,
+                };
+                let to_ms = match until {
+                    Some(text) => time_arg(&text, now)?,
+                    None => now - i64::try_from(source_config.settle_s * 1000)?,
+                };
+                anyhow::ensure!(from_ms < to_ms, "the window is empty: --since must be before --until");
+                let metrics = Arc::new(Metrics::register(&prometheus::Registry::new())?);
+                let reconciler = Reconciler::connect(loaded, metrics).await?;
+                let mode = if apply { Mode::Apply } else { Mode::DryRun };
+                let report = reconciler.run(&RunRequest { source, from_ms, to_ms, mode, again_after_request }).await?;
+                let mut out = std::io::stdout().lock();
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+                } else {
                     writeln!(
                         out,
-                        "  {} {} {:?}",
-                        missed.id,
-                        missed.event_type.as_deref().unwrap_or("-"),
-                        missed.outcome
+                        "{}: {} listed, {} accepted, {} missed{}",
+                        report.source,
+                        report.listed,
+                        report.accepted,
+                        report.missed.len(),
+                        if report.dry_run { " (dry run: nothing changed; --apply to act)" } else { "" }
                     )?;
+                    for missed in &report.missed {
+                        writeln!(
+                            out,
+                            "  {} {} {:?}",
+                            missed.id,
+                            missed.event_type.as_deref().unwrap_or("-"),
+                            missed.outcome
+                        )?;
+                    }
                 }
             }
         }
+        Ok::<(), anyhow::Error>(())
     }
-    Ok(())
+    .await;
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+    done
 }

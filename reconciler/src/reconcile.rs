@@ -8,6 +8,7 @@ use hookline_common::{
     config::KafkaConfig,
     producer::{AckedProducer, QueueWait},
     signature::{Provenance, Verified},
+    telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
     wire::{self, EventMeta, header},
 };
 use rdkafka::{message::Header, producer::FutureRecord};
@@ -160,7 +161,24 @@ impl Reconciler {
         let result = match self.store.lock(&source.name, Duration::from_secs(self.config.run_lease_s)).await? {
             None => Err(ReconcileError::Busy(source.name.clone())),
             Some(token) => {
-                let result = self.run_locked(source, request).await;
+                // With traces on, a run is one `reconcile` span (a new trace); each event it brings in is a child.
+                let span = TraceSpan::start(
+                    SpanKind::Internal,
+                    Parent::Root,
+                    || "reconcile".to_owned(),
+                    || {
+                        vec![
+                            KeyValue::new(attribute::ACTION, "reconcile"),
+                            KeyValue::new(attribute::SOURCE, source.name.clone()),
+                            KeyValue::new("hookline.reconcile.dry_run", matches!(request.mode, Mode::DryRun)),
+                        ]
+                    },
+                );
+                let result = span.scope(self.run_locked(source, request)).await;
+                if let Err(error) = &result {
+                    span.fail(error.outcome(), || error.to_string());
+                }
+                drop(span);
                 if let Err(error) = self.store.unlock(&source.name, &token).await {
                     tracing::warn!(source = %source.name, error = %error, "cannot release the run lock; it expires by itself");
                 }
@@ -337,7 +355,25 @@ impl Reconciler {
         let headers = meta.to_headers().insert(Header { key: header::ORIGIN, value: Some(wire::origin::RECONCILED) });
         let topic = source.topic.as_deref().unwrap_or(&self.config.kafka.inbound_topic);
         let record = FutureRecord::to(topic).key(meta.record_key()).payload(body.as_ref()).headers(headers);
-        self.producer.send(record, QueueWait::UpToDeadline).await.map(drop).map_err(ReconcileError::Produce)
+        // One span per event brought in (a child of the run's); the record's send is its child, and the consumer's
+        // processing continues it.
+        let span = TraceSpan::start(
+            SpanKind::Internal,
+            Parent::Current,
+            || "bring in".to_owned(),
+            || {
+                vec![
+                    KeyValue::new(attribute::ACTION, "bring_in"),
+                    KeyValue::new(attribute::SOURCE, source.name.clone()),
+                    KeyValue::new(attribute::MESSAGING_MESSAGE_ID, event.id.clone()),
+                ]
+            },
+        );
+        let sent = span.scope(self.producer.send(record, QueueWait::UpToDeadline)).await;
+        if let Err(error) = &sent {
+            span.fail(error.kind(), || error.to_string());
+        }
+        sent.map(drop).map_err(ReconcileError::Produce)
     }
 
     pub fn kafka(&self) -> &KafkaConfig {

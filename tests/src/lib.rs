@@ -196,6 +196,7 @@ impl TestStackBuilder {
                 ..Limits::default()
             }),
             reload_token: None,
+            telemetry: Default::default(),
             sources: std::iter::once(SourceConfig {
                 max_body_bytes: 64 * 1024,
                 ..SourceConfig::new(

@@ -51,6 +51,7 @@ impl GatewayProcess {
             kafka: stack.kafka.clone(),
             limits,
             reload_token: None,
+            telemetry: Default::default(),
             sources: vec![SourceConfig {
                 max_body_bytes: 64 * 1024,
                 ..SourceConfig::new(

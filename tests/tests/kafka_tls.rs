@@ -200,6 +200,7 @@ async fn refused_at_start(security: KafkaSecurity, why: &str) {
         kafka: kafka.clone(),
         limits: Limits { body_read_timeout_ms: 2_000, drain_grace_ms: 0, ..Limits::default() },
         reload_token: None,
+        telemetry: Default::default(),
         sources: vec![SourceConfig::new(
             "github",
             "github",

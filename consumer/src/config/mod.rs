@@ -29,6 +29,8 @@ pub struct ConsumerConfig {
     pub sources: HashMap<String, SourceRulesConfig>,
     pub retry: RetryConfig,
     pub processing: ProcessingConfig,
+    /// Traces (on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; see docs/operations.md, "Traces").
+    pub telemetry: hookline_common::telemetry::traces::TelemetryConfig,
     pub alert: AlertConfig,
     /// The config file's folder: relative schema paths are resolved from it. Not a config key.
     #[serde(skip)]
@@ -48,6 +50,7 @@ impl Default for ConsumerConfig {
             retry: RetryConfig::default(),
             processing: ProcessingConfig::default(),
             alert: AlertConfig::default(),
+            telemetry: Default::default(),
             config_dir: PathBuf::from("."),
         }
     }
@@ -284,6 +287,7 @@ impl ConsumerConfig {
             ),
         );
         self.kafka.validate(problems);
+        self.telemetry.validate(problems);
         self.redis.validate(problems);
         problems.check(
             self.handler.timeout_ms > 0 && self.handler.timeout_ms < self.redis.claim_lease_ms,

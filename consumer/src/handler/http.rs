@@ -23,6 +23,7 @@ use bytes::Bytes;
 use hookline_common::{
     config::redact,
     http_client::{self, ClientIdentity, ClientOptions, HttpsClient},
+    telemetry::traces,
     wire::{self, InboundEvent},
 };
 use http::{HeaderName, HeaderValue, Request, StatusCode, Uri, header};
@@ -194,6 +195,15 @@ impl HttpHandler {
             // The gateway took the value from a valid request header; one that is not is left out, not fatal.
             if let Ok(value) = HeaderValue::from_bytes(value) {
                 request = request.header(allowed, value);
+            }
+        }
+        // With traces on, the downstream joins the trace: the context of this call's span (never a provider's
+        // forwarded `traceparent`, which this replaces).
+        if let Some(span_context) = traces::current_span_context() {
+            if let (Some(headers), Ok(value)) =
+                (request.headers_mut(), HeaderValue::from_str(&traces::format_traceparent(&span_context)))
+            {
+                headers.insert(HeaderName::from_static(wire::header::TRACEPARENT), value);
             }
         }
         request

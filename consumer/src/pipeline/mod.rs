@@ -36,7 +36,10 @@ use std::{
 
 use hookline_common::{
     record_auth::Verdict,
-    telemetry::LogThrottle,
+    telemetry::{
+        LogThrottle,
+        traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
+    },
     wire::{EntryStatus, EntryStatusRecord, InboundEvent, header, header_str, now_ms, redis_key::DoneMarker},
 };
 use rdkafka::{Message, message::OwnedMessage};
@@ -128,7 +131,58 @@ impl Outcome {
 impl Pipeline {
     /// Processes one record; `prior` carries the attempts of an ordered record retried in memory. Returns how
     /// it ended and what the handler call said of the downstream.
+    ///
+    /// With traces on, the processing is a `process <topic>` consumer span continuing the record's `traceparent`
+    /// (its retry, dead-letter and status sends and the handler call are its children).
     pub async fn process(&self, message: &OwnedMessage, prior: Option<Attempts>) -> (Disposition, Downstream) {
+        if !traces::enabled() {
+            return self.process_record(message, prior, &TraceSpan::off()).await;
+        }
+        let span = self.process_span(message);
+        let (disposition, downstream) = span.scope(self.process_record(message, prior, &span)).await;
+        if matches!(disposition, Interrupted) {
+            span.set(attribute::OUTCOME, || "interrupted");
+        }
+        (disposition, downstream)
+    }
+
+    /// The `process <topic>` span of a record, continuing the trace its `traceparent` carries (a retry record's
+    /// carries its sender's context, so a retry continues the trace).
+    fn process_span(&self, message: &OwnedMessage) -> TraceSpan {
+        let record_context = traces::record_context(message.headers());
+        let parent = match &record_context {
+            Some(span_context) => Parent::Remote(span_context),
+            None => Parent::Root,
+        };
+        TraceSpan::start(
+            SpanKind::Consumer,
+            parent,
+            || format!("process {}", message.topic()),
+            || {
+                let mut attributes = vec![
+                    KeyValue::new(attribute::MESSAGING_SYSTEM, "kafka"),
+                    KeyValue::new(attribute::MESSAGING_OPERATION_NAME, "process"),
+                    KeyValue::new(attribute::MESSAGING_OPERATION_TYPE, "process"),
+                    KeyValue::new(attribute::MESSAGING_DESTINATION_NAME, message.topic().to_owned()),
+                    KeyValue::new(attribute::MESSAGING_DESTINATION_PARTITION_ID, message.partition().to_string()),
+                    KeyValue::new(attribute::MESSAGING_KAFKA_OFFSET, message.offset()),
+                    KeyValue::new(attribute::MESSAGING_CONSUMER_GROUP_NAME, self.dead_letters.group_id().to_owned()),
+                    KeyValue::new(attribute::SERVICE, self.dead_letters.service().to_owned()),
+                ];
+                if let Some(Ok(event_id)) = header_str(message.headers(), header::EVENT_ID) {
+                    attributes.push(KeyValue::new(attribute::MESSAGING_MESSAGE_ID, event_id));
+                }
+                attributes
+            },
+        )
+    }
+
+    async fn process_record(
+        &self,
+        message: &OwnedMessage,
+        prior: Option<Attempts>,
+        span: &TraceSpan,
+    ) -> (Disposition, Downstream) {
         let verdict = self.authenticate(message);
         self.metrics.record_auth.with_label_values(&[verdict.label()]).inc();
         if let Verdict::Refused(refusal) = verdict {
@@ -153,6 +207,8 @@ impl Pipeline {
                 return (Interrupted, Downstream::NotCalled);
             }
             self.metrics.events.with_label_values(&[source, event_outcome::DEAD_LETTERED]).inc();
+            span.set(attribute::OUTCOME, || event_outcome::DEAD_LETTERED);
+            span.fail("unauthenticated_record", || error.clone());
             return (Handled, Downstream::NotCalled);
         }
         let event = match InboundEvent::from_message(message) {
@@ -173,6 +229,8 @@ impl Pipeline {
                     return (Interrupted, Downstream::NotCalled);
                 };
                 self.metrics.events.with_label_values(&[source, event_outcome::DEAD_LETTERED]).inc();
+                span.set(attribute::OUTCOME, || event_outcome::DEAD_LETTERED);
+                span.fail("poison", || failure.error.to_owned());
                 // A re-driven entry that is not a hookline record still gets its outcome, or it would stay
                 // `replayed` for ever.
                 let replay_of = header_str(message.headers(), header::REPLAY_OF).and_then(Result::ok);
@@ -195,13 +253,16 @@ impl Pipeline {
                 return (Handled, Downstream::NotCalled);
             }
         };
-        let outcome = match self.handle(message, &event, prior).await {
+        span.set(attribute::SOURCE, || event.meta.source.clone());
+        let outcome = match self.handle(message, &event, prior, span).await {
             Some(Outcome::RetryLater { due_at_ms, attempts }) => {
+                span.set(attribute::OUTCOME, || event_outcome::RETRY_LATER);
                 return (RetryAt { due_at_ms, attempts }, Downstream::Failed);
             }
             Some(outcome) => outcome,
             None => return (Interrupted, Downstream::NotCalled),
         };
+        span.set(attribute::OUTCOME, || outcome.label());
         let downstream = outcome.downstream();
         let source = event.meta.source.as_str();
         self.metrics.events.with_label_values(&[source, outcome.label()]).inc();
@@ -243,7 +304,20 @@ impl Pipeline {
     /// starts now unless it started before, so that an event deferred again and again still ends, in the DLQ at
     /// the latest (`retry.max_total_ms`). The offset may be stored once this returns `Handled`: the broker
     /// acknowledged the copy, exactly as for a retry.
+    ///
+    /// With traces on, a `process <topic>` span with outcome `deferred`, so the copy's send (and the copy's later
+    /// processing) stays in the record's trace.
     pub async fn defer(&self, message: &OwnedMessage, due_at_ms: i64, reason: DeferReason) -> Disposition {
+        if !traces::enabled() {
+            return self.defer_record(message, due_at_ms, reason).await;
+        }
+        let span = self.process_span(message);
+        span.set(attribute::OUTCOME, || "deferred");
+        span.set("hookline.defer.reason", || reason.as_str());
+        span.scope(self.defer_record(message, due_at_ms, reason)).await
+    }
+
+    async fn defer_record(&self, message: &OwnedMessage, due_at_ms: i64, reason: DeferReason) -> Disposition {
         if !self.is_authentic(message) {
             // Never copied (and so signed) into the retry topic: dead-lettered now instead.
             return self.process(message, None).await.0;
@@ -282,7 +356,13 @@ impl Pipeline {
     }
 
     /// Dedupe, handler and retries for a well-formed event. `None` on shutdown.
-    async fn handle(&self, message: &OwnedMessage, event: &InboundEvent, prior: Option<Attempts>) -> Option<Outcome> {
+    async fn handle(
+        &self,
+        message: &OwnedMessage,
+        event: &InboundEvent,
+        prior: Option<Attempts>,
+        span: &TraceSpan,
+    ) -> Option<Outcome> {
         let source = event.meta.source.as_str();
         let event_id = event.meta.event_id.as_str();
         let handler_name = self.handler.name_for(event);
@@ -301,10 +381,12 @@ impl Pipeline {
             };
             let token = match self.claim(&token).await? {
                 Claim::AlreadyDone => {
+                    span.set(attribute::DEDUPE_OUTCOME, || "already_done");
                     tracing::info!(source = %source, event_id = %event_id, "duplicate skipped");
                     return Some(Outcome::Duplicate);
                 }
                 Claim::DeadLettered => {
+                    span.set(attribute::DEDUPE_OUTCOME, || "dead_lettered_before");
                     // A provider's retry of an event it already failed, or a captured delivery re-sent under
                     // another unsigned type: the DLQ entry is how it runs again, so the DLQ does not grow.
                     tracing::info!(
@@ -324,10 +406,13 @@ impl Pipeline {
             };
 
             attempts += 1;
+            span.set(attribute::DEDUPE_OUTCOME, || "claimed");
+            span.set(attribute::ATTEMPT, || i64::from(attempts));
             // The claim is renewed while the handler runs and while the done marker is retried, so that a long
             // `mark_done` retry (Redis failing) cannot let the claim lapse under a processed event.
             let started = Instant::now();
-            let call = tokio::time::timeout(self.handler_timeout, self.handler.handle(event));
+            let handler_span = handler_span(handler_name, attempts);
+            let call = tokio::time::timeout(self.handler_timeout, handler_span.scope(self.handler.handle(event)));
             let result = match self.renewing(&token, call).await {
                 Ok(result) => result,
                 Err(_) => Err(HandlerError::retryable(format!(
@@ -335,6 +420,13 @@ impl Pipeline {
                     self.handler_timeout.as_millis()
                 ))),
             };
+            if let Err(error) = &result {
+                handler_span
+                    .fail(if matches!(error, HandlerError::Poison(_)) { "poison" } else { "retryable" }, || {
+                        error.message().to_owned()
+                    });
+            }
+            drop(handler_span);
             let error = match result {
                 Ok(()) => {
                     self.metrics.handle_duration.with_label_values(&[source]).observe(started.elapsed().as_secs_f64());
@@ -420,6 +512,26 @@ impl Pipeline {
             return Some(Outcome::RetryScheduled);
         }
     }
+}
+
+/// The span of one handler call (a child of the record's `process` span): kind client for the handlers that call
+/// a downstream (`http`, `postgres`), whose `traceparent` the `http` handler sends.
+fn handler_span(handler_name: &str, attempt: u32) -> TraceSpan {
+    if !traces::enabled() {
+        return TraceSpan::off();
+    }
+    let kind = if matches!(handler_name, "http" | "postgres") { SpanKind::Client } else { SpanKind::Internal };
+    TraceSpan::start(
+        kind,
+        Parent::Current,
+        || format!("handler {handler_name}"),
+        || {
+            vec![
+                KeyValue::new(attribute::HANDLER, handler_name.to_owned()),
+                KeyValue::new(attribute::ATTEMPT, i64::from(attempt)),
+            ]
+        },
+    )
 }
 
 #[cfg(test)]

@@ -230,6 +230,6 @@ fn accepted_from(record: &OwnedMessage, inbound_topic: &str) -> Accepted {
     Accepted {
         received_at_ms: number(header::RECEIVED_AT_MS),
         inbound,
-        trace_id: text(render::TRACEPARENT).as_deref().and_then(trace_id),
+        trace_id: text(hookline_common::wire::header::TRACEPARENT).as_deref().and_then(trace_id),
     }
 }

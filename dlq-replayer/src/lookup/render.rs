@@ -4,17 +4,11 @@
 use super::{Answer, DedupeState, RecordPosition, ServiceAnswer};
 use crate::index::Entry;
 
-/// The W3C trace context header, as OpenTelemetry propagates it in a Kafka record's headers.
-pub const TRACEPARENT: &str = "traceparent";
-
 /// The trace id of a `traceparent` value (`00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`); `None` when it
 /// is not one (or its trace id is all zeros, which W3C calls invalid).
 pub fn trace_id(traceparent: &str) -> Option<String> {
-    let mut parts = traceparent.trim().split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |text: &str, len: usize| text.len() == len && text.bytes().all(|b| b.is_ascii_hexdigit());
-    let valid = hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2) && version != "ff";
-    (valid && trace.bytes().any(|b| b != b'0')).then(|| trace.to_ascii_lowercase())
+    hookline_common::telemetry::traces::parse_traceparent(traceparent.as_bytes())
+        .map(|context| context.trace_id().to_string())
 }
 
 /// `2026-12-06T12:00:01.204Z`.
@@ -173,11 +167,13 @@ mod tests {
     #[test]
     fn a_traceparent_gives_its_trace_id() {
         assert_eq!(
-            trace_id("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01").as_deref(),
+            trace_id("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").as_deref(),
             Some("4bf92f3577b34da6a3ce929d0e0e4736")
         );
         for bad in [
             "",
+            // W3C: lowercase hex only.
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
             "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",

@@ -139,7 +139,7 @@ pub fn scan(
             error: text(header::retry::ERROR),
             due_at_ms: number(header::retry::DUE_AT_MS),
             first_failure_at_ms: number(header::retry::FIRST_FAILURE_AT_MS),
-            trace_id: text(super::render::TRACEPARENT).as_deref().and_then(super::trace_id),
+            trace_id: text(hookline_common::wire::header::TRACEPARENT).as_deref().and_then(super::trace_id),
         });
     }
     // Whatever the deadline left unread.

@@ -14,6 +14,7 @@ use base64::Engine as _;
 use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
     record_auth::Verdict,
+    telemetry::traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
     wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, header, now_ms},
 };
 use rdkafka::{
@@ -342,7 +343,34 @@ impl Replayer {
     }
 
     /// Re-drives `record`, the entry's DLQ record (already checked by the caller). The producer signs the copy.
+    ///
+    /// With traces on, a `replay` span in a NEW trace, linked to the context the DLQ record carries (the trace the
+    /// event failed in); the re-driven record carries the replay's context, so its processing continues the new
+    /// trace.
     async fn redrive(
+        &self,
+        index: &Index,
+        entry: &Entry,
+        record: &OwnedMessage,
+        by: &str,
+    ) -> Result<Vec<(i32, i64)>, OpError> {
+        if !traces::enabled() {
+            return self.redrive_record(index, entry, record, by).await;
+        }
+        let original = traces::record_context(record.headers());
+        let parent = match &original {
+            Some(span_context) => Parent::LinkedTo(span_context),
+            None => Parent::Root,
+        };
+        let span = action_span("replay", parent, entry);
+        let redriven = span.scope(self.redrive_record(index, entry, record, by)).await;
+        if let Err(error) = &redriven {
+            span.fail("replay_failed", || error.to_string());
+        }
+        redriven
+    }
+
+    async fn redrive_record(
         &self,
         index: &Index,
         entry: &Entry,
@@ -433,7 +461,9 @@ impl Replayer {
                 note: Some(request.reason.clone()),
                 replays: Some(entry.replays),
             };
-            written.push(self.record_status(&index, entry.position(), &status).await?);
+            let span = action_span("discard", Parent::Root, &entry);
+            written.push(span.scope(self.record_status(&index, entry.position(), &status)).await?);
+            drop(span);
             tracing::info!(entry_id = %id, reason = %request.reason, "entry discarded");
             report.done.push(id);
         }
@@ -484,6 +514,28 @@ impl Replayer {
 }
 
 /// Why an entry is not replayed, if it is not.
+/// The span of an operator's action on one DLQ entry (none with traces off).
+fn action_span(action: &'static str, parent: Parent<'_>, entry: &Entry) -> TraceSpan {
+    TraceSpan::start(
+        SpanKind::Internal,
+        parent,
+        || action.to_owned(),
+        || {
+            let mut attributes = vec![
+                KeyValue::new(attribute::ACTION, action),
+                KeyValue::new(attribute::ENTRY_ID, entry.entry.id.clone()),
+            ];
+            if let Some(event_id) = &entry.entry.event_id {
+                attributes.push(KeyValue::new(attribute::MESSAGING_MESSAGE_ID, event_id.clone()));
+            }
+            if let Some(service) = &entry.entry.service {
+                attributes.push(KeyValue::new(attribute::SERVICE, service.clone()));
+            }
+            attributes
+        },
+    )
+}
+
 fn refusal(entry: &Entry, force: bool, all: bool) -> Option<String> {
     if entry.status == Status::Discarded && (all || !force) {
         // `--all` never re-drives a discarded entry, even forced: discarding is how an operator says "never".

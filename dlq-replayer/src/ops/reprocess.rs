@@ -81,8 +81,29 @@ const SCAN_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 type Range = (i32, i64, i64);
 
 impl Replayer {
-    /// Re-drives already processed events of the inbound topic to one service (see the module's doc).
+    /// Re-drives already processed events of the inbound topic to one service (see the module's doc). With traces
+    /// on, the run is one `reprocess` span (a new trace) and every record it sends a child of it.
     pub async fn reprocess(&self, request: &ReprocessRequest) -> Result<ReprocessReport, OpError> {
+        use hookline_common::telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute};
+        let span = TraceSpan::start(
+            SpanKind::Internal,
+            Parent::Root,
+            || "reprocess".to_owned(),
+            || {
+                vec![
+                    KeyValue::new(attribute::ACTION, "reprocess"),
+                    KeyValue::new(attribute::SERVICE, request.service.trim().to_owned()),
+                ]
+            },
+        );
+        let report = span.scope(self.reprocess_run(request)).await;
+        if let Err(error) = &report {
+            span.fail("reprocess_failed", || error.to_string());
+        }
+        report
+    }
+
+    async fn reprocess_run(&self, request: &ReprocessRequest) -> Result<ReprocessReport, OpError> {
         let service = request.service.trim();
         if service.is_empty() {
             return Err(OpError::BadRequest("a re-processing names its service".to_owned()));

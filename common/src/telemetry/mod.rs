@@ -1,5 +1,9 @@
 //! Logging set-up shared by every binary. `RUST_LOG` filters (default `info`); `HOOKLINE_LOG_FORMAT=json`
-//! switches to one JSON object per line for log shippers.
+//! switches to one JSON object per line for log shippers. Traces (OpenTelemetry, off unless an OTLP endpoint is
+//! set) are in [`traces`].
+
+mod export;
+pub mod traces;
 
 use std::io::IsTerminal;
 

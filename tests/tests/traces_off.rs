@@ -1,0 +1,46 @@
+//! Traces off (no tracer installed in this process, as with no `OTEL_EXPORTER_OTLP_ENDPOINT`): a webhook goes from
+//! the gateway through Kafka to the `http` handler's downstream and no span context is made anywhere: the record
+//! carries no `traceparent`, the downstream receives none, and an inbound one is not passed on.
+
+use std::time::Duration;
+
+use hookline_common::{telemetry::traces, wire::header};
+use hookline_consumer::config::HandlerConfig;
+use hookline_tests::{Delivery, FakeEndpoint, TEST_SECRET, TestStack, eventually};
+use rdkafka::message::{Headers, Message};
+
+#[tokio::test]
+async fn with_traces_off_no_record_and_no_downstream_request_carries_a_traceparent() {
+    assert!(!traces::enabled(), "nothing in this process turns traces on");
+    let downstream = FakeEndpoint::start().await;
+    let mut stack = TestStack::builder().build().await;
+    let config = hookline_consumer::ConsumerConfig {
+        handler: HandlerConfig {
+            kind: "http".into(),
+            url: Some(format!("http://{}/hooks", downstream.addr)),
+            ..HandlerConfig::default()
+        },
+        ..stack.consumer_config.clone()
+    };
+    let router = hookline_consumer::Loaded::build(config.clone()).expect("a valid consumer config").handler;
+    stack.start_consumer_with(config, router).await;
+
+    let delivery = Delivery::new(format!(r#"{{"off":"{}"}}"#, uuid::Uuid::new_v4()));
+    let mut request = delivery.request(stack.gateway_addr, &delivery.signature(TEST_SECRET));
+    request
+        .headers_mut()
+        .insert("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().expect("value"));
+    assert_eq!(stack.send(request).await.status, http::StatusCode::ACCEPTED);
+    eventually(Duration::from_secs(60), "the downstream was called", || async { !downstream.requests().is_empty() })
+        .await;
+
+    let (headers, _) = downstream.requests().pop().expect("a request");
+    assert!(headers.get("traceparent").is_none(), "{headers:?}");
+    let records = stack.inbound_records().await;
+    assert_eq!(records.len(), 1);
+    let names: Vec<String> =
+        records[0].headers().expect("headers").iter().map(|header| header.key.to_owned()).collect();
+    assert!(names.iter().any(|name| name == header::EVENT_ID), "a gateway record: {names:?}");
+    assert!(!names.iter().any(|name| name == header::TRACEPARENT), "{names:?}");
+    stack.shutdown().await;
+}
