@@ -8,6 +8,8 @@ use hookline_common::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use crate::batching::ProducerConfig;
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
@@ -16,6 +18,8 @@ pub struct GatewayConfig {
     /// Admin listener for `/livez`, `/readyz`, `/metrics`.
     pub admin_addr: String,
     pub kafka: KafkaConfig,
+    /// `[producer]`: batching that follows the load (see [`crate::batching`]).
+    pub producer: ProducerConfig,
     pub limits: Limits,
     /// Bearer token `POST /admin/reload` requires from callers other than loopback (an env var or a file, like
     /// source secrets). Without one, only loopback callers (`kubectl exec`, `kubectl port-forward`, the host
@@ -30,6 +34,7 @@ impl Default for GatewayConfig {
             listen_addr: "127.0.0.1:8080".to_owned(),
             admin_addr: "127.0.0.1:9090".to_owned(),
             kafka: KafkaConfig::default(),
+            producer: ProducerConfig::default(),
             limits: Limits::default(),
             reload_token: None,
             sources: Vec::new(),
@@ -227,6 +232,10 @@ impl GatewayConfig {
     pub(crate) fn check(&self, problems: &mut Problems) {
         self.kafka.validate(problems);
         problems.check(self.limits.max_in_flight > 0, "limits.max_in_flight must be positive");
+        problems.check(
+            self.producer.batch_linger_ms.is_finite() && (0.0..=1_000.0).contains(&self.producer.batch_linger_ms),
+            "producer.batch_linger_ms must be between 0 and 1000",
+        );
         problems.check(!self.sources.is_empty(), "no [[sources]] configured: the gateway would serve nothing");
         problems.check(
             (1_000..=120_000).contains(&self.limits.request_deadline_ms),
