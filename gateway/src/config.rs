@@ -318,6 +318,25 @@ mod tests {
     }
 
     #[test]
+    fn a_batching_linger_outside_0_to_1000_ms_is_a_problem_and_the_default_is_not() {
+        let problems_of = |batch_linger_ms: f64| {
+            let config = GatewayConfig {
+                producer: ProducerConfig { batch_linger_ms, ..ProducerConfig::default() },
+                ..GatewayConfig::default()
+            };
+            let mut problems = Problems::default();
+            config.check(&mut problems);
+            problems.into_lines().into_iter().filter(|line| line.contains("producer.batch_linger_ms")).count()
+        };
+        assert_eq!(problems_of(ProducerConfig::default().batch_linger_ms), 0);
+        assert_eq!(problems_of(0.0), 0);
+        assert_eq!(problems_of(0.5), 0);
+        assert_eq!(problems_of(-1.0), 1);
+        assert_eq!(problems_of(f64::NAN), 1);
+        assert_eq!(problems_of(5_000.0), 1);
+    }
+
+    #[test]
     fn unknown_keys_are_rejected() {
         let parsed = config::parse_str::<GatewayConfig>("listen_adr = \"x\"", "test");
         assert!(matches!(parsed, Err(ConfigError::Parse { .. })));

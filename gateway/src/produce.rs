@@ -7,7 +7,6 @@
 
 use std::{sync::Arc, time::Duration};
 
-use crate::batching::{Lane, LaneChooser, ProducerConfig};
 use bytes::Bytes;
 pub use hookline_common::producer::{Delivery, ProduceError};
 use hookline_common::{
@@ -22,6 +21,8 @@ use rdkafka::{
     message::{Header, OwnedHeaders},
     producer::FutureRecord,
 };
+
+use crate::batching::{Lane, LaneChooser, ProducerConfig};
 
 /// A request body whose signature verified, with the metadata it will carry into Kafka.
 ///
