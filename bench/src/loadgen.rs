@@ -49,6 +49,41 @@ pub enum Protocol {
     Http2,
 }
 
+/// What a request looks like on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Envelope {
+    /// The signed webhook as a provider sends it, to `POST /webhooks/<source>`.
+    Webhook,
+    /// The same signed request (its headers included), its body wrapped for kprf, the HTTP-to-Kafka proxy
+    /// hookline is compared with (docs/benchmarks/gateway-batching.md): `POST /push` with
+    /// `{"records": [{"topic", "key": <event id>, "data": <body>}], "wait_for_send": true}`. Keyed by the event id,
+    /// as the gateway keys its records, so the topic check applies unchanged. kprf ignores the signature.
+    Kprf { topic: String },
+}
+
+impl Envelope {
+    fn path(&self, source: &str) -> String {
+        match self {
+            Self::Webhook => format!("/webhooks/{source}"),
+            Self::Kprf { .. } => "/push".to_owned(),
+        }
+    }
+
+    fn wrap(&self, event_id: &str, body: &Bytes) -> Bytes {
+        match self {
+            Self::Webhook => body.clone(),
+            Self::Kprf { topic } => {
+                let data = String::from_utf8_lossy(body);
+                let push = serde_json::json!({
+                    "records": [{ "topic": topic, "key": event_id, "data": data }],
+                    "wait_for_send": true,
+                });
+                Bytes::from(serde_json::to_vec(&push).expect("JSON serialises"))
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
     pub target: SocketAddr,
@@ -81,6 +116,8 @@ pub struct LoadConfig {
     /// Open loop: stop sending when `duration` has passed on the clock, instead of sending every request the
     /// schedule held (a flood whose connections the server paces would otherwise run on for minutes).
     pub stop_at_end: bool,
+    /// The request's shape: a webhook (the default), or wrapped for kprf.
+    pub envelope: Envelope,
 }
 
 impl LoadConfig {
@@ -102,6 +139,7 @@ impl LoadConfig {
             progress: false,
             bind: Vec::new(),
             stop_at_end: false,
+            envelope: Envelope::Webhook,
         }
     }
 }
@@ -406,9 +444,10 @@ impl Worker {
             deliveries: Vec::new(),
             last_answer: self.start,
         };
+        let path = config.envelope.path(&config.source);
         let uri: Uri = match config.protocol {
-            Protocol::Http1 => format!("/webhooks/{}", config.source),
-            Protocol::Http2 => format!("http://{}/webhooks/{}", config.target, config.source),
+            Protocol::Http1 => path,
+            Protocol::Http2 => format!("http://{}{path}", config.target),
         }
         .parse()
         .expect("valid request URI");
@@ -467,7 +506,8 @@ impl Worker {
             for (name, value) in &request.headers {
                 builder = builder.header(name, value);
             }
-            let http_request = builder.body(Full::new(request.body.clone())).expect("valid request");
+            let body = config.envelope.wrap(&request.event_id, &request.body);
+            let http_request = builder.body(Full::new(body)).expect("valid request");
             self.counters.sent.fetch_add(1, Ordering::Relaxed);
             let answer = tokio::time::timeout(config.request_timeout, send(&mut connection, http_request)).await;
             let answered_at = Instant::now();

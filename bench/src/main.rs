@@ -9,7 +9,7 @@ use hookline_bench::{
     ceilings::{self, KafkaCeilingConfig},
     consumer_bench::{self, ConsumerBenchConfig},
     consumer_http::{self, HttpBenchConfig},
-    loadgen::{LoadConfig, Mode, Protocol},
+    loadgen::{Envelope, LoadConfig, Mode, Protocol},
     naive_consumer,
     record_key::BenchRecordKey,
     report,
@@ -282,6 +282,10 @@ struct LoadgenArgs {
     /// Check this topic afterwards (it must be fresh: only this run's records).
     #[arg(long)]
     topic: Option<String>,
+    /// Send to kprf (the HTTP-to-Kafka proxy of docs/benchmarks/gateway-batching.md) instead of a gateway: the
+    /// same signed requests, their bodies wrapped in kprf's `/push` JSON for this topic (the `--topic` checked).
+    #[arg(long)]
+    kprf_topic: Option<String>,
     #[arg(long, env = "KAFKA_BROKERS")]
     brokers: Option<String>,
     /// A label carried into the JSON (`gateway-closed`, `http-ceiling`, ...).
@@ -523,6 +527,10 @@ async fn loadgen(args: LoadgenArgs) -> anyhow::Result<()> {
         progress: !args.quiet,
         bind: args.bind.map(|bind| bind.0).unwrap_or_default(),
         stop_at_end: args.stop_at_end,
+        envelope: match args.kprf_topic {
+            Some(topic) => Envelope::Kprf { topic },
+            None => Envelope::Webhook,
+        },
         ..LoadConfig::new(args.target, source, signer)
     };
     if args.topic.is_some() && args.brokers.is_none() {

@@ -35,7 +35,7 @@ pub fn producer_config(kafka: &KafkaConfig) -> ClientConfig {
             ("enable.idempotence", "true"),
             ("acks", "all"),
             ("message.timeout.ms", &message_timeout_ms),
-            ("linger.ms", "2"),
+            (LINGER_MS, "2"),
             ("compression.type", "lz4"),
             ("queue.buffering.max.messages", "100000"),
             ("queue.buffering.max.kbytes", "262144"),
@@ -43,6 +43,16 @@ pub fn producer_config(kafka: &KafkaConfig) -> ClientConfig {
             ("socket.keepalive.enable", "true"),
         ],
     )
+}
+
+/// librdkafka's linger: how long a producer holds a record for company before sending it.
+pub const LINGER_MS: &str = "linger.ms";
+/// librdkafka's other name for [`LINGER_MS`].
+pub const QUEUE_BUFFERING_MAX_MS: &str = "queue.buffering.max.ms";
+
+/// Whether the operator fixed the producers' linger in `kafka.properties` (under either name).
+pub fn properties_set_linger(kafka: &KafkaConfig) -> bool {
+    kafka.properties.contains_key(LINGER_MS) || kafka.properties.contains_key(QUEUE_BUFFERING_MAX_MS)
 }
 
 /// What every client shares: the brokers, [`RECONNECT_BACKOFF_MAX_MS`] and warnings-only logging, the TLS and SASL

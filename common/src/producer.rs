@@ -15,7 +15,7 @@ use rdkafka::{
 
 use crate::{
     config::KafkaConfig,
-    kafka::{QuietContext, producer_config},
+    kafka::{LINGER_MS, QUEUE_BUFFERING_MAX_MS, QuietContext, producer_config},
     record_auth::{RecordKeys, SignError},
     telemetry::traces::{self, Parent, TraceSpan, attribute},
     wire::{header, now_ms},
@@ -108,10 +108,27 @@ impl AckedProducer {
     /// A producer for `kafka`, logging as `name`, signing with the keys of `kafka.record_auth` (a config without a
     /// loadable key is refused, like a bad property). Creating one does not connect.
     pub fn new(kafka: &KafkaConfig, name: &'static str) -> Result<Self, KafkaError> {
+        Self::from_client_config(kafka, name, producer_config(kafka))
+    }
+
+    /// [`Self::new`] with `linger.ms` set to `linger_ms`, over any `linger.ms` of `kafka.properties`: for a writer
+    /// that chooses its linger itself (the gateway's two producers, see its `batching` module). Only how long a
+    /// record may wait in the local queue changes; the durability settings are [`producer_config`]'s.
+    pub fn with_linger(kafka: &KafkaConfig, name: &'static str, linger_ms: f64) -> Result<Self, KafkaError> {
+        let mut config = producer_config(kafka);
+        config.remove(QUEUE_BUFFERING_MAX_MS).set(LINGER_MS, linger_ms.to_string());
+        Self::from_client_config(kafka, name, config)
+    }
+
+    fn from_client_config(
+        kafka: &KafkaConfig,
+        name: &'static str,
+        config: rdkafka::ClientConfig,
+    ) -> Result<Self, KafkaError> {
         let keys =
             RecordKeys::load(&kafka.record_auth).map_err(|problems| KafkaError::ClientCreation(problems.join("; ")))?;
         Ok(Self {
-            producer: producer_config(kafka).create_with_context(QuietContext::new(name))?,
+            producer: config.create_with_context(QuietContext::new(name))?,
             deadline: Duration::from_millis(kafka.produce_timeout_ms) + REPORT_MARGIN,
             keys,
         })

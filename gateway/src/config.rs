@@ -9,6 +9,8 @@ use hookline_common::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use crate::batching::ProducerConfig;
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
@@ -17,6 +19,8 @@ pub struct GatewayConfig {
     /// Admin listener for `/livez`, `/readyz`, `/metrics`.
     pub admin_addr: String,
     pub kafka: KafkaConfig,
+    /// `[producer]`: batching that follows the load (see [`crate::batching`]).
+    pub producer: ProducerConfig,
     pub limits: Limits,
     /// Bearer token `POST /admin/reload` requires from callers other than loopback (an env var or a file, like
     /// source secrets). Without one, only loopback callers (`kubectl exec`, `kubectl port-forward`, the host
@@ -33,6 +37,7 @@ impl Default for GatewayConfig {
             listen_addr: "127.0.0.1:8080".to_owned(),
             admin_addr: "127.0.0.1:9090".to_owned(),
             kafka: KafkaConfig::default(),
+            producer: ProducerConfig::default(),
             limits: Limits::default(),
             reload_token: None,
             telemetry: TelemetryConfig::default(),
@@ -237,6 +242,10 @@ impl GatewayConfig {
         self.kafka.validate(problems);
         self.telemetry.validate(problems);
         problems.check(self.limits.max_in_flight > 0, "limits.max_in_flight must be positive");
+        problems.check(
+            self.producer.batch_linger_ms.is_finite() && (0.0..=1_000.0).contains(&self.producer.batch_linger_ms),
+            "producer.batch_linger_ms must be between 0 and 1000",
+        );
         problems.check(!self.sources.is_empty(), "no [[sources]] configured: the gateway would serve nothing");
         problems.check(
             (1_000..=120_000).contains(&self.limits.request_deadline_ms),
@@ -316,6 +325,25 @@ mod tests {
             }
         }
         let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    #[test]
+    fn a_batching_linger_outside_0_to_1000_ms_is_a_problem_and_the_default_is_not() {
+        let problems_of = |batch_linger_ms: f64| {
+            let config = GatewayConfig {
+                producer: ProducerConfig { batch_linger_ms, ..ProducerConfig::default() },
+                ..GatewayConfig::default()
+            };
+            let mut problems = Problems::default();
+            config.check(&mut problems);
+            problems.into_lines().into_iter().filter(|line| line.contains("producer.batch_linger_ms")).count()
+        };
+        assert_eq!(problems_of(ProducerConfig::default().batch_linger_ms), 0);
+        assert_eq!(problems_of(0.0), 0);
+        assert_eq!(problems_of(0.5), 0);
+        assert_eq!(problems_of(-1.0), 1);
+        assert_eq!(problems_of(f64::NAN), 1);
+        assert_eq!(problems_of(5_000.0), 1);
     }
 
     #[test]

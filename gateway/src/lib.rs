@@ -4,6 +4,7 @@
 //!
 //! [`run`] takes already-bound listeners so tests can run the real gateway in-process on port 0.
 
+pub mod batching;
 pub mod body;
 pub mod config;
 pub mod error;
@@ -74,7 +75,7 @@ pub async fn run_with_origin(
     .await?;
     let registry = Registry::new();
     let metrics = Metrics::register(&registry)?;
-    let producer = EventProducer::new(&config.kafka)?;
+    let producer = EventProducer::new(&config.kafka, &config.producer)?;
     let ingest = Arc::new(Ingest::new(&config.limits, sources, producer.clone(), metrics));
     let reloader = Arc::new(Reloader::new(origin, &config, ingest.clone()));
     let readiness = Arc::new(Readiness::default());

@@ -5,12 +5,13 @@
 //! body from the proof: there is no parameter through which other bytes could enter. So the type system, not a
 //! convention at the call site, keeps unverified bytes away from Kafka.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 pub use hookline_common::producer::{Delivery, ProduceError};
 use hookline_common::{
     config::KafkaConfig,
+    kafka::properties_set_linger,
     producer::{AckedProducer, QueueWait},
     signature::Verified,
     wire::{EventMeta, header},
@@ -20,6 +21,8 @@ use rdkafka::{
     message::{Header, OwnedHeaders},
     producer::FutureRecord,
 };
+
+use crate::batching::{Lane, LaneChooser, ProducerConfig};
 
 /// A request body whose signature verified, with the metadata it will carry into Kafka.
 ///
@@ -82,22 +85,55 @@ impl VerifiedWebhook {
     }
 }
 
-/// Produces verified webhooks to their topics through the shared [`AckedProducer`].
+/// Produces verified webhooks to their topics, each through the producer its [`Lane`] names (see
+/// [`crate::batching`]). Cheap to clone: clones share the producers and the in-flight count.
 #[derive(Clone)]
 pub struct EventProducer {
-    producer: AckedProducer,
+    lanes: Arc<Lanes>,
     topic: String,
+}
+
+/// The lingering producer, and the one that sends at once when batching follows the load.
+struct Lanes {
+    batching: AckedProducer,
+    /// `None`: one producer for every record (`batch_from_in_flight = 0`, or a linger fixed by `kafka.properties`).
+    immediate: Option<AckedProducer>,
+    chooser: LaneChooser,
+}
+
+impl Lanes {
+    fn all(&self) -> impl Iterator<Item = &AckedProducer> {
+        std::iter::once(&self.batching).chain(self.immediate.as_ref())
+    }
 }
 
 impl std::fmt::Debug for EventProducer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventProducer").field("topic", &self.topic).finish_non_exhaustive()
+        f.debug_struct("EventProducer")
+            .field("topic", &self.topic)
+            .field("follows_load", &self.lanes.immediate.is_some())
+            .finish_non_exhaustive()
     }
 }
 
 impl EventProducer {
-    pub fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
-        Ok(Self { producer: AckedProducer::new(kafka, "gateway-producer")?, topic: kafka.inbound_topic.clone() })
+    /// The producers `batching` asks for. A `linger.ms` the operator fixed in `kafka.properties` wins: one
+    /// producer with it, as before batching followed the load.
+    pub fn new(kafka: &KafkaConfig, batching: &ProducerConfig) -> Result<Self, KafkaError> {
+        let fixed_by_operator = properties_set_linger(kafka);
+        let lingering = if fixed_by_operator {
+            AckedProducer::new(kafka, "gateway-producer")?
+        } else {
+            AckedProducer::with_linger(kafka, "gateway-producer", batching.batch_linger_ms)?
+        };
+        let immediate = if batching.batch_from_in_flight > 0 && !fixed_by_operator {
+            Some(AckedProducer::with_linger(kafka, "gateway-producer-immediate", 0.0)?)
+        } else {
+            None
+        };
+        let batch_from_in_flight = if immediate.is_some() { batching.batch_from_in_flight } else { 0 };
+        let lanes = Lanes { batching: lingering, immediate, chooser: LaneChooser::new(batch_from_in_flight) };
+        Ok(Self { lanes: Arc::new(lanes), topic: kafka.inbound_topic.clone() })
     }
 
     /// Produces the record and resolves once the broker acknowledged it (all in-sync replicas), or failed, or
@@ -110,19 +146,24 @@ impl EventProducer {
             .key(webhook.meta.record_key().as_bytes())
             .payload(webhook.body.as_ref())
             .headers(webhook.headers());
+        let (lane, _in_flight) = self.lanes.chooser.enter();
+        let producer = match (lane, &self.lanes.immediate) {
+            (Lane::Immediate, Some(immediate)) => immediate,
+            _ => &self.lanes.batching,
+        };
         // No wait for queue room: a full local queue is an immediate 503, not a wait.
-        self.producer.send_within(record, QueueWait::Never, deadline).await
+        producer.send_within(record, QueueWait::Never, deadline).await
     }
 
-    /// Records in the producer's local queue or awaiting an acknowledgement.
+    /// Records in the producers' local queues or awaiting an acknowledgement.
     pub fn queue_depth(&self) -> i32 {
-        self.producer.queue_depth()
+        self.lanes.all().map(AckedProducer::queue_depth).sum()
     }
 
     /// Whether the broker answers a metadata request and each of `topics` exists with partitions. Blocking:
     /// call off the runtime.
     pub fn topics_ready(&self, topics: &[String], timeout: Duration) -> bool {
-        self.producer.topics_ready(topics, timeout)
+        self.lanes.batching.topics_ready(topics, timeout)
     }
 
     /// The inbound topic: where sources without a `topic` of their own produce.
@@ -130,14 +171,24 @@ impl EventProducer {
         &self.topic
     }
 
-    /// A fatal producer error (for example a fenced idempotent producer): the producer cannot be used again.
+    /// A fatal producer error (for example a fenced idempotent producer) of either producer: it cannot be used
+    /// again, and half a gateway is not one to keep running.
     pub fn fatal_error(&self) -> Option<String> {
-        self.producer.fatal_error()
+        self.lanes.all().find_map(AckedProducer::fatal_error)
     }
 
-    /// Waits for queued records to be delivered. Blocking: call off the runtime.
+    /// Waits for queued records to be delivered, by both producers within `timeout` in all. Blocking: call off
+    /// the runtime.
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
-        self.producer.flush(timeout)
+        let started = std::time::Instant::now();
+        let mut outcome = Ok(());
+        for producer in self.lanes.all() {
+            let flushed = producer.flush(timeout.saturating_sub(started.elapsed()));
+            if outcome.is_ok() {
+                outcome = flushed;
+            }
+        }
+        outcome
     }
 }
 

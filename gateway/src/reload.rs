@@ -41,7 +41,7 @@ pub struct Reloader {
 }
 
 fn restart_only_settings(config: &GatewayConfig) -> String {
-    format!("{}|{}|{:?}|{:?}", config.listen_addr, config.admin_addr, config.kafka, config.limits)
+    format!("{}|{}|{:?}|{:?}|{:?}", config.listen_addr, config.admin_addr, config.kafka, config.producer, config.limits)
 }
 
 impl Reloader {
@@ -62,7 +62,7 @@ impl Reloader {
             Ok(Loaded { config, sources: table, .. }) => {
                 if restart_only_settings(&config) != self.restart_only {
                     tracing::warn!(
-                        "config reload: listener, kafka or limits settings changed; they apply after a restart"
+                        "config reload: listener, kafka, producer or limits settings changed; they apply after a restart"
                     );
                 }
                 let n_sources = table.len();
@@ -151,7 +151,7 @@ mod tests {
         let Loaded { config, sources, .. } = Loaded::load(Some(&config_path)).unwrap();
         let metrics = Metrics::register(&Registry::new()).unwrap();
         // Creating a producer does not connect; no broker is needed here.
-        let producer = EventProducer::new(&config.kafka).unwrap();
+        let producer = EventProducer::new(&config.kafka, &config.producer).unwrap();
         let ingest = Arc::new(Ingest::new(&config.limits, sources, producer, metrics));
         let reloader = Reloader::new(ConfigOrigin::File(config_path.clone()), &config, ingest.clone());
 

@@ -17,7 +17,7 @@ use hookline_common::{
 use hookline_consumer::{ConsumerConfig, handler::Handler};
 use hookline_gateway::{
     GatewayConfig, Listeners,
-    config::{Limits, SourceConfig},
+    config::{Limits, ProducerConfig, SourceConfig},
 };
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -66,6 +66,7 @@ pub struct TestStackBuilder {
     consumer_tweak: Option<ConfigTweak>,
     gateway_sources: Vec<SourceConfig>,
     gateway_limits: Option<Limits>,
+    gateway_producer: Option<ProducerConfig>,
     brokers: Option<String>,
     replication: Option<i32>,
     kafka_security: Option<kafka_tls::KafkaSecurity>,
@@ -122,6 +123,12 @@ impl TestStackBuilder {
     /// The gateway's limits (default: [`Limits::default`] with a 2 s body read timeout and no drain grace).
     pub fn gateway_limits(mut self, limits: Limits) -> Self {
         self.gateway_limits = Some(limits);
+        self
+    }
+
+    /// The gateway's `[producer]` batching (default: [`ProducerConfig::default`]).
+    pub fn gateway_producer(mut self, producer: ProducerConfig) -> Self {
+        self.gateway_producer = Some(producer);
         self
     }
 
@@ -189,6 +196,7 @@ impl TestStackBuilder {
             listen_addr: "127.0.0.1:0".to_owned(),
             admin_addr: "127.0.0.1:0".to_owned(),
             kafka: gateway_kafka,
+            producer: self.gateway_producer.unwrap_or_default(),
             // No drain grace unless a test asks for one: every test's shutdown would wait for it.
             limits: self.gateway_limits.unwrap_or(Limits {
                 body_read_timeout_ms: 2_000,

@@ -18,7 +18,7 @@ use hookline_bench::h2_flood::{FloodConnection, FloodRequest, Outcomes, rss_byte
 use hookline_common::config::SecretRef;
 use hookline_gateway::{
     GatewayConfig,
-    config::{Limits, SourceConfig},
+    config::{Limits, ProducerConfig, SourceConfig},
 };
 use hookline_tests::{Delivery, TEST_SECRET, TestStack, eventually};
 use http::{Request, StatusCode};
@@ -49,6 +49,7 @@ impl GatewayProcess {
             listen_addr: "127.0.0.1:0".to_owned(),
             admin_addr: "127.0.0.1:0".to_owned(),
             kafka: stack.kafka.clone(),
+            producer: ProducerConfig::default(),
             limits,
             reload_token: None,
             telemetry: Default::default(),

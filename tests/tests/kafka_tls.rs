@@ -19,7 +19,7 @@ use hookline_dlq_replayer::{
 };
 use hookline_gateway::{
     GatewayConfig, Listeners,
-    config::{Limits, SourceConfig},
+    config::{Limits, ProducerConfig, SourceConfig},
 };
 use hookline_tests::{
     Delivery, TEST_SECRET, TestStack, eventually,
@@ -198,6 +198,7 @@ async fn refused_at_start(security: KafkaSecurity, why: &str) {
         listen_addr: "127.0.0.1:0".to_owned(),
         admin_addr: "127.0.0.1:0".to_owned(),
         kafka: kafka.clone(),
+        producer: ProducerConfig::default(),
         limits: Limits { body_read_timeout_ms: 2_000, drain_grace_ms: 0, ..Limits::default() },
         reload_token: None,
         telemetry: Default::default(),

@@ -2,6 +2,7 @@
 //! byte for byte and is processed once; duplicates are processed once; unverified bytes never reach Kafka.
 
 use hookline_common::wire::header;
+use hookline_gateway::config::ProducerConfig;
 use hookline_tests::{Delivery, TestStack};
 use http::StatusCode;
 use rdkafka::{
@@ -140,5 +141,29 @@ async fn bad_requests_get_clear_4xx_and_change_nothing() {
     assert_eq!((reply.status, reply.error_code().as_deref()), (StatusCode::BAD_REQUEST, Some("event_id_missing")));
 
     assert!(stack.inbound_records().await.is_empty(), "no rejected request reached Kafka");
+    stack.shutdown().await;
+}
+
+/// Batching that follows the load (issue 25): with a low `batch_from_in_flight`, the first deliveries of a burst go
+/// to the producer that sends at once and the rest to the lingering one; every 202 is a record in the topic either
+/// way, once.
+#[tokio::test]
+async fn acknowledged_deliveries_are_stored_once_whichever_producer_carried_them() {
+    let producer = ProducerConfig { batch_from_in_flight: 4, batch_linger_ms: 20.0 };
+    let stack = TestStack::builder().gateway_producer(producer).build().await;
+    let deliveries: Vec<Delivery> =
+        (0..48).map(|n| Delivery::new(format!("{{\"zen\": \"burst\", \"n\": {n}}}").into_bytes())).collect();
+
+    let replies = futures_util::future::join_all(deliveries.iter().map(|delivery| stack.post(delivery))).await;
+    for reply in &replies {
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    }
+
+    let records = stack.inbound_records().await;
+    let mut stored: Vec<&[u8]> = records.iter().filter_map(Message::key).collect();
+    stored.sort_unstable();
+    let mut acknowledged: Vec<&[u8]> = deliveries.iter().map(|delivery| delivery.delivery_id.as_bytes()).collect();
+    acknowledged.sort_unstable();
+    assert_eq!(stored, acknowledged, "each acknowledged delivery once, nothing else");
     stack.shutdown().await;
 }
