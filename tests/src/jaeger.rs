@@ -147,12 +147,15 @@ exporters:
         (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
     }
 
+    /// The query API's answer for `trace_id`, as it came (JSON; `Null` for no answer).
+    pub async fn trace_json(&self, trace_id: &str) -> serde_json::Value {
+        let (status, body) = self.get(&format!("/api/traces/{trace_id}")).await;
+        if status == 200 { body } else { serde_json::Value::Null }
+    }
+
     /// The spans Jaeger holds for `trace_id` (32 hex digits), empty when it has none (yet).
     pub async fn trace(&self, trace_id: &str) -> Vec<StoredSpan> {
-        let (status, body) = self.get(&format!("/api/traces/{trace_id}")).await;
-        if status != 200 {
-            return Vec::new();
-        }
+        let body = self.trace_json(trace_id).await;
         let mut spans = Vec::new();
         for trace in body["data"].as_array().into_iter().flatten() {
             let processes = &trace["processes"];

@@ -36,6 +36,16 @@ pub type Announcements = Arc<Mutex<Vec<String>>>;
 /// Starts `binary` (the `test-consumer` of the calling test crate: `env!("CARGO_BIN_EXE_test-consumer")`) in
 /// `mode` with `config`, written as `--print-config` prints it; its stdout lines are collected.
 pub fn spawn_consumer_process(binary: &Path, config: &ConsumerConfig, mode: &str) -> (ConsumerProcess, Announcements) {
+    spawn_consumer_process_with_env(binary, config, mode, &[])
+}
+
+/// [`spawn_consumer_process`] with these variables set in the process's environment (`OTEL_...`).
+pub fn spawn_consumer_process_with_env(
+    binary: &Path,
+    config: &ConsumerConfig,
+    mode: &str,
+    env: &[(&str, &str)],
+) -> (ConsumerProcess, Announcements) {
     let config_file = std::env::temp_dir().join(format!("hookline-process-{}.toml", uuid::Uuid::new_v4()));
     let text = hookline_common::config::effective_toml(&config.effective().expect("printable config"))
         .expect("config as TOML");
@@ -43,6 +53,7 @@ pub fn spawn_consumer_process(binary: &Path, config: &ConsumerConfig, mode: &str
     let mut child = Command::new(binary)
         .arg(&config_file)
         .arg(mode)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

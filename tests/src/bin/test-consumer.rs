@@ -7,7 +7,8 @@
 //!   at different times), print `done <id>` on success (before the done marker is written: those are the only
 //!   events a kill may let be processed twice);
 //! - `router`: the handlers the config names (`[handler]`, `[[routes]]`), as the `hookline-consumer` binary runs
-//!   them, for the chaos soak's `http` downstream.
+//!   them, for the chaos soak's `http` downstream; it exports traces, as the binary does, when
+//!   `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 
 use std::{io::Write, sync::Arc, time::Duration};
 
@@ -92,7 +93,13 @@ async fn run() -> anyhow::Result<()> {
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     if matches!(mode, Mode::Router) {
         hookline_common::telemetry::init_tracing();
-        hookline_consumer::run(loaded, admin, hookline_common::signals::shutdown_on_signals()).await?;
+        // Traces as the real binary has them: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+        let traces = hookline_common::telemetry::traces::init_from_env("hookline-consumer", &loaded.config.telemetry)?;
+        let ran = hookline_consumer::run(loaded, admin, hookline_common::signals::shutdown_on_signals()).await;
+        if let Some(traces) = traces {
+            traces.shutdown().await;
+        }
+        ran?;
         return Ok(());
     }
     let loaded = loaded.with_handler(Arc::new(AnnouncingHandler { mode }));

@@ -1,6 +1,7 @@
 //! The real gateway as its own process, for tests that measure what the gateway process itself holds (its RSS)
 //! apart from the test's clients. Usage: `test-gateway <gateway.toml>`; it binds the config's `listen_addr` and
 //! `admin_addr` (port 0 is fine) and prints `listening <public address> <admin address>` once both are bound.
+//! Like the real binary, it exports traces when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 
 use std::io::Write;
 
@@ -12,6 +13,9 @@ async fn main() {
     hookline_common::telemetry::init_tracing();
     let path = std::env::args_os().nth(1).expect("usage: test-gateway <gateway.toml>");
     let loaded = Loaded::load(Some(path.as_ref())).expect("a valid gateway config");
+    // Traces as the real binary has them: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    let traces = hookline_common::telemetry::traces::init_from_env("hookline-gateway", &loaded.config.telemetry)
+        .expect("the traces settings");
     let public = TcpListener::bind(&loaded.config.listen_addr).await.expect("bind the public listener");
     let admin = TcpListener::bind(&loaded.config.admin_addr).await.expect("bind the admin listener");
     {
@@ -23,7 +27,9 @@ async fn main() {
     }
     let origin = ConfigOrigin::Fixed(Box::new(loaded.config.clone()));
     let shutdown = hookline_common::signals::shutdown_on_signals();
-    hookline_gateway::run_with_origin(loaded, origin, Listeners { public, admin }, shutdown)
-        .await
-        .expect("gateway runs");
+    let served = hookline_gateway::run_with_origin(loaded, origin, Listeners { public, admin }, shutdown).await;
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+    served.expect("gateway runs");
 }
