@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 mod delivery;
 mod fake_endpoint;
 pub mod forward;
+pub mod gateway_process;
 mod handler;
 pub mod jaeger;
 pub mod kafka_tls;

@@ -7,34 +7,24 @@
 //! tested on the in-process gateway of a [`TestStack`].
 
 use std::{
-    io::{BufRead, BufReader},
-    net::{IpAddr, Ipv4Addr, SocketAddr},
-    process::{Child, Command, Stdio},
+    net::{IpAddr, Ipv4Addr},
     sync::Arc,
     time::Duration,
 };
 
 use hookline_bench::h2_flood::{FloodConnection, FloodRequest, Outcomes, rss_bytes};
-use hookline_common::config::SecretRef;
-use hookline_gateway::{
-    GatewayConfig,
-    config::{Limits, ProducerConfig, SourceConfig},
-};
+use hookline_gateway::config::Limits;
 use hookline_tests::{Delivery, TEST_SECRET, TestStack, eventually};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 
-/// The gateway as a process of its own, killed when dropped.
-struct GatewayProcess {
-    child: Child,
-    public: SocketAddr,
-    admin: SocketAddr,
-}
+/// The gateway as a process of its own.
+struct GatewayProcess(hookline_tests::gateway_process::GatewayProcess);
 
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for GatewayProcess {
+    type Target = hookline_tests::gateway_process::GatewayProcess;
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }
 
@@ -42,51 +32,16 @@ impl GatewayProcess {
     /// Starts `test-gateway` with the stack's Kafka settings, a `github` source signed with [`TEST_SECRET`], and
     /// `limits`; returns once it listens.
     fn start(stack: &TestStack, limits: Limits) -> Self {
-        let run = uuid::Uuid::new_v4().simple().to_string();
-        let secret_file = std::env::temp_dir().join(format!("hookline-h2-streams-{run}.secret"));
-        std::fs::write(&secret_file, TEST_SECRET).expect("write the secret file");
-        let config = GatewayConfig {
-            listen_addr: "127.0.0.1:0".to_owned(),
-            admin_addr: "127.0.0.1:0".to_owned(),
-            kafka: stack.kafka.clone(),
-            producer: ProducerConfig::default(),
-            limits,
-            reload_token: None,
-            telemetry: Default::default(),
-            sources: vec![SourceConfig {
-                max_body_bytes: 64 * 1024,
-                ..SourceConfig::new(
-                    "github",
-                    "github",
-                    vec![SecretRef::from_file("primary", secret_file.display().to_string())],
-                )
-            }],
-        };
-        let text = hookline_common::config::effective_toml(&config.effective().expect("printable config"))
-            .expect("config as TOML");
-        let config_file = std::env::temp_dir().join(format!("hookline-h2-streams-{run}.toml"));
-        std::fs::write(&config_file, text).expect("write the config");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_test-gateway"))
-            .arg(&config_file)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start test-gateway");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let listening = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|line| line.strip_prefix("listening ").map(str::to_owned))
-            .expect("test-gateway says where it listens");
-        // Whatever it logs later is read and dropped, so a full pipe never blocks it.
-        std::thread::spawn(move || lines.for_each(drop));
-        let (public, admin) = listening.split_once(' ').expect("two addresses");
-        Self { child, public: public.parse().expect("public address"), admin: admin.parse().expect("admin address") }
+        let config = hookline_tests::gateway_process::github_gateway_config(&stack.kafka, limits);
+        Self(hookline_tests::gateway_process::GatewayProcess::start(
+            env!("CARGO_BIN_EXE_test-gateway").as_ref(),
+            &config,
+            &[],
+        ))
     }
 
     fn rss_bytes(&self) -> u64 {
-        rss_bytes(self.child.id()).expect("the gateway process is running")
+        rss_bytes(self.id()).expect("the gateway process is running")
     }
 
     /// The sum of the samples of `metric` on the gateway's `/metrics` whose labels contain `label`.

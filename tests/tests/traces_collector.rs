@@ -5,76 +5,16 @@
 //! the spans in detail in one process; this checks that they leave the processes, arrive whole, and join up across
 //! the two services and the Kafka hop.
 
-use std::{
-    io::{BufRead, BufReader},
-    net::SocketAddr,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
-use hookline_common::config::SecretRef;
 use hookline_consumer::config::HandlerConfig;
-use hookline_gateway::config::{GatewayConfig, ProducerConfig, SourceConfig};
+use hookline_gateway::config::Limits;
 use hookline_tests::{
     Delivery, FakeEndpoint, TEST_SECRET, TestStack, eventually,
+    gateway_process::{GatewayProcess, github_gateway_config},
     jaeger::{Jaeger, StoredSpan},
     process::spawn_consumer_process_with_env,
 };
-
-struct GatewayProcess {
-    child: Child,
-    public: SocketAddr,
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `test-gateway` on the stack's topics with a `github` source signed with [`TEST_SECRET`], exporting to `otlp`.
-fn start_gateway(stack: &TestStack, otlp: &str) -> GatewayProcess {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    let secret_file = std::env::temp_dir().join(format!("hookline-traces-collector-{run}.secret"));
-    std::fs::write(&secret_file, TEST_SECRET).expect("write the secret file");
-    let config = GatewayConfig {
-        listen_addr: "127.0.0.1:0".to_owned(),
-        admin_addr: "127.0.0.1:0".to_owned(),
-        kafka: stack.kafka.clone(),
-        producer: ProducerConfig::default(),
-        limits: Default::default(),
-        reload_token: None,
-        telemetry: Default::default(),
-        sources: vec![SourceConfig::new(
-            "github",
-            "github",
-            vec![SecretRef::from_file("primary", secret_file.display().to_string())],
-        )],
-    };
-    let text = hookline_common::config::effective_toml(&config.effective().expect("printable config"))
-        .expect("config as TOML");
-    let config_file = std::env::temp_dir().join(format!("hookline-traces-collector-{run}.toml"));
-    std::fs::write(&config_file, text).expect("write the config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_test-gateway"))
-        .arg(&config_file)
-        .env("RUST_LOG", "warn")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
-        .env("OTEL_SERVICE_NAME", "hookline-gateway")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start test-gateway");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let listening = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|line| line.strip_prefix("listening ").map(str::to_owned))
-        .expect("test-gateway says where it listens");
-    std::thread::spawn(move || lines.for_each(drop));
-    let public = listening.split_once(' ').expect("two addresses").0.parse().expect("public address");
-    GatewayProcess { child, public }
-}
 
 fn one<'a>(spans: &'a [StoredSpan], service: &str, operation: &str) -> &'a StoredSpan {
     let found: Vec<&StoredSpan> =
@@ -93,7 +33,11 @@ async fn one_webhooks_trace_reaches_a_real_collector_from_the_gateway_and_the_co
     let jaeger = Jaeger::start().await;
     let downstream = FakeEndpoint::start().await;
     let stack = TestStack::builder().build().await;
-    let gateway = start_gateway(&stack, &jaeger.otlp_endpoint);
+    let gateway = GatewayProcess::start(
+        env!("CARGO_BIN_EXE_test-gateway").as_ref(),
+        &github_gateway_config(&stack.kafka, Limits::default()),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &jaeger.otlp_endpoint), ("OTEL_SERVICE_NAME", "hookline-gateway")],
+    );
     let consumer_config = hookline_consumer::ConsumerConfig {
         handler: HandlerConfig {
             kind: "http".into(),
