@@ -6,7 +6,8 @@
 //!
 //! What it keeps, and what it does not (the comparison is of throughput; these are why the two differ):
 //! - duplicates: skipped while their key lives, like hookline's;
-//! - a crash after the `SET` and before the sink's answer loses the event (the key says done, the work was not):
+//! - a crash after the `SET` and before the sink's answer loses the event (the key says done, the work was not, and
+//!   auto-commit stores each offset as the record is received):
 //!   hookline claims first and marks done after success (two-phase);
 //! - a sink failure is logged and the event is gone: no retry topic, no dead letter, no alert;
 //! - no record MAC check, no route limits, no breaker; one record at a time, so its rate is bounded by the sink's
