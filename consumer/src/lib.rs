@@ -233,11 +233,13 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
                     }
                     let message = message.detach();
                     // A record without hookline's MAC gets no route of its own and no due time: whatever its
-                    // headers claim, it only goes to the pipeline, which dead-letters it.
-                    let admission = if pipeline.is_authentic(&message) {
-                        admission_of(&message, &topics)
+                    // headers claim, it only goes to the pipeline, which dead-letters it. The MAC is checked
+                    // once, here: the job carries the verdict to the pipeline.
+                    let verdict = pipeline.authenticate(&message);
+                    let admission = if verdict.accepted() {
+                        Admission { verdict: Some(verdict), ..admission_of(&message, &topics) }
                     } else {
-                        Admission::default()
+                        Admission { verdict: Some(verdict), ..Admission::default() }
                     };
                     if !shared.lock().admit(message, admission, now_ms()) {
                         metrics.dropped.inc();
@@ -446,9 +448,9 @@ fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &P
         let (shared, consumer, pipeline) = (shared.clone(), consumer.clone(), pipeline.clone());
         let task = async move {
             let (completion, downstream) = match job.work {
-                Work::Handle => pipeline.process(&job.message, job.prior.clone()).await,
+                Work::Handle => pipeline.process(&job.message, job.prior.clone(), job.verdict.clone()).await,
                 Work::Defer { due_at_ms, reason } => {
-                    (pipeline.defer(&job.message, due_at_ms, reason).await, Downstream::NotCalled)
+                    (pipeline.defer(&job.message, due_at_ms, reason, job.verdict.clone()).await, Downstream::NotCalled)
                 }
             };
             let (topic, partition) = job.partition.clone();
@@ -500,8 +502,9 @@ fn admission_of(message: &OwnedMessage, topics: &ServiceTopics) -> Admission {
             ordering_key: meta.ordering_key,
             due_at_ms,
             first_failure_at_ms,
+            verdict: None,
         },
-        Err(_) => Admission { source: None, event_type: None, ordering_key: None, due_at_ms, first_failure_at_ms },
+        Err(_) => Admission { due_at_ms, first_failure_at_ms, ..Admission::default() },
     }
 }
 

@@ -129,17 +129,23 @@ impl Outcome {
 }
 
 impl Pipeline {
-    /// Processes one record; `prior` carries the attempts of an ordered record retried in memory. Returns how
-    /// it ended and what the handler call said of the downstream.
+    /// Processes one record; `prior` carries the attempts of an ordered record retried in memory, `verdict` its MAC
+    /// as the fetch loop checked it (`None`: checked here). Returns how it ended and what the handler call said of
+    /// the downstream.
     ///
     /// With traces on, the processing is a `process <topic>` consumer span continuing the record's `traceparent`
     /// (its retry, dead-letter and status sends and the handler call are its children).
-    pub async fn process(&self, message: &OwnedMessage, prior: Option<Attempts>) -> (Disposition, Downstream) {
+    pub async fn process(
+        &self,
+        message: &OwnedMessage,
+        prior: Option<Attempts>,
+        verdict: Option<Verdict>,
+    ) -> (Disposition, Downstream) {
         if !traces::enabled() {
-            return self.process_record(message, prior, &TraceSpan::off()).await;
+            return self.process_record(message, prior, verdict, &TraceSpan::off()).await;
         }
         let span = self.process_span(message);
-        let (disposition, downstream) = span.scope(self.process_record(message, prior, &span)).await;
+        let (disposition, downstream) = span.scope(self.process_record(message, prior, verdict, &span)).await;
         if matches!(disposition, Interrupted) {
             span.set(attribute::OUTCOME, || "interrupted");
         }
@@ -181,9 +187,11 @@ impl Pipeline {
         &self,
         message: &OwnedMessage,
         prior: Option<Attempts>,
+        verdict: Option<Verdict>,
         span: &TraceSpan,
     ) -> (Disposition, Downstream) {
-        let verdict = self.authenticate(message);
+        // The verdict of the fetch loop's check of these same bytes, or a check now.
+        let verdict = verdict.unwrap_or_else(|| self.authenticate(message));
         self.metrics.record_auth.with_label_values(&[verdict.label()]).inc();
         if let Verdict::Refused(refusal) = verdict {
             let now = now_ms();
@@ -307,20 +315,33 @@ impl Pipeline {
     ///
     /// With traces on, a `process <topic>` span with outcome `deferred`, so the copy's send (and the copy's later
     /// processing) stays in the record's trace.
-    pub async fn defer(&self, message: &OwnedMessage, due_at_ms: i64, reason: DeferReason) -> Disposition {
+    pub async fn defer(
+        &self,
+        message: &OwnedMessage,
+        due_at_ms: i64,
+        reason: DeferReason,
+        verdict: Option<Verdict>,
+    ) -> Disposition {
         if !traces::enabled() {
-            return self.defer_record(message, due_at_ms, reason).await;
+            return self.defer_record(message, due_at_ms, reason, verdict).await;
         }
         let span = self.process_span(message);
         span.set(attribute::OUTCOME, || "deferred");
         span.set("hookline.defer.reason", || reason.as_str());
-        span.scope(self.defer_record(message, due_at_ms, reason)).await
+        span.scope(self.defer_record(message, due_at_ms, reason, verdict)).await
     }
 
-    async fn defer_record(&self, message: &OwnedMessage, due_at_ms: i64, reason: DeferReason) -> Disposition {
-        if !self.is_authentic(message) {
+    async fn defer_record(
+        &self,
+        message: &OwnedMessage,
+        due_at_ms: i64,
+        reason: DeferReason,
+        verdict: Option<Verdict>,
+    ) -> Disposition {
+        let verdict = verdict.unwrap_or_else(|| self.authenticate(message));
+        if !verdict.accepted() {
             // Never copied (and so signed) into the retry topic: dead-lettered now instead.
-            return self.process(message, None).await.0;
+            return self.process(message, None, Some(verdict)).await.0;
         }
         let attempts = RetryHeaders::read(message).map(|headers| headers.attempts).unwrap_or_else(|| Attempts {
             attempts: 0,
@@ -338,8 +359,8 @@ impl Pipeline {
     }
 
     /// The record's MAC checked with this service's keys, at this consumer's clock (never the record's timestamp,
-    /// which its writer chose).
-    fn authenticate(&self, message: &OwnedMessage) -> Verdict {
+    /// which its writer chose). Not counted: [`Self::process`] counts each record's verdict once.
+    pub fn authenticate(&self, message: &OwnedMessage) -> Verdict {
         self.dead_letters.record_keys().verify(
             message.topic(),
             message.key(),
@@ -347,12 +368,6 @@ impl Pipeline {
             message.headers(),
             now_ms(),
         )
-    }
-
-    /// Whether the record may be processed (authentic, or unsigned inside the transition window). Not counted:
-    /// [`Self::process`] counts each record once.
-    pub fn is_authentic(&self, message: &OwnedMessage) -> bool {
-        self.authenticate(message).accepted()
     }
 
     /// Dedupe, handler and retries for a well-formed event. `None` on shutdown.

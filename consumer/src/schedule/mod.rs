@@ -30,6 +30,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use hookline_common::record_auth::Verdict;
 use rand::Rng;
 use rdkafka::message::OwnedMessage;
 
@@ -64,6 +65,9 @@ pub struct Job {
     pub work: Work,
     /// The one call let through a half-open breaker.
     probe: bool,
+    /// The record's MAC as checked when it was fetched: the pipeline takes it rather than checking the same bytes
+    /// again (one check is a third of the consumer's instructions per event). `None`: checked when processed.
+    pub verdict: Option<Verdict>,
 }
 
 /// What a started job does.
@@ -115,6 +119,8 @@ pub struct Admission {
     pub due_at_ms: Option<i64>,
     /// From the retry headers: when its retry budget started.
     pub first_failure_at_ms: Option<i64>,
+    /// The record's MAC, checked once as it was fetched ([`Job::verdict`]).
+    pub verdict: Option<Verdict>,
 }
 
 /// What became of a started job.
@@ -283,6 +289,7 @@ impl Scheduler {
             first_failure_at_ms: admission.first_failure_at_ms,
             work: Work::Handle,
             probe: false,
+            verdict: admission.verdict,
         };
         match admission.due_at_ms {
             Some(due_at_ms) if due_at_ms > now_ms => self.delay(job, due_at_ms, false),

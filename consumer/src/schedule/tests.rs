@@ -19,6 +19,7 @@ fn admission(source: &str, ordering_key: Option<&str>) -> Admission {
         ordering_key: ordering_key.map(str::to_owned),
         due_at_ms: None,
         first_failure_at_ms: None,
+        verdict: None,
     }
 }
 
