@@ -42,7 +42,6 @@ async fn run() -> anyhow::Result<()> {
     }
     let loaded = Loaded::load(args.service.config())?;
     let config = &loaded.config;
-    let traces = telemetry::traces::init_from_env("hookline-consumer", &config.telemetry)?;
     let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -55,11 +54,9 @@ async fn run() -> anyhow::Result<()> {
         "consumer starting"
     );
     let shutdown = hookline_common::signals::shutdown_on_signals();
-    let ran = hookline_consumer::run(loaded, admin, shutdown).await;
-    if let Some(traces) = traces {
-        traces.shutdown().await;
-    }
-    ran?;
+    let telemetry = config.telemetry.clone();
+    let run = hookline_consumer::run(loaded, admin, shutdown);
+    telemetry::traces::with_traces("hookline-consumer", &telemetry, run)?.await?;
     Ok(())
 }
 

@@ -223,7 +223,7 @@ async fn run() -> anyhow::Result<Option<std::process::ExitCode>> {
         )
         .await?;
     }
-    let traces = telemetry::traces::init_from_env("hookline-dlq-replayer", &config.telemetry)?;
+    let telemetry = config.telemetry.clone();
     // Every command's spans are flushed before the process exits, whatever the command returned.
     let done = async {
         match command {
@@ -339,12 +339,8 @@ async fn run() -> anyhow::Result<Option<std::process::ExitCode>> {
             }
         }
         Ok::<Option<std::process::ExitCode>, anyhow::Error>(None)
-    }
-    .await;
-    if let Some(traces) = traces {
-        traces.shutdown().await;
-    }
-    done
+    };
+    telemetry::traces::with_traces("hookline-dlq-replayer", &telemetry, done)?.await
 }
 
 fn replayer(config: ReplayerConfig) -> anyhow::Result<Replayer> {

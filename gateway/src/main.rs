@@ -25,7 +25,6 @@ async fn run() -> anyhow::Result<()> {
     }
     let loaded = Loaded::load(args.service.config())?;
     let config = &loaded.config;
-    let traces = telemetry::traces::init_from_env("hookline-gateway", &config.telemetry)?;
     let public =
         TcpListener::bind(&config.listen_addr).await.with_context(|| format!("bind {}", config.listen_addr))?;
     let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
@@ -43,12 +42,10 @@ async fn run() -> anyhow::Result<()> {
         Some(path) => ConfigOrigin::File(path.clone()),
         None => ConfigOrigin::Fixed(Box::new(config.clone())),
     };
-    let served = hookline_gateway::run_with_origin(loaded, origin, Listeners { public, admin }, shutdown).await;
-    // After the producer's flush: the last requests' spans are exported too.
-    if let Some(traces) = traces {
-        traces.shutdown().await;
-    }
-    served?;
+    let telemetry = config.telemetry.clone();
+    // Traces flushed after the producer's flush: the last requests' spans are exported too.
+    let run = hookline_gateway::run_with_origin(loaded, origin, Listeners { public, admin }, shutdown);
+    telemetry::traces::with_traces("hookline-gateway", &telemetry, run)?.await?;
     tracing::info!("gateway stopped");
     Ok(())
 }

@@ -77,7 +77,7 @@ async fn run() -> anyhow::Result<()> {
         Args::command().error(ErrorKind::MissingSubcommand, "a subcommand is required").exit()
     };
     let loaded = Loaded::load(args.service.config())?;
-    let traces = telemetry::traces::init_from_env("hookline-reconciler", &loaded.config.telemetry)?;
+    let telemetry = loaded.config.telemetry.clone();
     // Every command's spans are flushed before the process exits, whatever the command returned.
     let done = async {
         let config = &loaded.config;
@@ -143,10 +143,6 @@ async fn run() -> anyhow::Result<()> {
             }
         }
         Ok::<(), anyhow::Error>(())
-    }
-    .await;
-    if let Some(traces) = traces {
-        traces.shutdown().await;
-    }
-    done
+    };
+    telemetry::traces::with_traces("hookline-reconciler", &telemetry, done)?.await
 }

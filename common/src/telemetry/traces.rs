@@ -106,6 +106,23 @@ pub fn enabled() -> bool {
     TRACER.get().is_some()
 }
 
+/// A service's whole run with traces: set up from the environment now ([`init_from_env`]), then `work`, then the
+/// spans still queued flushed, whatever `work` returned. Every binary's `main` runs through it.
+pub fn with_traces<F: Future>(
+    default_service_name: &str,
+    config: &TelemetryConfig,
+    work: F,
+) -> Result<impl Future<Output = F::Output>, TraceInitError> {
+    let traces = init_from_env(default_service_name, config)?;
+    Ok(async move {
+        let output = work.await;
+        if let Some(traces) = traces {
+            traces.shutdown().await;
+        }
+        output
+    })
+}
+
 /// The installed tracer provider; [`Traces::shutdown`] flushes the spans still queued.
 #[derive(Debug)]
 pub struct Traces {

@@ -94,12 +94,9 @@ async fn run() -> anyhow::Result<()> {
     if matches!(mode, Mode::Router) {
         hookline_common::telemetry::init_tracing();
         // Traces as the real binary has them: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
-        let traces = hookline_common::telemetry::traces::init_from_env("hookline-consumer", &loaded.config.telemetry)?;
-        let ran = hookline_consumer::run(loaded, admin, hookline_common::signals::shutdown_on_signals()).await;
-        if let Some(traces) = traces {
-            traces.shutdown().await;
-        }
-        ran?;
+        let telemetry = loaded.config.telemetry.clone();
+        let run = hookline_consumer::run(loaded, admin, hookline_common::signals::shutdown_on_signals());
+        hookline_common::telemetry::traces::with_traces("hookline-consumer", &telemetry, run)?.await?;
         return Ok(());
     }
     let loaded = loaded.with_handler(Arc::new(AnnouncingHandler { mode }));

@@ -13,9 +13,6 @@ async fn main() {
     hookline_common::telemetry::init_tracing();
     let path = std::env::args_os().nth(1).expect("usage: test-gateway <gateway.toml>");
     let loaded = Loaded::load(Some(path.as_ref())).expect("a valid gateway config");
-    // Traces as the real binary has them: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
-    let traces = hookline_common::telemetry::traces::init_from_env("hookline-gateway", &loaded.config.telemetry)
-        .expect("the traces settings");
     let public = TcpListener::bind(&loaded.config.listen_addr).await.expect("bind the public listener");
     let admin = TcpListener::bind(&loaded.config.admin_addr).await.expect("bind the admin listener");
     {
@@ -27,9 +24,9 @@ async fn main() {
     }
     let origin = ConfigOrigin::Fixed(Box::new(loaded.config.clone()));
     let shutdown = hookline_common::signals::shutdown_on_signals();
-    let served = hookline_gateway::run_with_origin(loaded, origin, Listeners { public, admin }, shutdown).await;
-    if let Some(traces) = traces {
-        traces.shutdown().await;
-    }
-    served.expect("gateway runs");
+    // Traces as the real binary has them: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    let telemetry = loaded.config.telemetry.clone();
+    let run = hookline_gateway::run_with_origin(loaded, origin, Listeners { public, admin }, shutdown);
+    let traced = hookline_common::telemetry::traces::with_traces("hookline-gateway", &telemetry, run);
+    traced.expect("the traces settings").await.expect("gateway runs");
 }
