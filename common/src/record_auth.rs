@@ -29,7 +29,7 @@ use sha2::Sha256;
 pub use crate::config::RecordAuthConfig;
 use crate::{
     config::Problems,
-    wire::{RECORD_MAC_DOMAIN, RECORD_MAC_VERSION, header},
+    wire::{HeaderTable, RECORD_MAC_DOMAIN, RECORD_MAC_VERSION, header},
 };
 
 pub use crate::config::MIN_RECORD_KEY_BYTES as MIN_KEY_BYTES;
@@ -206,14 +206,14 @@ impl RecordKeys {
         now_ms: i64,
     ) -> Result<OwnedHeaders, SignError> {
         let signer = self.keys.iter().find(|key| key.signs_at(now_ms)).ok_or(SignError::NoValidKey)?;
-        let count = headers.map_or(0, Headers::count);
-        let mut out = OwnedHeaders::new_with_capacity(count + 1);
-        if let Some(headers) = headers {
-            for h in headers.iter().filter(|h| h.key != header::MAC) {
-                out = out.insert(Header { key: h.key, value: h.value });
-            }
+        // Read out of librdkafka once, for the MAC and for the copy.
+        let table = headers.map(HeaderTable::read).unwrap_or_default();
+        let mut out = OwnedHeaders::new_with_capacity(table.count() + 1);
+        for h in table.iter().filter(|h| h.key != header::MAC) {
+            out = out.insert(h);
         }
-        let tag = compute(&signer.mac, &signer.id, topic, key, payload, Some(&out));
+        // The MAC covers exactly what `out` holds: `visit` leaves out the MAC header too.
+        let tag = compute(&signer.mac, &signer.id, topic, key, payload, Some(&table));
         let value =
             format!("{RECORD_MAC_VERSION},{},{}", signer.id, base64::engine::general_purpose::STANDARD.encode(tag));
         Ok(out.insert(Header { key: header::MAC, value: Some(value.as_str()) }))
@@ -268,13 +268,13 @@ fn parse_mac_header(value: &[u8]) -> Option<(&str, Vec<u8>)> {
     (tag.len() == 32).then_some((key_id, tag))
 }
 
-fn compute(
+fn compute<H: Headers>(
     keyed: &Hmac<Sha256>,
     key_id: &str,
     topic: &str,
     key: Option<&[u8]>,
     payload: Option<&[u8]>,
-    headers: Option<&OwnedHeaders>,
+    headers: Option<&H>,
 ) -> [u8; 32] {
     let mut mac = keyed.clone();
     feed(&mut mac, key_id, topic, key, payload, headers);

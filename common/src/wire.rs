@@ -224,6 +224,9 @@ pub mod default_topic {
 /// mistaken for a source (source names are letters, digits, `-` and `_`). Every script touches one key, so Redis
 /// Cluster needs no hash tag.
 mod done_marker;
+mod record_view;
+
+pub use record_view::{HeaderTable, RecordView};
 
 pub mod redis_key {
     /// Value of a dedupe key once its event was processed, as written before done markers carried details (and
@@ -408,7 +411,11 @@ pub struct InboundEvent {
 
 impl InboundEvent {
     pub fn from_message<M: Message>(message: &M) -> Result<Self, WireError> {
-        let headers = message.headers();
+        Self::from_parts(message, message.headers())
+    }
+
+    /// From `message`'s body and position, and its headers as read once ([`RecordView`]).
+    pub fn from_parts<M: Message, H: Headers>(message: &M, headers: Option<&H>) -> Result<Self, WireError> {
         Ok(Self {
             meta: EventMeta::from_headers(headers)?,
             body: Bytes::copy_from_slice(message.payload().unwrap_or_default()),

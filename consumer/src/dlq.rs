@@ -10,14 +10,14 @@ use hookline_common::{
     config::KafkaConfig,
     producer::{AckedProducer, ProduceError, QueueWait},
     wire::{
-        DeadLetterEntry, EntryStatusRecord, FORMAT_VERSION, MAX_DLQ_ERROR_BYTES,
+        DeadLetterEntry, EntryStatusRecord, FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, RecordView,
         header::{self, dlq, retry},
     },
 };
 use rdkafka::{
     Message,
     error::KafkaError,
-    message::{Header, OwnedHeaders, OwnedMessage},
+    message::{Header, Headers, OwnedHeaders, OwnedMessage},
     producer::FutureRecord,
 };
 
@@ -89,7 +89,8 @@ impl DeadLetters {
     /// partition. A record read back from the retry topic is dead-lettered as the original event: its retry
     /// headers are left out and the DLQ record names the inbound position the event first had.
     pub async fn publish(&self, original: &OwnedMessage, failure: &Failure<'_>) -> Result<String, ProduceError> {
-        let origin = RetryHeaders::origin_of(original);
+        let original = RecordView::new(original);
+        let origin = RetryHeaders::origin_of(&original);
         let partition = origin.partition.to_string();
         let offset = origin.offset.to_string();
         let attempts = failure.attempts.to_string();
@@ -111,7 +112,7 @@ impl DeadLetters {
             (dlq::CONSUMER_VERSION, env!("CARGO_PKG_VERSION")),
             (dlq::FORMAT_VERSION, FORMAT_VERSION),
         ];
-        let record = copy_of(original, &self.topic, &failure_headers);
+        let record = copy_of(&original, &self.topic, &failure_headers);
         let delivery = self.producer.send(record, QueueWait::UpToDeadline).await?;
         Ok(DeadLetterEntry::entry_id(&self.topic, delivery.partition, delivery.offset))
     }
@@ -124,7 +125,8 @@ impl DeadLetters {
         attempts: &Attempts,
         due_at_ms: i64,
     ) -> Result<(), ProduceError> {
-        let origin = RetryHeaders::origin_of(original);
+        let original = RecordView::new(original);
+        let origin = RetryHeaders::origin_of(&original);
         let (partition, offset) = (origin.partition.to_string(), origin.offset.to_string());
         let (count, first) = (attempts.attempts.to_string(), attempts.first_failure_at_ms.to_string());
         let due = due_at_ms.to_string();
@@ -140,7 +142,7 @@ impl DeadLetters {
             // Only this service takes it back, wherever the record is read.
             (header::SERVICE, self.service.as_str()),
         ];
-        let record = copy_of(original, &self.retry_topic, &retry_headers);
+        let record = copy_of(&original, &self.retry_topic, &retry_headers);
         self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
     }
 
@@ -175,20 +177,26 @@ impl DeadLetters {
 
 /// A record to `topic` with `original`'s key, body and headers (its retry headers, and any header `extra`
 /// replaces, left out) and `extra` headers.
-fn copy_of<'a>(original: &'a OwnedMessage, topic: &'a str, extra: &[(&str, &str)]) -> FutureRecord<'a, [u8], [u8]> {
-    let mut headers = OwnedHeaders::new();
+fn copy_of<'a>(
+    original: &'a RecordView<'_, OwnedMessage>,
+    topic: &'a str,
+    extra: &[(&str, &str)],
+) -> FutureRecord<'a, [u8], [u8]> {
     let replaced = |key: &str| extra.iter().any(|(name, _)| *name == key);
-    for (key, value) in crate::retry::original_headers(original).iter().filter(|(key, _)| !replaced(key)) {
-        headers = headers.insert(Header { key: key.as_str(), value: value.as_deref() });
+    let kept = crate::retry::original_headers(original).filter(|header| !replaced(header.key));
+    let mut headers = OwnedHeaders::new_with_capacity(original.headers().map_or(0, Headers::count) + extra.len());
+    for header in kept {
+        headers = headers.insert(header);
     }
     for (key, value) in extra {
         headers = headers.insert(Header { key, value: Some(*value) });
     }
+    let message = original.message();
     let mut record = FutureRecord::to(topic).headers(headers);
-    if let Some(key) = original.key() {
+    if let Some(key) = message.key() {
         record = record.key(key);
     }
-    if let Some(payload) = original.payload() {
+    if let Some(payload) = message.payload() {
         record = record.payload(payload);
     }
     record

@@ -39,14 +39,13 @@ use hookline_common::{
     kafka::{QuietContext, consumer_config},
     redis_security,
     telemetry::LogThrottle,
-    wire::{EventMeta, now_ms},
+    wire::{EventMeta, RecordView, now_ms},
 };
 use rdkafka::{
     ClientContext, Message, Offset, TopicPartitionList,
     config::RDKafkaLogLevel,
     consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer},
     error::KafkaError,
-    message::OwnedMessage,
 };
 use tokio::{net::TcpListener, sync::Notify};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -227,20 +226,23 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
             message = consumer.recv() => match message {
                 Ok(message) => {
                     metrics.consumed.inc();
-                    if service::addressed_elsewhere(&message, &service) {
-                        pass(&shared, &consumer, &metrics, &message);
+                    // Its headers out of librdkafka once, for every reader below.
+                    let view = RecordView::new(&message);
+                    if service::addressed_elsewhere(view.headers(), &service) {
+                        pass(&shared, &consumer, &metrics, &view);
                         continue;
                     }
-                    let message = message.detach();
                     // A record without hookline's MAC gets no route of its own and no due time: whatever its
                     // headers claim, it only goes to the pipeline, which dead-letters it. The MAC is checked
                     // once, here: the job carries the verdict to the pipeline.
-                    let verdict = pipeline.authenticate(&message);
+                    let verdict = pipeline.authenticate(&view);
                     let admission = if verdict.accepted() {
-                        Admission { verdict: Some(verdict), ..admission_of(&message, &topics) }
+                        Admission { verdict: Some(verdict), ..admission_of(&view, &topics) }
                     } else {
                         Admission { verdict: Some(verdict), ..Admission::default() }
                     };
+                    drop(view);
+                    let message = message.detach();
                     if !shared.lock().admit(message, admission, now_ms()) {
                         metrics.dropped.inc();
                     }
@@ -413,8 +415,9 @@ async fn take_over(
 }
 
 /// A record addressed to another service: handled as it arrives, so it holds nothing back.
-fn pass(shared: &Shared, consumer: &GroupConsumer, metrics: &Metrics, message: &impl Message) {
-    let source = hookline_common::wire::header_str(message.headers(), hookline_common::wire::header::SOURCE)
+fn pass(shared: &Shared, consumer: &GroupConsumer, metrics: &Metrics, view: &RecordView<'_, impl Message>) {
+    let message = view.message();
+    let source = hookline_common::wire::header_str(view.headers(), hookline_common::wire::header::SOURCE)
         .and_then(Result::ok)
         .unwrap_or_else(|| "unknown".to_owned());
     metrics.events.with_label_values(&[&source, metrics::event_outcome::OTHER_SERVICE]).inc();
@@ -491,11 +494,11 @@ fn apply_pauses(shared: &Shared, consumer: &GroupConsumer) {
 /// What the scheduler needs from a record's headers. A record no gateway wrote gets no source (it is
 /// dead-lettered as poison by the pipeline, on the `unknown` route; so does a record without hookline's MAC).
 /// A record of the retry topic waits until its due time.
-fn admission_of(message: &OwnedMessage, topics: &ServiceTopics) -> Admission {
-    let retry = topics.is_retry(message.topic()).then(|| RetryHeaders::read(message)).flatten();
+fn admission_of(view: &RecordView<'_, impl Message>, topics: &ServiceTopics) -> Admission {
+    let retry = topics.is_retry(view.message().topic()).then(|| RetryHeaders::from_headers(view.headers())).flatten();
     let due_at_ms = retry.as_ref().map(|headers| headers.due_at_ms);
     let first_failure_at_ms = retry.map(|headers| headers.attempts.first_failure_at_ms);
-    match EventMeta::from_headers(message.headers()) {
+    match EventMeta::from_headers(view.headers()) {
         Ok(meta) => Admission {
             source: Some(meta.source),
             event_type: meta.event_type,

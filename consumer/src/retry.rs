@@ -5,8 +5,11 @@
 //! waits in the scheduler's timer list (its partition pauses when its window fills), then takes the same dedupe
 //! and handler path. Nothing sleeps in a partition's path, and nothing holds handler capacity while it waits.
 
-use hookline_common::wire::{header::retry, header_str};
-use rdkafka::{Message, message::Headers};
+use hookline_common::wire::{RecordView, header::retry, header_str};
+use rdkafka::{
+    Message,
+    message::{Header, Headers},
+};
 
 /// Handler attempts already made for an event, carried into its next attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +39,11 @@ impl RetryHeaders {
     /// The retry headers of `message`; `None` for a record that was never retried (or whose retry headers are
     /// damaged: it then starts counting again, which only lengthens its retries).
     pub fn read<M: Message>(message: &M) -> Option<Self> {
-        let headers = message.headers();
+        Self::from_headers(message.headers())
+    }
+
+    /// The same, from a record's headers as read once ([`hookline_common::wire::RecordView`]).
+    pub fn from_headers<H: Headers>(headers: Option<&H>) -> Option<Self> {
         let text = |name: &'static str| header_str(headers, name).and_then(Result::ok);
         let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());
         Some(Self {
@@ -54,9 +61,10 @@ impl RetryHeaders {
         })
     }
 
-    /// Where `message` first was: its retry headers' origin, or its own position.
-    pub fn origin_of<M: Message>(message: &M) -> Origin {
-        Self::read(message).map(|headers| headers.origin).unwrap_or_else(|| Origin {
+    /// Where `record` first was: its retry headers' origin, or its own position.
+    pub fn origin_of<M: Message>(record: &RecordView<'_, M>) -> Origin {
+        let message = record.message();
+        Self::from_headers(record.headers()).map(|headers| headers.origin).unwrap_or_else(|| Origin {
             topic: message.topic().to_owned(),
             partition: message.partition(),
             offset: message.offset(),
@@ -69,15 +77,10 @@ pub fn is_retry_header(name: &str) -> bool {
     name.starts_with(retry::PREFIX)
 }
 
-/// The headers of `message` without its retry headers: the original event's, to copy into the next retry or
-/// the DLQ record.
-pub fn original_headers<M: Message>(message: &M) -> Vec<(String, Option<Vec<u8>>)> {
-    let Some(headers) = message.headers() else { return Vec::new() };
-    headers
-        .iter()
-        .filter(|header| !is_retry_header(header.key))
-        .map(|header| (header.key.to_owned(), header.value.map(<[u8]>::to_vec)))
-        .collect()
+/// The headers of `record` without its retry headers, in record order: the original event's, to copy into the
+/// next retry or the DLQ record.
+pub fn original_headers<'a>(record: &'a RecordView<'_, impl Message>) -> impl Iterator<Item = Header<'a, &'a [u8]>> {
+    record.headers().into_iter().flat_map(Headers::iter).filter(|header| !is_retry_header(header.key))
 }
 
 #[cfg(test)]
@@ -112,8 +115,9 @@ mod tests {
         assert_eq!(read.attempts.attempts, 2);
         assert_eq!(read.due_at_ms, 5000);
         assert_eq!(read.origin, Origin { topic: "webhooks.inbound".into(), partition: 1, offset: 7 });
-        let kept: Vec<String> = original_headers(&record).into_iter().map(|(key, _)| key).collect();
-        assert_eq!(kept, vec!["hookline-source".to_owned()]);
+        let view = RecordView::new(&record);
+        let kept: Vec<&str> = original_headers(&view).map(|header| header.key).collect();
+        assert_eq!(kept, vec!["hookline-source"]);
     }
 
     #[test]
@@ -121,7 +125,7 @@ mod tests {
         let record = message(OwnedHeaders::new());
         assert!(RetryHeaders::read(&record).is_none());
         assert_eq!(
-            RetryHeaders::origin_of(&record),
+            RetryHeaders::origin_of(&RecordView::new(&record)),
             Origin { topic: "webhooks.retry".into(), partition: 2, offset: 40 }
         );
     }

@@ -40,7 +40,9 @@ use hookline_common::{
         LogThrottle,
         traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
     },
-    wire::{EntryStatus, EntryStatusRecord, InboundEvent, header, header_str, now_ms, redis_key::DoneMarker},
+    wire::{
+        EntryStatus, EntryStatusRecord, InboundEvent, RecordView, header, header_str, now_ms, redis_key::DoneMarker,
+    },
 };
 use rdkafka::{Message, message::OwnedMessage};
 use tokio_util::sync::CancellationToken;
@@ -190,8 +192,10 @@ impl Pipeline {
         verdict: Option<Verdict>,
         span: &TraceSpan,
     ) -> (Disposition, Downstream) {
+        // Its headers out of librdkafka once, for every reader below.
+        let view = RecordView::new(message);
         // The verdict of the fetch loop's check of these same bytes, or a check now.
-        let verdict = verdict.unwrap_or_else(|| self.authenticate(message));
+        let verdict = verdict.unwrap_or_else(|| self.authenticate(&view));
         self.metrics.record_auth.with_label_values(&[verdict.label()]).inc();
         if let Verdict::Refused(refusal) = verdict {
             let now = now_ms();
@@ -210,7 +214,7 @@ impl Pipeline {
             };
             // Its headers are not to be believed, its source name included: the bounded `unknown` label.
             let source = "unknown";
-            let event_id = header_str(message.headers(), header::EVENT_ID).and_then(Result::ok);
+            let event_id = header_str(view.headers(), header::EVENT_ID).and_then(Result::ok);
             if self.dead_letter(message, source, event_id.as_deref(), &failure).await.is_none() {
                 return (Interrupted, Downstream::NotCalled);
             }
@@ -219,7 +223,7 @@ impl Pipeline {
             span.fail("unauthenticated_record", || error.clone());
             return (Handled, Downstream::NotCalled);
         }
-        let event = match InboundEvent::from_message(message) {
+        let event = match InboundEvent::from_parts(message, view.headers()) {
             Ok(event) => event,
             Err(error) => {
                 let now = now_ms();
@@ -241,7 +245,7 @@ impl Pipeline {
                 span.fail("poison", || failure.error.to_owned());
                 // A re-driven entry that is not a hookline record still gets its outcome, or it would stay
                 // `replayed` for ever.
-                let replay_of = header_str(message.headers(), header::REPLAY_OF).and_then(Result::ok);
+                let replay_of = header_str(view.headers(), header::REPLAY_OF).and_then(Result::ok);
                 if let Some(entry_id) = replay_of {
                     let record = EntryStatusRecord {
                         status: EntryStatus::FailedAgain,
@@ -250,7 +254,7 @@ impl Pipeline {
                         event_id: None,
                         new_entry: Some(new_entry),
                         note: Some("not a hookline record".to_owned()),
-                        replays: header_str(message.headers(), header::REPLAY_COUNT)
+                        replays: header_str(view.headers(), header::REPLAY_COUNT)
                             .and_then(Result::ok)
                             .and_then(|n| n.parse().ok()),
                     };
@@ -262,7 +266,7 @@ impl Pipeline {
             }
         };
         span.set(attribute::SOURCE, || event.meta.source.clone());
-        let outcome = match self.handle(message, &event, prior, span).await {
+        let outcome = match self.handle(&view, &event, prior, span).await {
             Some(Outcome::RetryLater { due_at_ms, attempts }) => {
                 span.set(attribute::OUTCOME, || event_outcome::RETRY_LATER);
                 return (RetryAt { due_at_ms, attempts }, Downstream::Failed);
@@ -278,7 +282,7 @@ impl Pipeline {
         // `reprocess:<run id>:<where the record was>`, so that each re-processing is recorded.
         let fate_key = event.replay_of.clone().or_else(|| {
             let run_id = event.reprocess_id.as_deref()?;
-            let of = header_str(message.headers(), header::REPROCESS_OF).and_then(Result::ok).unwrap_or_default();
+            let of = header_str(view.headers(), header::REPROCESS_OF).and_then(Result::ok).unwrap_or_default();
             Some(format!("{}{run_id}:{of}", hookline_common::wire::REPROCESS_STATUS_KEY_PREFIX))
         });
         if let Some(entry_id) = &fate_key {
@@ -338,34 +342,36 @@ impl Pipeline {
         reason: DeferReason,
         verdict: Option<Verdict>,
     ) -> Disposition {
-        let verdict = verdict.unwrap_or_else(|| self.authenticate(message));
+        let view = RecordView::new(message);
+        let verdict = verdict.unwrap_or_else(|| self.authenticate(&view));
         if !verdict.accepted() {
             // Never copied (and so signed) into the retry topic: dead-lettered now instead.
             return self.process(message, None, Some(verdict)).await.0;
         }
-        let attempts = RetryHeaders::read(message).map(|headers| headers.attempts).unwrap_or_else(|| Attempts {
-            attempts: 0,
-            first_failure_at_ms: now_ms(),
-            last_error: format!("deferred: {}", reason.as_str()),
-        });
+        let attempts =
+            RetryHeaders::from_headers(view.headers()).map(|headers| headers.attempts).unwrap_or_else(|| Attempts {
+                attempts: 0,
+                first_failure_at_ms: now_ms(),
+                last_error: format!("deferred: {}", reason.as_str()),
+            });
         if self.park(message, &attempts, due_at_ms).await.is_none() {
             return Interrupted;
         }
-        let source = hookline_common::wire::header_str(message.headers(), hookline_common::wire::header::SOURCE)
-            .and_then(Result::ok)
-            .unwrap_or_else(|| "unknown".to_owned());
+        let source =
+            header_str(view.headers(), header::SOURCE).and_then(Result::ok).unwrap_or_else(|| "unknown".to_owned());
         self.metrics.deferred.with_label_values(&[source.as_str(), reason.as_str()]).inc();
         Handled
     }
 
     /// The record's MAC checked with this service's keys, at this consumer's clock (never the record's timestamp,
     /// which its writer chose). Not counted: [`Self::process`] counts each record's verdict once.
-    pub fn authenticate(&self, message: &OwnedMessage) -> Verdict {
+    pub fn authenticate(&self, view: &RecordView<'_, impl Message>) -> Verdict {
+        let message = view.message();
         self.dead_letters.record_keys().verify(
             message.topic(),
             message.key(),
             message.payload(),
-            message.headers(),
+            view.headers(),
             now_ms(),
         )
     }
@@ -373,16 +379,17 @@ impl Pipeline {
     /// Dedupe, handler and retries for a well-formed event. `None` on shutdown.
     async fn handle(
         &self,
-        message: &OwnedMessage,
+        view: &RecordView<'_, OwnedMessage>,
         event: &InboundEvent,
         prior: Option<Attempts>,
         span: &TraceSpan,
     ) -> Option<Outcome> {
+        let message = view.message();
         let source = event.meta.source.as_str();
         let event_id = event.meta.event_id.as_str();
         let handler_name = self.handler.name_for(event);
         // Attempts so far: carried in memory for an ordered record, in the retry headers for a parked one.
-        let prior = prior.or_else(|| RetryHeaders::read(message).map(|headers| headers.attempts));
+        let prior = prior.or_else(|| RetryHeaders::from_headers(view.headers()).map(|headers| headers.attempts));
         let mut attempts = prior.as_ref().map_or(0, |prior| prior.attempts);
         let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
