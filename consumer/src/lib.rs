@@ -469,7 +469,9 @@ fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &P
             drop(scheduler);
             shared.notify.notify_one();
         };
-        workers.spawn(task.in_current_span());
+        // Boxed once here: the record's future is large (the whole pipeline, inlined), and spawning it by value
+        // copied all of it at each of spawn's moves (callgrind: 15.8k instructions of `memcpy` per record).
+        workers.spawn(Box::pin(task).in_current_span());
     }
 }
 
