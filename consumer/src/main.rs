@@ -4,6 +4,10 @@ use hookline_common::{cli::ServiceArgs, telemetry};
 use hookline_consumer::{Loaded, metrics::Metrics};
 use tokio::net::TcpListener;
 
+/// Every Rust allocation of the consumer (docs/benchmarks/consumer.md, "A third of the CPU per event").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A hookline consumer-group member.
 #[derive(Debug, Parser)]
 #[command(version, about)]
