@@ -61,6 +61,9 @@ pub struct Job {
     pub prior: Option<Attempts>,
     /// From the retry headers: when the event first failed or was first deferred (its retry budget's start).
     first_failure_at_ms: Option<i64>,
+    /// Read back from the retry topic (it had a due time): already parked once, so an open breaker holds it here
+    /// rather than copying it again ([`Scheduler::hold_parked`]).
+    parked: bool,
     /// What to do with the record.
     pub work: Work,
     /// The one call let through a half-open breaker.
@@ -287,6 +290,7 @@ impl Scheduler {
             chain: admission.ordering_key,
             prior: None,
             first_failure_at_ms: admission.first_failure_at_ms,
+            parked: admission.due_at_ms.is_some(),
             work: Work::Handle,
             probe: false,
             verdict: admission.verdict,
@@ -396,12 +400,16 @@ impl Scheduler {
                 self.defer(index, due_at_ms, DeferReason::Saturated, now_ms, true)
             }
             Gate::Open { next_probe_ms } => {
-                if defer_room {
-                    let jitter_ms = rand::rng().random_range(0..=self.routes[index].breaker.cooldown_ms / 10);
-                    let due_at_ms = next_probe_ms.max(now_ms) + jitter_ms;
-                    if let Some(job) = self.defer(index, due_at_ms, DeferReason::BreakerOpen, now_ms, false) {
-                        return Some(job);
-                    }
+                let jitter_ms = rand::rng().random_range(0..=self.routes[index].breaker.cooldown_ms / 10);
+                let due_at_ms = next_probe_ms.max(now_ms) + jitter_ms;
+                self.hold_parked(index, due_at_ms, now_ms);
+                let deferred = if defer_room {
+                    self.defer(index, due_at_ms, DeferReason::BreakerOpen, now_ms, false)
+                } else {
+                    None
+                };
+                if deferred.is_some() {
+                    return deferred;
                 }
                 // A record past its retry budget gets its last call even now, so that it ends in the DLQ.
                 let budget = self.retry_max_total_ms;
@@ -443,6 +451,35 @@ impl Scheduler {
         job.work = Work::Defer { due_at_ms: due_at_ms.min(budget_end_ms), reason };
         self.deferring += 1;
         Some(job)
+    }
+
+    /// Holds the records of route `index` (its breaker open) that were read back from the retry topic, among the
+    /// first [`QUEUE_SCAN`] queued, in memory until `due_at_ms` (the next probe) instead of parking them again.
+    /// Copying a parked record to the retry topic costs about what handling a healthy one does, and with every
+    /// parked record copied again at every probe, an outage cost the healthy routes more the longer it lasted
+    /// (docs/benchmarks/consumer.md, "Isolation over a long outage"). Only while its partition has room: a full
+    /// window (paused) parks them again, so that the retry topic moves on to what follows them. Not held: a
+    /// record past its retry budget (it gets its last call) and an ordered one (never deferred).
+    fn hold_parked(&mut self, index: usize, due_at_ms: i64, now_ms: i64) {
+        let budget = self.retry_max_total_ms;
+        let queue = &mut self.routes[index].queue;
+        let mut position = 0;
+        let mut held = Vec::new();
+        while position < queue.len().min(QUEUE_SCAN) {
+            let job = &queue[position];
+            let room = self
+                .partitions
+                .get(&job.partition)
+                .is_some_and(|state| state.generation == job.generation && !state.revoked && !state.paused);
+            if room && job.parked && job.chain.is_none() && !job.budget_spent(now_ms, budget) {
+                held.extend(queue.remove(position));
+            } else {
+                position += 1;
+            }
+        }
+        for job in held {
+            self.delay(job, due_at_ms, false);
+        }
     }
 
     /// Removes and returns the first job among the first [`QUEUE_SCAN`] of route `index` whose partition is still

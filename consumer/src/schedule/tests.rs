@@ -164,3 +164,45 @@ fn a_record_past_its_retry_budget_gets_its_last_call_through_an_open_breaker() {
     let last_call = scheduler.next_job(Instant::now(), 200).expect("1");
     assert_eq!(last_call.work, Work::Handle, "not deferred again: its failure goes to the DLQ");
 }
+
+#[test]
+fn an_open_breaker_holds_parked_records_until_the_next_probe_and_parks_them_again_only_from_a_full_window() {
+    let processing = ProcessingConfig { breaker_failures: 1, breaker_cooldown_ms: 1_000, ..config(8, 8) };
+    let mut scheduler = Scheduler::new(&processing, &[], &RetryConfig::default());
+    // Partition 0 plays the inbound topic, partition 1 the retry topic (window of 4).
+    scheduler.assign([("t".to_owned(), 0), ("t".to_owned(), 1)]);
+    scheduler.admit(record(0, 0), admission("a", None), 0);
+    let failing = scheduler.next_job(Instant::now(), 0).expect("0");
+    scheduler.complete(failing, Completion::Handled, Downstream::Failed, 0);
+    assert_eq!(scheduler.breaker_changes(), vec![("a".to_owned(), true)]);
+    let parked = |offset| {
+        (record(1, offset), Admission { due_at_ms: Some(5), first_failure_at_ms: Some(0), ..admission("a", None) })
+    };
+    for offset in 0..2 {
+        let (message, admission) = parked(offset);
+        scheduler.admit(message, admission, 10);
+    }
+    scheduler.admit(record(0, 1), admission("a", None), 10);
+    let inbound = scheduler.next_job(Instant::now(), 10).expect("the inbound record");
+    assert_eq!(inbound.message.partition(), 0, "a record read from the inbound topic is parked as before");
+    assert!(matches!(inbound.work, Work::Defer { reason: DeferReason::BreakerOpen, .. }));
+    assert!(scheduler.next_job(Instant::now(), 10).is_none(), "the parked ones are held, not copied again");
+    assert_eq!(scheduler.deferring(), 1);
+    // At the next probe, one of them probes and the other is held again.
+    scheduler.release_due(1_100);
+    let probe = scheduler.next_job(Instant::now(), 1_100).expect("the probe");
+    assert_eq!(probe.work, Work::Handle);
+    assert!(scheduler.next_job(Instant::now(), 1_100).is_none(), "held while the probe runs");
+    scheduler.complete(probe, Completion::Handled, Downstream::Failed, 1_100);
+    // A full window of parked records: they are parked again, so the retry topic moves on.
+    for offset in 2..5 {
+        let (message, admission) = parked(offset);
+        scheduler.admit(message, admission, 1_100);
+    }
+    let (pause, _) = scheduler.pause_changes();
+    assert_eq!(pause, vec![("t".to_owned(), 1)]);
+    scheduler.release_due(5_000);
+    let again = scheduler.next_job(Instant::now(), 1_200).expect("parked again");
+    assert_eq!(again.message.partition(), 1);
+    assert!(matches!(again.work, Work::Defer { reason: DeferReason::BreakerOpen, .. }));
+}
