@@ -37,6 +37,10 @@ pub struct HttpBenchConfig {
     pub max_in_flight: usize,
     /// The delays of the isolation runs (healthy alone, then beside the 503 source), on 6 partitions.
     pub isolation_delays_ms: Vec<u64>,
+    /// Healthy events per isolation run (as many failing ones beside); `None`: by D, as the throughput runs.
+    pub isolation_events: Option<u64>,
+    /// `processing.breaker_cooldown_ms`; `None`: the consumer's default.
+    pub breaker_cooldown_ms: Option<u64>,
     /// Extra librdkafka properties for the consumer (`[kafka.properties]`), `key=value`.
     pub kafka_properties: Vec<String>,
     /// The run's record key: the fill signs with it, the consumer verifies with it.
@@ -195,11 +199,12 @@ async fn http_run(
     )
     .await?;
     // Enough events for several seconds at the expected rate, bounded for the slow cases.
-    let n_events: u64 = match delay_ms {
+    let by_delay = match delay_ms {
         0..=5 => 20_000,
         6..=20 => 15_000,
         _ => 6_000,
     };
+    let n_events: u64 = if kind == "http" { by_delay } else { config.isolation_events.unwrap_or(by_delay) };
     let sources: &[&str] = if with_failing { &["bench-healthy", "bench-failing"] } else { &["bench-healthy"] };
     fill_sources(&config.brokers, &topic, sources, n_events, config.body_bytes, config.record_key.keys()).await?;
 
@@ -266,7 +271,7 @@ url = "http://{sink_addr}/healthy"
 [processing]
 max_in_flight = {max_in_flight}
 route_max_in_flight = {max_in_flight}
-[[routes]]
+{cooldown}[[routes]]
 source = "bench-failing"
 max_in_flight = {failing_limit}
 handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
@@ -278,6 +283,8 @@ handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
             redis = config.redis_url,
             max_in_flight = config.max_in_flight,
             failing_limit = (config.max_in_flight / 4).max(1),
+            cooldown =
+                config.breaker_cooldown_ms.map_or_else(String::new, |ms| format!("breaker_cooldown_ms = {ms}\n")),
             properties = config
                 .kafka_properties
                 .iter()

@@ -141,49 +141,34 @@ enum Command {
     /// The consumer with the `http` handler against a local sink answering after D ms, for each D and partition
     /// count, then a healthy source alone and beside a source whose downstream always answers 503.
     ConsumerHttp {
-        #[arg(long, env = "KAFKA_BROKERS")]
-        brokers: String,
-        #[arg(long, env = "REDIS_URL")]
-        redis_url: String,
-        #[arg(long, env = "DLQ_TOPIC", default_value = "webhooks.dlq")]
-        dlq_topic: String,
-        #[arg(long, env = "DLQ_STATUS_TOPIC", default_value = "webhooks.dlq-status")]
-        dlq_status_topic: String,
+        #[command(flatten)]
+        consumer: HttpConsumerArgs,
         /// The delays of the throughput runs; `--delays-ms` with no value: none (only the isolation runs).
         #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0,5,20,100")]
         delays_ms: Vec<u64>,
         #[arg(long, value_delimiter = ',', default_value = "1,6")]
         partitions: Vec<i32>,
-        #[arg(long, default_value_t = 256)]
-        max_in_flight: usize,
         #[arg(long, value_delimiter = ',', default_value = "20,100")]
         isolation_delays_ms: Vec<u64>,
+        /// Healthy events per isolation run (as many failing ones beside); default by D: 15,000 up to 20 ms, then
+        /// 6,000. More gives a longer steady state after the breaker opens.
+        #[arg(long)]
+        isolation_events: Option<u64>,
+        /// `processing.breaker_cooldown_ms` of the consumer (its default when absent). Under callgrind, whose
+        /// slow time lets the default 10 s pass many times in one run, a long one keeps the real run's mix.
+        #[arg(long)]
+        breaker_cooldown_ms: Option<u64>,
         /// Extra librdkafka properties for the consumer, `key=value,...`.
         #[arg(long, value_delimiter = ',')]
         kafka_properties: Vec<String>,
-        #[arg(long, default_value_t = 1024)]
-        body_bytes: usize,
-        /// The `consumer` binary (a release build).
-        #[arg(long)]
-        consumer_bin: PathBuf,
-        #[arg(long)]
-        work_dir: PathBuf,
-        #[arg(long, default_value_t = 180)]
-        timeout_s: u64,
         #[arg(long)]
         json: Option<PathBuf>,
     },
     /// hookline's consumer beside the naive consumer most teams write first (a `StreamConsumer` loop, `SET NX` per
     /// record, the same sink), A B A B over one filled topic per delay D (`naive_consumer.rs`).
     ConsumerPeer {
-        #[arg(long, env = "KAFKA_BROKERS")]
-        brokers: String,
-        #[arg(long, env = "REDIS_URL")]
-        redis_url: String,
-        #[arg(long, env = "DLQ_TOPIC", default_value = "webhooks.dlq")]
-        dlq_topic: String,
-        #[arg(long, env = "DLQ_STATUS_TOPIC", default_value = "webhooks.dlq-status")]
-        dlq_status_topic: String,
+        #[command(flatten)]
+        consumer: HttpConsumerArgs,
         #[arg(long, value_delimiter = ',', default_value = "0,20")]
         delays_ms: Vec<u64>,
         #[arg(long, default_value_t = 6)]
@@ -193,17 +178,6 @@ enum Command {
         /// The naive consumer is timed over at most this long (at D = 20 ms it does ~50 events a second).
         #[arg(long, default_value_t = 10)]
         naive_window_s: u64,
-        #[arg(long, default_value_t = 256)]
-        max_in_flight: usize,
-        #[arg(long, default_value_t = 1024)]
-        body_bytes: usize,
-        /// The `consumer` binary (a release build).
-        #[arg(long)]
-        consumer_bin: PathBuf,
-        #[arg(long)]
-        work_dir: PathBuf,
-        #[arg(long, default_value_t = 180)]
-        timeout_s: u64,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -224,6 +198,55 @@ enum Command {
         #[arg(long)]
         criterion: PathBuf,
     },
+}
+
+/// What the runs of hookline's consumer with the `http` handler share (`consumer-http`, `consumer-peer`).
+#[derive(Debug, clap::Args)]
+struct HttpConsumerArgs {
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: String,
+    #[arg(long, env = "REDIS_URL")]
+    redis_url: String,
+    #[arg(long, env = "DLQ_TOPIC", default_value = "webhooks.dlq")]
+    dlq_topic: String,
+    #[arg(long, env = "DLQ_STATUS_TOPIC", default_value = "webhooks.dlq-status")]
+    dlq_status_topic: String,
+    #[arg(long, default_value_t = 256)]
+    max_in_flight: usize,
+    #[arg(long, default_value_t = 1024)]
+    body_bytes: usize,
+    /// The `consumer` binary (a release build).
+    #[arg(long)]
+    consumer_bin: PathBuf,
+    #[arg(long)]
+    work_dir: PathBuf,
+    #[arg(long, default_value_t = 180)]
+    timeout_s: u64,
+}
+
+impl HttpConsumerArgs {
+    /// The bench's configuration with these, its work directory created and a fresh record key.
+    fn config(self, delays_ms: Vec<u64>, partitions: Vec<i32>) -> anyhow::Result<HttpBenchConfig> {
+        std::fs::create_dir_all(&self.work_dir)?;
+        Ok(HttpBenchConfig {
+            brokers: self.brokers,
+            redis_url: self.redis_url,
+            dlq_topic: self.dlq_topic,
+            dlq_status_topic: self.dlq_status_topic,
+            consumer_bin: self.consumer_bin,
+            work_dir: self.work_dir,
+            timeout: Duration::from_secs(self.timeout_s),
+            body_bytes: self.body_bytes,
+            delays_ms,
+            partitions,
+            max_in_flight: self.max_in_flight,
+            isolation_delays_ms: Vec::new(),
+            isolation_events: None,
+            breaker_cooldown_ms: None,
+            kafka_properties: Vec::new(),
+            record_key: BenchRecordKey::generate()?,
+        })
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -413,74 +436,27 @@ async fn main() -> anyhow::Result<()> {
             write_json(json.as_deref(), &report)
         }
         Command::ConsumerHttp {
-            brokers,
-            redis_url,
-            dlq_topic,
-            dlq_status_topic,
+            consumer,
             delays_ms,
             partitions,
-            max_in_flight,
             isolation_delays_ms,
+            isolation_events,
+            breaker_cooldown_ms,
             kafka_properties,
-            body_bytes,
-            consumer_bin,
-            work_dir,
-            timeout_s,
             json,
         } => {
-            std::fs::create_dir_all(&work_dir)?;
-            let rows = consumer_http::run_http(&HttpBenchConfig {
-                brokers,
-                redis_url,
-                dlq_topic,
-                dlq_status_topic,
-                consumer_bin,
-                work_dir,
-                timeout: Duration::from_secs(timeout_s),
-                body_bytes,
-                delays_ms,
-                partitions,
-                max_in_flight,
+            let config = HttpBenchConfig {
                 isolation_delays_ms,
+                isolation_events,
+                breaker_cooldown_ms,
                 kafka_properties,
-                record_key: BenchRecordKey::generate()?,
-            })
-            .await?;
+                ..consumer.config(delays_ms, partitions)?
+            };
+            let rows = consumer_http::run_http(&config).await?;
             write_json(json.as_deref(), &rows)
         }
-        Command::ConsumerPeer {
-            brokers,
-            redis_url,
-            dlq_topic,
-            dlq_status_topic,
-            delays_ms,
-            partitions,
-            rounds,
-            naive_window_s,
-            max_in_flight,
-            body_bytes,
-            consumer_bin,
-            work_dir,
-            timeout_s,
-            json,
-        } => {
-            std::fs::create_dir_all(&work_dir)?;
-            let config = HttpBenchConfig {
-                brokers,
-                redis_url,
-                dlq_topic,
-                dlq_status_topic,
-                consumer_bin,
-                work_dir,
-                timeout: Duration::from_secs(timeout_s),
-                body_bytes,
-                delays_ms,
-                partitions: vec![partitions],
-                max_in_flight,
-                isolation_delays_ms: Vec::new(),
-                kafka_properties: Vec::new(),
-                record_key: BenchRecordKey::generate()?,
-            };
+        Command::ConsumerPeer { consumer, delays_ms, partitions, rounds, naive_window_s, json } => {
+            let config = consumer.config(delays_ms, vec![partitions])?;
             let report =
                 naive_consumer::run_peer(&config, partitions, rounds, Duration::from_secs(naive_window_s)).await?;
             for (delay_ms, ratio) in &report.ratios {
