@@ -41,12 +41,17 @@ redis_add_acl_user() {
 # redis_enable_tls PORT TLS_PORT: the Redis at PORT also listens with TLS on TLS_PORT (set at run time, so a
 # Redis started before this existed gets it too), and has the ACL user.
 redis_enable_tls() {
-  local port=$1 tls_port=$2 reply
+  local port=$1 tls_port=$2 reply i
   tls_ensure_certs
   if ! port_open "$tls_port"; then
-    reply=$(redis-cli -h 127.0.0.1 -p "$port" config set tls-cert-file "$TLS_DIR/server.pem" \
-      tls-key-file "$TLS_DIR/server.key" tls-ca-cert-file "$TLS_DIR/ca.pem" tls-auth-clients optional \
-      tls-port "$tls_port" 2>&1 </dev/null) || true
+    # A few tries: a Redis stopped a moment ago may still be letting go of the port.
+    for ((i = 0; i < 25; i++)); do
+      reply=$(redis-cli -h 127.0.0.1 -p "$port" config set tls-cert-file "$TLS_DIR/server.pem" \
+        tls-key-file "$TLS_DIR/server.key" tls-ca-cert-file "$TLS_DIR/ca.pem" tls-auth-clients optional \
+        tls-port "$tls_port" 2>&1 </dev/null) || true
+      [[ $reply == OK ]] && break
+      sleep 0.2
+    done
     [[ $reply == OK ]] || die "redis: cannot open the TLS port $tls_port (is it in use? set REDIS_TLS_PORT): $reply"
   fi
   redis_add_acl_user "$port"
