@@ -11,6 +11,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod http;
 pub mod http_client;
 pub mod kafka;

@@ -212,6 +212,8 @@ pub mod default_topic {
     /// The base of every service's retry topic (`webhooks.retry.<service>`); before services had names, the
     /// one retry topic every consumer shared, still drained by an upgraded service.
     pub const RETRY: &str = "webhooks.retry";
+    /// Compacted; operators' instructions to running services (route pauses: [`crate::control`]).
+    pub const CONTROL: &str = "webhooks.control";
 }
 
 /// Redis key layout.

@@ -14,6 +14,7 @@
 
 pub mod alert;
 pub mod config;
+pub mod control;
 pub mod dedupe;
 pub mod dlq;
 pub mod handler;
@@ -155,7 +156,10 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     redis_ready.store(true, Ordering::Relaxed);
 
     let shared = Arc::new(Shared {
-        scheduler: Mutex::new(Scheduler::new(&config.processing, &config.routes, &config.retry)),
+        scheduler: Mutex::new(
+            Scheduler::new(&config.processing, &config.routes, &config.retry)
+                .with_source_topics(config.service.source_topics.iter().cloned()),
+        ),
         notify: Notify::new(),
         revoke_wait: Duration::from_millis(config.processing.revoke_wait_ms),
     });
@@ -212,7 +216,18 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         .in_current_span(),
     );
 
+    tasks.spawn_blocking({
+        let (kafka, service, keys) = (config.kafka.clone(), service.clone(), keys.clone());
+        let (shared, metrics, shutdown) = (shared.clone(), metrics.clone(), shutdown.clone());
+        let span = tracing::Span::current();
+        move || {
+            let _entered = span.enter();
+            control::follow(&kafka, &service, &keys, &metrics, &shutdown, |pause| apply_pause(&shared, pause));
+        }
+    });
+
     let workers = TaskTracker::new();
+    let mut routes_reported_at = Instant::now();
     loop {
         // Pauses first: whether a partition is paused decides whether a saturated route's record is deferred.
         apply_pauses(&shared, &consumer);
@@ -268,6 +283,10 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         let mut scheduler = shared.lock();
         metrics.in_flight.set(i64::try_from(scheduler.running()).unwrap_or(i64::MAX));
         metrics.windowed.set(i64::try_from(scheduler.windowed()).unwrap_or(i64::MAX));
+        if routes_reported_at.elapsed() >= ROUTE_REPORT_INTERVAL {
+            metrics.report_routes(&scheduler.route_reports(), now_ms());
+            routes_reported_at = Instant::now();
+        }
         for (route, open) in scheduler.breaker_changes() {
             metrics.route_breaker_open.with_label_values(&[&route]).set(i64::from(open));
             if open {
@@ -352,6 +371,7 @@ async fn take_over(
         inbound: config.kafka.inbound_topic.clone(),
         retry: config.service_retry_topic(),
         shared_retry: None,
+        sources: config.service.source_topics.clone(),
     };
     let consumer = &start.consumer;
     let history = loop {
@@ -431,6 +451,26 @@ fn pass(shared: &Shared, consumer: &GroupConsumer, metrics: &Metrics, view: &Rec
     }
 }
 
+/// How often the routes' gauges (paused, waiting records and their age) are brought up to date.
+const ROUTE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Applies an operator's pause or resume of one of this service's routes, and wakes the fetch loop to act on it.
+fn apply_pause(shared: &Shared, pause: hookline_common::control::RoutePause) {
+    let state = pause.paused.then(|| schedule::RoutePauseState {
+        since_ms: pause.at_ms,
+        by: pause.by.clone(),
+        reason: pause.reason.clone(),
+    });
+    if shared.lock().set_pause(&pause.route, state, pause.at_ms) {
+        if pause.paused {
+            tracing::warn!(route = %pause.route, by = %pause.by, reason = %pause.reason, "route paused by an operator: its records wait, nothing is called");
+        } else {
+            tracing::info!(route = %pause.route, by = %pause.by, reason = %pause.reason, "route resumed by an operator");
+        }
+    }
+    shared.notify.notify_one();
+}
+
 /// How long the fetch loop sleeps when nothing waits on time (it wakes on every record and completion anyway).
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
@@ -499,7 +539,8 @@ fn apply_pauses(shared: &Shared, consumer: &GroupConsumer) {
 fn admission_of(view: &RecordView<'_, impl Message>, topics: &ServiceTopics) -> Admission {
     let retry = topics.is_retry(view.message().topic()).then(|| RetryHeaders::from_headers(view.headers())).flatten();
     let due_at_ms = retry.as_ref().map(|headers| headers.due_at_ms);
-    let first_failure_at_ms = retry.map(|headers| headers.attempts.first_failure_at_ms);
+    let first_failure_at_ms = retry.as_ref().map(|headers| headers.attempts.first_failure_at_ms);
+    let attempts = retry.map(|headers| headers.attempts);
     match EventMeta::from_headers(view.headers()) {
         Ok(meta) => Admission {
             source: Some(meta.source),
@@ -507,9 +548,10 @@ fn admission_of(view: &RecordView<'_, impl Message>, topics: &ServiceTopics) -> 
             ordering_key: meta.ordering_key,
             due_at_ms,
             first_failure_at_ms,
+            attempts,
             verdict: None,
         },
-        Err(_) => Admission { due_at_ms, first_failure_at_ms, ..Admission::default() },
+        Err(_) => Admission { due_at_ms, first_failure_at_ms, attempts, ..Admission::default() },
     }
 }
 

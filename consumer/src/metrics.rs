@@ -53,6 +53,17 @@ pub struct Metrics {
     pub deferred: IntCounterVec,
     /// `hookline_consumer_route_breaker_open{route}`: 1 while the route's circuit breaker is open or probing.
     pub route_breaker_open: IntGaugeVec,
+    /// `hookline_consumer_route_paused{route}`: 1 while an operator has the route paused.
+    pub route_paused: IntGaugeVec,
+    /// `hookline_consumer_route_waiting_records{route}`: records fetched and queued for the route (waiting for a
+    /// slot, or held while it is paused or its breaker open).
+    pub route_waiting_records: IntGaugeVec,
+    /// `hookline_consumer_route_oldest_waiting_age_seconds{route}`: how long ago the oldest of them was written to
+    /// Kafka (0 when none waits): alerted well before the topic's retention could delete an unhandled record.
+    pub route_oldest_waiting_age: IntGaugeVec,
+    /// `hookline_consumer_control_records_refused_total{reason}`: control records (route pauses) not applied:
+    /// their MAC did not verify (`unauthenticated`) or they could not be read (`malformed`).
+    pub control_refused: IntCounterVec,
     /// `hookline_consumer_record_auth_total{outcome}`: every record's MAC check, before dedupe or any handler
     /// (`authentic`, `unsigned_accepted` in the transition window, or why it was refused: see
     /// [`hookline_common::record_auth::outcome::ALL`]). No source label: a refused record's source is not known.
@@ -148,6 +159,26 @@ impl Metrics {
                 "1 while the route's circuit breaker is open.",
                 &["route"],
             )?,
+            route_paused: gauge_vec(
+                "hookline_consumer_route_paused",
+                "1 while an operator has the route paused.",
+                &["route"],
+            )?,
+            route_waiting_records: gauge_vec(
+                "hookline_consumer_route_waiting_records",
+                "Records fetched and queued for the route (waiting for a slot, or held while paused or its breaker is open).",
+                &["route"],
+            )?,
+            route_oldest_waiting_age: gauge_vec(
+                "hookline_consumer_route_oldest_waiting_age_seconds",
+                "Age of the route's oldest waiting record since it was written to Kafka.",
+                &["route"],
+            )?,
+            control_refused: counter_vec(
+                "hookline_consumer_control_records_refused_total",
+                "Control records (route pauses) not applied, by reason.",
+                &["reason"],
+            )?,
             record_auth: counter_vec(
                 "hookline_consumer_record_auth_total",
                 "Records checked for hookline's MAC before dedupe, by outcome.",
@@ -221,6 +252,10 @@ impl Metrics {
             Box::new(self.dropped.clone()),
             Box::new(self.deferred.clone()),
             Box::new(self.route_breaker_open.clone()),
+            Box::new(self.route_paused.clone()),
+            Box::new(self.route_waiting_records.clone()),
+            Box::new(self.route_oldest_waiting_age.clone()),
+            Box::new(self.control_refused.clone()),
             Box::new(self.record_auth.clone()),
             Box::new(self.postgres_transactions.clone()),
             Box::new(self.postgres_pool_wait.clone()),
@@ -234,6 +269,17 @@ impl Metrics {
 
     /// The service's metric families (name, type, help, labels), labelled ones without series included, with no
     /// registry, broker or config: what `--print-metrics` prints.
+    /// Sets the routes' gauges from the scheduler's reports.
+    pub fn report_routes(&self, reports: &[crate::schedule::RouteReport], now_ms: i64) {
+        for report in reports {
+            let label = [report.label.as_str()];
+            self.route_paused.with_label_values(&label).set(i64::from(report.paused.is_some()));
+            self.route_waiting_records.with_label_values(&label).set(i64::try_from(report.waiting).unwrap_or(i64::MAX));
+            let age_s = report.oldest_waiting_ms.map_or(0, |written_ms| (now_ms - written_ms).max(0) / 1000);
+            self.route_oldest_waiting_age.with_label_values(&label).set(age_s);
+        }
+    }
+
     pub fn describe() -> Result<Vec<MetricDescription>, prometheus::Error> {
         let mut described = metrics_catalog::describe(&Self::register(&Registry::new())?.collectors());
         // The service's registry adds the `service` label to every series (see [`service_registry`]).
@@ -339,6 +385,10 @@ mod tests {
         metrics.dropped.inc();
         metrics.deferred.with_label_values(&["s", "saturated"]).inc();
         metrics.route_breaker_open.with_label_values(&["r"]).set(1);
+        metrics.route_paused.with_label_values(&["r"]).set(1);
+        metrics.route_waiting_records.with_label_values(&["r"]).set(1);
+        metrics.route_oldest_waiting_age.with_label_values(&["r"]).set(1);
+        metrics.control_refused.with_label_values(&["unauthenticated"]).inc();
         metrics.record_auth.with_label_values(&["authentic"]).inc();
         metrics.postgres_transactions.with_label_values(&["s", "applied"]).inc();
         metrics.postgres_pool_wait.with_label_values(&[] as &[&str]).observe(0.001);
@@ -348,7 +398,7 @@ mod tests {
         metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
         metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 28);
+        assert_eq!(described.len(), 32);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

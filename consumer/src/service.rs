@@ -43,6 +43,9 @@ pub struct ServiceTopics {
     /// The retry topic every consumer shared before services had names, drained by an upgraded service while it
     /// exists.
     pub shared_retry: Option<String>,
+    /// Source topics (`service.source_topics`): each carries one source's events, so holding a route of theirs
+    /// pauses their partitions instead of copying records.
+    pub sources: Vec<String>,
 }
 
 impl ServiceTopics {
@@ -50,6 +53,7 @@ impl ServiceTopics {
     pub fn subscription(&self) -> Vec<&str> {
         let mut topics = vec![self.inbound.as_str(), self.retry.as_str()];
         topics.extend(self.shared_retry.as_deref());
+        topics.extend(self.sources.iter().map(String::as_str));
         topics
     }
 
@@ -162,6 +166,7 @@ mod tests {
             inbound: "webhooks.inbound".into(),
             retry: "webhooks.retry.billing".into(),
             shared_retry: Some("webhooks.retry".into()),
+            sources: Vec::new(),
         };
         assert_eq!(topics.subscription(), ["webhooks.inbound", "webhooks.retry.billing", "webhooks.retry"]);
         assert!(topics.is_retry("webhooks.retry") && topics.is_retry("webhooks.retry.billing"));

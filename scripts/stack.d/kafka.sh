@@ -255,6 +255,7 @@ ensure_topics() {
     "$DLQ_STATUS_TOPIC|$DLQ_STATUS_PARTITIONS|cleanup.policy=compact"
     "$RETRY_TOPIC|$RETRY_PARTITIONS|"
     "$SERVICE_RETRY_TOPIC|$RETRY_PARTITIONS|"
+    "$CONTROL_TOPIC|1|cleanup.policy=compact"
   )
   local -a pids=() todo=()
   for spec in "${specs[@]}"; do
@@ -281,7 +282,7 @@ ensure_topics() {
     todo+=("$spec")
   done
   if ((${#pids[@]} == 0)); then
-    log "kafka: topics present: $INBOUND_TOPIC $DLQ_TOPIC $DLQ_STATUS_TOPIC $RETRY_TOPIC $SERVICE_RETRY_TOPIC"
+    log "kafka: topics present: $INBOUND_TOPIC $DLQ_TOPIC $DLQ_STATUS_TOPIC $RETRY_TOPIC $SERVICE_RETRY_TOPIC $CONTROL_TOPIC"
     return 0
   fi
   for i in "${!pids[@]}"; do

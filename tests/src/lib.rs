@@ -167,6 +167,7 @@ impl TestStackBuilder {
             dlq_topic: format!("test-{run_id}-dlq"),
             dlq_status_topic: format!("test-{run_id}-dlq-status"),
             retry_topic: format!("test-{run_id}-retry"),
+            control_topic: format!("test-{run_id}-control"),
             produce_timeout_ms: self.produce_timeout_ms.unwrap_or(5_000),
             group_id: format!("test-{run_id}-consumer"),
             record_auth: record_auth::test_record_auth(),
@@ -179,6 +180,7 @@ impl TestStackBuilder {
             TopicSpec { name: kafka.inbound_topic.clone(), partitions: self.partitions.unwrap_or(3), compacted: false },
             TopicSpec { name: kafka.dlq_topic.clone(), partitions: 1, compacted: false },
             TopicSpec { name: kafka.dlq_status_topic.clone(), partitions: 1, compacted: true },
+            TopicSpec { name: kafka.control_topic.clone(), partitions: 1, compacted: true },
         ];
         ensure_topics(&kafka, &topics, self.replication.unwrap_or(1))
             .await
@@ -490,13 +492,18 @@ impl TestStack {
     /// Produces many records straight to the inbound topic with one producer, waiting for every acknowledgement:
     /// `(partition, key, headers, body)`.
     pub async fn produce_raw_batch(&self, records: Vec<(i32, String, OwnedHeaders, Vec<u8>)>) {
+        self.produce_raw_batch_to(&self.kafka.inbound_topic, records).await;
+    }
+
+    /// [`Self::produce_raw_batch`] to another topic (a source's own topic, say), signed for that topic.
+    pub async fn produce_raw_batch_to(&self, topic: &str, records: Vec<(i32, String, OwnedHeaders, Vec<u8>)>) {
         let producer: FutureProducer = producer_config(&self.kafka).create().expect("producer");
         // Enqueued all at once (in order, so offsets follow the input), then every acknowledgement awaited.
         let deliveries: Vec<_> = records
             .iter()
             .map(|(partition, key, headers, body)| {
-                let headers = self.signed(&self.kafka.inbound_topic, Some(key.as_bytes()), body, headers);
-                let record = FutureRecord::to(&self.kafka.inbound_topic)
+                let headers = self.signed(topic, Some(key.as_bytes()), body, headers);
+                let record = FutureRecord::to(topic)
                     .partition(*partition)
                     .key(key.as_str())
                     .payload(body.as_slice())

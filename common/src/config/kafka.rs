@@ -25,6 +25,9 @@ pub struct KafkaConfig {
     /// in `<retry_topic>.<S>`, which only it writes and reads. (Before services had names, every consumer shared
     /// this topic itself; an upgraded service drains what is left in it.)
     pub retry_topic: String,
+    /// Compacted: operators' instructions to the consumer services (route pauses, [`crate::control`]), written
+    /// by the replayer and read whole by every consumer.
+    pub control_topic: String,
     /// How long the gateway waits for the broker's acknowledgement before answering 503.
     /// Keep it below the providers' HTTP timeouts (GitHub: 10 s).
     pub produce_timeout_ms: u64,
@@ -54,6 +57,7 @@ impl Default for KafkaConfig {
             dlq_topic: default_topic::DEAD_LETTER.to_owned(),
             dlq_status_topic: default_topic::DEAD_LETTER_STATUS.to_owned(),
             retry_topic: default_topic::RETRY.to_owned(),
+            control_topic: default_topic::CONTROL.to_owned(),
             produce_timeout_ms: 5_000,
             group_id: "hookline-consumer".to_owned(),
             properties: Default::default(),
@@ -109,6 +113,7 @@ impl KafkaConfig {
             ("kafka.dlq_topic", &self.dlq_topic),
             ("kafka.dlq_status_topic", &self.dlq_status_topic),
             ("kafka.retry_topic", &self.retry_topic),
+            ("kafka.control_topic", &self.control_topic),
         ] {
             problems.check(!topic.is_empty(), format!("{key} is empty"));
         }

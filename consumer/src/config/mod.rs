@@ -68,6 +68,12 @@ pub struct ServiceConfig {
     /// offsets resumes from them): `earliest`, every event still in the topic (the default: nothing is
     /// skipped), or `latest`, only events that arrive after it joined.
     pub starts_at: StartAt,
+    /// Source topics: topics that each carry one source's events (a gateway source with its own `topic`), read
+    /// beside the inbound topic. A route whose records come from such a topic costs nothing while it is held (its
+    /// breaker open, or paused by an operator): its partitions stop being fetched and its records wait in memory,
+    /// instead of being copied to the retry topic as records of shared partitions are (ARCHITECTURE.md,
+    /// "Holding a route").
+    pub source_topics: Vec<String>,
 }
 
 /// Where a new consumer group starts reading.
@@ -286,6 +292,18 @@ impl ConsumerConfig {
                 "service name `{service}` (service.name, or else kafka.group_id) must be 1 to {MAX_SERVICE_NAME_BYTES} letters, digits, `.`, `-` or `_`"
             ),
         );
+        let mut seen = std::collections::HashSet::new();
+        for topic in &self.service.source_topics {
+            problems.check(
+                !topic.is_empty()
+                    && *topic != self.kafka.inbound_topic
+                    && !topic.starts_with(&self.kafka.retry_topic)
+                    && seen.insert(topic.as_str()),
+                format!(
+                    "service.source_topics: `{topic}` must be non-empty, listed once, and neither the inbound topic nor a retry topic"
+                ),
+            );
+        }
         self.kafka.validate(problems);
         self.telemetry.validate(problems);
         self.redis.validate(problems);

@@ -30,11 +30,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::record_auth::Verdict;
 use rand::Rng;
 use rdkafka::message::OwnedMessage;
 
 use self::route::{BreakerState, Gate, RouteKey, RouteRule, RouteState};
+pub use self::{
+    hold::{RoutePauseState, RouteReport},
+    job::{Admission, Completion, DeferReason, Downstream, Job, Work},
+};
 use crate::{
     config::{ProcessingConfig, RetryConfig, RouteConfig},
     retry::Attempts,
@@ -48,112 +51,30 @@ pub type PartitionKey = (String, i32);
 /// records of other partitions can sit in front of it); bounds the work of one decision.
 const QUEUE_SCAN: usize = 64;
 
-/// One record on its way through the handler stage.
-#[derive(Debug)]
-pub struct Job {
-    pub message: OwnedMessage,
-    pub partition: PartitionKey,
-    generation: u64,
-    route: usize,
-    /// The ordering key: jobs of one partition with the same key run one after another, in offset order.
-    chain: Option<String>,
-    /// Handler attempts already made, for an ordered record retried in memory.
-    pub prior: Option<Attempts>,
-    /// From the retry headers: when the event first failed or was first deferred (its retry budget's start).
-    first_failure_at_ms: Option<i64>,
-    /// Read back from the retry topic (it had a due time): already parked once, so an open breaker holds it here
-    /// rather than copying it again ([`Scheduler::hold_parked`]).
-    parked: bool,
-    /// What to do with the record.
-    pub work: Work,
-    /// The one call let through a half-open breaker.
-    probe: bool,
-    /// The record's MAC as checked when it was fetched: the pipeline takes it rather than checking the same bytes
-    /// again (one check is a third of the consumer's instructions per event). `None`: checked when processed.
-    pub verdict: Option<Verdict>,
-}
-
-/// What a started job does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Work {
-    /// Dedupe, handler, retries: the pipeline.
-    Handle,
-    /// Park the record in the retry topic until `due_at_ms`, spending no attempt, and count it handled once the
-    /// broker acknowledged it.
-    Defer { due_at_ms: i64, reason: DeferReason },
-}
-
-/// Why a record was deferred.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeferReason {
-    /// Its route had no free slot while its partition was paused.
-    Saturated,
-    /// Its route's circuit breaker is open.
-    BreakerOpen,
-}
-
-impl DeferReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Saturated => "saturated",
-            Self::BreakerOpen => "breaker_open",
-        }
-    }
-}
-
-/// What a handled job tells its route's circuit breaker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Downstream {
-    /// No handler call (a duplicate, a deferral, shutdown): nothing learnt.
-    NotCalled,
-    /// The handler answered: success, or a failure no retry can fix (the downstream is up).
-    Answered,
-    /// A retryable failure (5xx, timeout, connection refused).
-    Failed,
-}
-
-/// What the scheduler needs to know of a fetched record.
-#[derive(Debug, Default)]
-pub struct Admission {
-    pub source: Option<String>,
-    pub event_type: Option<String>,
-    pub ordering_key: Option<String>,
-    /// Not before this time (ms since the epoch): a record read back from the retry topic.
-    pub due_at_ms: Option<i64>,
-    /// From the retry headers: when its retry budget started.
-    pub first_failure_at_ms: Option<i64>,
-    /// The record's MAC, checked once as it was fetched ([`Job::verdict`]).
-    pub verdict: Option<Verdict>,
-}
-
-/// What became of a started job.
-#[derive(Debug)]
-pub enum Completion {
-    /// Fully handled: its offset may join the prefix.
-    Handled,
-    /// Shutdown interrupted it: leave the offset for redelivery.
-    Interrupted,
-    /// An ordered record to retry at this time, keeping its place at the head of its key.
-    RetryAt { due_at_ms: i64, attempts: Attempts },
-}
-
-/// The route a record belongs to: a configured route, or its source.
-impl Job {
-    /// Its retry budget is spent: no more deferrals, the next failure is dead-lettered.
-    fn budget_spent(&self, now_ms: i64, max_total_ms: i64) -> bool {
-        self.first_failure_at_ms.is_some_and(|first| now_ms.saturating_sub(first) >= max_total_ms)
-    }
-}
-
 #[derive(Debug)]
 struct PartitionState {
     generation: u64,
     window: Window,
     /// Jobs of this partition in the handler stage.
     running: usize,
+    /// Paused because its window is full.
     paused: bool,
+    /// A partition of a source topic ([`Scheduler::with_source_topics`]): records of a held route wait here in
+    /// memory and the partition stops being fetched, instead of being copied to the retry topic.
+    source_topic: bool,
+    /// Paused because a held route's records wait in it (a source topic's partition only).
+    held: bool,
+    /// Whether librdkafka was last told to pause it ([`Scheduler::pause_changes`]).
+    fetch_paused_told: bool,
     /// Revoked: nothing more starts; kept only until its running jobs finish or the wait ends.
     revoked: bool,
+}
+
+impl PartitionState {
+    /// Whether librdkafka should be fetching it.
+    fn fetch_paused(&self) -> bool {
+        self.paused || self.held
+    }
 }
 
 /// A job waiting for its due time; `owns_chain` when it already holds its ordering key's turn.
@@ -190,6 +111,16 @@ pub struct Scheduler {
     next_sequence: u64,
     /// Where the round-robin over routes starts next, so no route starves the others.
     cursor: usize,
+    /// Source topics: their partitions are held (paused) while a held route's records wait in them.
+    source_topics: HashSet<String>,
+    /// Operators' pauses by route label, applied to routes as they are made ([`Self::set_pause`]).
+    pauses: HashMap<String, RoutePauseState>,
+    /// When each route label was last resumed by an operator (ms): its records' retry budgets start no earlier.
+    resumed_at_ms: HashMap<String, i64>,
+    /// Which source-topic partitions are held needs a look at the held routes' queues: done when something that
+    /// changes it happened, else at most every [`HOLD_CHECK_INTERVAL`].
+    holds_dirty: bool,
+    holds_checked_at: Option<Instant>,
 }
 
 impl Scheduler {
@@ -225,6 +156,11 @@ impl Scheduler {
             next_generation: 0,
             next_sequence: 0,
             cursor: 0,
+            source_topics: HashSet::new(),
+            pauses: HashMap::new(),
+            resumed_at_ms: HashMap::new(),
+            holds_dirty: false,
+            holds_checked_at: None,
         }
     }
 
@@ -237,6 +173,9 @@ impl Scheduler {
                 window: Window::default(),
                 running: 0,
                 paused: false,
+                source_topic: self.source_topics.contains(&partition.0),
+                held: false,
+                fetch_paused_told: false,
                 revoked: false,
             };
             self.partitions.insert(partition, state);
@@ -281,15 +220,19 @@ impl Scheduler {
             return false;
         }
         let generation = state.generation;
+        let source_topic = state.source_topic;
         let route = self.route_for(admission.source.as_deref(), admission.event_type.as_deref());
+        // A held route's record in a source topic: that partition is to be held at once.
+        self.holds_dirty |= source_topic && self.routes[route].held();
         let job = Job {
             message,
             partition,
             generation,
             route,
             chain: admission.ordering_key,
-            prior: None,
+            prior: admission.attempts,
             first_failure_at_ms: admission.first_failure_at_ms,
+            admitted_at_ms: now_ms,
             parked: admission.due_at_ms.is_some(),
             work: Work::Handle,
             probe: false,
@@ -382,7 +325,12 @@ impl Scheduler {
         let has_slot = route.running < route.max_in_flight;
         let has_token = route.bucket.as_mut().is_none_or(|bucket| bucket.wait(now).is_zero());
         let can_call = handle_room && has_slot && has_token;
-        match route.breaker.gate(now_ms) {
+        if route.paused.is_some() {
+            return self.next_of_paused_route(index, now_ms, defer_room);
+        }
+        let budget = self.retry_max_total_ms;
+        let floor = self.routes[index].budget_floor_ms;
+        match self.routes[index].breaker.gate(now_ms) {
             Gate::Closed if can_call => self.start(index, |_| true, false),
             Gate::Probe if can_call => {
                 let job = self.start(index, |_| true, true)?;
@@ -397,24 +345,36 @@ impl Scheduler {
                 }
                 let delay_ms = rand::rng().random_range(self.defer_delay_ms / 2..=self.defer_delay_ms);
                 let due_at_ms = now_ms + i64::try_from(delay_ms).unwrap_or(i64::MAX);
-                self.defer(index, due_at_ms, DeferReason::Saturated, now_ms, true)
+                let deferrable = move |job: &Job, state: &PartitionState| {
+                    job.chain.is_none() && !job.budget_spent(now_ms, budget, floor) && state.paused
+                };
+                self.defer(index, due_at_ms, DeferReason::Saturated, deferrable)
             }
             Gate::Open { next_probe_ms } => {
                 let jitter_ms = rand::rng().random_range(0..=self.routes[index].breaker.cooldown_ms / 10);
                 let due_at_ms = next_probe_ms.max(now_ms) + jitter_ms;
-                self.hold_parked(index, due_at_ms, now_ms);
-                let deferred = if defer_room {
-                    self.defer(index, due_at_ms, DeferReason::BreakerOpen, now_ms, false)
-                } else {
-                    None
+                self.hold_parked(index, due_at_ms, move |job| !job.budget_spent(now_ms, budget, floor));
+                // A source topic's records wait here (their partition is held); the others go to the retry topic.
+                let deferrable = move |job: &Job, state: &PartitionState| {
+                    job.chain.is_none() && !job.budget_spent(now_ms, budget, floor) && !state.source_topic
                 };
+                let deferred =
+                    if defer_room { self.defer(index, due_at_ms, DeferReason::BreakerOpen, deferrable) } else { None };
                 if deferred.is_some() {
                     return deferred;
                 }
                 // A record past its retry budget gets its last call even now, so that it ends in the DLQ.
-                let budget = self.retry_max_total_ms;
-                let exhausted = move |job: &Job| job.budget_spent(now_ms, budget);
-                if can_call { self.start(index, exhausted, false) } else { None }
+                let exhausted = move |job: &Job| job.budget_spent(now_ms, budget, floor);
+                let mut job = if can_call { self.start(index, exhausted, false)? } else { return None };
+                if job.prior.is_none() && job.first_failure_at_ms.is_none() {
+                    // Held in memory since it was fetched, never called: its budget started then.
+                    job.prior = Some(Attempts {
+                        attempts: 0,
+                        first_failure_at_ms: job.admitted_at_ms.max(floor),
+                        last_error: "held while its route's circuit breaker was open".to_owned(),
+                    });
+                }
+                Some(job)
             }
         }
     }
@@ -425,6 +385,11 @@ impl Scheduler {
         if let Some(bucket) = &mut self.routes[index].bucket {
             bucket.take();
         }
+        // Its retry budget restarts at the route's last resume: time paused by an operator is not spent.
+        let floor = self.routes[index].budget_floor_ms;
+        if let Some(prior) = &mut job.prior {
+            prior.first_failure_at_ms = prior.first_failure_at_ms.max(floor);
+        }
         job.probe = probe;
         job.work = Work::Handle;
         self.routes[index].running += 1;
@@ -432,54 +397,22 @@ impl Scheduler {
         Some(job)
     }
 
-    /// Takes a deferrable job of route `index` (unordered, within its retry budget, and when `paused_only`, of a
-    /// paused partition) to park in the retry topic until `due_at_ms`.
+    /// Takes a job of route `index` that `deferrable` accepts (never an ordered one) to park in the retry topic
+    /// until `due_at_ms`, or the end of its retry budget if sooner.
     fn defer(
         &mut self,
         index: usize,
         due_at_ms: i64,
         reason: DeferReason,
-        now_ms: i64,
-        paused_only: bool,
+        deferrable: impl Fn(&Job, &PartitionState) -> bool,
     ) -> Option<Job> {
         let budget = self.retry_max_total_ms;
-        let mut job = self.take_queued(index, |job, state| {
-            job.chain.is_none() && !job.budget_spent(now_ms, budget) && (!paused_only || state.paused)
-        })?;
+        let mut job = self.take_queued(index, |job, state| job.chain.is_none() && deferrable(job, state))?;
         // Never past the end of its budget: then it is due for its last call.
         let budget_end_ms = job.first_failure_at_ms.map_or(i64::MAX, |first| first.saturating_add(budget));
         job.work = Work::Defer { due_at_ms: due_at_ms.min(budget_end_ms), reason };
         self.deferring += 1;
         Some(job)
-    }
-
-    /// Holds the records of route `index` (its breaker open) that were read back from the retry topic, among the
-    /// first [`QUEUE_SCAN`] queued, in memory until `due_at_ms` (the next probe) instead of parking them again.
-    /// Copying a parked record to the retry topic costs about what handling a healthy one does, and with every
-    /// parked record copied again at every probe, an outage cost the healthy routes more the longer it lasted
-    /// (docs/benchmarks/consumer.md, "Isolation over a long outage"). Only while its partition has room: a full
-    /// window (paused) parks them again, so that the retry topic moves on to what follows them. Not held: a
-    /// record past its retry budget (it gets its last call) and an ordered one (never deferred).
-    fn hold_parked(&mut self, index: usize, due_at_ms: i64, now_ms: i64) {
-        let budget = self.retry_max_total_ms;
-        let queue = &mut self.routes[index].queue;
-        let mut position = 0;
-        let mut held = Vec::new();
-        while position < queue.len().min(QUEUE_SCAN) {
-            let job = &queue[position];
-            let room = self
-                .partitions
-                .get(&job.partition)
-                .is_some_and(|state| state.generation == job.generation && !state.revoked && !state.paused);
-            if room && job.parked && job.chain.is_none() && !job.budget_spent(now_ms, budget) {
-                held.extend(queue.remove(position));
-            } else {
-                position += 1;
-            }
-        }
-        for job in held {
-            self.delay(job, due_at_ms, false);
-        }
     }
 
     /// Removes and returns the first job among the first [`QUEUE_SCAN`] of route `index` whose partition is still
@@ -529,6 +462,7 @@ impl Scheduler {
                 route.running -= 1;
                 if route.breaker.record(downstream, job.probe, now_ms) {
                     self.breaker_changes.push((route.label.clone(), route.breaker.is_open()));
+                    self.holds_dirty = true;
                 }
             }
             Work::Defer { .. } => self.deferring -= 1,
@@ -579,22 +513,29 @@ impl Scheduler {
         }
     }
 
-    /// Partitions to pause (window full) and to resume (window down to half); marks them so. The gap between the
-    /// two matters: librdkafka drops what it had prefetched for a paused partition and fetches again from the
-    /// position on resume, so resuming at the first free slot would pay a fetch round trip per few records.
+    /// Partitions to pause (window full, or a source topic's partition where a held route's records wait) and to
+    /// resume (window down to half and nothing held); marks them so. The gap between the two matters: librdkafka
+    /// drops what it had prefetched for a paused partition and fetches again from the position on resume, so
+    /// resuming at the first free slot would pay a fetch round trip per few records.
     pub fn pause_changes(&mut self) -> (Vec<PartitionKey>, Vec<PartitionKey>) {
+        self.update_holds(Instant::now());
         let (mut pause, mut resume) = (Vec::new(), Vec::new());
         for (partition, state) in &mut self.partitions {
             if state.revoked {
                 continue;
             }
+            let was_paused = state.fetch_paused_told;
             let len = state.window.len();
-            if len >= self.partition_window && !state.paused {
+            if len >= self.partition_window {
                 state.paused = true;
-                pause.push(partition.clone());
-            } else if len <= self.partition_window / 2 && state.paused {
+            } else if len <= self.partition_window / 2 {
                 state.paused = false;
-                resume.push(partition.clone());
+            }
+            state.fetch_paused_told = state.fetch_paused();
+            match (was_paused, state.fetch_paused_told) {
+                (false, true) => pause.push(partition.clone()),
+                (true, false) => resume.push(partition.clone()),
+                _ => {}
             }
         }
         (pause, resume)
@@ -646,6 +587,8 @@ impl Scheduler {
     }
 }
 
+mod hold;
+mod job;
 mod route;
 #[cfg(test)]
 mod tests;

@@ -34,6 +34,17 @@ pub(super) struct RouteState {
     pub(super) max_in_flight: usize,
     pub(super) bucket: Option<TokenBucket>,
     pub(super) breaker: Breaker,
+    /// An operator's pause: nothing is called while set.
+    pub(super) paused: Option<super::RoutePauseState>,
+    /// Its records' retry budgets start no earlier than this (its last resume, ms; `i64::MIN`: never paused).
+    pub(super) budget_floor_ms: i64,
+}
+
+impl RouteState {
+    /// Whether its records wait rather than run: paused, or its breaker open.
+    pub(super) fn held(&self) -> bool {
+        self.paused.is_some() || self.breaker.is_open()
+    }
 }
 
 /// A route's circuit breaker: closed (calls flow), open until a time (no calls), or probing (one call in flight
@@ -172,7 +183,7 @@ impl Scheduler {
             ),
         };
         self.routes.push(RouteState {
-            label,
+            label: label.clone(),
             queue: VecDeque::new(),
             running: 0,
             max_in_flight: max_in_flight.max(1),
@@ -183,6 +194,8 @@ impl Scheduler {
                 consecutive_failures: 0,
                 state: BreakerState::Closed,
             },
+            paused: self.pauses.get(&label).cloned(),
+            budget_floor_ms: self.resumed_at_ms.get(&label).copied().unwrap_or(i64::MIN),
         });
         let index = self.routes.len() - 1;
         self.route_index.insert(key, index);

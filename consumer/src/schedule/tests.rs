@@ -19,6 +19,7 @@ fn admission(source: &str, ordering_key: Option<&str>) -> Admission {
         ordering_key: ordering_key.map(str::to_owned),
         due_at_ms: None,
         first_failure_at_ms: None,
+        attempts: None,
         verdict: None,
     }
 }
@@ -205,4 +206,88 @@ fn an_open_breaker_holds_parked_records_until_the_next_probe_and_parks_them_agai
     let again = scheduler.next_job(Instant::now(), 1_200).expect("parked again");
     assert_eq!(again.message.partition(), 1);
     assert!(matches!(again.work, Work::Defer { reason: DeferReason::BreakerOpen, .. }));
+}
+
+fn source_topic_record(partition: i32, offset: i64) -> OwnedMessage {
+    OwnedMessage::new(None, None, "s".to_owned(), Timestamp::CreateTime(offset), partition, offset, None)
+}
+
+#[test]
+fn a_route_held_by_its_breaker_waits_in_its_source_topic_and_stops_its_fetch_at_no_copy() {
+    let processing = ProcessingConfig { breaker_failures: 1, breaker_cooldown_ms: 1_000, ..config(8, 8) };
+    let mut scheduler = Scheduler::new(&processing, &[], &RetryConfig::default()).with_source_topics(["s".to_owned()]);
+    scheduler.assign([("s".to_owned(), 0), ("t".to_owned(), 0)]);
+    scheduler.admit(source_topic_record(0, 0), admission("a", None), 0);
+    let failing = scheduler.next_job(Instant::now(), 0).expect("0");
+    scheduler.complete(failing, Completion::Handled, Downstream::Failed, 0);
+    assert_eq!(scheduler.breaker_changes(), vec![("a".to_owned(), true)]);
+    for offset in 1..3 {
+        scheduler.admit(source_topic_record(0, offset), admission("a", None), 10);
+    }
+    scheduler.admit(record(0, 0), admission("b", None), 10);
+    let healthy = scheduler.next_job(Instant::now(), 10).expect("the other route's record");
+    assert_eq!((healthy.work, healthy.message.topic()), (Work::Handle, "t"));
+    assert!(scheduler.next_job(Instant::now(), 10).is_none(), "the held route's records are neither called nor copied");
+    assert_eq!(scheduler.deferring(), 0);
+    let (pause, resume) = scheduler.pause_changes();
+    assert_eq!((pause, resume), (vec![("s".to_owned(), 0)], vec![]), "its source topic stops being fetched");
+    // The probe, from memory; its success closes the breaker and the partition is fetched again.
+    let probe = scheduler.next_job(Instant::now(), 1_000).expect("the probe");
+    assert_eq!((probe.work, probe.message.offset()), (Work::Handle, 1));
+    scheduler.complete(probe, Completion::Handled, Downstream::Answered, 1_001);
+    assert_eq!(scheduler.breaker_changes(), vec![("a".to_owned(), false)]);
+    assert_eq!(scheduler.pause_changes(), (vec![], vec![("s".to_owned(), 0)]));
+    assert_eq!(scheduler.next_job(Instant::now(), 1_001).map(|job| job.message.offset()), Some(2));
+}
+
+#[test]
+fn a_record_held_in_a_source_topic_past_its_budget_gets_its_last_call_with_its_budget_spent() {
+    let processing = ProcessingConfig { breaker_failures: 1, breaker_cooldown_ms: 1_000_000, ..config(8, 8) };
+    let retry = RetryConfig { max_total_ms: 100, ..RetryConfig::default() };
+    let mut scheduler = Scheduler::new(&processing, &[], &retry).with_source_topics(["s".to_owned()]);
+    scheduler.assign([("s".to_owned(), 0)]);
+    scheduler.admit(source_topic_record(0, 0), admission("a", None), 0);
+    let failing = scheduler.next_job(Instant::now(), 0).expect("0");
+    scheduler.complete(failing, Completion::Handled, Downstream::Failed, 0);
+    scheduler.admit(source_topic_record(0, 1), admission("a", None), 10);
+    assert!(scheduler.next_job(Instant::now(), 50).is_none(), "held");
+    let last_call = scheduler.next_job(Instant::now(), 110).expect("its last call");
+    assert_eq!(last_call.work, Work::Handle);
+    let prior = last_call.prior.expect("the pipeline learns when its budget started");
+    assert_eq!((prior.attempts, prior.first_failure_at_ms), (0, 10));
+}
+
+#[test]
+fn a_paused_route_calls_nothing_copies_only_from_a_full_shared_window_and_resumes_with_a_fresh_budget() {
+    let retry = RetryConfig { max_total_ms: 100, ..RetryConfig::default() };
+    let processing = ProcessingConfig { defer_delay_ms: 1_000, ..config(8, 8) };
+    let mut scheduler = Scheduler::new(&processing, &[], &retry);
+    scheduler.assign([("t".to_owned(), 0)]);
+    let pause = RoutePauseState { since_ms: 0, by: "ops".to_owned(), reason: "maintenance".to_owned() };
+    assert!(scheduler.set_pause("a", Some(pause.clone()), 0));
+    assert!(!scheduler.set_pause("a", Some(pause), 0), "the same pause again changes nothing");
+    scheduler.admit(record(0, 0), admission("a", None), 0);
+    assert!(scheduler.next_job(Instant::now(), 0).is_none(), "paused: not called");
+    for offset in 1..4 {
+        let first_failure_at_ms = (offset == 1).then_some(0);
+        scheduler.admit(record(0, offset), Admission { first_failure_at_ms, ..admission("a", None) }, 0);
+    }
+    assert!(scheduler.next_job(Instant::now(), 0).is_none(), "a window with room: they wait");
+    scheduler.pause_changes();
+    let deferred = scheduler.next_job(Instant::now(), 500).expect("a full window: copied so the others move on");
+    assert!(
+        matches!(deferred.work, Work::Defer { reason: DeferReason::Paused, due_at_ms } if due_at_ms >= 1_000),
+        "not capped at its spent budget: {:?}",
+        deferred.work
+    );
+    assert_eq!(scheduler.route_reports()[0].paused.as_ref().map(|pause| pause.by.as_str()), Some("ops"));
+    // Resumed at 1_000: the record that failed at 0 has a fresh budget, so it is called, not given a last call.
+    assert!(scheduler.set_pause("a", None, 1_000));
+    let mut started = Vec::new();
+    while let Some(job) = scheduler.next_job(Instant::now(), 1_050) {
+        started.push(job);
+    }
+    assert_eq!(started.len(), 3);
+    assert!(started.iter().all(|job| job.work == Work::Handle));
+    assert!(started.iter().all(|job| !job.budget_spent(1_050, 100, 1_000)));
 }
