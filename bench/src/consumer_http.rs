@@ -41,6 +41,8 @@ pub struct HttpBenchConfig {
     pub isolation_events: Option<u64>,
     /// `processing.breaker_cooldown_ms`; `None`: the consumer's default.
     pub breaker_cooldown_ms: Option<u64>,
+    /// The failing source in its own topic (`service.source_topics`) instead of sharing the inbound one.
+    pub failing_source_topic: bool,
     /// Extra librdkafka properties for the consumer (`[kafka.properties]`), `key=value`.
     pub kafka_properties: Vec<String>,
     /// The run's record key: the fill signs with it, the consumer verifies with it.
@@ -63,6 +65,11 @@ pub struct HttpRow {
     pub concurrency_bound_per_s: Option<f64>,
     /// The consumer process's peak resident memory (`VmHWM`), KiB.
     pub consumer_peak_rss_kib: Option<u64>,
+    /// The failing source had its own topic (`service.source_topics`).
+    pub failing_source_topic: bool,
+    /// Copies to the retry topic (`hookline_consumer_deferred_total` plus `_retries_total`) of the failing source
+    /// when the healthy one was done, per failing record.
+    pub failing_copies_per_record: Option<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -205,14 +212,26 @@ async fn http_run(
         _ => 6_000,
     };
     let n_events: u64 = if kind == "http" { by_delay } else { config.isolation_events.unwrap_or(by_delay) };
-    let sources: &[&str] = if with_failing { &["bench-healthy", "bench-failing"] } else { &["bench-healthy"] };
+    let failing_topic = (with_failing && config.failing_source_topic).then(|| format!("{topic}-failing"));
+    let sources: &[&str] = match (with_failing, &failing_topic) {
+        (true, None) => &["bench-healthy", "bench-failing"],
+        _ => &["bench-healthy"],
+    };
     fill_sources(&config.brokers, &topic, sources, n_events, config.body_bytes, config.record_key.keys()).await?;
+    if let Some(failing_topic) = &failing_topic {
+        let spec = hookline_common::kafka::TopicSpec { name: failing_topic.clone(), partitions, compacted: false };
+        let kafka = KafkaConfig { brokers: config.brokers.clone(), ..KafkaConfig::default() };
+        hookline_common::kafka::ensure_topics(&kafka, &[spec], 1).await?;
+        let keys = config.record_key.keys();
+        fill_sources(&config.brokers, failing_topic, &["bench-failing"], n_events, config.body_bytes, keys).await?;
+    }
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let sink_addr = listener.local_addr()?;
     let sink = std::sync::Arc::new(Sink::default());
     let sink_task = tokio::spawn(serve_sink(listener, Duration::from_millis(delay_ms), sink.clone()));
-    let measured = measure_consumer(config, &topic, &retry_topic, sink_addr, n_events).await;
+    let measured =
+        measure_consumer_with(config, &topic, &retry_topic, failing_topic.as_deref(), sink_addr, n_events).await;
     sink_task.abort();
     let measured = measured?;
     Ok(HttpRow {
@@ -225,6 +244,8 @@ async fn http_run(
         sink_max_in_flight: sink.max_in_flight.load(std::sync::atomic::Ordering::Relaxed),
         concurrency_bound_per_s: (delay_ms > 0).then(|| config.max_in_flight as f64 * 1000.0 / delay_ms as f64),
         consumer_peak_rss_kib: measured.peak_rss_kib,
+        failing_source_topic: failing_topic.is_some(),
+        failing_copies_per_record: with_failing.then(|| measured.failing_copies as f64 / n_events as f64),
     })
 }
 
@@ -233,6 +254,8 @@ pub(crate) struct Measured {
     pub(crate) duration_s: f64,
     pub(crate) events_per_s: f64,
     pub(crate) peak_rss_kib: Option<u64>,
+    /// The failing source's copies to the retry topic (deferrals and retries) when the healthy source was done.
+    pub(crate) failing_copies: u64,
 }
 
 /// Starts one consumer instance (fresh group, fresh dedupe prefix) with the `http` handler posting `bench-healthy`
@@ -242,6 +265,18 @@ pub(crate) async fn measure_consumer(
     config: &HttpBenchConfig,
     topic: &str,
     retry_topic: &str,
+    sink_addr: SocketAddr,
+    n_events: u64,
+) -> anyhow::Result<Measured> {
+    measure_consumer_with(config, topic, retry_topic, None, sink_addr, n_events).await
+}
+
+/// [`measure_consumer`], with the failing source in `failing_topic` (a source topic of the service) when given.
+async fn measure_consumer_with(
+    config: &HttpBenchConfig,
+    topic: &str,
+    retry_topic: &str,
+    failing_topic: Option<&str>,
     sink_addr: SocketAddr,
     n_events: u64,
 ) -> anyhow::Result<Measured> {
@@ -259,7 +294,7 @@ retry_topic = "{retry_topic}"
 dlq_topic = "{dlq}"
 dlq_status_topic = "{dlq_status}"
 group_id = "hookline-bench-{run_id}"
-{record_auth}[kafka.properties]
+{record_auth}{service}[kafka.properties]
 {properties}
 [redis]
 url = "{redis}"
@@ -277,6 +312,8 @@ max_in_flight = {failing_limit}
 handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
 "#,
             record_auth = config.record_key.toml(),
+            service =
+                failing_topic.map_or_else(String::new, |topic| format!("[service]\nsource_topics = [{topic:?}]\n")),
             brokers = config.brokers,
             dlq = config.dlq_topic,
             dlq_status = config.dlq_status_topic,
@@ -318,9 +355,17 @@ handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let peak_rss_kib = peak_rss_kib(instance.child.id());
+    let failing_copies = scrape_counter(instance.admin, "hookline_consumer_deferred_total{", "bench-failing")
+        .unwrap_or(0)
+        + scrape_counter(instance.admin, "hookline_consumer_retries_total{", "bench-failing").unwrap_or(0);
     drop(instance);
     let duration_s = done_at.duration_since(first_at).as_secs_f64().max(1e-3);
-    Ok(Measured { duration_s, events_per_s: (n_events - first_count) as f64 / duration_s, peak_rss_kib })
+    Ok(Measured {
+        duration_s,
+        events_per_s: (n_events - first_count) as f64 / duration_s,
+        peak_rss_kib,
+        failing_copies,
+    })
 }
 
 /// `VmHWM` of a process, KiB (Linux).
@@ -328,6 +373,18 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The sum of the samples of a counter (`prefix` is its name and `{`) of one source, from one instance.
+fn scrape_counter(admin: SocketAddr, prefix: &str, source: &str) -> Option<u64> {
+    let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(200)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let source_label = format!("source=\"{source}\"");
+    let lines = text.lines().filter(|line| line.starts_with(prefix) && line.contains(&source_label));
+    Some(lines.filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>() as u64)
 }
 
 /// `hookline_consumer_events_total{source, outcome="processed"}` of one source, from one instance.

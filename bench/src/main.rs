@@ -158,6 +158,10 @@ enum Command {
         /// slow time lets the default 10 s pass many times in one run, a long one keeps the real run's mix.
         #[arg(long)]
         breaker_cooldown_ms: Option<u64>,
+        /// In the isolation runs, put the failing source in its own topic, a source topic of the service
+        /// (`service.source_topics`), instead of the inbound topic both share by default.
+        #[arg(long)]
+        failing_source_topic: bool,
         /// Extra librdkafka properties for the consumer, `key=value,...`.
         #[arg(long, value_delimiter = ',')]
         kafka_properties: Vec<String>,
@@ -243,6 +247,7 @@ impl HttpConsumerArgs {
             isolation_delays_ms: Vec::new(),
             isolation_events: None,
             breaker_cooldown_ms: None,
+            failing_source_topic: false,
             kafka_properties: Vec::new(),
             record_key: BenchRecordKey::generate()?,
         })
@@ -442,6 +447,7 @@ async fn main() -> anyhow::Result<()> {
             isolation_delays_ms,
             isolation_events,
             breaker_cooldown_ms,
+            failing_source_topic,
             kafka_properties,
             json,
         } => {
@@ -449,6 +455,7 @@ async fn main() -> anyhow::Result<()> {
                 isolation_delays_ms,
                 isolation_events,
                 breaker_cooldown_ms,
+                failing_source_topic,
                 kafka_properties,
                 ..consumer.config(delays_ms, partitions)?
             };

@@ -18,6 +18,9 @@
 //!   source newest first, each entry naming its gateway; gateways that did not answer are listed in `unreachable`
 //! - `POST /v1/discard` body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `reason`, `dry_run`,
 //!   `by`
+//! - `POST /v1/pause`, `POST /v1/resume` body: `{"service": "...", "route": "...", "reason": "...", "by": "..."}` —
+//!   pauses or resumes one route of one consumer service (the control topic; every instance obeys within
+//!   seconds); `GET /v1/pauses` — the routes paused now, with who, why and since when
 //!
 //! Every answer but the rejections' comes from the replayer's index, which a background tail keeps current; a write is visible in
 //! the next read once the call returns.
@@ -37,7 +40,7 @@ use crate::{
     filter::Filter,
     lookup::Lookup,
     metrics::Metrics,
-    ops::{DiscardRequest, OpError, ReplayRequest, Replayer, ReprocessRequest},
+    ops::{DiscardRequest, OpError, PauseRequest, ReplayRequest, Replayer, ReprocessRequest},
     rejections::Gatherer,
     session::Console,
 };
@@ -141,6 +144,21 @@ impl Api {
                         self.metrics.discards.inc_by(report.done.len() as u64);
                         json(StatusCode::OK, &report)
                     })
+                }
+                Err(response) => return response,
+            },
+            (Method::GET, "/v1/pauses") => self.replayer.pauses().await.map(|pauses| json(StatusCode::OK, &pauses)),
+            (Method::POST, action @ ("/v1/pause" | "/v1/resume")) => match read_json::<PauseRequest>(request).await {
+                Ok(mut pause) => {
+                    if pause.by.is_empty() {
+                        pause.by = "api".to_owned();
+                    }
+                    let written = if action == "/v1/pause" {
+                        self.replayer.pause(&pause).await
+                    } else {
+                        self.replayer.resume(&pause).await
+                    };
+                    written.map(|state| json(StatusCode::OK, &state))
                 }
                 Err(response) => return response,
             },

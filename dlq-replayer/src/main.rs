@@ -9,7 +9,7 @@ use hookline_dlq_replayer::{
     index::Entry,
     lookup::{Lookup, render_text},
     metrics::Metrics,
-    ops::{DiscardRequest, ReplayRequest, Replayer, Report, ReprocessReport, ReprocessRequest},
+    ops::{DiscardRequest, PauseRequest, ReplayRequest, Replayer, Report, ReprocessReport, ReprocessRequest},
 };
 use tokio::net::TcpListener;
 
@@ -178,6 +178,33 @@ enum Command {
         #[arg(long)]
         trace: bool,
     },
+    /// Pause one route of a consumer service (a downstream's maintenance): every instance stops calling its
+    /// handler for that route within seconds; its events wait, none is lost, skipped or sent twice.
+    Pause {
+        service: String,
+        /// The route as the service's metrics label it: the source, or `source:type,type`.
+        route: String,
+        /// Why (required; shown to other operators).
+        #[arg(long)]
+        reason: String,
+        /// Who is pausing (recorded); default: $USER.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Resume a paused route: its waiting events run at full speed, each with a fresh retry budget.
+    Resume {
+        service: String,
+        route: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// The routes paused now: service, route, since when, by whom and why.
+    Paused {
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the HTTP admin API (and /livez, /readyz, /metrics) on `admin_addr`.
     Serve,
 }
@@ -323,6 +350,37 @@ async fn run() -> anyhow::Result<Option<std::process::ExitCode>> {
                 let request = DiscardRequest { ids, all, filter: filter.into(), dry_run, reason, by: operator(by) };
                 let report = replayer(config)?.discard(&request).await?;
                 print_report(&mut out, &report, if dry_run { "would discard" } else { "discarded" }, json)?;
+            }
+            Command::Pause { service, route, reason, by } => {
+                let request = PauseRequest { service, route, reason, by: operator(by) };
+                let pause = replayer(config)?.pause(&request).await?;
+                writeln!(out, "paused {} {} (by {}: {})", pause.service, pause.route, pause.by, pause.reason)?;
+            }
+            Command::Resume { service, route, reason, by } => {
+                let request = PauseRequest { service, route, reason, by: operator(by) };
+                let pause = replayer(config)?.resume(&request).await?;
+                writeln!(out, "resumed {} {} (by {}: {})", pause.service, pause.route, pause.by, pause.reason)?;
+            }
+            Command::Paused { json } => {
+                let pauses = replayer(config)?.pauses().await?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&pauses)?)?;
+                } else if pauses.is_empty() {
+                    writeln!(out, "no route is paused")?;
+                } else {
+                    writeln!(out, "{:<20} {:<32} {:<22} {:<12} reason", "service", "route", "since", "by")?;
+                    for pause in &pauses {
+                        writeln!(
+                            out,
+                            "{:<20} {:<32} {:<22} {:<12} {}",
+                            pause.service,
+                            pause.route,
+                            format_ms(pause.at_ms),
+                            pause.by,
+                            printable(&pause.reason)
+                        )?;
+                    }
+                }
             }
             Command::Lookup { source, event_id, json, trace } => {
                 let answer = Lookup::new(replayer(config)?).lookup(&source, &event_id).await?;

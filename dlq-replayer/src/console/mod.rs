@@ -9,7 +9,8 @@
 //! - Actions (replay, discard) always go through a dry-run preview that says how many entries they will touch,
 //!   then a confirmation; the confirmed action runs in the background and its page shows the report.
 //!
-//! `pages` renders what a GET shows (overview, entries, one entry, a job); `rejections` the gateways' recent
+//! `pages` renders what a GET shows (overview, entries, one entry, a job); `pauses` the paused routes with their
+//! Resume and Pause forms; `rejections` the gateways' recent
 //! refusals, gathered from them on request; `lookup` the search box "where is event X?"; `forms` handles what a POST asks
 //! (log in, preview an action, run it); this module routes, lays pages out and escapes.
 //!
@@ -19,6 +20,7 @@ mod forms;
 mod login;
 mod lookup;
 mod pages;
+mod pauses;
 mod rejections;
 
 use std::{fmt::Write as _, sync::Arc, time::Duration};
@@ -33,6 +35,7 @@ use self::{
     login::{login, login_page},
     lookup::lookup_page,
     pages::{entry_page, job_page, list, overview},
+    pauses::{pause_route, pauses_page, resume_route},
     rejections::rejections_page,
 };
 use crate::{
@@ -121,7 +124,7 @@ fn redirect(location: &str) -> Response<Body> {
 fn page(status: StatusCode, title: &str, csrf: Option<&str>, content: &str, refresh: bool) -> Response<Body> {
     let nav = match csrf {
         Some(csrf) => format!(
-            r#"<a class="brand" href="/ui/">hookline DLQ</a><a href="/ui/">Overview</a><a href="/ui/entries">Entries</a><a href="/ui/rejections">Rejections</a><a href="/ui/events">Find event</a>
+            r#"<a class="brand" href="/ui/">hookline DLQ</a><a href="/ui/">Overview</a><a href="/ui/entries">Entries</a><a href="/ui/rejections">Rejections</a><a href="/ui/pauses">Routes</a><a href="/ui/events">Find event</a>
 <form method="post" action="/ui/logout"><input type="hidden" name="csrf" value="{}"><button type="submit">Log out</button></form>"#,
             esc(csrf)
         ),
@@ -238,6 +241,8 @@ pub async fn handle(api: Arc<Api>, request: Request<Incoming>) -> Response<Body>
             }
             "/ui/actions/preview" => preview(&api, &session, &form).await,
             "/ui/actions/run" => run(&api, &session, &form).await,
+            "/ui/pauses/pause" => pause_route(&api, &session, &form).await,
+            "/ui/pauses/resume" => resume_route(&api, &session, &form).await,
             _ => problem_page(&session.csrf, StatusCode::NOT_FOUND, "no such action"),
         };
     }
@@ -250,6 +255,7 @@ pub async fn handle(api: Arc<Api>, request: Request<Incoming>) -> Response<Body>
         "/ui/entries" => list(&api, &session, &query).await,
         "/ui/rejections" => rejections_page(&api, &session, &query).await,
         "/ui/events" => lookup_page(&api, &session, &query).await,
+        "/ui/pauses" => pauses_page(&api, &session, None).await,
         other if other.starts_with("/ui/entries/") => {
             entry_page(&api, &session, &decode_path_segment(&other["/ui/entries/".len()..])).await
         }

@@ -3,6 +3,7 @@
 //! and discard. Every fate is recorded in the status topic; nothing is ever deleted from Kafka. Re-processing
 //! events beyond the DLQ (already processed ones, re-driven to one service) is in [`reprocess`].
 
+mod pause;
 mod reprocess;
 
 use std::{
@@ -26,7 +27,10 @@ use rdkafka::{
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-pub use self::reprocess::{ReprocessReport, ReprocessRequest, Reprocessed};
+pub use self::{
+    pause::PauseRequest,
+    reprocess::{ReprocessReport, ReprocessRequest, Reprocessed},
+};
 pub use crate::index::{Page, Stats};
 use crate::{
     config::ReplayerConfig,
