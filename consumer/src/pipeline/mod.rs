@@ -47,6 +47,7 @@ use hookline_common::{
 use rdkafka::{Message, message::OwnedMessage};
 use tokio_util::sync::CancellationToken;
 
+mod by_reference;
 mod calls;
 
 use crate::{
@@ -354,8 +355,15 @@ impl Pipeline {
                 first_failure_at_ms: now_ms(),
                 last_error: format!("deferred: {}", reason.as_str()),
             });
-        if self.park(message, &attempts, due_at_ms).await.is_none() {
-            return Interrupted;
+        match self.park(message, &attempts, due_at_ms).await {
+            None => return Interrupted,
+            Some(Ok(())) => {}
+            // It cannot be copied: handled now instead, over its route's limit or through its open breaker (this
+            // once), rather than dead-lettered without a failure. A failure is then dead-lettered by reference.
+            Some(Err(refused)) => {
+                tracing::warn!(error = %refused, "deferral not copied: handling the record now");
+                return self.process(message, None, Some(verdict)).await.0;
+            }
         }
         let source =
             header_str(view.headers(), header::SOURCE).and_then(Result::ok).unwrap_or_else(|| "unknown".to_owned());
@@ -530,7 +538,9 @@ impl Pipeline {
                 // Later records with the same key wait behind this one; hold no capacity while it waits.
                 return Some(Outcome::RetryLater { due_at_ms, attempts: so_far });
             }
-            self.park(message, &so_far, due_at_ms).await?;
+            if let Err(refused) = self.park(message, &so_far, due_at_ms).await? {
+                return self.not_parked(message, event, &token, &so_far, handler_name, refused).await;
+            }
             return Some(Outcome::RetryScheduled);
         }
     }
