@@ -49,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 mod by_reference;
 mod calls;
+mod guard;
 
 use crate::{
     alert::Alerts,
@@ -442,7 +443,7 @@ impl Pipeline {
             // `mark_done` retry (Redis failing) cannot let the claim lapse under a processed event.
             let started = Instant::now();
             let handler_span = handler_span(handler_name, attempts);
-            let call = tokio::time::timeout(self.handler_timeout, handler_span.scope(self.handler.handle(event)));
+            let call = tokio::time::timeout(self.handler_timeout, handler_span.scope(self.call_handler(event)));
             let result = match self.renewing(&token, call).await {
                 Ok(result) => result,
                 Err(_) => Err(HandlerError::retryable(format!(
