@@ -58,6 +58,19 @@ impl ProduceError {
             Self::Sign(_) => "sign",
         }
     }
+
+    /// Whether the record is too large for its topic (the broker's `MESSAGE_TOO_LARGE` or `RECORD_LIST_TOO_LARGE`,
+    /// or librdkafka's local check against `message.max.bytes`, which reports the same code): sending the same
+    /// record again fails the same way. A batch is refused whole, so a small record that shared a batch with a
+    /// large one may see it once: a caller acting on it should see it twice in a row first.
+    pub fn is_too_large(&self) -> bool {
+        matches!(
+            self,
+            Self::Kafka(KafkaError::MessageProduction(
+                RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::MessageBatchTooLarge
+            ))
+        )
+    }
 }
 
 /// The first value of header `name`, as text.

@@ -108,6 +108,17 @@ pub mod header {
         pub const LAST_FAILURE_AT_MS: &str = "hookline-dlq-last-failure-at-ms";
         pub const CONSUMER_VERSION: &str = "hookline-dlq-consumer-version";
         pub const FORMAT_VERSION: &str = "hookline-dlq-format-version";
+        /// Set on a dead letter *by reference*: a record whose copy (retry, deferral or DLQ) the broker refused as
+        /// too large. Its value is the original body's length in bytes; the DLQ record's own body is empty, and
+        /// the body (with the original key and headers) stays in the topic at [`ORIGINAL_TOPIC`],
+        /// [`ORIGINAL_PARTITION`], [`ORIGINAL_OFFSET`], from where a re-drive reads it (and checks its MAC). It can
+        /// be re-driven only while that record is within its topic's retention. Optional, readable by every
+        /// version: no format bump.
+        pub const BODY_BY_REFERENCE: &str = "hookline-dlq-body-by-reference";
+        /// On a dead letter by reference, the event id, in place of [`super::EVENT_ID`], which such a record does
+        /// not carry: a replayer that does not know [`BODY_BY_REFERENCE`] would re-drive its empty body, and
+        /// without an event id that re-drive is dead-lettered as not a hookline record instead of processed.
+        pub const EVENT_ID: &str = "hookline-dlq-event-id";
     }
 
     /// Retry headers: a record of the retry topic (topic role [`super::TopicRole::Retry`]) is the original
@@ -556,7 +567,7 @@ impl DeadLetterEntry {
             offset: message.offset(),
             source: text(header::SOURCE),
             service: text(header::dlq::SERVICE).or_else(|| text(header::dlq::CONSUMER_GROUP)),
-            event_id: text(header::EVENT_ID),
+            event_id: text(header::EVENT_ID).or_else(|| text(header::dlq::EVENT_ID)),
             event_type: text(header::EVENT_TYPE),
             error_class: text(header::dlq::ERROR_CLASS),
             error: text(header::dlq::ERROR),
@@ -566,7 +577,10 @@ impl DeadLetterEntry {
             original_offset: number(header::dlq::ORIGINAL_OFFSET),
             first_failure_at_ms: number(header::dlq::FIRST_FAILURE_AT_MS),
             last_failure_at_ms: number(header::dlq::LAST_FAILURE_AT_MS),
-            body_bytes: message.payload().map_or(0, <[u8]>::len),
+            // A dead letter by reference: the length of the body it points to.
+            body_bytes: number(header::dlq::BODY_BY_REFERENCE)
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or_else(|| message.payload().map_or(0, <[u8]>::len)),
         }
     }
 }

@@ -89,6 +89,29 @@ impl DeadLetters {
     /// partition. A record read back from the retry topic is dead-lettered as the original event: its retry
     /// headers are left out and the DLQ record names the inbound position the event first had.
     pub async fn publish(&self, original: &OwnedMessage, failure: &Failure<'_>) -> Result<String, ProduceError> {
+        self.publish_as(original, failure, DlqBody::Copied).await
+    }
+
+    /// Produces a dead letter *by reference* for `original`, whose copy the broker refused as too large: the
+    /// failure headers of [`Self::publish`], the original's `hookline-*` headers (forwarded `http-*` headers left
+    /// out, and the event id carried as [`dlq::EVENT_ID`]), [`dlq::BODY_BY_REFERENCE`] with the body's length,
+    /// and an empty body. The body stays at the original position the record names, from where a re-drive reads
+    /// it. Small, so an ordinary produce: a failure is retried like any.
+    pub async fn publish_by_reference(
+        &self,
+        original: &OwnedMessage,
+        failure: &Failure<'_>,
+    ) -> Result<String, ProduceError> {
+        self.publish_as(original, failure, DlqBody::ByReference).await
+    }
+
+    async fn publish_as(
+        &self,
+        original: &OwnedMessage,
+        failure: &Failure<'_>,
+        body: DlqBody,
+    ) -> Result<String, ProduceError> {
+        let body_bytes = original.payload().map_or(0, <[u8]>::len).to_string();
         let original = RecordView::new(original);
         let origin = RetryHeaders::origin_of(&original);
         let partition = origin.partition.to_string();
@@ -112,7 +135,10 @@ impl DeadLetters {
             (dlq::CONSUMER_VERSION, env!("CARGO_PKG_VERSION")),
             (dlq::FORMAT_VERSION, FORMAT_VERSION),
         ];
-        let record = copy_of(&original, &self.topic, &failure_headers);
+        let record = match body {
+            DlqBody::Copied => copy_of(&original, &self.topic, &failure_headers),
+            DlqBody::ByReference => reference_to(&original, &self.topic, &failure_headers, &body_bytes),
+        };
         let delivery = self.producer.send(record, QueueWait::UpToDeadline).await?;
         Ok(DeadLetterEntry::entry_id(&self.topic, delivery.partition, delivery.offset))
     }
@@ -200,6 +226,46 @@ fn copy_of<'a>(
         record = record.payload(payload);
     }
     record
+}
+
+/// A dead letter by reference to `original`: its key, its `hookline-*` headers but the event id (carried as
+/// [`dlq::EVENT_ID`], see there why) and without its retry headers, `extra`, [`dlq::BODY_BY_REFERENCE`] =
+/// `body_bytes`, and an empty body. Forwarded provider headers (`http-*`, the one part of a record's headers whose
+/// size a provider chooses) are left out: the re-drive takes them from the original record.
+fn reference_to<'a>(
+    original: &'a RecordView<'_, OwnedMessage>,
+    topic: &'a str,
+    extra: &[(&str, &str)],
+    body_bytes: &str,
+) -> FutureRecord<'a, [u8], [u8]> {
+    let kept = crate::retry::original_headers(original).filter(|header| {
+        !header.key.starts_with(header::FORWARDED_PREFIX)
+            && header.key != header::EVENT_ID
+            && !extra.iter().any(|(name, _)| *name == header.key)
+    });
+    let mut headers = OwnedHeaders::new_with_capacity(original.headers().map_or(0, Headers::count) + extra.len() + 2);
+    for kept in kept {
+        headers = headers.insert(kept);
+    }
+    if let Some(Ok(event_id)) = hookline_common::wire::header_str(original.headers(), header::EVENT_ID) {
+        headers = headers.insert(Header { key: dlq::EVENT_ID, value: Some(event_id.as_str()) });
+    }
+    for (key, value) in extra {
+        headers = headers.insert(Header { key, value: Some(*value) });
+    }
+    headers = headers.insert(Header { key: dlq::BODY_BY_REFERENCE, value: Some(body_bytes) });
+    let mut record = FutureRecord::to(topic).headers(headers).payload(&[][..]);
+    if let Some(key) = original.message().key() {
+        record = record.key(key);
+    }
+    record
+}
+
+/// Whether a dead letter carries the record's body or points to where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DlqBody {
+    Copied,
+    ByReference,
 }
 
 /// The longest prefix of `text` that fits in `max_bytes` without splitting a character.

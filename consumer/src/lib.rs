@@ -59,7 +59,7 @@ use crate::{
     metrics::Metrics,
     pipeline::Pipeline,
     retry::RetryHeaders,
-    schedule::{Admission, Downstream, PartitionKey, Scheduler, Work},
+    schedule::{Admission, PartitionKey, Scheduler},
     service::ServiceTopics,
 };
 pub use crate::{config::ConsumerConfig, handler::Handler, load::Loaded};
@@ -490,12 +490,8 @@ fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &P
         let Some(job) = job else { return };
         let (shared, consumer, pipeline) = (shared.clone(), consumer.clone(), pipeline.clone());
         let task = async move {
-            let (completion, downstream) = match job.work {
-                Work::Handle => pipeline.process(&job.message, job.prior.clone(), job.verdict.clone()).await,
-                Work::Defer { due_at_ms, reason } => {
-                    (pipeline.defer(&job.message, due_at_ms, reason, job.verdict.clone()).await, Downstream::NotCalled)
-                }
-            };
+            // Never panics: a panic on the record's path is its failure, so `complete` is always called.
+            let (completion, downstream) = pipeline.run(&job).await;
             let (topic, partition) = job.partition.clone();
             let mut scheduler = shared.lock();
             if let Some(prefix_end) = scheduler.complete(job, completion, downstream, now_ms()) {

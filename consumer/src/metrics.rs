@@ -26,6 +26,9 @@ pub struct Metrics {
     pub claim_conflicts: IntCounter,
     /// `hookline_consumer_dlq_produce_errors_total`: failed dead-letter produces (retried; the offset waits).
     pub dlq_produce_errors: IntCounter,
+    /// `hookline_consumer_panics_total{source}`: panics on a record's path (in its handler or elsewhere), each
+    /// counted as a failed attempt of the record (`unknown` when the record names no source).
+    pub panics: IntCounterVec,
     /// `hookline_consumer_records_consumed_total`: records fetched from the inbound topic.
     pub consumed: IntCounter,
     /// `hookline_consumer_retries_total{source}`: handler retries scheduled.
@@ -124,6 +127,11 @@ impl Metrics {
                 "Claims found held by another consumer.",
             )?,
             dlq_produce_errors: counter("hookline_consumer_dlq_produce_errors_total", "Failed dead-letter produces.")?,
+            panics: counter_vec(
+                "hookline_consumer_panics_total",
+                "Panics on a record's path, each counted as a failed attempt of the record.",
+                &["source"],
+            )?,
             consumed: counter("hookline_consumer_records_consumed_total", "Records fetched.")?,
             retries: counter_vec("hookline_consumer_retries_total", "Handler retries scheduled.", &["source"])?,
             redis_duration: histogram_vec(
@@ -240,6 +248,7 @@ impl Metrics {
             Box::new(self.dedupe_errors.clone()),
             Box::new(self.claim_conflicts.clone()),
             Box::new(self.dlq_produce_errors.clone()),
+            Box::new(self.panics.clone()),
             Box::new(self.consumed.clone()),
             Box::new(self.retries.clone()),
             Box::new(self.redis_duration.clone()),
@@ -373,6 +382,7 @@ mod tests {
         metrics.dedupe_errors.inc();
         metrics.claim_conflicts.inc();
         metrics.dlq_produce_errors.inc();
+        metrics.panics.with_label_values(&["s"]).inc();
         metrics.consumed.inc();
         metrics.retries.with_label_values(&["s"]).inc();
         metrics.redis_duration.with_label_values(&["claim"]).observe(0.001);
@@ -398,7 +408,7 @@ mod tests {
         metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
         metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 32);
+        assert_eq!(described.len(), 33);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -25,7 +25,7 @@ use hookline_common::{
 };
 use rdkafka::{
     Offset, TopicPartitionList,
-    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+    admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication},
     client::DefaultClientContext,
     consumer::{Consumer, ConsumerContext},
     error::{KafkaError, RDKafkaErrorCode},
@@ -102,9 +102,19 @@ pub fn topic_exists<C: ConsumerContext>(consumer: &impl Consumer<C>, topic: &str
     Ok(metadata.topics().iter().any(|found| found.name() == topic && found.error().is_none()))
 }
 
+/// What a retry or DLQ topic must take beyond the largest record of the inbound topic: a copy adds headers (the
+/// retry or failure headers, about fifteen, the error text up to 2 KiB). Its `max.message.bytes` is the inbound
+/// topic's plus this; the deployment files do the same, and `scripts/check-deploy` holds them to it.
+pub const COPY_HEADROOM_BYTES: i64 = 64 * 1024;
+
+/// The topic setting that bounds a record batch (for one large record: the record).
+const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
+
 /// Creates the service's retry topic when it does not exist, with the inbound topic's partition count and
-/// replication factor, so that adding a service needs no topic job. A deployment that creates topics itself (or
-/// whose credentials may not) has it already; if creating fails, the consumer's `/readyz` says `retry_topic`.
+/// replication factor, so that adding a service needs no topic job, and able to hold a copy of any record the
+/// inbound topic takes (`max.message.bytes`: the inbound topic's plus [`COPY_HEADROOM_BYTES`]). A deployment that
+/// creates topics itself (or whose credentials may not) has it already; if creating fails, the consumer's
+/// `/readyz` says `retry_topic`.
 pub async fn ensure_retry_topic<C: ConsumerContext>(
     consumer: &impl Consumer<C>,
     kafka: &KafkaConfig,
@@ -123,16 +133,43 @@ pub async fn ensure_retry_topic<C: ConsumerContext>(
     let replication = inbound.partitions().first().map_or(1, |partition| partition.replicas().len()).max(1);
     let replication = i32::try_from(replication).unwrap_or(1);
     let admin: AdminClient<DefaultClientContext> = admin_config(kafka).create()?;
-    let topic = NewTopic::new(&topics.retry, partitions, TopicReplication::Fixed(replication));
     let options = AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT));
+    let max_message_bytes = max_message_bytes(&admin, &topics.inbound, &options)
+        .await?
+        .map(|inbound| inbound.saturating_add(COPY_HEADROOM_BYTES).to_string());
+    let mut topic = NewTopic::new(&topics.retry, partitions, TopicReplication::Fixed(replication));
+    if let Some(max_message_bytes) = &max_message_bytes {
+        topic = topic.set(MAX_MESSAGE_BYTES, max_message_bytes);
+    }
     for result in admin.create_topics([&topic], &options).await? {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((_, code)) => return Err(KafkaError::AdminOp(code)),
         }
     }
-    tracing::info!(topic = %topics.retry, partitions, replication, "created the service's retry topic");
+    tracing::info!(
+        topic = %topics.retry,
+        partitions,
+        replication,
+        max_message_bytes = max_message_bytes.as_deref().unwrap_or("broker default"),
+        "created the service's retry topic"
+    );
     Ok(())
+}
+
+/// `topic`'s effective `max.message.bytes` (its own, or the broker's default), as the broker describes it.
+async fn max_message_bytes(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    options: &AdminOptions,
+) -> Result<Option<i64>, KafkaError> {
+    let described = admin.describe_configs([&ResourceSpecifier::Topic(topic)], options).await?;
+    let resource = described.into_iter().next().transpose().map_err(KafkaError::AdminOp)?;
+    Ok(resource
+        .as_ref()
+        .and_then(|resource| resource.get(MAX_MESSAGE_BYTES))
+        .and_then(|entry| entry.value.as_deref())
+        .and_then(|value| value.parse().ok()))
 }
 
 #[cfg(test)]

@@ -145,7 +145,8 @@ impl Default for Limits {
 }
 
 /// Default body limit: a little under the broker's default `message.max.bytes` (1 MiB), so an accepted body
-/// always fits in one record. Raise it together with the topic's `max.message.bytes`.
+/// always fits in one record. Raise it together with the inbound, retry and DLQ topics' `max.message.bytes`
+/// (docs/operations.md, "Topic sizes").
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1_000_000;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

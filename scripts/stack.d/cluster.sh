@@ -102,15 +102,18 @@ wait_cluster_node() {
 # ensure_cluster_topics: the project's topics, replication factor 3 (min.insync.replicas 2 is the cluster's
 # default). Retried: right after start-up a node may not be registered yet ("larger than available brokers").
 ensure_cluster_topics() {
-  local t0 spec name parts cfg
+  local t0 spec name parts cfg i
   t0=$(now_ms)
-  for spec in "$INBOUND_TOPIC|$INBOUND_PARTITIONS|" "$DLQ_TOPIC|$DLQ_PARTITIONS|" \
-    "$DLQ_STATUS_TOPIC|$DLQ_STATUS_PARTITIONS|cleanup.policy=compact" "$RETRY_TOPIC|$RETRY_PARTITIONS|" \
-    "$SERVICE_RETRY_TOPIC|$RETRY_PARTITIONS|"; do
+  for spec in "$INBOUND_TOPIC|$INBOUND_PARTITIONS|$INBOUND_TOPIC_CONFIG" "$DLQ_TOPIC|$DLQ_PARTITIONS|$COPY_TOPIC_CONFIG" \
+    "$DLQ_STATUS_TOPIC|$DLQ_STATUS_PARTITIONS|cleanup.policy=compact" "$RETRY_TOPIC|$RETRY_PARTITIONS|$COPY_TOPIC_CONFIG" \
+    "$SERVICE_RETRY_TOPIC|$RETRY_PARTITIONS|$COPY_TOPIC_CONFIG"; do
     IFS='|' read -r name parts cfg <<<"$spec"
     grep -qxF -- "$name" <<<"$TOPIC_LIST" && continue
-    local -a extra=()
-    [[ -n $cfg ]] && extra=(--config "$cfg")
+    local -a extra=() c=()
+    if [[ -n $cfg ]]; then
+      IFS=',' read -ra c <<<"$cfg"
+      for i in "${c[@]}"; do extra+=(--config "$i"); done
+    fi
     until kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "$(cluster_bootstrap)" \
       --command-config "$KAFKA_ADMIN_PROPS" --create --if-not-exists --topic "$name" --partitions "$parts" \
       --replication-factor "$CLUSTER_N" "${extra[@]}" >/dev/null 2>>"$CLUSTER_DIR/tools.err"; do

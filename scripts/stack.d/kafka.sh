@@ -241,7 +241,12 @@ kill_kafka() {
 }
 # The DLQ topic never deletes by time or size: an entry nobody triaged must not expire unseen (nothing rots).
 # Its oldest untriaged entry's age is a gauge with an alert instead (docs/runbook.md, "DLQ entry untriaged").
-DLQ_TOPIC_CONFIG="retention.ms=-1,retention.bytes=-1"
+# max.message.bytes (docs/operations.md#topic-sizes): the inbound topic takes the broker's default, made explicit;
+# the topics that hold copies of its records (the DLQ, the retry topics) take 64 KiB more, for the headers a copy
+# adds (the consumer does the same when it creates a retry topic). Raise them together.
+INBOUND_TOPIC_CONFIG="max.message.bytes=1048588"
+COPY_TOPIC_CONFIG="max.message.bytes=1114124"
+DLQ_TOPIC_CONFIG="retention.ms=-1,retention.bytes=-1,$COPY_TOPIC_CONFIG"
 
 # ensure_topics: creates the project's topics that TOPIC_LIST (from the readiness probe) lacks.
 # The missing ones are created by parallel TopicCommand JVMs (about 1.7 s each when run one by one).
@@ -250,11 +255,11 @@ ensure_topics() {
   local t0 name parts cfg spec i c failed=0
   t0=$(now_ms)
   local -a specs=(
-    "$INBOUND_TOPIC|$INBOUND_PARTITIONS|"
+    "$INBOUND_TOPIC|$INBOUND_PARTITIONS|$INBOUND_TOPIC_CONFIG"
     "$DLQ_TOPIC|$DLQ_PARTITIONS|$DLQ_TOPIC_CONFIG"
     "$DLQ_STATUS_TOPIC|$DLQ_STATUS_PARTITIONS|cleanup.policy=compact"
-    "$RETRY_TOPIC|$RETRY_PARTITIONS|"
-    "$SERVICE_RETRY_TOPIC|$RETRY_PARTITIONS|"
+    "$RETRY_TOPIC|$RETRY_PARTITIONS|$COPY_TOPIC_CONFIG"
+    "$SERVICE_RETRY_TOPIC|$RETRY_PARTITIONS|$COPY_TOPIC_CONFIG"
     "$CONTROL_TOPIC|1|cleanup.policy=compact"
   )
   local -a pids=() todo=()

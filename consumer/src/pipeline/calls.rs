@@ -11,7 +11,10 @@ use hookline_common::wire::{EntryStatusRecord, InboundEvent, redis_key::DoneMark
 use rand::Rng;
 use rdkafka::message::OwnedMessage;
 
-use super::{INFRA_BACKOFF_MAX, INFRA_BACKOFF_MIN, Pipeline};
+use super::{
+    INFRA_BACKOFF_MAX, INFRA_BACKOFF_MIN, Pipeline,
+    by_reference::{CopyTooLarge, TooLargeStreak},
+};
 use crate::{
     alert::DeadLettered,
     dedupe::{Claim, ClaimToken, DedupeError},
@@ -50,14 +53,25 @@ impl Pipeline {
         }
     }
 
-    /// Parks the record in the retry topic, retrying until Kafka acknowledges. `None` on shutdown.
-    pub(super) async fn park(&self, message: &OwnedMessage, attempts: &Attempts, due_at_ms: i64) -> Option<()> {
+    /// Parks the record in the retry topic, retrying until Kafka acknowledges. `None` on shutdown;
+    /// `Some(Err(_))` when the broker refuses the copy as too large for the retry topic (twice in a row): it would
+    /// refuse it for ever, so the caller dead-letters the record by reference instead.
+    pub(super) async fn park(
+        &self,
+        message: &OwnedMessage,
+        attempts: &Attempts,
+        due_at_ms: i64,
+    ) -> Option<Result<(), CopyTooLarge>> {
         let mut backoff = INFRA_BACKOFF_MIN;
+        let mut too_large = TooLargeStreak::default();
         loop {
             match self.dead_letters.schedule_retry(message, attempts, due_at_ms).await {
-                Ok(()) => return Some(()),
+                Ok(()) => return Some(Ok(())),
                 Err(error) => {
                     self.metrics.dlq_produce_errors.inc();
+                    if let Some(refused) = too_large.refused(&error, "retry") {
+                        return Some(Err(refused));
+                    }
                     if let Some(held_back) = self.outage_log.admit("retry produce failed", Instant::now()) {
                         tracing::warn!(error = %error, held_back, "retry produce failed; retrying");
                     }
@@ -126,6 +140,10 @@ impl Pipeline {
     }
 
     /// Publishes to the DLQ, retrying until Kafka acknowledges; returns the new entry id. `None` on shutdown.
+    ///
+    /// A copy the broker refuses as too large for the DLQ topic (twice in a row) is not tried again: the record is
+    /// dead-lettered by reference instead ([`crate::dlq::DeadLetters::publish_by_reference`]), an ordinary small
+    /// produce, retried like any.
     pub(super) async fn dead_letter(
         &self,
         message: &OwnedMessage,
@@ -133,9 +151,43 @@ impl Pipeline {
         event_id: Option<&str>,
         failure: &Failure<'_>,
     ) -> Option<String> {
+        self.dead_letter_as(message, source, event_id, failure, None).await
+    }
+
+    /// Dead-letters by reference a record whose retry or deferral copy was refused as too large.
+    pub(super) async fn dead_letter_by_reference(
+        &self,
+        message: &OwnedMessage,
+        source: &str,
+        event_id: Option<&str>,
+        failure: &Failure<'_>,
+        refused: CopyTooLarge,
+    ) -> Option<String> {
+        self.dead_letter_as(message, source, event_id, failure, Some(refused)).await
+    }
+
+    /// [`Self::dead_letter`], by reference from the start when a copy was `refused` already.
+    async fn dead_letter_as(
+        &self,
+        message: &OwnedMessage,
+        source: &str,
+        event_id: Option<&str>,
+        failure: &Failure<'_>,
+        mut refused: Option<CopyTooLarge>,
+    ) -> Option<String> {
         let mut backoff = INFRA_BACKOFF_MIN;
+        let mut too_large = TooLargeStreak::default();
         loop {
-            match self.dead_letters.publish(message, failure).await {
+            let published = match &refused {
+                None => self.dead_letters.publish(message, failure).await,
+                Some(refused) => {
+                    // The failure's error, then why the record was not copied.
+                    let error = format!("{}; {refused}", failure.error);
+                    let failure = Failure { error: &error, ..failure.clone() };
+                    self.dead_letters.publish_by_reference(message, &failure).await
+                }
+            };
+            match published {
                 Ok(entry_id) => {
                     // The alert: an error line here, `hookline_consumer_dead_lettered_total`, and the webhook.
                     tracing::error!(
@@ -145,6 +197,7 @@ impl Pipeline {
                         error_class = failure.class.as_str(),
                         attempts = failure.attempts,
                         error = failure.error,
+                        by_reference = refused.is_some(),
                         "event dead-lettered"
                     );
                     self.metrics.dead_lettered.with_label_values(&[source, failure.class.as_str()]).inc();
@@ -157,6 +210,12 @@ impl Pipeline {
                 }
                 Err(error) => {
                     self.metrics.dlq_produce_errors.inc();
+                    if refused.is_none() {
+                        refused = too_large.refused(&error, "dead-letter");
+                        if refused.is_some() {
+                            continue;
+                        }
+                    }
                     if let Some(held_back) = self.outage_log.admit("dead-letter produce failed", Instant::now()) {
                         tracing::warn!(source = %source, error = %error, held_back, "dead-letter produce failed; retrying");
                     }

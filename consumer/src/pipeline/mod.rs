@@ -47,7 +47,9 @@ use hookline_common::{
 use rdkafka::{Message, message::OwnedMessage};
 use tokio_util::sync::CancellationToken;
 
+mod by_reference;
 mod calls;
+mod guard;
 
 use crate::{
     alert::Alerts,
@@ -354,8 +356,15 @@ impl Pipeline {
                 first_failure_at_ms: now_ms(),
                 last_error: format!("deferred: {}", reason.as_str()),
             });
-        if self.park(message, &attempts, due_at_ms).await.is_none() {
-            return Interrupted;
+        match self.park(message, &attempts, due_at_ms).await {
+            None => return Interrupted,
+            Some(Ok(())) => {}
+            // It cannot be copied: handled now instead, over its route's limit or through its open breaker (this
+            // once), rather than dead-lettered without a failure. A failure is then dead-lettered by reference.
+            Some(Err(refused)) => {
+                tracing::warn!(error = %refused, "deferral not copied: handling the record now");
+                return self.process(message, None, Some(verdict)).await.0;
+            }
         }
         let source =
             header_str(view.headers(), header::SOURCE).and_then(Result::ok).unwrap_or_else(|| "unknown".to_owned());
@@ -434,7 +443,7 @@ impl Pipeline {
             // `mark_done` retry (Redis failing) cannot let the claim lapse under a processed event.
             let started = Instant::now();
             let handler_span = handler_span(handler_name, attempts);
-            let call = tokio::time::timeout(self.handler_timeout, handler_span.scope(self.handler.handle(event)));
+            let call = tokio::time::timeout(self.handler_timeout, handler_span.scope(self.call_handler(event)));
             let result = match self.renewing(&token, call).await {
                 Ok(result) => result,
                 Err(_) => Err(HandlerError::retryable(format!(
@@ -530,7 +539,9 @@ impl Pipeline {
                 // Later records with the same key wait behind this one; hold no capacity while it waits.
                 return Some(Outcome::RetryLater { due_at_ms, attempts: so_far });
             }
-            self.park(message, &so_far, due_at_ms).await?;
+            if let Err(refused) = self.park(message, &so_far, due_at_ms).await? {
+                return self.not_parked(message, event, &token, &so_far, handler_name, refused).await;
+            }
             return Some(Outcome::RetryScheduled);
         }
     }

@@ -291,6 +291,18 @@ func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func
 	if len(created) > 0 {
 		r.ok("kafka topics named in the configs agree across services and are created at startup: %s", strings.Join(created, ", "))
 	}
+	copies := map[string]bool{}
+	for _, sc := range cfgs {
+		if cs, ok := consumerServiceOf(sc); ok {
+			copies[cs.retryTopic] = true
+		}
+	}
+	for t := range topics["dlq_topic"] {
+		copies[t] = true
+	}
+	for t := range topics["inbound_topic"] {
+		checkCopyLimits(r, all, t, sortedKeys(copies))
+	}
 	return listening
 }
 

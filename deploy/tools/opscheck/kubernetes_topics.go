@@ -20,6 +20,7 @@ var (
 func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer, kedaScaled map[string]scaledRange) {
 	want := map[string][]string{} // topic -> who names it
 	inbound, dlq := "", ""
+	copies := map[string]bool{} // the retry topics and the DLQ topic: each holds copies of inbound records
 	replicas := map[string]int{} // consumer group -> the replicas of the Deployments that join it
 	for _, hc := range hook {
 		kafka, _ := hc.config["kafka"].(map[string]any)
@@ -42,6 +43,7 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer, kedaSca
 		}
 		if cs, ok := consumerServiceOf(hc); ok {
 			want[cs.retryTopic] = append(want[cs.retryTopic], fmt.Sprintf("%s: the retry topic of consumer service %s", hc.w.Metadata.Name, cs.name))
+			copies[cs.retryTopic] = true
 			if sr, ok := kedaScaled[hc.w.Metadata.Name]; ok {
 				replicas[cs.group] += sr.max // the most KEDA may run
 			} else if hc.w.Spec.Replicas != nil {
@@ -67,6 +69,10 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer, kedaSca
 			r.fail("%s: creates %s without retention.ms=-1: a dead letter nobody triaged would expire unseen", where, dlq)
 		}
 	}
+	if dlq != "" {
+		copies[dlq] = true
+	}
+	checkCopyLimits(r, job, m, flags, inbound, sortedKeys(copies))
 	for t, who := range want {
 		if _, ok := created[t]; !ok {
 			r.fail("%s: does not create topic %s (named by %s)", where, t, strings.Join(who, ", "))

@@ -223,7 +223,10 @@ impl State {
             last_failure_at_ms: number(header::dlq::LAST_FAILURE_AT_MS)
                 .or_else(|| message.timestamp().to_millis())
                 .unwrap_or(0),
-            body_bytes: message.payload().map_or(0, |body| u32::try_from(body.len()).unwrap_or(u32::MAX)),
+            // A dead letter by reference: the length of the body it points to.
+            body_bytes: number(header::dlq::BODY_BY_REFERENCE)
+                .or_else(|| message.payload().map(|body| i64::try_from(body.len()).unwrap_or(i64::MAX)))
+                .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
             replays: 0,
             replay_of: PackedPosition::pack(text(header::REPLAY_OF).and_then(|id| Position::parse(dlq_topic, &id))),
             status: None,
@@ -232,7 +235,8 @@ impl State {
             meta.status = Some(status);
             meta.replays = replays;
         }
-        let event_id = text(header::EVENT_ID);
+        // A dead letter by reference carries its event id under its own name (see `header::dlq::EVENT_ID`).
+        let event_id = text(header::EVENT_ID).or_else(|| text(header::dlq::EVENT_ID));
         let partition = self.partitions.entry(position.partition).or_default();
         // Tailing delivers a partition in offset order; a re-read after a reassignment is skipped.
         if partition.metas.last().is_some_and(|last| last.offset >= position.offset) {

@@ -3,7 +3,9 @@
 //! and discard. Every fate is recorded in the status topic; nothing is ever deleted from Kafka. Re-processing
 //! events beyond the DLQ (already processed ones, re-driven to one service) is in [`reprocess`].
 
+mod by_reference;
 mod pause;
+mod rate;
 mod reprocess;
 
 use std::{
@@ -29,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::{
     pause::PauseRequest,
+    rate::RateLimiter,
     reprocess::{ReprocessReport, ReprocessRequest, Reprocessed},
 };
 pub use crate::index::{Page, Stats};
@@ -332,6 +335,14 @@ impl Replayer {
                 }
                 tracing::warn!(entry_id = %id, refusal = why.as_str(), by = %request.by, "forced replay of an entry without a valid MAC");
             }
+            // A dead letter by reference: its body, key and headers are the original record's.
+            let record = match self.record_to_redrive(record, request.force, &request.by).await? {
+                Ok(record) => record,
+                Err(reason) => {
+                    report.skipped.push(Skipped { id, reason });
+                    continue;
+                }
+            };
             if request.dry_run {
                 report.done.push(id);
                 continue;
@@ -556,45 +567,4 @@ fn refusal(entry: &Entry, force: bool, all: bool) -> Option<String> {
 
 fn by_or_default(by: &str) -> String {
     if by.trim().is_empty() { "replayer".to_owned() } else { by.to_owned() }
-}
-
-/// Spaces replays evenly: at most `rate` per second, the first at once.
-#[derive(Debug)]
-pub struct RateLimiter {
-    interval: Duration,
-    next: Option<tokio::time::Instant>,
-}
-
-impl RateLimiter {
-    pub fn per_second(rate: f64) -> Self {
-        Self { interval: Duration::from_secs_f64(1.0 / rate), next: None }
-    }
-
-    pub async fn acquire(&mut self) {
-        let now = tokio::time::Instant::now();
-        let at = self.next.map_or(now, |next| next.max(now));
-        tokio::time::sleep_until(at).await;
-        self.next = Some(at + self.interval);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn the_rate_limiter_grants_at_most_rate_per_second() {
-        let mut limiter = RateLimiter::per_second(4.0);
-        let started = tokio::time::Instant::now();
-        let mut granted_in_first_second = 0;
-        for _ in 0..10 {
-            limiter.acquire().await;
-            if started.elapsed() < Duration::from_secs(1) {
-                granted_in_first_second += 1;
-            }
-        }
-        // Virtual time: counted, not timed. Four in the first second (at 0, 250, 500, 750 ms).
-        assert_eq!(granted_in_first_second, 4);
-        assert_eq!(started.elapsed(), Duration::from_millis(2250));
-    }
 }
