@@ -122,6 +122,22 @@ try {
   assert.equal(await statusOf(), "discarded");
   assert.match(await page.textContent("#last-status"), /test event from the provider's dashboard/);
 
+  step("pause a route from the Routes page, then resume it with its button");
+  await page.goto(`${url}/ui/pauses`);
+  await page.waitForSelector("#no-pauses");
+  await page.fill("#pause-form input[name=service]", service);
+  await page.fill("#pause-form input[name=route]", "github");
+  await page.fill("#pause-form input[name=reason]", "downstream maintenance");
+  await page.click("#pause-form button");
+  assert.match(await page.textContent("#pause-notice"), /paused route github/);
+  const row = `#pauses tr[data-route="github"]`;
+  assert.match(await page.textContent(row), /downstream maintenance/);
+  await shot("routes-paused");
+  await page.fill(`${row} input[name=reason]`, "maintenance over");
+  await page.click(`${row} button`);
+  assert.match(await page.textContent("#pause-notice"), /resumed route github/);
+  await page.waitForSelector("#no-pauses");
+
   step("a form without the CSRF token, or from another site, changes nothing");
   const noCsrf = await page.request.post(`${url}/ui/actions/run`, {
     form: { action: "replay", all: "1" },

@@ -96,6 +96,9 @@ async fn console_in_a_real_browser() {
     assert_eq!(discarded.note.as_deref(), Some("test event from the provider's dashboard"));
     assert_eq!(discarded.by, "console");
     assert_eq!(entries.len(), 3, "nothing else reached the DLQ");
+    assert!(replayer.pauses().await.expect("pauses").is_empty(), "the route paused in the browser was resumed");
+    let control = stack.records(&stack.kafka.control_topic).await;
+    assert_eq!(control.len(), 2, "the console wrote one pause and one resume");
 
     api.stop().await;
     stack.shutdown().await;

@@ -187,3 +187,194 @@ async fn a_failing_source_in_its_own_topic_is_held_without_copies_through_a_rest
     }
     stack.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_api_pauses_and_resumes_a_route_behind_its_token_and_refuses_a_pause_without_a_reason() {
+    use bytes::Bytes;
+    use http::{Request, StatusCode};
+    use http_body_util::Full;
+
+    let stack = TestStack::builder().consumer().build().await;
+    let token = "pause-token-pause-token-pause-token-00";
+    let api = stack.start_replayer_api(token).await;
+    let addr = api.addr;
+    let request = |method: &str, path: &str, token: Option<&str>, body: &str| {
+        let mut builder = Request::builder().method(method).uri(format!("http://{addr}{path}"));
+        if let Some(token) = token {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        builder.body(Full::new(Bytes::from(body.to_owned()))).expect("request")
+    };
+    let service = stack.consumer_config.service_name().to_owned();
+    let pause = format!(r#"{{"service":"{service}","route":"github","reason":"db migration","by":"alice"}}"#);
+    let reply = stack.send(request("POST", "/v1/pause", None, &pause)).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    let no_reason = format!(r#"{{"service":"{service}","route":"github","reason":""}}"#);
+    let reply = stack.send(request("POST", "/v1/pause", Some(token), &no_reason)).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    let reply = stack.send(request("POST", "/v1/pause", Some(token), &pause)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", String::from_utf8_lossy(&reply.body));
+    eventually(Duration::from_secs(30), "the consumer obeys the API's pause", || async {
+        paused_gauge(&stack, 0, "github").await == 1.0
+    })
+    .await;
+    let reply = stack.send(request("GET", "/v1/pauses", Some(token), "")).await;
+    let listed: serde_json::Value = serde_json::from_slice(&reply.body).expect("json");
+    assert_eq!(listed[0]["by"], "alice");
+    assert_eq!(listed[0]["reason"], "db migration");
+    let resume = format!(r#"{{"service":"{service}","route":"github","reason":"done"}}"#);
+    let reply = stack.send(request("POST", "/v1/resume", Some(token), &resume)).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    eventually(Duration::from_secs(30), "the consumer obeys the API's resume", || async {
+        paused_gauge(&stack, 0, "github").await == 0.0
+    })
+    .await;
+    let reply = stack.send(request("POST", "/v1/resume", Some(token), &resume)).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "a route that is not paused cannot be resumed");
+    api.stop().await;
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_control_record_without_a_valid_mac_is_never_applied() {
+    use hookline_common::control::RoutePause;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let stack = TestStack::builder().consumer().build().await;
+    let service = stack.consumer_config.service_name().to_owned();
+    let forged = RoutePause {
+        service,
+        route: "github".to_owned(),
+        paused: true,
+        by: "intruder".to_owned(),
+        reason: "no key".to_owned(),
+        at_ms: hookline_common::wire::now_ms(),
+    };
+    let producer: FutureProducer = hookline_common::kafka::producer_config(&stack.kafka).create().expect("producer");
+    let (key, value) = (forged.key(), serde_json::to_vec(&forged).expect("json"));
+    let record = FutureRecord::to(&stack.kafka.control_topic).key(&key).payload(&value);
+    producer.send(record, Duration::from_secs(10)).await.expect("produced");
+    eventually(Duration::from_secs(30), "the forged record is read and refused", || async {
+        stack.consumer_metric(0, "hookline_consumer_control_records_refused_total", "reason=\"unauthenticated\"").await
+            >= 1.0
+    })
+    .await;
+    stack.produce_raw_batch(events("github", "after-forgery", 5)).await;
+    eventually(Duration::from_secs(30), "the route still runs", || async {
+        (0..5).all(|i| stack.handler.count(&format!("after-forgery-{i}")) == 1)
+    })
+    .await;
+    assert_eq!(paused_gauge(&stack, 0, "github").await, 0.0);
+    assert!(replayer(&stack).pauses().await.expect("pauses").is_empty(), "the replayer ignores it too");
+    stack.shutdown().await;
+}
+
+/// A stack whose consumers read `<inbound>-source-failing` as a source topic (2 partitions, created here).
+async fn stack_with_source_topic(
+    tweak: impl Fn(&mut hookline_consumer::ConsumerConfig) + Send + Sync + 'static,
+) -> (TestStack, String) {
+    let stack = TestStack::builder()
+        .partitions(2)
+        .consumer_config(move |config| {
+            config.service.source_topics = vec![format!("{}-source-failing", config.kafka.inbound_topic)];
+            config.processing.route_max_in_flight = 4;
+            config.processing.breaker_failures = 3;
+            tweak(config);
+        })
+        .build()
+        .await;
+    let topic = stack.consumer_config.service.source_topics[0].clone();
+    let spec = TopicSpec { name: topic.clone(), partitions: 2, compacted: false };
+    ensure_topics(&stack.kafka, &[spec], 1).await.expect("source topic");
+    (stack, topic)
+}
+
+#[tokio::test]
+async fn a_held_source_topic_survives_a_rebalance_with_no_copies_and_each_event_is_processed_once_after_the_heal() {
+    const N: usize = 30;
+    let (mut stack, topic) = stack_with_source_topic(|config| {
+        config.processing.breaker_cooldown_ms = 1_000;
+        config.retry.max_attempts = 50;
+    })
+    .await;
+    let first = stack.start_consumer().await;
+    stack.wait_until_assigned().await;
+    for i in 0..N {
+        stack.handler.fail_with(&format!("failing-{i}"), (0..10_000).map(|_| HandlerError::retryable("503")));
+    }
+    stack.produce_raw_batch_to(&topic, events("failing", "failing", N)).await;
+    eventually(Duration::from_secs(30), "the breaker opens", || async {
+        stack.consumer_metric(first, "hookline_consumer_route_breaker_open", "route=\"failing\"").await == 1.0
+    })
+    .await;
+    // A second member joins in the middle of the outage: the partitions are shared out again.
+    let second = stack.start_consumer().await;
+    stack.wait_until_assigned().await;
+    stack.produce_raw_batch(events("github", "during-rebalance", 40)).await;
+    eventually(Duration::from_secs(60), "healthy events flow through the rebalance", || async {
+        (0..40).all(|i| stack.handler.count(&format!("during-rebalance-{i}")) == 1)
+    })
+    .await;
+    for index in [first, second] {
+        let copies = stack.consumer_metric(index, "hookline_consumer_deferred_total", "reason=\"breaker_open\"").await;
+        assert_eq!(copies, 0.0, "consumer {index} copied held records");
+    }
+    for i in 0..N {
+        stack.handler.heal(&format!("failing-{i}"));
+    }
+    eventually(Duration::from_secs(90), "every held event is processed after the heal", || async {
+        (0..N).all(|i| stack.handler.count(&format!("failing-{i}")) >= 1)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for i in 0..N {
+        assert_eq!(stack.handler.count(&format!("failing-{i}")), 1, "failing-{i} processed exactly once");
+    }
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_record_held_in_a_source_topic_past_its_retry_budget_is_dead_lettered_once() {
+    const N: usize = 10;
+    let (mut stack, topic) = stack_with_source_topic(|config| {
+        // Probes fail too: only the budget ends the wait.
+        config.processing.breaker_cooldown_ms = 1_000;
+        config.retry.max_total_ms = 3_000;
+        config.retry.max_attempts = 50;
+    })
+    .await;
+    let consumer = stack.start_consumer().await;
+    stack.wait_until_assigned().await;
+    for i in 0..N {
+        stack.handler.fail_with(&format!("doomed-{i}"), (0..10_000).map(|_| HandlerError::retryable("503")));
+    }
+    stack.produce_raw_batch_to(&topic, events("failing", "doomed", N)).await;
+    let dead_letters = || async {
+        let records = stack.records(&stack.kafka.dlq_topic).await;
+        records
+            .iter()
+            .filter_map(|record| {
+                use rdkafka::message::{Headers, Message};
+                let headers = record.headers()?;
+                let id = headers.iter().find(|h| h.key == hookline_common::wire::header::EVENT_ID)?.value?;
+                Some(String::from_utf8_lossy(id).into_owned())
+            })
+            .collect::<Vec<_>>()
+    };
+    eventually(Duration::from_secs(60), "every doomed event is dead-lettered", || async {
+        dead_letters().await.len() >= N
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut ids = dead_letters().await;
+    ids.sort();
+    let expected: Vec<String> = {
+        let mut expected: Vec<String> = (0..N).map(|i| format!("doomed-{i}")).collect();
+        expected.sort();
+        expected
+    };
+    assert_eq!(ids, expected, "each doomed event dead-lettered exactly once");
+    let copies = stack.consumer_metric(consumer, "hookline_consumer_deferred_total", "reason=\"breaker_open\"").await;
+    assert_eq!(copies, 0.0);
+    stack.shutdown().await;
+}

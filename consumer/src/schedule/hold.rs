@@ -74,15 +74,23 @@ impl Scheduler {
     /// pause obeyed before the route's first record).
     pub fn route_reports(&self) -> Vec<RouteReport> {
         use rdkafka::Message;
-        let unused_pauses =
-            self.pauses.iter().filter(|(label, _)| !self.routes.iter().any(|route| &route.label == *label));
-        let unused = unused_pauses.map(|(label, pause)| RouteReport {
-            label: label.clone(),
-            paused: Some(pause.clone()),
-            breaker_open: false,
-            waiting: 0,
-            oldest_waiting_ms: None,
-        });
+        // Labels paused or resumed before any record used them: reported too, so a pause shows as obeyed (and a
+        // resume as cleared) before the route's first record.
+        let known = |label: &String| self.routes.iter().any(|route| &route.label == label);
+        let mut unused: Vec<RouteReport> = self
+            .pauses
+            .keys()
+            .chain(self.resumed_at_ms.keys().filter(|label| !self.pauses.contains_key(*label)))
+            .filter(|label| !known(label))
+            .map(|label| RouteReport {
+                label: label.clone(),
+                paused: self.pauses.get(label).cloned(),
+                breaker_open: false,
+                waiting: 0,
+                oldest_waiting_ms: None,
+            })
+            .collect();
+        unused.sort_by(|a, b| a.label.cmp(&b.label));
         self.routes
             .iter()
             .map(|route| RouteReport {

@@ -560,6 +560,23 @@ impl Scheduler {
                 let wait = Duration::from_millis(u64::try_from(until_ms - now_ms).unwrap_or(0));
                 wake = Some(wake.map_or(wait, |current| current.min(wait)));
             }
+            // Records held in memory behind an open breaker get their last call when their retry budget ends.
+            if route.paused.is_none() && route.breaker.is_open() {
+                let budget_end = route
+                    .queue
+                    .iter()
+                    .take(QUEUE_SCAN)
+                    .map(|job| {
+                        let start = job.first_failure_at_ms.unwrap_or(job.admitted_at_ms).max(route.budget_floor_ms);
+                        start.saturating_add(self.retry_max_total_ms)
+                    })
+                    .filter(|end_ms| *end_ms > now_ms)
+                    .min();
+                if let Some(end_ms) = budget_end {
+                    let wait = Duration::from_millis(u64::try_from(end_ms - now_ms).unwrap_or(0));
+                    wake = Some(wake.map_or(wait, |current| current.min(wait)));
+                }
+            }
             if route.running >= route.max_in_flight {
                 continue;
             }
