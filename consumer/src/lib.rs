@@ -16,6 +16,7 @@ pub mod alert;
 pub mod config;
 pub mod dedupe;
 pub mod dlq;
+pub mod fetch_stats;
 pub mod handler;
 pub mod load;
 pub mod metrics;
@@ -545,6 +546,10 @@ impl ClientContext for GroupContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         self.quiet.error(error, reason);
+    }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        fetch_stats::log(&statistics);
     }
 }
 
