@@ -34,8 +34,7 @@ pub fn log(statistics: &Statistics) {
             );
         }
     }
-    let fetch_requests: i64 =
-        statistics.brokers.values().filter_map(|broker| broker.req.get("Fetch")).copied().sum();
+    let fetch_requests: i64 = statistics.brokers.values().filter_map(|broker| broker.req.get("Fetch")).copied().sum();
     let zbuf_grow: u64 = statistics.brokers.values().map(|broker| broker.zbuf_grow).sum();
     tracing::info!(
         rx_records,
