@@ -158,6 +158,16 @@ impl GroupContext {
     }
 }
 
+/// Stops every reader when dropped: at shutdown, and when the consumer's future is dropped without one (a task
+/// aborted), when readers left running would keep the consumer alive, and in its group, through their queues.
+pub(crate) struct ReadersGuard(pub(crate) Arc<GroupConsumer>);
+
+impl Drop for ReadersGuard {
+    fn drop(&mut self) {
+        self.0.context().stop_readers();
+    }
+}
+
 impl ClientContext for GroupContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         self.quiet.log(level, facility, message);

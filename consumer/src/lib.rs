@@ -223,7 +223,7 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         outage_log,
     });
     let workers = TaskTracker::new();
-    let readers = TaskTracker::new();
+    let (readers, readers_guard) = (TaskTracker::new(), fetch::ReadersGuard(consumer.clone()));
     loop {
         intake.start_readers(&readers);
         // Pauses first: whether a partition is paused decides whether a saturated route's record is deferred.
@@ -256,7 +256,7 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     }
 
     shutdown.cancel();
-    consumer.context().stop_readers();
+    drop(readers_guard);
     readers.close();
     readers.wait().await;
     workers.close();

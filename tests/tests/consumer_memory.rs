@@ -54,15 +54,19 @@ async fn a_burst_of_1_mb_bodies_stays_within_the_byte_bound_and_every_event_is_p
         })
         .build()
         .await;
-    // The whole burst is in the topic before the consumer starts: the deepest backlog it can meet.
-    let records = (0..N_EVENTS)
-        .map(|n| {
-            let id = format!("big-{n}");
-            let partition = i32::try_from(n).expect("small") % N_PARTITIONS;
-            (partition, id.clone(), push_meta(&id).to_headers(), incompressible_body(n as u64))
-        })
-        .collect();
-    stack.produce_raw_batch(records).await;
+    // The whole burst is in the topic before the consumer starts: the deepest backlog it can meet. Produced 50 at
+    // a time: the producer's own queue holds 256 MiB.
+    for chunk in (0..N_EVENTS).collect::<Vec<_>>().chunks(50) {
+        let records = chunk
+            .iter()
+            .map(|&n| {
+                let id = format!("big-{n}");
+                let partition = i32::try_from(n).expect("small") % N_PARTITIONS;
+                (partition, id.clone(), push_meta(&id).to_headers(), incompressible_body(n as u64))
+            })
+            .collect();
+        stack.produce_raw_batch(records).await;
+    }
 
     // A slow handler (100 to 800 ms per event): records pile up in the consumer unless it stops fetching.
     let (child, lines) = process::spawn_consumer_process(
