@@ -84,6 +84,8 @@ pub struct KafkaCeilingConfig {
     /// Produces awaiting their acknowledgement at once (the gateway's concurrent requests).
     pub concurrency: usize,
     pub duration: Duration,
+    /// Stop once this many records were sent, even before `duration` is over (a fill of a given size).
+    pub max_records: Option<u64>,
     /// Signs every record, as the gateway does (the MAC is part of the gateway's record).
     pub record_key: BenchRecordKey,
     /// Leaves the MAC out (records as written before record MACs): the other half of "what does the MAC cost"
@@ -123,14 +125,17 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
     let start = Instant::now();
     let end = start + config.duration;
     let mut tasks = Vec::new();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let max_records = config.max_records.unwrap_or(u64::MAX);
     for task_idx in 0..config.concurrency {
         let (producer, topic, run_id, keys) = (producer.clone(), config.topic.clone(), run_id.clone(), keys.clone());
         let message_bytes = config.message_bytes;
+        let sent = sent.clone();
         tasks.push(tokio::spawn(async move {
             let mut histogram = new_histogram();
             let (mut acknowledged, mut failed) = (0_u64, 0_u64);
             let mut seq = 0_u64;
-            while Instant::now() < end {
+            while Instant::now() < end && sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < max_records {
                 seq += 1;
                 let event_id = format!("kafka-{run_id}-{task_idx}-{seq}");
                 let (body, headers) = gateway_record(keys.as_ref(), &topic, &event_id, message_bytes);

@@ -39,6 +39,8 @@ pub struct ConsumerBenchConfig {
     pub dlq_status_topic: String,
     /// How long to fill the topic for (with the Kafka-ceiling producer).
     pub fill: Duration,
+    /// Stop the fill at this many records, if `fill` has not ended it first.
+    pub fill_records: Option<u64>,
     pub body_bytes: usize,
     pub consumer_bin: PathBuf,
     pub instances: Vec<usize>,
@@ -53,6 +55,9 @@ pub struct ConsumerBenchConfig {
     /// Fill with unsigned records and let the consumers accept them (`accept_unsigned_until` an hour ahead): the
     /// consumer without its MAC check, to measure what the check costs.
     pub unsigned: bool,
+    /// Each instance's log, but for the line per event, goes to `<dir>/consumer-<run>-<n>.log` (else to
+    /// /dev/null).
+    pub consumer_log_dir: Option<PathBuf>,
 }
 
 /// `base` with every key of `overlay` set over it, tables merged key by key.
@@ -103,6 +108,7 @@ pub async fn run(config: &ConsumerBenchConfig) -> anyhow::Result<ConsumerReport>
         message_bytes: config.body_bytes,
         concurrency: 256,
         duration: config.fill,
+        max_records: config.fill_records,
         record_key: config.record_key.clone(),
         unsigned: config.unsigned,
     })
@@ -228,14 +234,19 @@ kind = "log"
             merge_overlay(&mut consumer_config, &overlay);
         }
         std::fs::write(&path, consumer_config.to_string())?;
-        let child = Command::new(&config.consumer_bin)
+        let mut child = Command::new(&config.consumer_bin)
             .arg("--config")
             .arg(&path)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(if config.consumer_log_dir.is_some() { Stdio::piped() } else { Stdio::null() })
             .stderr(Stdio::null())
             .spawn()?;
+        if let (Some(dir), Some(stdout)) = (&config.consumer_log_dir, child.stdout.take()) {
+            std::fs::create_dir_all(dir)?;
+            let log = std::fs::File::create(dir.join(format!("consumer-{run_id}-{instance_idx}.log")))?;
+            std::thread::spawn(move || keep_log(stdout, log));
+        }
         instances.push(Instance { child, admin });
     }
     let deadline = Instant::now() + config.timeout;
@@ -277,6 +288,16 @@ kind = "log"
         dead_lettered: totals.dead_lettered,
         cpu: Some(cpu_before.per_event(&cpu_after, n_events - first_count)),
     })
+}
+
+/// Copies a consumer's log to `log` without the `log` handler's line per event (a million lines per run).
+fn keep_log(stdout: std::process::ChildStdout, mut log: std::fs::File) {
+    use std::io::BufRead;
+    for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        if !line.contains("event processed") {
+            let _ = writeln!(log, "{line}");
+        }
+    }
 }
 
 pub(crate) fn free_port() -> std::io::Result<SocketAddr> {

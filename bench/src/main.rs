@@ -89,6 +89,10 @@ enum Command {
         partitions: i32,
         #[arg(long, default_value_t = 5.0)]
         fill_s: f64,
+        /// Stop the fill at this many records (give `--fill-s` room enough to reach it): a backlog of a given
+        /// size rather than of a given time.
+        #[arg(long)]
+        fill_records: Option<u64>,
         #[arg(long, default_value_t = 1024)]
         body_bytes: usize,
         /// The `consumer` binary (a release build).
@@ -112,6 +116,10 @@ enum Command {
         /// check (what the check costs).
         #[arg(long)]
         unsigned: bool,
+        /// Keep each consumer instance's log (but its line per event) in this folder (with `statistics.interval.ms` in an overlay's
+        /// `[kafka.properties]`: librdkafka's statistics, one line per interval); else it is discarded.
+        #[arg(long)]
+        consumer_log_dir: Option<PathBuf>,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -353,6 +361,7 @@ async fn main() -> anyhow::Result<()> {
                 message_bytes,
                 concurrency,
                 duration: Duration::from_secs_f64(duration_s),
+                max_records: None,
                 record_key: BenchRecordKey::generate()?,
                 unsigned,
             })
@@ -384,6 +393,7 @@ async fn main() -> anyhow::Result<()> {
             dlq_status_topic,
             partitions,
             fill_s,
+            fill_records,
             body_bytes,
             consumer_bin,
             instances,
@@ -392,6 +402,7 @@ async fn main() -> anyhow::Result<()> {
             overlay,
             setup_sql,
             unsigned,
+            consumer_log_dir,
             json,
         } => {
             let overlay = match overlay {
@@ -412,6 +423,7 @@ async fn main() -> anyhow::Result<()> {
                 dlq_topic,
                 dlq_status_topic,
                 fill: Duration::from_secs_f64(fill_s),
+                fill_records,
                 body_bytes,
                 consumer_bin,
                 instances,
@@ -419,6 +431,7 @@ async fn main() -> anyhow::Result<()> {
                 timeout: Duration::from_secs(timeout_s),
                 overlay,
                 unsigned,
+                consumer_log_dir,
             })
             .await?;
             write_json(json.as_deref(), &report)

@@ -17,8 +17,11 @@ pub mod config;
 pub mod control;
 pub mod dedupe;
 pub mod dlq;
+mod fetch;
+mod fetch_stats;
 pub mod handler;
 pub mod load;
+pub mod memory;
 pub mod metrics;
 pub mod pipeline;
 pub mod retry;
@@ -29,7 +32,7 @@ pub mod window;
 use std::{
     collections::BTreeSet,
     sync::{
-        Arc, Mutex, MutexGuard,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
@@ -37,15 +40,14 @@ use std::{
 
 use hookline_common::{
     http::{Readiness, serve_admin},
-    kafka::{QuietContext, consumer_config},
+    kafka::consumer_config,
     redis_security,
     telemetry::LogThrottle,
-    wire::{EventMeta, RecordView, now_ms},
+    wire::now_ms,
 };
 use rdkafka::{
-    ClientContext, Message, Offset, TopicPartitionList,
-    config::RDKafkaLogLevel,
-    consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer},
+    Offset,
+    consumer::{CommitMode, Consumer},
     error::KafkaError,
 };
 use tokio::{net::TcpListener, sync::Notify};
@@ -56,13 +58,13 @@ use crate::{
     alert::Alerts,
     dedupe::Dedupe,
     dlq::DeadLetters,
+    fetch::{GroupConsumer, GroupContext, Intake, Shared},
     metrics::Metrics,
     pipeline::Pipeline,
-    retry::RetryHeaders,
-    schedule::{Admission, PartitionKey, Scheduler},
+    schedule::Scheduler,
     service::ServiceTopics,
 };
-pub use crate::{config::ConsumerConfig, handler::Handler, load::Loaded};
+pub use crate::{config::ConsumerConfig, fetch::OUTAGE_LOG_INTERVAL, handler::Handler, load::Loaded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
@@ -79,14 +81,10 @@ pub enum ConsumerError {
     HandlerStart(String),
 }
 
-type GroupConsumer = StreamConsumer<GroupContext>;
-
 const REDIS_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 /// How long the start waits for a just-created retry topic to show in the broker's metadata.
 const RETRY_TOPIC_WAIT: Duration = Duration::from_secs(10);
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
-/// At most one line per kind of outage failure (fetch, Redis, a produce retried) per interval; metrics count all.
-pub const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Runs the consumer until `shutdown`: then it stops fetching and starting records, lets the records in the
 /// handler finish (claims of events not finished are released, or expire), commits the stored prefixes and leaves
@@ -163,10 +161,11 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         notify: Notify::new(),
         revoke_wait: Duration::from_millis(config.processing.revoke_wait_ms),
     });
-    let context = GroupContext { quiet: QuietContext::new("consumer"), shared: shared.clone() };
     let mut client_config = consumer_config(&config.kafka, &config.kafka.group_id);
     client_config.set("auto.offset.reset", config.service.starts_at.as_str());
-    let consumer: Arc<GroupConsumer> = Arc::new(client_config.create_with_context(context)?);
+    fetch::bound_prefetch(&mut client_config, &config);
+    let consumer: Arc<GroupConsumer> = Arc::new(client_config.create_with_context(GroupContext::new(shared.clone()))?);
+    consumer.context().attach(&consumer);
     let outage_log = Arc::new(LogThrottle::new(OUTAGE_LOG_INTERVAL));
     let start = Start { consumer: consumer.clone(), metrics: metrics.clone(), outage_log: outage_log.clone() };
     let Some((dedupe, topics)) = take_over(&config, dedupe, &start, &shutdown).await else {
@@ -216,8 +215,19 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         .in_current_span(),
     );
 
+    let subscribed = topics.subscription().into_iter().map(str::to_owned).collect();
+    tasks.spawn(memory::warn_if_unfit(config.processing.clone(), consumer.clone(), subscribed).in_current_span());
+    let intake = Arc::new(Intake {
+        shared: shared.clone(),
+        consumer: consumer.clone(),
+        metrics: metrics.clone(),
+        pipeline: pipeline.clone(),
+        topics,
+        service,
+        outage_log,
+    });
     tasks.spawn_blocking({
-        let (kafka, service, keys) = (config.kafka.clone(), service.clone(), keys.clone());
+        let (kafka, service, keys) = (config.kafka.clone(), config.service_name().to_owned(), keys.clone());
         let (shared, metrics, shutdown) = (shared.clone(), metrics.clone(), shutdown.clone());
         let span = tracing::Span::current();
         move || {
@@ -225,64 +235,30 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
             control::follow(&kafka, &service, &keys, &metrics, &shutdown, |pause| apply_pause(&shared, pause));
         }
     });
-
     let workers = TaskTracker::new();
     let mut routes_reported_at = Instant::now();
+    let (readers, readers_guard) = (TaskTracker::new(), fetch::ReadersGuard(consumer.clone()));
     loop {
+        intake.start_readers(&readers);
         // Pauses first: whether a partition is paused decides whether a saturated route's record is deferred.
-        apply_pauses(&shared, &consumer);
+        intake.apply_pauses();
         start_ready(&shared, &consumer, &pipeline, &workers);
-        apply_pauses(&shared, &consumer);
+        intake.apply_pauses();
         let wake = shared.lock().next_wake(Instant::now(), now_ms()).unwrap_or(IDLE_WAKE);
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = shared.notify.notified() => {}
             () = tokio::time::sleep(wake) => {}
+            // Rebalances, errors and statistics; records only of a partition whose queue could not be split.
             message = consumer.recv() => match message {
-                Ok(message) => {
-                    metrics.consumed.inc();
-                    // Its headers out of librdkafka once, for every reader below.
-                    let view = RecordView::new(&message);
-                    if service::addressed_elsewhere(view.headers(), &service) {
-                        pass(&shared, &consumer, &metrics, &view);
-                        continue;
-                    }
-                    // A record without hookline's MAC gets no route of its own and no due time: whatever its
-                    // headers claim, it only goes to the pipeline, which dead-letters it. The MAC is checked
-                    // once, here: the job carries the verdict to the pipeline.
-                    let verdict = pipeline.authenticate(&view);
-                    let admission = if verdict.accepted() {
-                        Admission { verdict: Some(verdict), ..admission_of(&view, &topics) }
-                    } else {
-                        Admission { verdict: Some(verdict), ..Admission::default() }
-                    };
-                    drop(view);
-                    let message = message.detach();
-                    if !shared.lock().admit(message, admission, now_ms()) {
-                        metrics.dropped.inc();
-                    }
-                }
-                Err(error) => {
-                    // Transient (a broker down or restarting): librdkafka reconnects by itself. Each error is an
-                    // event in the same queue as the records and the rebalance callbacks, and librdkafka queues
-                    // them faster than one per 200 ms while no broker answers: sleeping here let a backlog build
-                    // that delayed the first assignment by the length of the outage. So: count, log a summary
-                    // at most once per interval, and read on at once.
-                    metrics.fetch_errors.inc();
-                    if let Some(held_back) = outage_log.admit("fetch failed", Instant::now()) {
-                        tracing::warn!(
-                            error = %error,
-                            held_back,
-                            interval_s = OUTAGE_LOG_INTERVAL.as_secs(),
-                            "fetch failed (rate-limited log; hookline_consumer_fetch_errors_total counts every one)"
-                        );
-                    }
-                }
+                Ok(message) => intake.take_from_main(&message),
+                Err(error) => intake.fetch_failed(&error),
             },
         }
         let mut scheduler = shared.lock();
         metrics.in_flight.set(i64::try_from(scheduler.running()).unwrap_or(i64::MAX));
         metrics.windowed.set(i64::try_from(scheduler.windowed()).unwrap_or(i64::MAX));
+        metrics.windowed_bytes.set(i64::try_from(scheduler.windowed_bytes()).unwrap_or(i64::MAX));
         if routes_reported_at.elapsed() >= ROUTE_REPORT_INTERVAL {
             metrics.report_routes(&scheduler.route_reports(), now_ms());
             routes_reported_at = Instant::now();
@@ -298,6 +274,9 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     }
 
     shutdown.cancel();
+    drop(readers_guard);
+    readers.close();
+    readers.wait().await;
     workers.close();
     workers.wait().await;
     if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
@@ -434,23 +413,11 @@ async fn take_over(
     Some((dedupe, topics))
 }
 
-/// A record addressed to another service: handled as it arrives, so it holds nothing back.
-fn pass(shared: &Shared, consumer: &GroupConsumer, metrics: &Metrics, view: &RecordView<'_, impl Message>) {
-    let message = view.message();
-    let source = hookline_common::wire::header_str(view.headers(), hookline_common::wire::header::SOURCE)
-        .and_then(Result::ok)
-        .unwrap_or_else(|| "unknown".to_owned());
-    metrics.events.with_label_values(&[&source, metrics::event_outcome::OTHER_SERVICE]).inc();
-    let partition = (message.topic().to_owned(), message.partition());
-    let scheduler = &mut *shared.lock();
-    if let Some(prefix_end) = scheduler.pass(&partition, message.offset()) {
-        // Under the lock, like every stored prefix, so that it never moves backwards.
-        if let Err(error) = consumer.store_offset(&partition.0, partition.1, prefix_end) {
-            tracing::debug!(error = %error, partition = partition.1, "cannot store offset");
-        }
-    }
-}
+/// How long the fetch loop sleeps when nothing waits on time (it wakes on every record and completion anyway).
+const IDLE_WAKE: Duration = Duration::from_secs(1);
 
+/// Starts every job the scheduler allows, each in its own task. A task reports back to the scheduler, which
+/// stores the partition's new prefix, and wakes the fetch loop to start the next jobs.
 /// How often the routes' gauges (paused, waiting records and their age) are brought up to date.
 const ROUTE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -471,11 +438,6 @@ fn apply_pause(shared: &Shared, pause: hookline_common::control::RoutePause) {
     shared.notify.notify_one();
 }
 
-/// How long the fetch loop sleeps when nothing waits on time (it wakes on every record and completion anyway).
-const IDLE_WAKE: Duration = Duration::from_secs(1);
-
-/// Starts every job the scheduler allows, each in its own task. A task reports back to the scheduler, which
-/// stores the partition's new prefix, and wakes the fetch loop to start the next jobs.
 fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &Pipeline, workers: &TaskTracker) {
     if pipeline.shutdown.is_cancelled() {
         // Not started: left for redelivery.
@@ -508,124 +470,6 @@ fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &P
         // Boxed once here: the record's future is large (the whole pipeline, inlined), and spawning it by value
         // copied all of it at each of spawn's moves (callgrind: 15.8k instructions of `memcpy` per record).
         workers.spawn(Box::pin(task).in_current_span());
-    }
-}
-
-/// Pauses partitions whose window is full and resumes those with room again.
-fn apply_pauses(shared: &Shared, consumer: &GroupConsumer) {
-    let (pause, resume) = shared.lock().pause_changes();
-    for (partitions, paused) in [(pause, true), (resume, false)] {
-        if partitions.is_empty() {
-            continue;
-        }
-        let mut list = TopicPartitionList::new();
-        for (topic, partition) in &partitions {
-            list.add_partition(topic, *partition);
-        }
-        let result = if paused { consumer.pause(&list) } else { consumer.resume(&list) };
-        if let Err(error) = result {
-            tracing::warn!(error = %error, paused, "cannot pause or resume partitions");
-        }
-    }
-}
-
-/// What the scheduler needs from a record's headers. A record no gateway wrote gets no source (it is
-/// dead-lettered as poison by the pipeline, on the `unknown` route; so does a record without hookline's MAC).
-/// A record of the retry topic waits until its due time.
-fn admission_of(view: &RecordView<'_, impl Message>, topics: &ServiceTopics) -> Admission {
-    let retry = topics.is_retry(view.message().topic()).then(|| RetryHeaders::from_headers(view.headers())).flatten();
-    let due_at_ms = retry.as_ref().map(|headers| headers.due_at_ms);
-    let first_failure_at_ms = retry.as_ref().map(|headers| headers.attempts.first_failure_at_ms);
-    let attempts = retry.map(|headers| headers.attempts);
-    match EventMeta::from_headers(view.headers()) {
-        Ok(meta) => Admission {
-            source: Some(meta.source),
-            event_type: meta.event_type,
-            ordering_key: meta.ordering_key,
-            due_at_ms,
-            first_failure_at_ms,
-            attempts,
-            verdict: None,
-        },
-        Err(_) => Admission { due_at_ms, first_failure_at_ms, attempts, ..Admission::default() },
-    }
-}
-
-/// The scheduler, shared by the fetch loop, the record tasks and the rebalance callbacks.
-#[derive(Debug)]
-struct Shared {
-    scheduler: Mutex<Scheduler>,
-    /// Wakes the fetch loop: a job completed, or partitions were assigned.
-    notify: Notify,
-    revoke_wait: Duration,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Scheduler> {
-        self.scheduler.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// The consumer's client context: librdkafka logs through [`QuietContext`], and rebalances through the
-/// scheduler. On revoke: nothing of the revoked partitions starts any more, their queued records are dropped,
-/// the ones in the handler get a bounded wait, and the stored prefix is committed before the partitions go.
-/// On assign: each partition starts with an empty window, resumed (a pause from an earlier assignment must not
-/// survive it).
-struct GroupContext {
-    quiet: QuietContext,
-    shared: Arc<Shared>,
-}
-
-impl ClientContext for GroupContext {
-    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        self.quiet.log(level, facility, message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.quiet.error(error, reason);
-    }
-}
-
-fn partitions_of(list: &TopicPartitionList) -> Vec<PartitionKey> {
-    list.elements().iter().map(|element| (element.topic().to_owned(), element.partition())).collect()
-}
-
-impl ConsumerContext for GroupContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let Rebalance::Revoke(list) = rebalance else { return };
-        let partitions = partitions_of(list);
-        self.shared.lock().revoke(&partitions);
-        // This callback runs inside the fetch loop's poll. Record tasks run on the other worker threads; on a
-        // current-thread runtime they cannot run until this returns, so waiting would only delay.
-        let can_wait = tokio::runtime::Handle::try_current()
-            .is_ok_and(|handle| handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread);
-        let started = Instant::now();
-        while can_wait && started.elapsed() < self.shared.revoke_wait {
-            if self.shared.lock().running_in(&partitions) == 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let abandoned = self.shared.lock().running_in(&partitions);
-        self.shared.lock().forget(&partitions);
-        tracing::info!(partitions = partitions.len(), abandoned, "partitions revoked");
-        // Offsets are stored as each prefix grows; commit them now, before the new owner fetches.
-        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
-            tracing::debug!(error = %error, "commit on revoke");
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let Rebalance::Assign(list) = rebalance else { return };
-        if list.count() == 0 {
-            return;
-        }
-        self.shared.lock().assign(partitions_of(list));
-        if let Err(error) = consumer.resume(list) {
-            tracing::debug!(error = %error, "resume on assign");
-        }
-        tracing::info!(partitions = list.count(), "partitions assigned");
-        self.shared.notify.notify_one();
     }
 }
 

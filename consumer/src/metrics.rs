@@ -49,6 +49,9 @@ pub struct Metrics {
     pub in_flight: IntGauge,
     /// `hookline_consumer_window_records`: records fetched and not yet committed, across partitions.
     pub windowed: IntGauge,
+    /// `hookline_consumer_window_bytes`: bytes of the records fetched and not yet committed (what
+    /// `processing.max_window_bytes` bounds).
+    pub windowed_bytes: IntGauge,
     /// `hookline_consumer_records_dropped_total`: fetched records of a revoked partition, or re-fetched ones.
     pub dropped: IntCounter,
     /// `hookline_consumer_deferred_total{source, reason}`: records parked in the retry topic without an attempt,
@@ -153,6 +156,10 @@ impl Metrics {
             assigned_partitions: gauge("hookline_consumer_assigned_partitions", "Partitions assigned.")?,
             in_flight: gauge("hookline_consumer_in_flight_records", "Records in the handler stage.")?,
             windowed: gauge("hookline_consumer_window_records", "Records fetched and not yet committed.")?,
+            windowed_bytes: gauge(
+                "hookline_consumer_window_bytes",
+                "Bytes (payload, key, headers) of the records fetched and not yet committed.",
+            )?,
             dropped: counter(
                 "hookline_consumer_records_dropped_total",
                 "Fetched records dropped: their partition was revoked, or they were fetched before.",
@@ -258,6 +265,7 @@ impl Metrics {
             Box::new(self.assigned_partitions.clone()),
             Box::new(self.in_flight.clone()),
             Box::new(self.windowed.clone()),
+            Box::new(self.windowed_bytes.clone()),
             Box::new(self.dropped.clone()),
             Box::new(self.deferred.clone()),
             Box::new(self.route_breaker_open.clone()),
@@ -392,6 +400,7 @@ mod tests {
         metrics.assigned_partitions.set(1);
         metrics.in_flight.set(1);
         metrics.windowed.set(1);
+        metrics.windowed_bytes.set(1);
         metrics.dropped.inc();
         metrics.deferred.with_label_values(&["s", "saturated"]).inc();
         metrics.route_breaker_open.with_label_values(&["r"]).set(1);
@@ -408,7 +417,7 @@ mod tests {
         metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
         metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 33);
+        assert_eq!(described.len(), 34);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -21,6 +21,11 @@ impl ConsumerProcess {
         self.0.kill().expect("SIGKILL");
         self.0.wait().expect("reaped");
     }
+
+    /// Its process id (for `/proc/<pid>/...`).
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
 }
 
 impl Drop for ConsumerProcess {

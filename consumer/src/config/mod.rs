@@ -189,6 +189,15 @@ pub struct ProcessingConfig {
     /// one); when full, the partition is paused while the others keep flowing. Bounds memory and redelivery.
     #[serde(alias = "partition_queue")]
     pub partition_window: usize,
+    /// Bytes (payload, key and headers) of the records fetched and not yet committed, across every partition:
+    /// once reached, every partition stops fetching until the windows are down to half of it (a single record
+    /// larger than the bound is still taken, alone). Bounds the consumer's memory in bytes where
+    /// `partition_window` bounds it in records (docs/operations.md, "Memory").
+    pub max_window_bytes: u64,
+    /// librdkafka's prefetch per assigned partition: it stops fetching a partition once its queue holds this many
+    /// bytes (`queued.max.messages.kbytes`) or `partition_window` records (`queued.min.messages`), and asks for
+    /// at most this many bytes of it per fetch (`fetch.message.max.bytes`; a larger record still comes, alone).
+    pub partition_prefetch_bytes: usize,
     /// Default per-route limit of records in the handler stage (see `[[routes]] max_in_flight`), for routes and
     /// sources without their own.
     pub route_max_in_flight: usize,
@@ -213,6 +222,8 @@ impl Default for ProcessingConfig {
         Self {
             max_in_flight: 256,
             partition_window: 1024,
+            max_window_bytes: 192 * 1024 * 1024,
+            partition_prefetch_bytes: 1024 * 1024,
             route_max_in_flight: 128,
             revoke_wait_ms: 10_000,
             defer_delay_ms: 1_000,
@@ -319,6 +330,11 @@ impl ConsumerConfig {
         );
         problems.check(self.processing.max_in_flight > 0, "processing.max_in_flight must be positive");
         problems.check(self.processing.partition_window > 0, "processing.partition_window must be positive");
+        problems.check(self.processing.max_window_bytes > 0, "processing.max_window_bytes must be positive");
+        problems.check(
+            (4096..=1 << 30).contains(&self.processing.partition_prefetch_bytes),
+            "processing.partition_prefetch_bytes must be between 4096 and 1073741824",
+        );
         problems.check(self.processing.route_max_in_flight > 0, "processing.route_max_in_flight must be positive");
         problems.check(self.processing.breaker_cooldown_ms > 0, "processing.breaker_cooldown_ms must be positive");
         for (index, route) in self.routes.iter().enumerate() {

@@ -88,6 +88,8 @@ struct Delayed {
 pub struct Scheduler {
     max_in_flight: usize,
     partition_window: usize,
+    /// Bytes of the records in every window together: reached, every partition pauses.
+    max_window_bytes: usize,
     default_route_max_in_flight: usize,
     default_breaker_failures: u32,
     default_breaker_cooldown_ms: u64,
@@ -129,6 +131,7 @@ impl Scheduler {
         Self {
             max_in_flight: processing.max_in_flight,
             partition_window: processing.partition_window,
+            max_window_bytes: usize::try_from(processing.max_window_bytes).unwrap_or(usize::MAX),
             default_route_max_in_flight,
             default_breaker_failures: processing.breaker_failures,
             default_breaker_cooldown_ms: processing.breaker_cooldown_ms,
@@ -216,11 +219,12 @@ impl Scheduler {
         use rdkafka::Message;
         let partition = (message.topic().to_owned(), message.partition());
         let Some(state) = self.partitions.get_mut(&partition) else { return false };
-        if state.revoked || !state.window.admit(message.offset()) {
+        if state.revoked || !state.window.admit(message.offset(), crate::window::record_bytes(&message)) {
             return false;
         }
         let generation = state.generation;
-        let source_topic = state.source_topic;
+        // Only a partition not held yet needs a new look: the rest of a held route's records change nothing.
+        let source_topic = state.source_topic && !state.held;
         let route = self.route_for(admission.source.as_deref(), admission.event_type.as_deref());
         // A held route's record in a source topic: that partition is to be held at once.
         self.holds_dirty |= source_topic && self.routes[route].held();
@@ -251,7 +255,8 @@ impl Scheduler {
     /// before).
     pub fn pass(&mut self, partition: &PartitionKey, offset: i64) -> Option<i64> {
         let state = self.partitions.get_mut(partition).filter(|state| !state.revoked)?;
-        if !state.window.admit(offset) {
+        // Handled at once: it holds no memory.
+        if !state.window.admit(offset, 0) {
             return None;
         }
         state.window.handled(offset)
@@ -513,22 +518,25 @@ impl Scheduler {
         }
     }
 
-    /// Partitions to pause (window full, or a source topic's partition where a held route's records wait) and to
-    /// resume (window down to half and nothing held); marks them so. The gap between the two matters: librdkafka
-    /// drops what it had prefetched for a paused partition and fetches again from the position on resume, so
-    /// resuming at the first free slot would pay a fetch round trip per few records.
+    /// Partitions to pause (window full, every window together at `max_window_bytes`, or a source topic's
+    /// partition where a held route's records wait) and to resume (window down to half, the bytes down to half,
+    /// and nothing held); marks them so. The gap between the two matters: a partition read from the main queue is
+    /// paused in librdkafka, which drops what it had prefetched for it and fetches again on resume, so resuming at
+    /// the first free slot would pay a fetch round trip per few records.
     pub fn pause_changes(&mut self) -> (Vec<PartitionKey>, Vec<PartitionKey>) {
         self.update_holds(Instant::now());
         let (mut pause, mut resume) = (Vec::new(), Vec::new());
+        let bytes = self.windowed_bytes();
+        let (bytes_full, bytes_low) = (bytes >= self.max_window_bytes, bytes <= self.max_window_bytes / 2);
         for (partition, state) in &mut self.partitions {
             if state.revoked {
                 continue;
             }
             let was_paused = state.fetch_paused_told;
             let len = state.window.len();
-            if len >= self.partition_window {
+            if len >= self.partition_window || bytes_full {
                 state.paused = true;
-            } else if len <= self.partition_window / 2 {
+            } else if len <= self.partition_window / 2 && bytes_low {
                 state.paused = false;
             }
             state.fetch_paused_told = state.fetch_paused();
@@ -601,6 +609,17 @@ impl Scheduler {
     /// Records fetched and not yet committed, across partitions.
     pub fn windowed(&self) -> usize {
         self.partitions.values().map(|state| state.window.len()).sum()
+    }
+
+    /// Bytes of the records fetched and not yet committed, across partitions.
+    pub fn windowed_bytes(&self) -> usize {
+        self.partitions.values().map(|state| state.window.bytes()).sum()
+    }
+
+    /// Whether the partition takes no more records now (paused by [`Self::pause_changes`], revoked, or not
+    /// assigned).
+    pub fn is_paused(&self, partition: &PartitionKey) -> bool {
+        self.partitions.get(partition).is_none_or(|state| state.fetch_paused() || state.revoked)
     }
 }
 

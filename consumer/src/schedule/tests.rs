@@ -291,3 +291,29 @@ fn a_paused_route_calls_nothing_copies_only_from_a_full_shared_window_and_resume
     assert!(started.iter().all(|job| job.work == Work::Handle));
     assert!(started.iter().all(|job| !job.budget_spent(1_050, 100, 1_000)));
 }
+
+#[test]
+fn the_windows_bytes_together_pause_every_partition_until_they_are_down_to_half() {
+    let processing = ProcessingConfig { max_window_bytes: 100, ..config(8, 8) };
+    let mut scheduler = Scheduler::new(&processing, &[], &RetryConfig::default());
+    scheduler.assign([("t".to_owned(), 0), ("t".to_owned(), 1)]);
+    let big = |partition, offset| {
+        OwnedMessage::new(Some(vec![0; 60]), None, "t".to_owned(), Timestamp::NotAvailable, partition, offset, None)
+    };
+    scheduler.admit(big(0, 0), admission("a", None), 0);
+    assert_eq!(scheduler.pause_changes(), (vec![], vec![]), "60 of 100 bytes: room");
+    scheduler.admit(big(0, 1), admission("a", None), 0);
+    let (mut pause, _) = scheduler.pause_changes();
+    pause.sort();
+    assert_eq!(pause, vec![("t".to_owned(), 0), ("t".to_owned(), 1)], "120 bytes: every partition stops");
+    assert!(scheduler.is_paused(&("t".to_owned(), 1)), "even one whose window is empty");
+    assert_eq!(scheduler.windowed_bytes(), 120);
+    let first = scheduler.next_job(Instant::now(), 0).expect("a job");
+    let second = scheduler.next_job(Instant::now(), 0).expect("a job");
+    scheduler.complete(first, Completion::Handled, Downstream::Answered, 0);
+    assert_eq!(scheduler.pause_changes(), (vec![], vec![]), "60 bytes are above half the bound: still paused");
+    scheduler.complete(second, Completion::Handled, Downstream::Answered, 0);
+    let (_, mut resume) = scheduler.pause_changes();
+    resume.sort();
+    assert_eq!(resume, vec![("t".to_owned(), 0), ("t".to_owned(), 1)], "nothing held: both resume");
+}

@@ -1,0 +1,487 @@
+//! The fetch side of the consumer: each assigned partition is read from its own librdkafka queue
+//! (`split_partition_queue`) by a reader task that reads only while the partition's window has room, and every
+//! fetched record is taken into the scheduler here ([`Intake::take`]).
+//!
+//! Why not `pause()`: librdkafka throws away everything it had prefetched for a partition when it is paused, and
+//! fetches it again from the application's position on resume. With one shared consumer queue and a deep backlog,
+//! a window that filled and emptied every few hundred milliseconds paid a fetch, a decompression and a parse of up
+//! to `fetch.message.max.bytes` per resume, most of it thrown away at the next pause (docs/benchmarks/consumer.md,
+//! "A large backlog"). A reader that simply stops reading leaves its records queued in librdkafka, whose fetcher
+//! stops by itself once the partition's own queue holds `queued.min.messages` records or
+//! `queued.max.messages.kbytes` (per partition once its queue is split off), and resumes `fetch.queue.backoff.ms`
+//! later: nothing is discarded, and prefetch stays bounded per partition.
+//!
+//! The queue of a partition is split off in the assign callback *before* librdkafka starts fetching it, so none of
+//! its records ever lands in the consumer's main queue (librdkafka does not re-forward a queue the application
+//! split), and one reader at a time admits its records, in offset order. A reader stops for good when its
+//! partition is revoked; its stop is checked under the scheduler's lock, so a record it fetched before the revoke
+//! is never admitted into a later assignment's window. A partition whose queue could not be split is read from the
+//! main queue and flow-controlled with `pause()` as before.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, OnceLock, Weak},
+    time::{Duration, Instant},
+};
+
+use hookline_common::{
+    kafka::QuietContext,
+    wire::{EventMeta, RecordView, header_str, now_ms},
+};
+use rdkafka::{
+    ClientConfig, ClientContext, Message, Statistics, TopicPartitionList,
+    config::RDKafkaLogLevel,
+    consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer},
+    error::KafkaError,
+    message::BorrowedMessage,
+};
+use tokio::sync::Notify;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::Instrument;
+
+use crate::{
+    config::ConsumerConfig,
+    fetch_stats,
+    metrics::{self, Metrics},
+    pipeline::Pipeline,
+    retry::RetryHeaders,
+    schedule::{Admission, PartitionKey, Scheduler},
+    service::{self, ServiceTopics},
+};
+
+pub(crate) type GroupConsumer = StreamConsumer<GroupContext>;
+/// At most one line per kind of outage failure (fetch, Redis, a produce retried) per interval; metrics count all.
+pub const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(10);
+type SplitQueue = rdkafka::consumer::stream_consumer::StreamPartitionQueue<GroupContext>;
+
+/// librdkafka re-checks a partition whose queue was over its thresholds after this long. Its default (1 s) made
+/// a partition whose reader had stopped wait a whole second after its reader went on, and with split queues a
+/// partition reaches its thresholds all the time.
+const FETCH_QUEUE_BACKOFF_MS: &str = "10";
+/// A reader re-polls its queue at least this often: a split queue wakes its reader through an edge-triggered
+/// callback, and a lost wake-up must not stall the partition (rust-rdkafka #840).
+const LOST_WAKEUP_POLL: Duration = Duration::from_millis(250);
+/// A reader waiting for room looks again at least this often, whatever it was told.
+const ROOM_RECHECK: Duration = Duration::from_millis(200);
+
+/// librdkafka's prefetch, bounded per partition from `processing`: a partition's queue holds up to a window of
+/// records or `partition_prefetch_bytes`, plus the fetch response in flight (`fetch.message.max.bytes`, before
+/// decompression). Settings the operator put in `kafka.properties` win.
+pub(crate) fn bound_prefetch(client_config: &mut ClientConfig, config: &ConsumerConfig) {
+    let processing = &config.processing;
+    let settings = [
+        ("queued.min.messages", processing.partition_window.max(1).to_string()),
+        ("queued.max.messages.kbytes", (processing.partition_prefetch_bytes / 1024).max(1).to_string()),
+        ("fetch.message.max.bytes", processing.partition_prefetch_bytes.max(1024).to_string()),
+        ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_owned()),
+    ];
+    for (key, value) in settings {
+        if !config.kafka.properties.contains_key(key) {
+            client_config.set(key, value);
+        }
+    }
+}
+
+/// The scheduler, shared by the fetch loop, the readers, the record tasks and the rebalance callbacks.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) scheduler: Mutex<Scheduler>,
+    /// Wakes the fetch loop: a record was admitted, a job completed, or partitions were assigned.
+    pub(crate) notify: Notify,
+    pub(crate) revoke_wait: Duration,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Scheduler> {
+        self.scheduler.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A partition read from its own queue.
+struct Reader {
+    queue: Arc<SplitQueue>,
+    /// Cancelled when the partition is revoked (or at shutdown): the reader ends and admits nothing more.
+    stop: CancellationToken,
+    /// Told when the partition's window has room again.
+    room: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct Splits {
+    readers: HashMap<PartitionKey, Reader>,
+    /// Split in the assign callback, their reader task not started yet.
+    unstarted: Vec<PartitionKey>,
+}
+
+/// The consumer's client context: librdkafka logs through [`QuietContext`] and its statistics through
+/// [`fetch_stats`], rebalances through the scheduler. On assign: each partition's queue is split off (before
+/// librdkafka fetches it), and each partition starts with an empty window, resumed (a pause from an earlier
+/// assignment must not survive it). On revoke: its reader stops, nothing of the revoked partitions starts any
+/// more, their queued records are dropped, the ones in the handler get a bounded wait, and the stored prefix is
+/// committed before the partitions go.
+pub(crate) struct GroupContext {
+    quiet: QuietContext,
+    pub(crate) shared: Arc<Shared>,
+    /// The consumer itself, to split queues with; set once it exists (weak: the consumer owns this context).
+    consumer: OnceLock<Weak<GroupConsumer>>,
+    splits: Mutex<Splits>,
+}
+
+impl GroupContext {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            quiet: QuietContext::new("consumer"),
+            shared,
+            consumer: OnceLock::new(),
+            splits: Mutex::new(Splits::default()),
+        }
+    }
+
+    /// Lets the assign callback split partition queues: call once, right after creating the consumer.
+    pub(crate) fn attach(&self, consumer: &Arc<GroupConsumer>) {
+        let _ = self.consumer.set(Arc::downgrade(consumer));
+    }
+
+    fn splits(&self) -> MutexGuard<'_, Splits> {
+        self.splits.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Stops every reader and lets go of every queue (they hold the consumer: a queue left here would keep it from
+    /// closing). At shutdown; each reader lets go of its own queue as its task ends.
+    pub(crate) fn stop_readers(&self) {
+        let mut splits = self.splits();
+        for reader in splits.readers.values() {
+            reader.stop.cancel();
+        }
+        splits.readers.clear();
+        splits.unstarted.clear();
+    }
+}
+
+/// Stops every reader when dropped: at shutdown, and when the consumer's future is dropped without one (a task
+/// aborted), when readers left running would keep the consumer alive, and in its group, through their queues.
+pub(crate) struct ReadersGuard(pub(crate) Arc<GroupConsumer>);
+
+impl Drop for ReadersGuard {
+    fn drop(&mut self) {
+        self.0.context().stop_readers();
+    }
+}
+
+impl ClientContext for GroupContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        self.quiet.log(level, facility, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.quiet.error(error, reason);
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        fetch_stats::log(&statistics);
+    }
+}
+
+fn partitions_of(list: &TopicPartitionList) -> Vec<PartitionKey> {
+    list.elements().iter().map(|element| (element.topic().to_owned(), element.partition())).collect()
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(list) => self.split(list),
+            Rebalance::Revoke(list) => self.revoke(consumer, list),
+            Rebalance::Error(_) => {}
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Assign(list) = rebalance else { return };
+        if list.count() == 0 {
+            return;
+        }
+        self.shared.lock().assign(partitions_of(list));
+        if let Err(error) = consumer.resume(list) {
+            tracing::debug!(error = %error, "resume on assign");
+        }
+        tracing::info!(partitions = list.count(), "partitions assigned");
+        self.shared.notify.notify_one();
+    }
+}
+
+impl GroupContext {
+    /// Splits the queues of partitions about to be assigned, before librdkafka starts fetching them.
+    fn split(&self, list: &TopicPartitionList) {
+        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else { return };
+        let mut splits = self.splits();
+        for partition in partitions_of(list) {
+            // An eager rebalance lists partitions this member keeps: they keep their reader.
+            if splits.readers.contains_key(&partition) {
+                continue;
+            }
+            match consumer.split_partition_queue(&partition.0, partition.1) {
+                Some(queue) => {
+                    let reader = Reader {
+                        queue: Arc::new(queue),
+                        stop: CancellationToken::new(),
+                        room: Arc::new(Notify::new()),
+                    };
+                    splits.readers.insert(partition.clone(), reader);
+                    splits.unstarted.push(partition);
+                }
+                None => tracing::warn!(
+                    topic = %partition.0,
+                    partition = partition.1,
+                    "cannot read the partition from its own queue: read with the others, paused when its window is full"
+                ),
+            }
+        }
+    }
+
+    fn revoke(&self, consumer: &BaseConsumer<Self>, list: &TopicPartitionList) {
+        let partitions = partitions_of(list);
+        // Stopped before the scheduler forgets them: a reader checks its stop under the scheduler's lock.
+        let stopped: Vec<Arc<SplitQueue>> = {
+            let mut splits = self.splits();
+            splits.unstarted.retain(|partition| !partitions.contains(partition));
+            partitions
+                .iter()
+                .filter_map(|partition| splits.readers.remove(partition))
+                .map(|reader| {
+                    reader.stop.cancel();
+                    reader.queue
+                })
+                .collect()
+        };
+        self.shared.lock().revoke(&partitions);
+        // This callback runs inside the fetch loop's poll. Record tasks and readers run on the other worker
+        // threads; on a current-thread runtime they cannot run until this returns, so waiting would only delay.
+        let can_wait = tokio::runtime::Handle::try_current()
+            .is_ok_and(|handle| handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread);
+        let started = Instant::now();
+        while can_wait && started.elapsed() < self.shared.revoke_wait {
+            // A stopped reader lets go of its queue: dropping the last handle here, before the partition can be
+            // assigned and split again, keeps it from disabling the new handle's wake-ups.
+            let readers_gone = stopped.iter().all(|queue| Arc::strong_count(queue) == 1);
+            if readers_gone && self.shared.lock().running_in(&partitions) == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let abandoned = self.shared.lock().running_in(&partitions);
+        self.shared.lock().forget(&partitions);
+        drop(stopped);
+        tracing::info!(partitions = partitions.len(), abandoned, "partitions revoked");
+        // Offsets are stored as each prefix grows; commit them now, before the new owner fetches.
+        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
+            tracing::debug!(error = %error, "commit on revoke");
+        }
+    }
+}
+
+/// Takes fetched records into the scheduler: the fetch loop's main queue and every partition's reader.
+pub(crate) struct Intake {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) consumer: Arc<GroupConsumer>,
+    pub(crate) metrics: Metrics,
+    pub(crate) pipeline: Pipeline,
+    pub(crate) topics: ServiceTopics,
+    pub(crate) service: String,
+    pub(crate) outage_log: Arc<hookline_common::telemetry::LogThrottle>,
+}
+
+/// The reader a record came through: its partition, and its stop.
+struct Via<'a> {
+    partition: &'a PartitionKey,
+    stop: &'a CancellationToken,
+}
+
+impl Intake {
+    /// Takes one record fetched from the main queue (a partition whose queue could not be split).
+    pub(crate) fn take_from_main(&self, message: &BorrowedMessage<'_>) {
+        self.take(message, None);
+    }
+
+    /// Admits `message` (or passes it on, when addressed to another service), applies the pauses that follow,
+    /// wakes the fetch loop; true when the reader `via` may read on (its partition's window has room).
+    fn take(&self, message: &BorrowedMessage<'_>, via: Option<Via<'_>>) -> bool {
+        self.metrics.consumed.inc();
+        // Its headers out of librdkafka once, for every reader below.
+        let view = RecordView::new(message);
+        let elsewhere = service::addressed_elsewhere(view.headers(), &self.service);
+        let admission = if elsewhere {
+            let source = header_str(view.headers(), hookline_common::wire::header::SOURCE)
+                .and_then(Result::ok)
+                .unwrap_or_else(|| "unknown".to_owned());
+            self.metrics.events.with_label_values(&[&source, metrics::event_outcome::OTHER_SERVICE]).inc();
+            None
+        } else {
+            // A record without hookline's MAC gets no route of its own and no due time: whatever its headers
+            // claim, it only goes to the pipeline, which dead-letters it. The MAC is checked once, here: the job
+            // carries the verdict to the pipeline.
+            let verdict = self.pipeline.authenticate(&view);
+            Some(if verdict.accepted() {
+                Admission { verdict: Some(verdict), ..admission_of(&view, &self.topics) }
+            } else {
+                Admission { verdict: Some(verdict), ..Admission::default() }
+            })
+        };
+        drop(view);
+        let owned = admission.as_ref().map(|_| message.detach());
+        let mut scheduler = self.shared.lock();
+        // Under the lock, so that a revoke (which stops the reader first) and this admission are ordered.
+        if via.as_ref().is_some_and(|via| via.stop.is_cancelled()) {
+            return false;
+        }
+        match (owned, admission) {
+            (Some(owned), Some(admission)) => {
+                if !scheduler.admit(owned, admission, now_ms()) {
+                    self.metrics.dropped.inc();
+                }
+            }
+            _ => {
+                // Addressed elsewhere: handled as it arrives, so it holds nothing back.
+                let partition = (message.topic().to_owned(), message.partition());
+                if let Some(prefix_end) = scheduler.pass(&partition, message.offset()) {
+                    // Under the lock, like every stored prefix, so that it never moves backwards.
+                    if let Err(error) = self.consumer.store_offset(&partition.0, partition.1, prefix_end) {
+                        tracing::debug!(error = %error, partition = partition.1, "cannot store offset");
+                    }
+                }
+            }
+        }
+        let changes = scheduler.pause_changes();
+        let room = via.as_ref().is_some_and(|via| !scheduler.is_paused(via.partition));
+        drop(scheduler);
+        self.apply(changes);
+        self.shared.notify.notify_one();
+        room
+    }
+
+    /// Counts and (rate-limited) logs an error the fetch loop or a reader received.
+    pub(crate) fn fetch_failed(&self, error: &KafkaError) {
+        // Transient (a broker down or restarting): librdkafka reconnects by itself. Each error is an event in the
+        // same queue as the records and the rebalance callbacks, and librdkafka queues them faster than one per
+        // 200 ms while no broker answers: sleeping here let a backlog build that delayed the first assignment by
+        // the length of the outage. So: count, log a summary at most once per interval, and read on at once.
+        self.metrics.fetch_errors.inc();
+        if let Some(held_back) = self.outage_log.admit("fetch failed", Instant::now()) {
+            tracing::warn!(
+                error = %error,
+                held_back,
+                interval_s = OUTAGE_LOG_INTERVAL.as_secs(),
+                "fetch failed (rate-limited log; hookline_consumer_fetch_errors_total counts every one)"
+            );
+        }
+    }
+
+    /// Pauses partitions whose window is full and resumes those with room again: a partition with a reader by
+    /// telling its reader, one read from the main queue through librdkafka's pause and resume.
+    pub(crate) fn apply_pauses(&self) {
+        let changes = self.shared.lock().pause_changes();
+        self.apply(changes);
+    }
+
+    fn apply(&self, (pause, resume): (Vec<PartitionKey>, Vec<PartitionKey>)) {
+        if pause.is_empty() && resume.is_empty() {
+            return;
+        }
+        let context = self.consumer.context();
+        let splits = context.splits();
+        let pause: Vec<PartitionKey> =
+            pause.into_iter().filter(|partition| !splits.readers.contains_key(partition)).collect();
+        let resume: Vec<PartitionKey> = resume
+            .into_iter()
+            .filter(|partition| match splits.readers.get(partition) {
+                Some(reader) => {
+                    reader.room.notify_one();
+                    false
+                }
+                None => true,
+            })
+            .collect();
+        drop(splits);
+        for (partitions, paused) in [(pause, true), (resume, false)] {
+            if partitions.is_empty() {
+                continue;
+            }
+            let mut list = TopicPartitionList::new();
+            for (topic, partition) in &partitions {
+                list.add_partition(topic, *partition);
+            }
+            let result = if paused { self.consumer.pause(&list) } else { self.consumer.resume(&list) };
+            if let Err(error) = result {
+                tracing::warn!(error = %error, paused, "cannot pause or resume partitions");
+            }
+        }
+    }
+
+    /// Starts a reader task for every partition split since the last call.
+    pub(crate) fn start_readers(self: &Arc<Self>, readers: &TaskTracker) {
+        let context = self.consumer.context();
+        let mut splits = context.splits();
+        for partition in std::mem::take(&mut splits.unstarted) {
+            let Some(reader) = splits.readers.get(&partition) else { continue };
+            let (queue, stop, room) = (reader.queue.clone(), reader.stop.clone(), reader.room.clone());
+            readers.spawn(self.clone().read(partition, queue, stop, room).in_current_span());
+        }
+    }
+
+    /// Reads one partition's queue while its window has room, until stopped.
+    async fn read(
+        self: Arc<Self>,
+        partition: PartitionKey,
+        queue: Arc<SplitQueue>,
+        stop: CancellationToken,
+        room: Arc<Notify>,
+    ) {
+        let mut has_room = !self.shared.lock().is_paused(&partition);
+        loop {
+            if !has_room {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = room.notified() => {}
+                    () = tokio::time::sleep(ROOM_RECHECK) => {}
+                }
+                has_room = !self.shared.lock().is_paused(&partition);
+                continue;
+            }
+            // A record already queued is taken without arming a timer; an empty queue is waited on.
+            let received = match futures_util::FutureExt::now_or_never(queue.recv()) {
+                Some(received) => Ok(received),
+                None => tokio::select! {
+                    () = stop.cancelled() => return,
+                    received = tokio::time::timeout(LOST_WAKEUP_POLL, queue.recv()) => received,
+                },
+            };
+            match received {
+                // Nothing within the interval: poll again (a wake-up may have been lost).
+                Err(_) => {}
+                Ok(Ok(message)) => has_room = self.take(&message, Some(Via { partition: &partition, stop: &stop })),
+                Ok(Err(error)) => self.fetch_failed(&error),
+            }
+        }
+    }
+}
+
+/// What the scheduler needs from a record's headers. A record no gateway wrote gets no source (it is
+/// dead-lettered as poison by the pipeline, on the `unknown` route; so does a record without hookline's MAC).
+/// A record of the retry topic waits until its due time.
+fn admission_of(view: &RecordView<'_, impl Message>, topics: &ServiceTopics) -> Admission {
+    let retry = topics.is_retry(view.message().topic()).then(|| RetryHeaders::from_headers(view.headers())).flatten();
+    let due_at_ms = retry.as_ref().map(|headers| headers.due_at_ms);
+    let first_failure_at_ms = retry.as_ref().map(|headers| headers.attempts.first_failure_at_ms);
+    let attempts = retry.map(|headers| headers.attempts);
+    match EventMeta::from_headers(view.headers()) {
+        Ok(meta) => Admission {
+            source: Some(meta.source),
+            event_type: meta.event_type,
+            ordering_key: meta.ordering_key,
+            due_at_ms,
+            first_failure_at_ms,
+            attempts,
+            verdict: None,
+        },
+        Err(_) => Admission { due_at_ms, first_failure_at_ms, attempts, ..Admission::default() },
+    }
+}
