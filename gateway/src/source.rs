@@ -47,7 +47,8 @@ impl Source {
     ) -> Result<Self, Vec<String>> {
         let verifications_per_source = verifications_per_source.max(1);
         let mut problems = Vec::new();
-        let options = SchemeOptions { tolerance_s: config.tolerance_s, hmac: config.hmac.clone() };
+        let options =
+            SchemeOptions { tolerance_s: config.tolerance_s, hmac: config.hmac.clone(), ..SchemeOptions::default() };
         let scheme = signature::build(&config.scheme, &options).map_err(|problem| problems.push(problem)).ok();
         if config.hmac.is_some() && config.scheme != "hmac" {
             problems.push("a [sources.hmac] table is only read by scheme = \"hmac\"".to_owned());
