@@ -3,6 +3,10 @@
 //! in-flight permit → verify the signature over the raw bytes → answer a handshake, or produce → 202 once the
 //! broker acknowledged. Nothing else happens here.
 //!
+//! A source with a `GET` handshake (Meta, Okta, X, Dropbox, Nylas) also answers `GET /webhooks/{source}` when it
+//! is that handshake, from its query and headers alone (no body is read); any other `GET`, and any other method,
+//! is 405. A handshake produces nothing; it is counted (`outcome="handshake"`) and logged with its kind.
+//!
 //! The in-flight permit is taken only once the body is complete, so clients that send slowly (or, over HTTP/2,
 //! declare a body and never send it) hold no permit and cannot starve fast ones; what they can hold is bounded
 //! by the connection caps, the body timeout, `limits.max_requests_in_progress` (taken as soon as the head has
@@ -18,7 +22,10 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use hookline_common::{
     http::{Body, PeerAddr},
-    signature::{self, UnverifiedRequest},
+    signature::{
+        self, Coverage, UnverifiedRequest,
+        handshake::{Challenge, HandshakeKeys},
+    },
     telemetry::traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
     wire::{EventMeta, now_ms},
 };
@@ -274,6 +281,9 @@ impl Ingest {
     ) -> Result<Answer, Failure> {
         let name = request.uri().path().strip_prefix(ROUTE_PREFIX).ok_or(Rejection::NotFound)?;
         let source = sources.get(name).ok_or(Rejection::UnknownSource)?;
+        if request.method() == Method::GET && source.answers_get() {
+            return self.answer_get(source, &request);
+        }
         if request.method() != Method::POST {
             return Err(Rejection::MethodNotAllowed.into());
         }
@@ -300,14 +310,32 @@ impl Ingest {
         }
 
         let url = source.signed_url(parts.uri.query());
+        let query = parts.uri.query();
+        {
+            // Handshakes that come before any credential (Microsoft Graph's `validationToken`).
+            let unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms)
+                .with_method(&parts.method)
+                .with_query(query);
+            if let Some(answer) = self.answer_unverified(source, &unverified, received_at_ms) {
+                return answer;
+            }
+        }
         let verified = match verify_permit {
             // Off the async workers, so the other sources' requests keep being served.
             Some(verify_permit) => {
-                let (source, headers, body, method, url) =
-                    (source.clone(), parts.headers.clone(), body.clone(), parts.method.clone(), url.clone());
+                let (source, headers, body, method, url, query) = (
+                    source.clone(),
+                    parts.headers.clone(),
+                    body.clone(),
+                    parts.method.clone(),
+                    url.clone(),
+                    query.map(str::to_owned),
+                );
                 tokio::task::spawn_blocking(move || {
                     let _verify_permit = verify_permit;
-                    let mut unverified = UnverifiedRequest::new(&headers, &body, received_at_ms).with_method(&method);
+                    let mut unverified = UnverifiedRequest::new(&headers, &body, received_at_ms)
+                        .with_method(&method)
+                        .with_query(query.as_deref());
                     if let Some(url) = &url {
                         unverified = unverified.with_url(url);
                     }
@@ -317,8 +345,9 @@ impl Ingest {
                 .map_err(|_| Rejection::VerifyBusy)?
             }
             None => {
-                let mut unverified =
-                    UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method);
+                let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms)
+                    .with_method(&parts.method)
+                    .with_query(query);
                 if let Some(url) = &url {
                     unverified = unverified.with_url(url);
                 }
@@ -335,7 +364,8 @@ impl Ingest {
                     .collect(),
             }
         })?;
-        let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method);
+        let mut unverified =
+            UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method).with_query(query);
         if let Some(url) = &url {
             unverified = unverified.with_url(url);
         }
@@ -347,16 +377,26 @@ impl Ingest {
 
         let secret = source.secrets.iter().find(|secret| secret.id == proof.secret_id());
         if let Some(handshake) = secret.and_then(|secret| source.scheme.handshake(&unverified, secret)) {
-            tracing::info!(source = %source.name, "answered the provider's handshake");
-            let mut response = Response::new(Body::new(Bytes::from(handshake.body)));
-            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(handshake.content_type));
-            return Ok(Answer::Handshake(response));
+            return Ok(handshake_answer(&source.name, source.scheme.name(), handshake));
+        }
+        for challenge in &source.handshakes {
+            if let Some(handshake) = challenge.answer_verified(&unverified) {
+                return Ok(handshake_answer(&source.name, challenge.name(), handshake));
+            }
         }
 
-        // Dedupe and routing only on what the signature covers (a trusted `none` source vouches for everything).
+        // Dedupe and routing only on what the signature covers (a trusted `none` source vouches for everything);
+        // a scheme that signs only some body fields says itself what identifies the event.
         let verifying = source.scheme.is_verifying();
         let is_signed = |name: &str| !verifying || proof.signs_header(name);
-        let identity = source.identity.identify_signed(&parts.headers, &body, &is_signed);
+        let identity = match proof.coverage() {
+            Coverage::SignedFields { event_id, event_type } => signature::SignedIdentity {
+                event_id: Some(event_id.clone()),
+                provider_event_id: None,
+                event_type: event_type.clone(),
+            },
+            Coverage::WholeBody | Coverage::Token => source.identity.identify_signed(&parts.headers, &body, &is_signed),
+        };
         let event_id = identity.event_id.ok_or(Rejection::MissingEventId)?;
         let meta = EventMeta {
             source: source.name.clone(),
@@ -392,10 +432,58 @@ impl Ingest {
             offset = delivery.offset,
             "accepted"
         );
-        Ok(Answer::Accepted(match accepted_reply {
-            Some(reply) => provider_reply(reply),
-            None => accepted_response(&webhook.meta().event_id),
+        Ok(Answer::Accepted(match (&source.reply, accepted_reply) {
+            (Some(reply), _) => configured_reply(reply),
+            (None, Some(reply)) => provider_reply(reply),
+            (None, None) => accepted_response(&webhook.meta().event_id),
         }))
+    }
+
+    /// A `GET` to a source with a `GET` handshake: answered if it is one of them (nothing is read but the head),
+    /// refused if it is one that fails its own check, 405 otherwise.
+    fn answer_get(&self, source: &Source, request: &Request<Incoming>) -> Result<Answer, Failure> {
+        let received_at_ms = now_ms();
+        let body = Bytes::new();
+        let unverified = UnverifiedRequest::new(request.headers(), &body, received_at_ms)
+            .with_method(request.method())
+            .with_query(request.uri().query());
+        self.answer_unverified(source, &unverified, received_at_ms)
+            .unwrap_or_else(|| Err(Rejection::MethodNotAllowed.into()))
+    }
+
+    /// The first of the source's handshakes that `request` is, answered or refused; `None` when it is none.
+    fn answer_unverified(
+        &self,
+        source: &Source,
+        request: &UnverifiedRequest<'_>,
+        received_at_ms: i64,
+    ) -> Option<Result<Answer, Failure>> {
+        let keys = HandshakeKeys {
+            scheme: source.scheme.as_ref(),
+            secrets: &source.secrets,
+            verify_tokens: &source.verify_tokens,
+        };
+        let (challenge, answer) = source
+            .handshakes
+            .iter()
+            .find_map(|challenge| challenge.answer_unverified(request, keys).map(|answer| (*challenge, answer)))?;
+        Some(match answer {
+            Ok(handshake) => Ok(handshake_answer(&source.name, challenge.name(), handshake)),
+            Err(error) => {
+                self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
+                let secrets_tried = match challenge {
+                    Challenge::MetaHub => &source.verify_tokens,
+                    _ => &source.secrets,
+                };
+                Err(Failure {
+                    rejection: Rejection::Verify(error),
+                    event_id: None,
+                    secrets_tried: signature::active_secrets(secrets_tried, received_at_ms)
+                        .map(|secret| secret.id.clone())
+                        .collect(),
+                })
+            }
+        })
     }
 
     pub fn producer(&self) -> &EventProducer {
@@ -457,6 +545,26 @@ fn accepted_response(event_id: &str) -> Response<Body> {
     let mut response = Response::new(Body::new(Bytes::from(body)));
     *response.status_mut() = StatusCode::ACCEPTED;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A handshake's answer (200), logged with its kind. `nosniff`: an echoed challenge is never read as HTML.
+fn handshake_answer(source: &str, kind: &str, handshake: signature::Handshake) -> Answer {
+    tracing::info!(source, handshake = kind, "answered the provider's handshake");
+    let mut response = Response::new(Body::new(Bytes::from(handshake.body)));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(handshake.content_type));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    Answer::Handshake(response)
+}
+
+/// A source's configured accepted answer (`reply`).
+fn configured_reply(reply: &crate::source::Reply) -> Response<Body> {
+    let mut response = Response::new(Body::new(reply.body.clone()));
+    *response.status_mut() = reply.status;
+    if !reply.body.is_empty() {
+        response.headers_mut().insert(header::CONTENT_TYPE, reply.content_type.clone());
+    }
     response
 }
 

@@ -7,13 +7,14 @@ use std::{
     sync::Arc,
 };
 
+use bytes::Bytes;
 use hookline_common::{
-    signature::{self, IdentityRule, Scheme, SchemeOptions, Secret},
+    signature::{self, IdentityRule, Scheme, SchemeOptions, Secret, handshake::Challenge},
     wire::now_ms,
 };
-use http::HeaderName;
+use http::{HeaderName, HeaderValue, StatusCode};
 
-use crate::config::{GatewayConfig, SourceConfig, default_verifications_per_source};
+use crate::config::{GatewayConfig, ReplyConfig, SourceConfig, default_verifications_per_source};
 
 #[derive(Debug)]
 pub struct Source {
@@ -31,6 +32,34 @@ pub struct Source {
     pub verify_budget: Option<Arc<tokio::sync::Semaphore>>,
     /// Whether a request's `traceparent` is continued (`trust_traceparent`); otherwise ignored.
     pub trust_traceparent: bool,
+    /// The handshakes answered besides the scheme's own: its preset's and the configured ones.
+    pub handshakes: Vec<Challenge>,
+    /// Meta's verify tokens (the `meta_hub` handshake), as configured (no decoding).
+    pub verify_tokens: Vec<Secret>,
+    /// The configured answer to an accepted request, if any (before the scheme's own).
+    pub reply: Option<Reply>,
+}
+
+/// A configured accepted reply, ready to send.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub content_type: HeaderValue,
+    pub body: Bytes,
+}
+
+impl Reply {
+    fn from_config(config: &ReplyConfig, problems: &mut Vec<String>) -> Option<Self> {
+        let status = StatusCode::from_u16(config.status).ok().filter(StatusCode::is_success);
+        let content_type = HeaderValue::from_str(&config.content_type).ok();
+        if status.is_none() {
+            problems.push(format!("reply.status {} must be a 2xx status", config.status));
+        }
+        if content_type.is_none() {
+            problems.push(format!("reply.content_type `{}` is not a valid header value", config.content_type));
+        }
+        Some(Self { status: status?, content_type: content_type?, body: Bytes::from(config.body.clone()) })
+    }
 }
 
 impl Source {
@@ -47,11 +76,24 @@ impl Source {
     ) -> Result<Self, Vec<String>> {
         let verifications_per_source = verifications_per_source.max(1);
         let mut problems = Vec::new();
-        let options =
-            SchemeOptions { tolerance_s: config.tolerance_s, hmac: config.hmac.clone(), ..SchemeOptions::default() };
+        let options = SchemeOptions {
+            tolerance_s: config.tolerance_s,
+            hmac: config.hmac.clone(),
+            structured: config.structured.clone(),
+            body_fields: config.body_fields.clone(),
+            token: config.token.clone(),
+        };
         let scheme = signature::build(&config.scheme, &options).map_err(|problem| problems.push(problem)).ok();
-        if config.hmac.is_some() && config.scheme != "hmac" {
-            problems.push("a [sources.hmac] table is only read by scheme = \"hmac\"".to_owned());
+        let tables = [
+            ("hmac", config.hmac.is_some()),
+            ("structured", config.structured.is_some()),
+            ("body_fields", config.body_fields.is_some()),
+            ("token", config.token.is_some()),
+        ];
+        for (table, given) in tables {
+            if given && config.scheme != table {
+                problems.push(format!("a [sources.{table}] table is only read by scheme = \"{table}\""));
+            }
         }
         if config.tolerance_s == Some(0) {
             problems.push("tolerance_s must be at least 1 (timestamp checks cannot be turned off)".to_owned());
@@ -117,6 +159,10 @@ impl Source {
                 ));
             }
         }
+        let handshakes =
+            scheme.as_deref().map(|scheme| handshakes_of(config, scheme, &mut problems)).unwrap_or_default();
+        let verify_tokens = load_verify_tokens(config, &mut problems);
+        let reply = config.reply.as_ref().and_then(|reply| Reply::from_config(reply, &mut problems));
         let Some(scheme) = scheme.filter(|_| problems.is_empty()) else { return Err(problems) };
         let scheme_is_costly = scheme.is_costly();
         let mut identity = scheme.identity();
@@ -138,7 +184,15 @@ impl Source {
             public_url: config.public_url.clone(),
             verify_budget: scheme_is_costly.then(|| Arc::new(tokio::sync::Semaphore::new(verifications_per_source))),
             trust_traceparent: config.trust_traceparent,
+            handshakes,
+            verify_tokens,
+            reply,
         })
+    }
+
+    /// Whether this source answers some `GET` (a handshake); every other source answers `GET` 405.
+    pub fn answers_get(&self) -> bool {
+        self.handshakes.iter().any(|challenge| challenge.is_get())
     }
 
     /// The URL the provider signed: `public_url` plus the request's query string.
@@ -149,6 +203,62 @@ impl Source {
             None => base.to_owned(),
         })
     }
+}
+
+/// The scheme's own handshakes and the configured ones, and every problem with the scheme's opt-ins: a token
+/// scheme without `allow_token`, identity overrides for a scheme that signs only some body fields, `meta_hub`
+/// without verify tokens.
+fn handshakes_of(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<String>) -> Vec<Challenge> {
+    if scheme.is_token() && !config.allow_token {
+        problems.push(format!(
+            "scheme `{}` accepts a shared token, which proves who sent a request but not what it holds and does \
+             not stop a replay (docs/security.md, 'Token schemes'): set allow_token = true to accept that",
+            scheme.name()
+        ));
+    }
+    if config.allow_token && !scheme.is_token() {
+        problems.push(format!("allow_token is only read by token schemes, and `{}` is not one", scheme.name()));
+    }
+    if !scheme.covers_whole_body() && (config.event_id.is_some() || config.event_type.is_some()) {
+        problems.push(format!(
+            "scheme `{}` signs only some fields of the body, so the event id and type come from those fields: \
+             remove event_id and event_type",
+            scheme.name()
+        ));
+    }
+    let mut handshakes: Vec<Challenge> = scheme.handshakes().to_vec();
+    for challenge in &config.handshakes {
+        if !handshakes.contains(challenge) {
+            handshakes.push(*challenge);
+        }
+    }
+    let needs_tokens = handshakes.iter().any(|challenge| challenge.needs_verify_tokens());
+    if needs_tokens && config.verify_tokens.is_empty() {
+        problems.push("the meta_hub handshake needs verify_tokens (Meta's verify token)".to_owned());
+    }
+    if !needs_tokens && !config.verify_tokens.is_empty() {
+        problems.push("verify_tokens are only read by the meta_hub handshake".to_owned());
+    }
+    handshakes
+}
+
+/// Meta's verify tokens, used as configured.
+fn load_verify_tokens(config: &SourceConfig, problems: &mut Vec<String>) -> Vec<Secret> {
+    let mut tokens = Vec::new();
+    for token_ref in &config.verify_tokens {
+        let validity = token_ref.validity_ms().map_err(|problem| problems.push(problem)).ok();
+        let raw = token_ref.load().map_err(|problem| problems.push(problem)).ok();
+        match (raw, validity) {
+            (Some(raw), _) if raw.iter().all(u8::is_ascii_whitespace) => {
+                problems.push(format!("verify token `{}` is blank", token_ref.id));
+            }
+            (Some(raw), Some((not_before, not_after))) => {
+                tokens.push(Secret::new(&token_ref.id, raw).with_validity(not_before, not_after));
+            }
+            _ => {}
+        }
+    }
+    tokens
 }
 
 /// Whether a header (lowercase name) may carry a credential: never forwarded into Kafka, where every consumer,
@@ -434,6 +544,61 @@ mod tests {
             ..SourceConfig::new("sw", "standard_webhooks", vec![SecretRef::from_file("a", &whsec)])
         };
         assert!(Source::from_config(&signed_header, "t").is_ok());
+    }
+
+    #[test]
+    fn a_token_scheme_needs_allow_token_and_nothing_else_takes_it() {
+        let file = secret_file("okta-token");
+        let okta = SourceConfig::new("okta", "okta", vec![SecretRef::from_file("a", &file)]);
+        assert!(problems_of(&okta).contains("set allow_token = true"), "{}", problems_of(&okta));
+        let allowed = SourceConfig { allow_token: true, ..okta.clone() };
+        let source = Source::from_config(&allowed, "t").unwrap();
+        assert_eq!(source.handshakes, vec![Challenge::Okta], "the preset's handshake");
+        assert!(source.answers_get());
+        let github = SourceConfig { allow_token: true, ..SourceConfig::new("gh", "github", okta.secrets.clone()) };
+        assert!(problems_of(&github).contains("allow_token is only read by token schemes"));
+        let token = SourceConfig { allow_token: true, ..SourceConfig::new("t", "token", okta.secrets.clone()) };
+        assert!(problems_of(&token).contains("needs a [sources.token] table"));
+        let misplaced =
+            SourceConfig { token: Some(Default::default()), ..SourceConfig::new("gh", "github", okta.secrets) };
+        assert!(problems_of(&misplaced).contains("only read by scheme = \"token\""));
+    }
+
+    #[test]
+    fn meta_needs_its_verify_token_and_replies_are_2xx() {
+        let file = secret_file("meta-app-secret");
+        let meta = SourceConfig::new("wa", "meta", vec![SecretRef::from_file("app", &file)]);
+        assert!(problems_of(&meta).contains("meta_hub handshake needs verify_tokens"));
+        let token = secret_file("verify-me");
+        let with_token = SourceConfig { verify_tokens: vec![SecretRef::from_file("v", &token)], ..meta.clone() };
+        let source = Source::from_config(&with_token, "t").unwrap();
+        assert_eq!(source.verify_tokens.len(), 1);
+        let stray = SourceConfig {
+            verify_tokens: vec![SecretRef::from_file("v", &token)],
+            ..SourceConfig::new("gh", "github", meta.secrets.clone())
+        };
+        assert!(problems_of(&stray).contains("only read by the meta_hub handshake"));
+        let redirect =
+            crate::config::ReplyConfig { status: 302, content_type: "text/plain".into(), body: String::new() };
+        let bad_reply = SourceConfig { reply: Some(redirect), ..with_token.clone() };
+        assert!(problems_of(&bad_reply).contains("must be a 2xx status"));
+        let echo = SourceConfig { handshakes: vec![Challenge::ChallengeEcho, Challenge::MetaHub], ..with_token };
+        let source = Source::from_config(&echo, "t").unwrap();
+        assert_eq!(
+            source.handshakes,
+            vec![Challenge::MetaHub, Challenge::ChallengeEcho],
+            "the preset's, then the rest once"
+        );
+    }
+
+    #[test]
+    fn a_scheme_signing_some_fields_refuses_identity_overrides() {
+        let file = secret_file("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056");
+        let adyen = SourceConfig {
+            event_id: Some(signature::FieldSource::pointer("/live")),
+            ..SourceConfig::new("adyen", "adyen", vec![SecretRef::from_file("a", &file)])
+        };
+        assert!(problems_of(&adyen).contains("remove event_id and event_type"));
     }
 
     #[test]
