@@ -12,6 +12,7 @@ pub mod in_progress;
 pub mod ingest;
 pub mod load;
 pub mod metrics;
+pub mod offline_verify;
 pub mod peer_limit;
 pub mod produce;
 pub mod rejection_log;
