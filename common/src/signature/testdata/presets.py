@@ -112,6 +112,7 @@ body_hmac("tally", "Tally-Signature", "tally-secret-0123", '{"eventId":"e-1","ev
 AIRTABLE_KEY = bytes(range(32))
 body_hmac("airtable", "X-Airtable-Content-MAC", base64.b64encode(AIRTABLE_KEY).decode(), JSON,
           prefix="hmac-sha256=", key=AIRTABLE_KEY)
+cases[-1]["wrong_secret"] = base64.b64encode(bytes(32)).decode()
 body_hmac("launchdarkly", "X-LD-Signature", "ld-secret-0123", '{"kind":"flag"}')
 body_hmac("discourse", "X-Discourse-Event-Signature", "discourse-secret-0123", JSON, prefix="sha256=")
 body_hmac("terraform_cloud", "X-TFE-Notification-Signature", "tfc-token-0123", JSON, digest=hashlib.sha512)
@@ -119,6 +120,7 @@ body_hmac("pusher", "X-Pusher-Signature", "pusher-app-secret", '{"time_ms":17000
 ONFLEET_KEY = bytes(range(32, 64))
 body_hmac("onfleet", "X-Onfleet-Signature", ONFLEET_KEY.hex(), '{"triggerName":"taskCompleted"}',
           digest=hashlib.sha512, key=ONFLEET_KEY)
+cases[-1]["wrong_secret"] = bytes(32).hex()
 body_hmac("easypost", "X-Hmac-Signature", "easypost-secret-0123", '{"id":"evt_9","description":"tracker.updated"}',
           prefix="hmac-sha256-hex=", event_id="evt_9")
 body_hmac("x", "x-twitter-webhooks-signature", "x-consumer-secret-0123", '{"for_user_id":"1","tweet_create_events":[]}',
