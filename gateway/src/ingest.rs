@@ -29,7 +29,7 @@ use hookline_common::{
     telemetry::traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
     wire::{EventMeta, now_ms},
 };
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, header};
 use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 
@@ -43,6 +43,7 @@ use crate::{
     produce::{EventProducer, VerifiedWebhook},
     rejection_log::{RejectionLog, Verdict, log_summary},
     rejection_ring::{RejectionEntry, RejectionRing, UNKNOWN_SOURCE},
+    reply,
     source::{Source, SourceTable},
 };
 
@@ -433,9 +434,9 @@ impl Ingest {
             "accepted"
         );
         Ok(Answer::Accepted(match (&source.reply, accepted_reply) {
-            (Some(reply), _) => configured_reply(reply),
-            (None, Some(reply)) => provider_reply(reply),
-            (None, None) => accepted_response(&webhook.meta().event_id),
+            (Some(configured), _) => configured.response(),
+            (None, Some(provider)) => reply::provider(provider),
+            (None, None) => reply::accepted(&webhook.meta().event_id),
         }))
     }
 
@@ -527,56 +528,10 @@ fn source_label<'a>(sources: &'a SourceTable, path: &str) -> &'a str {
     path.strip_prefix(ROUTE_PREFIX).and_then(|name| sources.name_of(name)).unwrap_or(UNKNOWN_SOURCE)
 }
 
-/// `202 {"status":"accepted","event_id":"..."}`, written directly (no JSON value per request). Event ids hold
-/// no control characters (see `identity::MAX_FIELD_BYTES` and the check beside it), so quotes and backslashes are
-/// all there is to escape.
-fn accepted_response(event_id: &str) -> Response<Body> {
-    let mut body = String::with_capacity(40 + event_id.len());
-    body.push_str(r#"{"status":"accepted","event_id":""#);
-    for c in event_id.chars() {
-        match c {
-            '"' => body.push_str("\\\""),
-            '\\' => body.push_str("\\\\"),
-            c if c.is_control() => body.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => body.push(c),
-        }
-    }
-    body.push_str(r#""}"#);
-    let mut response = Response::new(Body::new(Bytes::from(body)));
-    *response.status_mut() = StatusCode::ACCEPTED;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-/// A handshake's answer (200), logged with its kind. `nosniff`: an echoed challenge is never read as HTML.
+/// A handshake's answer (200), logged with its kind.
 fn handshake_answer(source: &str, kind: &str, handshake: signature::Handshake) -> Answer {
     tracing::info!(source, handshake = kind, "answered the provider's handshake");
-    let mut response = Response::new(Body::new(Bytes::from(handshake.body)));
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(handshake.content_type));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    Answer::Handshake(response)
-}
-
-/// A source's configured accepted answer (`reply`).
-fn configured_reply(reply: &crate::source::Reply) -> Response<Body> {
-    let mut response = Response::new(Body::new(reply.body.clone()));
-    *response.status_mut() = reply.status;
-    if !reply.body.is_empty() {
-        response.headers_mut().insert(header::CONTENT_TYPE, reply.content_type.clone());
-    }
-    response
-}
-
-/// A provider's own accepted answer (Discord's interaction response, Zoom's 204).
-fn provider_reply(reply: signature::AcceptedReply) -> Response<Body> {
-    let has_body = !reply.body.is_empty();
-    let mut response = Response::new(Body::new(Bytes::from(reply.body)));
-    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
-    if has_body {
-        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
-    }
-    response
+    Answer::Handshake(reply::handshake(handshake))
 }
 
 /// The allowlisted request headers, as Kafka record headers named `http-<lowercase name>` (one per value).
@@ -634,23 +589,5 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.dec();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use http_body_util::BodyExt;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn the_acknowledgement_is_the_same_json_without_serde() {
-        for event_id in ["evt_1", "sha256:ab", r#"quote"and\back"#] {
-            let response = accepted_response(event_id);
-            assert_eq!(response.status(), StatusCode::ACCEPTED);
-            let bytes = response.into_body().collect().await.unwrap().to_bytes();
-            let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-            assert_eq!(value, serde_json::json!({ "status": "accepted", "event_id": event_id }));
-        }
     }
 }

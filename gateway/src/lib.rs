@@ -18,6 +18,7 @@ pub mod produce;
 pub mod rejection_log;
 pub mod rejection_ring;
 pub mod reload;
+pub mod reply;
 pub mod source;
 
 use std::{

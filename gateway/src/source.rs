@@ -7,14 +7,16 @@ use std::{
     sync::Arc,
 };
 
-use bytes::Bytes;
 use hookline_common::{
     signature::{self, IdentityRule, Scheme, SchemeOptions, Secret, handshake::Challenge},
     wire::now_ms,
 };
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::HeaderName;
 
-use crate::config::{GatewayConfig, ReplyConfig, SourceConfig, default_verifications_per_source};
+use crate::{
+    config::{GatewayConfig, SourceConfig, default_verifications_per_source},
+    reply::Reply,
+};
 
 #[derive(Debug)]
 pub struct Source {
@@ -38,28 +40,6 @@ pub struct Source {
     pub verify_tokens: Vec<Secret>,
     /// The configured answer to an accepted request, if any (before the scheme's own).
     pub reply: Option<Reply>,
-}
-
-/// A configured accepted reply, ready to send.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    pub status: StatusCode,
-    pub content_type: HeaderValue,
-    pub body: Bytes,
-}
-
-impl Reply {
-    fn from_config(config: &ReplyConfig, problems: &mut Vec<String>) -> Option<Self> {
-        let status = StatusCode::from_u16(config.status).ok().filter(StatusCode::is_success);
-        let content_type = HeaderValue::from_str(&config.content_type).ok();
-        if status.is_none() {
-            problems.push(format!("reply.status {} must be a 2xx status", config.status));
-        }
-        if content_type.is_none() {
-            problems.push(format!("reply.content_type `{}` is not a valid header value", config.content_type));
-        }
-        Some(Self { status: status?, content_type: content_type?, body: Bytes::from(config.body.clone()) })
-    }
 }
 
 impl Source {
@@ -219,10 +199,11 @@ fn handshakes_of(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<
     if config.allow_token && !scheme.is_token() {
         problems.push(format!("allow_token is only read by token schemes, and `{}` is not one", scheme.name()));
     }
-    if !scheme.covers_whole_body() && (config.event_id.is_some() || config.event_type.is_some()) {
+    let identity_overrides = [&config.event_id, &config.event_type, &config.ordering_key];
+    if !scheme.covers_whole_body() && identity_overrides.iter().any(|field| field.is_some()) {
         problems.push(format!(
-            "scheme `{}` signs only some fields of the body, so the event id and type come from those fields: \
-             remove event_id and event_type",
+            "scheme `{}` signs only some fields of the body, so the event id and type come from those fields and \
+             nothing else in the body may decide anything: remove event_id, event_type and ordering_key",
             scheme.name()
         ));
     }
@@ -598,7 +579,15 @@ mod tests {
             event_id: Some(signature::FieldSource::pointer("/live")),
             ..SourceConfig::new("adyen", "adyen", vec![SecretRef::from_file("a", &file)])
         };
-        assert!(problems_of(&adyen).contains("remove event_id and event_type"));
+        assert!(problems_of(&adyen).contains("remove event_id, event_type and ordering_key"));
+        let ordered = SourceConfig {
+            event_id: None,
+            ordering_key: Some(signature::FieldSource::pointer(
+                "/notificationItems/0/NotificationRequestItem/pspReference",
+            )),
+            ..adyen
+        };
+        assert!(problems_of(&ordered).contains("and ordering_key"));
     }
 
     #[test]
