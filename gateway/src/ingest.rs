@@ -283,7 +283,7 @@ impl Ingest {
         let name = request.uri().path().strip_prefix(ROUTE_PREFIX).ok_or(Rejection::NotFound)?;
         let source = sources.get(name).ok_or(Rejection::UnknownSource)?;
         if request.method() == Method::GET && source.answers_get() {
-            return self.answer_get(source, &request);
+            return self.answer_get(source, &request).map_err(|failure| *failure);
         }
         if request.method() != Method::POST {
             return Err(Rejection::MethodNotAllowed.into());
@@ -318,7 +318,7 @@ impl Ingest {
                 .with_method(&parts.method)
                 .with_query(query);
             if let Some(answer) = self.answer_unverified(source, &unverified, received_at_ms) {
-                return answer;
+                return answer.map_err(|failure| *failure);
             }
         }
         let verified = match verify_permit {
@@ -442,14 +442,15 @@ impl Ingest {
 
     /// A `GET` to a source with a `GET` handshake: answered if it is one of them (nothing is read but the head),
     /// refused if it is one that fails its own check, 405 otherwise.
-    fn answer_get(&self, source: &Source, request: &Request<Incoming>) -> Result<Answer, Failure> {
+    /// (A refusal is boxed: this path is rare and its `Failure` large.)
+    fn answer_get(&self, source: &Source, request: &Request<Incoming>) -> Result<Answer, Box<Failure>> {
         let received_at_ms = now_ms();
         let body = Bytes::new();
         let unverified = UnverifiedRequest::new(request.headers(), &body, received_at_ms)
             .with_method(request.method())
             .with_query(request.uri().query());
         self.answer_unverified(source, &unverified, received_at_ms)
-            .unwrap_or_else(|| Err(Rejection::MethodNotAllowed.into()))
+            .unwrap_or_else(|| Err(Box::new(Rejection::MethodNotAllowed.into())))
     }
 
     /// The first of the source's handshakes that `request` is, answered or refused; `None` when it is none.
@@ -458,7 +459,7 @@ impl Ingest {
         source: &Source,
         request: &UnverifiedRequest<'_>,
         received_at_ms: i64,
-    ) -> Option<Result<Answer, Failure>> {
+    ) -> Option<Result<Answer, Box<Failure>>> {
         let keys = HandshakeKeys {
             scheme: source.scheme.as_ref(),
             secrets: &source.secrets,
@@ -476,13 +477,13 @@ impl Ingest {
                     Challenge::MetaHub => &source.verify_tokens,
                     _ => &source.secrets,
                 };
-                Err(Failure {
+                Err(Box::new(Failure {
                     rejection: Rejection::Verify(error),
                     event_id: None,
                     secrets_tried: signature::active_secrets(secrets_tried, received_at_ms)
                         .map(|secret| secret.id.clone())
                         .collect(),
-                })
+                }))
             }
         })
     }
