@@ -295,7 +295,8 @@ fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<S
 pub const MIN_GENERIC_KEY_BYTES: usize = 16;
 
 /// Refuses a secret that is blank (a file or variable of only whitespace) or decodes to an empty key (hex or base64
-/// of whitespace), and a generic `hmac` key under [`MIN_GENERIC_KEY_BYTES`]; warns about a short key for a
+/// of whitespace), and a key under [`MIN_GENERIC_KEY_BYTES`] for a configurable family (`hmac`, `structured`,
+/// `body_fields`, `token`: a user-chosen secret, and a short token can be guessed online); warns about a short key for a
 /// provider's scheme, whose secrets the provider issues (its test vectors use short ones) or the user chose.
 fn key_strength(scheme: &dyn Scheme, raw: &[u8], key: Vec<u8>, id: &str) -> Result<Vec<u8>, String> {
     if raw.iter().all(u8::is_ascii_whitespace) {
@@ -304,10 +305,12 @@ fn key_strength(scheme: &dyn Scheme, raw: &[u8], key: Vec<u8>, id: &str) -> Resu
     if key.is_empty() {
         return Err("decodes to an empty key".to_owned());
     }
-    if key.len() < MIN_GENERIC_KEY_BYTES && scheme.name() == "hmac" {
+    let configurable = matches!(scheme.name(), "hmac" | "structured" | "body_fields" | "token");
+    if key.len() < MIN_GENERIC_KEY_BYTES && configurable {
         return Err(format!(
-            "decodes to a {}-byte key; scheme `hmac` needs at least {MIN_GENERIC_KEY_BYTES} (e.g. `openssl rand -hex 32`)",
-            key.len()
+            "decodes to a {}-byte key; scheme `{}` needs at least {MIN_GENERIC_KEY_BYTES} (e.g. `openssl rand -hex 32`)",
+            key.len(),
+            scheme.name()
         ));
     }
     if key.len() < MIN_GENERIC_KEY_BYTES {
@@ -525,6 +528,20 @@ mod tests {
             ..SourceConfig::new("sw", "standard_webhooks", vec![SecretRef::from_file("a", &whsec)])
         };
         assert!(Source::from_config(&signed_header, "t").is_ok());
+    }
+
+    #[test]
+    fn a_generic_token_needs_sixteen_bytes() {
+        let short = secret_file("short-token");
+        let token = SourceConfig {
+            allow_token: true,
+            token: Some(signature::token::TokenOptions { header: Some("x-token".into()), ..Default::default() }),
+            ..SourceConfig::new("t", "token", vec![SecretRef::from_file("a", &short)])
+        };
+        assert!(problems_of(&token).contains("scheme `token` needs at least 16"), "{}", problems_of(&token));
+        let long = secret_file("a-token-of-twenty-bytes");
+        let token = SourceConfig { secrets: vec![SecretRef::from_file("a", &long)], ..token };
+        assert!(Source::from_config(&token, "t").is_ok());
     }
 
     #[test]
