@@ -165,7 +165,8 @@ pub fn check(config: &GatewayConfig, source_name: &str, request: &CapturedReques
             let active: Vec<&str> =
                 signature::active_secrets(&source.secrets, at_ms).map(|secret| secret.id.as_str()).collect();
             let detail = format!("{} (secrets tried: {})", explain(&error), active.join(", "));
-            report.step(false, "signature", detail);
+            let step = if error.skew_ms().is_some() { "timestamp" } else { "signature" };
+            report.step(false, step, detail);
             return report;
         }
     };
