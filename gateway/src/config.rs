@@ -4,7 +4,10 @@ use std::path::Path;
 
 use hookline_common::{
     config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env},
-    signature::{FieldSource, GenericHmacOptions},
+    signature::{
+        FieldSource, GenericHmacOptions, body_fields::BodyFieldsOptions, handshake::Challenge,
+        structured::StructuredOptions, token::TokenOptions,
+    },
     telemetry::traces::TelemetryConfig,
 };
 use serde::{Deserialize, Serialize};
@@ -181,10 +184,44 @@ pub struct SourceConfig {
     pub public_url: Option<String>,
     /// Settings of the generic HMAC scheme (`scheme = "hmac"`).
     pub hmac: Option<GenericHmacOptions>,
+    /// Settings of the structured-header family (`scheme = "structured"`).
+    pub structured: Option<StructuredOptions>,
+    /// Settings of the body-fields family (`scheme = "body_fields"`).
+    pub body_fields: Option<BodyFieldsOptions>,
+    /// Settings of the token family (`scheme = "token"`).
+    pub token: Option<TokenOptions>,
+    /// Must be `true` for a token scheme (`token` and its presets: Okta, Postmark, Telegram, ...): a shared token
+    /// proves who sent a request but not what it holds, and does not stop a replay (docs/security.md).
+    pub allow_token: bool,
+    /// Handshakes answered besides the scheme's own (`meta_hub`, `okta`, `x_crc`, `challenge_echo`,
+    /// `graph_validation`, `event_grid`); a preset turns on its provider's.
+    pub handshakes: Vec<Challenge>,
+    /// Meta's verify token (`hub.verify_token`), checked by the `meta_hub` handshake; references like `secrets`.
+    pub verify_tokens: Vec<SecretRef>,
+    /// The answer to an accepted request instead of `202 {"status":"accepted",...}` (Adyen: `[accepted]`).
+    pub reply: Option<ReplyConfig>,
     /// Whether the request span continues a W3C `traceparent` sent with the request. Off by default: a header from
     /// the internet could otherwise choose the trace (and its sampling) of our spans; turn it on only for a sender
     /// inside your own tracing (an internal service behind `scheme = "none"` or your own proxy).
     pub trust_traceparent: bool,
+}
+
+/// `reply = { status = 200, content_type = "text/plain", body = "[accepted]" }`: what an accepted request is
+/// answered, once the broker acknowledged it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyConfig {
+    /// A 2xx status.
+    pub status: u16,
+    /// Default `text/plain; charset=utf-8`; ignored without a body.
+    #[serde(default = "default_reply_content_type")]
+    pub content_type: String,
+    #[serde(default)]
+    pub body: String,
+}
+
+fn default_reply_content_type() -> String {
+    "text/plain; charset=utf-8".to_owned()
 }
 
 /// Prefix of the Kafka record headers that carry allowlisted request headers: `http-` + lowercase header name.
@@ -213,6 +250,13 @@ impl Default for SourceConfig {
             forward_headers: Vec::new(),
             public_url: None,
             hmac: None,
+            structured: None,
+            body_fields: None,
+            token: None,
+            allow_token: false,
+            handshakes: Vec::new(),
+            verify_tokens: Vec::new(),
+            reply: None,
             trust_traceparent: false,
         }
     }
@@ -306,6 +350,7 @@ mod tests {
                     "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
                 }
                 "discord" => "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+                "adyen" => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
                 "sendgrid" => {
                     "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g=="
                 }
@@ -320,7 +365,16 @@ mod tests {
                     SecretRef { env: None, file: Some(path.display().to_string()), ..secret.clone() }
                 })
                 .collect();
-            let source = SourceConfig { secrets, ..source.clone() };
+            let verify_tokens = source
+                .verify_tokens
+                .iter()
+                .map(|token| {
+                    let path = directory.join(format!("{}-verify-{}", source.name, token.id));
+                    std::fs::write(&path, "a-verify-token").unwrap();
+                    SecretRef { env: None, file: Some(path.display().to_string()), ..token.clone() }
+                })
+                .collect();
+            let source = SourceConfig { secrets, verify_tokens, ..source.clone() };
             if let Err(problems) = crate::source::Source::from_config(&source, &config.kafka.inbound_topic) {
                 panic!("documented source `{}`: {problems:?}", source.name);
             }

@@ -3,6 +3,10 @@
 //! in-flight permit → verify the signature over the raw bytes → answer a handshake, or produce → 202 once the
 //! broker acknowledged. Nothing else happens here.
 //!
+//! A source with a `GET` handshake (Meta, Okta, X, Dropbox, Nylas) also answers `GET /webhooks/{source}` when it
+//! is that handshake, from its query and headers alone (no body is read); any other `GET`, and any other method,
+//! is 405. A handshake produces nothing; it is counted (`outcome="handshake"`) and logged with its kind.
+//!
 //! The in-flight permit is taken only once the body is complete, so clients that send slowly (or, over HTTP/2,
 //! declare a body and never send it) hold no permit and cannot starve fast ones; what they can hold is bounded
 //! by the connection caps, the body timeout, `limits.max_requests_in_progress` (taken as soon as the head has
@@ -18,11 +22,14 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use hookline_common::{
     http::{Body, PeerAddr},
-    signature::{self, UnverifiedRequest},
+    signature::{
+        self, Coverage, UnverifiedRequest,
+        handshake::{Challenge, HandshakeKeys},
+    },
     telemetry::traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
     wire::{EventMeta, now_ms},
 };
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, header};
 use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 
@@ -36,6 +43,7 @@ use crate::{
     produce::{EventProducer, VerifiedWebhook},
     rejection_log::{RejectionLog, Verdict, log_summary},
     rejection_ring::{RejectionEntry, RejectionRing, UNKNOWN_SOURCE},
+    reply,
     source::{Source, SourceTable},
 };
 
@@ -274,6 +282,9 @@ impl Ingest {
     ) -> Result<Answer, Failure> {
         let name = request.uri().path().strip_prefix(ROUTE_PREFIX).ok_or(Rejection::NotFound)?;
         let source = sources.get(name).ok_or(Rejection::UnknownSource)?;
+        if request.method() == Method::GET && source.answers_get() {
+            return self.answer_get(source, &request).map_err(|failure| *failure);
+        }
         if request.method() != Method::POST {
             return Err(Rejection::MethodNotAllowed.into());
         }
@@ -300,14 +311,32 @@ impl Ingest {
         }
 
         let url = source.signed_url(parts.uri.query());
+        let query = parts.uri.query();
+        {
+            // Handshakes that come before any credential (Microsoft Graph's `validationToken`).
+            let unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms)
+                .with_method(&parts.method)
+                .with_query(query);
+            if let Some(answer) = self.answer_unverified(source, &unverified, received_at_ms) {
+                return answer.map_err(|failure| *failure);
+            }
+        }
         let verified = match verify_permit {
             // Off the async workers, so the other sources' requests keep being served.
             Some(verify_permit) => {
-                let (source, headers, body, method, url) =
-                    (source.clone(), parts.headers.clone(), body.clone(), parts.method.clone(), url.clone());
+                let (source, headers, body, method, url, query) = (
+                    source.clone(),
+                    parts.headers.clone(),
+                    body.clone(),
+                    parts.method.clone(),
+                    url.clone(),
+                    query.map(str::to_owned),
+                );
                 tokio::task::spawn_blocking(move || {
                     let _verify_permit = verify_permit;
-                    let mut unverified = UnverifiedRequest::new(&headers, &body, received_at_ms).with_method(&method);
+                    let mut unverified = UnverifiedRequest::new(&headers, &body, received_at_ms)
+                        .with_method(&method)
+                        .with_query(query.as_deref());
                     if let Some(url) = &url {
                         unverified = unverified.with_url(url);
                     }
@@ -317,8 +346,9 @@ impl Ingest {
                 .map_err(|_| Rejection::VerifyBusy)?
             }
             None => {
-                let mut unverified =
-                    UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method);
+                let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms)
+                    .with_method(&parts.method)
+                    .with_query(query);
                 if let Some(url) = &url {
                     unverified = unverified.with_url(url);
                 }
@@ -335,7 +365,8 @@ impl Ingest {
                     .collect(),
             }
         })?;
-        let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method);
+        let mut unverified =
+            UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method).with_query(query);
         if let Some(url) = &url {
             unverified = unverified.with_url(url);
         }
@@ -347,16 +378,26 @@ impl Ingest {
 
         let secret = source.secrets.iter().find(|secret| secret.id == proof.secret_id());
         if let Some(handshake) = secret.and_then(|secret| source.scheme.handshake(&unverified, secret)) {
-            tracing::info!(source = %source.name, "answered the provider's handshake");
-            let mut response = Response::new(Body::new(Bytes::from(handshake.body)));
-            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(handshake.content_type));
-            return Ok(Answer::Handshake(response));
+            return Ok(handshake_answer(&source.name, source.scheme.name(), handshake));
+        }
+        for challenge in &source.handshakes {
+            if let Some(handshake) = challenge.answer_verified(&unverified) {
+                return Ok(handshake_answer(&source.name, challenge.name(), handshake));
+            }
         }
 
-        // Dedupe and routing only on what the signature covers (a trusted `none` source vouches for everything).
+        // Dedupe and routing only on what the signature covers (a trusted `none` source vouches for everything);
+        // a scheme that signs only some body fields says itself what identifies the event.
         let verifying = source.scheme.is_verifying();
         let is_signed = |name: &str| !verifying || proof.signs_header(name);
-        let identity = source.identity.identify_signed(&parts.headers, &body, &is_signed);
+        let identity = match proof.coverage() {
+            Coverage::SignedFields { event_id, event_type } => signature::SignedIdentity {
+                event_id: Some(event_id.clone()),
+                provider_event_id: None,
+                event_type: event_type.clone(),
+            },
+            Coverage::WholeBody | Coverage::Token => source.identity.identify_signed(&parts.headers, &body, &is_signed),
+        };
         let event_id = identity.event_id.ok_or(Rejection::MissingEventId)?;
         let meta = EventMeta {
             source: source.name.clone(),
@@ -392,10 +433,59 @@ impl Ingest {
             offset = delivery.offset,
             "accepted"
         );
-        Ok(Answer::Accepted(match accepted_reply {
-            Some(reply) => provider_reply(reply),
-            None => accepted_response(&webhook.meta().event_id),
+        Ok(Answer::Accepted(match (&source.reply, accepted_reply) {
+            (Some(configured), _) => configured.response(),
+            (None, Some(provider)) => reply::provider(provider),
+            (None, None) => reply::accepted(&webhook.meta().event_id),
         }))
+    }
+
+    /// A `GET` to a source with a `GET` handshake: answered if it is one of them (nothing is read but the head),
+    /// refused if it is one that fails its own check, 405 otherwise.
+    /// (A refusal is boxed: this path is rare and its `Failure` large.)
+    fn answer_get(&self, source: &Source, request: &Request<Incoming>) -> Result<Answer, Box<Failure>> {
+        let received_at_ms = now_ms();
+        let body = Bytes::new();
+        let unverified = UnverifiedRequest::new(request.headers(), &body, received_at_ms)
+            .with_method(request.method())
+            .with_query(request.uri().query());
+        self.answer_unverified(source, &unverified, received_at_ms)
+            .unwrap_or_else(|| Err(Box::new(Rejection::MethodNotAllowed.into())))
+    }
+
+    /// The first of the source's handshakes that `request` is, answered or refused; `None` when it is none.
+    fn answer_unverified(
+        &self,
+        source: &Source,
+        request: &UnverifiedRequest<'_>,
+        received_at_ms: i64,
+    ) -> Option<Result<Answer, Box<Failure>>> {
+        let keys = HandshakeKeys {
+            scheme: source.scheme.as_ref(),
+            secrets: &source.secrets,
+            verify_tokens: &source.verify_tokens,
+        };
+        let (challenge, answer) = source
+            .handshakes
+            .iter()
+            .find_map(|challenge| challenge.answer_unverified(request, keys).map(|answer| (*challenge, answer)))?;
+        Some(match answer {
+            Ok(handshake) => Ok(handshake_answer(&source.name, challenge.name(), handshake)),
+            Err(error) => {
+                self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
+                let secrets_tried = match challenge {
+                    Challenge::MetaHub => &source.verify_tokens,
+                    _ => &source.secrets,
+                };
+                Err(Box::new(Failure {
+                    rejection: Rejection::Verify(error),
+                    event_id: None,
+                    secrets_tried: signature::active_secrets(secrets_tried, received_at_ms)
+                        .map(|secret| secret.id.clone())
+                        .collect(),
+                }))
+            }
+        })
     }
 
     pub fn producer(&self) -> &EventProducer {
@@ -439,36 +529,10 @@ fn source_label<'a>(sources: &'a SourceTable, path: &str) -> &'a str {
     path.strip_prefix(ROUTE_PREFIX).and_then(|name| sources.name_of(name)).unwrap_or(UNKNOWN_SOURCE)
 }
 
-/// `202 {"status":"accepted","event_id":"..."}`, written directly (no JSON value per request). Event ids hold
-/// no control characters (see `identity::MAX_FIELD_BYTES` and the check beside it), so quotes and backslashes are
-/// all there is to escape.
-fn accepted_response(event_id: &str) -> Response<Body> {
-    let mut body = String::with_capacity(40 + event_id.len());
-    body.push_str(r#"{"status":"accepted","event_id":""#);
-    for c in event_id.chars() {
-        match c {
-            '"' => body.push_str("\\\""),
-            '\\' => body.push_str("\\\\"),
-            c if c.is_control() => body.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => body.push(c),
-        }
-    }
-    body.push_str(r#""}"#);
-    let mut response = Response::new(Body::new(Bytes::from(body)));
-    *response.status_mut() = StatusCode::ACCEPTED;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-/// A provider's own accepted answer (Discord's interaction response, Zoom's 204).
-fn provider_reply(reply: signature::AcceptedReply) -> Response<Body> {
-    let has_body = !reply.body.is_empty();
-    let mut response = Response::new(Body::new(Bytes::from(reply.body)));
-    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
-    if has_body {
-        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
-    }
-    response
+/// A handshake's answer (200), logged with its kind.
+fn handshake_answer(source: &str, kind: &str, handshake: signature::Handshake) -> Answer {
+    tracing::info!(source, handshake = kind, "answered the provider's handshake");
+    Answer::Handshake(reply::handshake(handshake))
 }
 
 /// The allowlisted request headers, as Kafka record headers named `http-<lowercase name>` (one per value).
@@ -526,23 +590,5 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.dec();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use http_body_util::BodyExt;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn the_acknowledgement_is_the_same_json_without_serde() {
-        for event_id in ["evt_1", "sha256:ab", r#"quote"and\back"#] {
-            let response = accepted_response(event_id);
-            assert_eq!(response.status(), StatusCode::ACCEPTED);
-            let bytes = response.into_body().collect().await.unwrap().to_bytes();
-            let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-            assert_eq!(value, serde_json::json!({ "status": "accepted", "event_id": event_id }));
-        }
     }
 }

@@ -12,11 +12,13 @@ pub mod in_progress;
 pub mod ingest;
 pub mod load;
 pub mod metrics;
+pub mod offline_verify;
 pub mod peer_limit;
 pub mod produce;
 pub mod rejection_log;
 pub mod rejection_ring;
 pub mod reload;
+pub mod reply;
 pub mod source;
 
 use std::{

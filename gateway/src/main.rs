@@ -1,7 +1,7 @@
 use anyhow::Context;
 use clap::Parser;
 use hookline_common::{cli::ServiceArgs, telemetry};
-use hookline_gateway::{ConfigOrigin, Listeners, Loaded, metrics::Metrics};
+use hookline_gateway::{ConfigOrigin, Listeners, Loaded, metrics::Metrics, offline_verify};
 use tokio::net::TcpListener;
 
 /// The hookline webhook gateway.
@@ -10,6 +10,24 @@ use tokio::net::TcpListener;
 struct Args {
     #[command(flatten)]
     service: ServiceArgs,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Check a captured request against a source's config, offline, and say which step fails (exit 1 if one does).
+    Verify {
+        /// The source's name in the config.
+        #[arg(long)]
+        source: String,
+        /// A file holding the request as sent: request line, headers, an empty line, the body.
+        #[arg(long)]
+        request: std::path::PathBuf,
+        /// Judge timestamps as of this time (RFC 3339, or Unix seconds) instead of now: when the request was sent.
+        #[arg(long)]
+        at: Option<String>,
+    },
 }
 
 #[tokio::main]
@@ -22,6 +40,9 @@ async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.service.print_requested(Metrics::describe, Loaded::read_checked)? {
         return Ok(());
+    }
+    if let Some(Command::Verify { source, request, at }) = &args.command {
+        return verify_offline(args.service.config(), source, request, at.as_deref());
     }
     let loaded = Loaded::load(args.service.config())?;
     let config = &loaded.config;
@@ -47,5 +68,35 @@ async fn run() -> anyhow::Result<()> {
     let run = hookline_gateway::run_with_origin(loaded, origin, Listeners { public, admin }, shutdown);
     telemetry::traces::with_traces("hookline-gateway", &telemetry, run)?.await?;
     tracing::info!("gateway stopped");
+    Ok(())
+}
+
+/// `hookline-gateway verify`: prints one line per step; an error (exit 1) when the gateway would refuse it.
+fn verify_offline(
+    config: Option<&std::path::Path>,
+    source: &str,
+    request: &std::path::Path,
+    at: Option<&str>,
+) -> anyhow::Result<()> {
+    let config = hookline_gateway::GatewayConfig::read(config)?;
+    let bytes = std::fs::read(request).with_context(|| format!("read {}", request.display()))?;
+    let captured = offline_verify::CapturedRequest::parse(&bytes)
+        .map_err(|problem| anyhow::anyhow!("{}: {problem}", request.display()))?;
+    let at_ms = match at {
+        None => hookline_common::wire::now_ms(),
+        Some(text) => match text.parse::<i64>() {
+            Ok(seconds) => seconds.saturating_mul(1000),
+            Err(_) => {
+                let time = humantime::parse_rfc3339(text).with_context(|| format!("--at `{text}`"))?;
+                i64::try_from(time.duration_since(std::time::UNIX_EPOCH)?.as_millis())?
+            }
+        },
+    };
+    let report = offline_verify::check(&config, source, &captured, at_ms);
+    for line in &report.lines {
+        println!("{line}");
+    }
+    anyhow::ensure!(report.accepted, "the gateway would refuse this request");
+    println!("the gateway would accept this request");
     Ok(())
 }

@@ -8,12 +8,15 @@ use std::{
 };
 
 use hookline_common::{
-    signature::{self, IdentityRule, Scheme, SchemeOptions, Secret},
+    signature::{self, IdentityRule, Scheme, SchemeOptions, Secret, handshake::Challenge},
     wire::now_ms,
 };
 use http::HeaderName;
 
-use crate::config::{GatewayConfig, SourceConfig, default_verifications_per_source};
+use crate::{
+    config::{GatewayConfig, SourceConfig, default_verifications_per_source},
+    reply::Reply,
+};
 
 #[derive(Debug)]
 pub struct Source {
@@ -31,6 +34,12 @@ pub struct Source {
     pub verify_budget: Option<Arc<tokio::sync::Semaphore>>,
     /// Whether a request's `traceparent` is continued (`trust_traceparent`); otherwise ignored.
     pub trust_traceparent: bool,
+    /// The handshakes answered besides the scheme's own: its preset's and the configured ones.
+    pub handshakes: Vec<Challenge>,
+    /// Meta's verify tokens (the `meta_hub` handshake), as configured (no decoding).
+    pub verify_tokens: Vec<Secret>,
+    /// The configured answer to an accepted request, if any (before the scheme's own).
+    pub reply: Option<Reply>,
 }
 
 impl Source {
@@ -47,10 +56,24 @@ impl Source {
     ) -> Result<Self, Vec<String>> {
         let verifications_per_source = verifications_per_source.max(1);
         let mut problems = Vec::new();
-        let options = SchemeOptions { tolerance_s: config.tolerance_s, hmac: config.hmac.clone() };
+        let options = SchemeOptions {
+            tolerance_s: config.tolerance_s,
+            hmac: config.hmac.clone(),
+            structured: config.structured.clone(),
+            body_fields: config.body_fields.clone(),
+            token: config.token.clone(),
+        };
         let scheme = signature::build(&config.scheme, &options).map_err(|problem| problems.push(problem)).ok();
-        if config.hmac.is_some() && config.scheme != "hmac" {
-            problems.push("a [sources.hmac] table is only read by scheme = \"hmac\"".to_owned());
+        let tables = [
+            ("hmac", config.hmac.is_some()),
+            ("structured", config.structured.is_some()),
+            ("body_fields", config.body_fields.is_some()),
+            ("token", config.token.is_some()),
+        ];
+        for (table, given) in tables {
+            if given && config.scheme != table {
+                problems.push(format!("a [sources.{table}] table is only read by scheme = \"{table}\""));
+            }
         }
         if config.tolerance_s == Some(0) {
             problems.push("tolerance_s must be at least 1 (timestamp checks cannot be turned off)".to_owned());
@@ -116,6 +139,10 @@ impl Source {
                 ));
             }
         }
+        let handshakes =
+            scheme.as_deref().map(|scheme| handshakes_of(config, scheme, &mut problems)).unwrap_or_default();
+        let verify_tokens = load_verify_tokens(config, &mut problems);
+        let reply = config.reply.as_ref().and_then(|reply| Reply::from_config(reply, &mut problems));
         let Some(scheme) = scheme.filter(|_| problems.is_empty()) else { return Err(problems) };
         let scheme_is_costly = scheme.is_costly();
         let mut identity = scheme.identity();
@@ -137,7 +164,15 @@ impl Source {
             public_url: config.public_url.clone(),
             verify_budget: scheme_is_costly.then(|| Arc::new(tokio::sync::Semaphore::new(verifications_per_source))),
             trust_traceparent: config.trust_traceparent,
+            handshakes,
+            verify_tokens,
+            reply,
         })
+    }
+
+    /// Whether this source answers some `GET` (a handshake); every other source answers `GET` 405.
+    pub fn answers_get(&self) -> bool {
+        self.handshakes.iter().any(|challenge| challenge.is_get())
     }
 
     /// The URL the provider signed: `public_url` plus the request's query string.
@@ -148,6 +183,63 @@ impl Source {
             None => base.to_owned(),
         })
     }
+}
+
+/// The scheme's own handshakes and the configured ones, and every problem with the scheme's opt-ins: a token
+/// scheme without `allow_token`, identity overrides for a scheme that signs only some body fields, `meta_hub`
+/// without verify tokens.
+fn handshakes_of(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<String>) -> Vec<Challenge> {
+    if scheme.is_token() && !config.allow_token {
+        problems.push(format!(
+            "scheme `{}` accepts a shared token, which proves who sent a request but not what it holds and does \
+             not stop a replay (docs/security.md, 'Token schemes'): set allow_token = true to accept that",
+            scheme.name()
+        ));
+    }
+    if config.allow_token && !scheme.is_token() {
+        problems.push(format!("allow_token is only read by token schemes, and `{}` is not one", scheme.name()));
+    }
+    let identity_overrides = [&config.event_id, &config.event_type, &config.ordering_key];
+    if !scheme.covers_whole_body() && identity_overrides.iter().any(|field| field.is_some()) {
+        problems.push(format!(
+            "scheme `{}` signs only some fields of the body, so the event id and type come from those fields and \
+             nothing else in the body may decide anything: remove event_id, event_type and ordering_key",
+            scheme.name()
+        ));
+    }
+    let mut handshakes: Vec<Challenge> = scheme.handshakes().to_vec();
+    for challenge in &config.handshakes {
+        if !handshakes.contains(challenge) {
+            handshakes.push(*challenge);
+        }
+    }
+    let needs_tokens = handshakes.iter().any(|challenge| challenge.needs_verify_tokens());
+    if needs_tokens && config.verify_tokens.is_empty() {
+        problems.push("the meta_hub handshake needs verify_tokens (Meta's verify token)".to_owned());
+    }
+    if !needs_tokens && !config.verify_tokens.is_empty() {
+        problems.push("verify_tokens are only read by the meta_hub handshake".to_owned());
+    }
+    handshakes
+}
+
+/// Meta's verify tokens, used as configured.
+fn load_verify_tokens(config: &SourceConfig, problems: &mut Vec<String>) -> Vec<Secret> {
+    let mut tokens = Vec::new();
+    for token_ref in &config.verify_tokens {
+        let validity = token_ref.validity_ms().map_err(|problem| problems.push(problem)).ok();
+        let raw = token_ref.load().map_err(|problem| problems.push(problem)).ok();
+        match (raw, validity) {
+            (Some(raw), _) if raw.iter().all(u8::is_ascii_whitespace) => {
+                problems.push(format!("verify token `{}` is blank", token_ref.id));
+            }
+            (Some(raw), Some((not_before, not_after))) => {
+                tokens.push(Secret::new(&token_ref.id, raw).with_validity(not_before, not_after));
+            }
+            _ => {}
+        }
+    }
+    tokens
 }
 
 /// Whether a header (lowercase name) may carry a credential: never forwarded into Kafka, where every consumer,
@@ -203,7 +295,8 @@ fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<S
 pub const MIN_GENERIC_KEY_BYTES: usize = 16;
 
 /// Refuses a secret that is blank (a file or variable of only whitespace) or decodes to an empty key (hex or base64
-/// of whitespace), and a generic `hmac` key under [`MIN_GENERIC_KEY_BYTES`]; warns about a short key for a
+/// of whitespace), and a key under [`MIN_GENERIC_KEY_BYTES`] for a configurable family (`hmac`, `structured`,
+/// `body_fields`, `token`: a user-chosen secret, and a short token can be guessed online); warns about a short key for a
 /// provider's scheme, whose secrets the provider issues (its test vectors use short ones) or the user chose.
 fn key_strength(scheme: &dyn Scheme, raw: &[u8], key: Vec<u8>, id: &str) -> Result<Vec<u8>, String> {
     if raw.iter().all(u8::is_ascii_whitespace) {
@@ -212,10 +305,12 @@ fn key_strength(scheme: &dyn Scheme, raw: &[u8], key: Vec<u8>, id: &str) -> Resu
     if key.is_empty() {
         return Err("decodes to an empty key".to_owned());
     }
-    if key.len() < MIN_GENERIC_KEY_BYTES && scheme.name() == "hmac" {
+    let configurable = matches!(scheme.name(), "hmac" | "structured" | "body_fields" | "token");
+    if key.len() < MIN_GENERIC_KEY_BYTES && configurable {
         return Err(format!(
-            "decodes to a {}-byte key; scheme `hmac` needs at least {MIN_GENERIC_KEY_BYTES} (e.g. `openssl rand -hex 32`)",
-            key.len()
+            "decodes to a {}-byte key; scheme `{}` needs at least {MIN_GENERIC_KEY_BYTES} (e.g. `openssl rand -hex 32`)",
+            key.len(),
+            scheme.name()
         ));
     }
     if key.len() < MIN_GENERIC_KEY_BYTES {
@@ -433,6 +528,83 @@ mod tests {
             ..SourceConfig::new("sw", "standard_webhooks", vec![SecretRef::from_file("a", &whsec)])
         };
         assert!(Source::from_config(&signed_header, "t").is_ok());
+    }
+
+    #[test]
+    fn a_generic_token_needs_sixteen_bytes() {
+        let short = secret_file("short-token");
+        let token = SourceConfig {
+            allow_token: true,
+            token: Some(signature::token::TokenOptions { header: Some("x-token".into()), ..Default::default() }),
+            ..SourceConfig::new("t", "token", vec![SecretRef::from_file("a", &short)])
+        };
+        assert!(problems_of(&token).contains("scheme `token` needs at least 16"), "{}", problems_of(&token));
+        let long = secret_file("a-token-of-twenty-bytes");
+        let token = SourceConfig { secrets: vec![SecretRef::from_file("a", &long)], ..token };
+        assert!(Source::from_config(&token, "t").is_ok());
+    }
+
+    #[test]
+    fn a_token_scheme_needs_allow_token_and_nothing_else_takes_it() {
+        let file = secret_file("okta-token");
+        let okta = SourceConfig::new("okta", "okta", vec![SecretRef::from_file("a", &file)]);
+        assert!(problems_of(&okta).contains("set allow_token = true"), "{}", problems_of(&okta));
+        let allowed = SourceConfig { allow_token: true, ..okta.clone() };
+        let source = Source::from_config(&allowed, "t").unwrap();
+        assert_eq!(source.handshakes, vec![Challenge::Okta], "the preset's handshake");
+        assert!(source.answers_get());
+        let github = SourceConfig { allow_token: true, ..SourceConfig::new("gh", "github", okta.secrets.clone()) };
+        assert!(problems_of(&github).contains("allow_token is only read by token schemes"));
+        let token = SourceConfig { allow_token: true, ..SourceConfig::new("t", "token", okta.secrets.clone()) };
+        assert!(problems_of(&token).contains("needs a [sources.token] table"));
+        let misplaced =
+            SourceConfig { token: Some(Default::default()), ..SourceConfig::new("gh", "github", okta.secrets) };
+        assert!(problems_of(&misplaced).contains("only read by scheme = \"token\""));
+    }
+
+    #[test]
+    fn meta_needs_its_verify_token_and_replies_are_2xx() {
+        let file = secret_file("meta-app-secret");
+        let meta = SourceConfig::new("wa", "meta", vec![SecretRef::from_file("app", &file)]);
+        assert!(problems_of(&meta).contains("meta_hub handshake needs verify_tokens"));
+        let token = secret_file("verify-me");
+        let with_token = SourceConfig { verify_tokens: vec![SecretRef::from_file("v", &token)], ..meta.clone() };
+        let source = Source::from_config(&with_token, "t").unwrap();
+        assert_eq!(source.verify_tokens.len(), 1);
+        let stray = SourceConfig {
+            verify_tokens: vec![SecretRef::from_file("v", &token)],
+            ..SourceConfig::new("gh", "github", meta.secrets.clone())
+        };
+        assert!(problems_of(&stray).contains("only read by the meta_hub handshake"));
+        let redirect =
+            crate::config::ReplyConfig { status: 302, content_type: "text/plain".into(), body: String::new() };
+        let bad_reply = SourceConfig { reply: Some(redirect), ..with_token.clone() };
+        assert!(problems_of(&bad_reply).contains("must be a 2xx status"));
+        let echo = SourceConfig { handshakes: vec![Challenge::ChallengeEcho, Challenge::MetaHub], ..with_token };
+        let source = Source::from_config(&echo, "t").unwrap();
+        assert_eq!(
+            source.handshakes,
+            vec![Challenge::MetaHub, Challenge::ChallengeEcho],
+            "the preset's, then the rest once"
+        );
+    }
+
+    #[test]
+    fn a_scheme_signing_some_fields_refuses_identity_overrides() {
+        let file = secret_file("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056");
+        let adyen = SourceConfig {
+            event_id: Some(signature::FieldSource::pointer("/live")),
+            ..SourceConfig::new("adyen", "adyen", vec![SecretRef::from_file("a", &file)])
+        };
+        assert!(problems_of(&adyen).contains("remove event_id, event_type and ordering_key"));
+        let ordered = SourceConfig {
+            event_id: None,
+            ordering_key: Some(signature::FieldSource::pointer(
+                "/notificationItems/0/NotificationRequestItem/pspReference",
+            )),
+            ..adyen
+        };
+        assert!(problems_of(&ordered).contains("and ordering_key"));
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //!   nothing more.
 //! - [`VersionedHmac`]: `v0=<hex>` over `"v0:<timestamp>:" + body` (Slack, Zoom).
 //! - [`TimestampedList`]: a `t=<unix s>,v1=<hex>,...` header over `"<t><separator>" + body` (Stripe, Paddle).
-//! - [`TimestampedPublicKey`]: a public-key signature over `timestamp header + body`, freshness first (Discord,
-//!   SendGrid).
+//! - [`TimestampedPublicKey`]: a public-key signature over `timestamp header + [separator] + body`, freshness
+//!   first (Discord, SendGrid, Telnyx).
 
 use base64::Engine;
 
@@ -255,11 +255,18 @@ pub(crate) struct TimestampedPublicKey<K> {
     pub timestamp: &'static str,
     pub tolerance: Tolerance,
     pub keys: ParsedKeys<K>,
+    /// Between the timestamp and the body in the signed message: none for Discord and SendGrid, `|` for Telnyx.
+    pub separator: &'static [u8],
 }
 
 impl<K: Clone> TimestampedPublicKey<K> {
     pub(crate) fn new(signature: &'static str, timestamp: &'static str, tolerance: Tolerance) -> Self {
-        Self { signature, timestamp, tolerance, keys: ParsedKeys::default() }
+        Self { signature, timestamp, tolerance, keys: ParsedKeys::default(), separator: b"" }
+    }
+
+    /// The signed message puts `separator` between the timestamp and the body.
+    pub(crate) fn separated_by(self, separator: &'static [u8]) -> Self {
+        Self { separator, ..self }
     }
 
     /// The first of `secrets` whose key (parsed by `parse_key`) accepts the signature, which `parse_signature`
@@ -276,7 +283,7 @@ impl<K: Clone> TimestampedPublicKey<K> {
         let timestamp = required_header(request.headers, self.timestamp, self.timestamp)?;
         check_timestamp_header(self.tolerance, timestamp, self.timestamp, request.now_ms)?;
         let signature = parse_signature(value).ok_or(VerifyError::malformed(self.signature))?;
-        let message = [timestamp.as_bytes(), request.body].concat();
+        let message = [timestamp.as_bytes(), self.separator, request.body].concat();
         secrets
             .iter()
             .find(|secret| {

@@ -10,7 +10,7 @@
 //! algorithm = "sha256"                # or "sha1", "sha512"
 //! signed_content = "{timestamp}.{body}"   # default "{body}"
 //! timestamp_header = "X-Acme-Timestamp"   # needed by {timestamp}; checked against tolerance_s (default 300)
-//! timestamp_unit = "seconds"          # or "milliseconds"
+//! timestamp_unit = "seconds"          # or "milliseconds", "rfc3339" (`2026-12-06T16:05:55Z`)
 //! id_header = "X-Acme-Delivery"       # needed by {id}; also the default event id
 //! secret_encoding = "utf8"            # or "base64", "hex": how the configured secret becomes the key
 //! ```
@@ -24,7 +24,7 @@ use serde::Deserialize;
 pub use super::support::Algorithm;
 use super::{
     FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
-    support::{BASE64_LENIENT, Tolerance, first_hmac_match, parse_unix},
+    support::{BASE64_LENIENT, Tolerance, first_hmac_match, parse_rfc3339_ms, parse_unix},
 };
 
 /// Default window when a timestamp header is configured (seconds).
@@ -44,6 +44,19 @@ pub enum TimestampUnit {
     #[default]
     Seconds,
     Milliseconds,
+    /// An RFC 3339 UTC time ending in `Z` (Zendesk).
+    Rfc3339,
+}
+
+impl TimestampUnit {
+    /// The timestamp `text` in ms since the epoch, `None` when it is not written in this unit.
+    pub(crate) fn to_ms(self, text: &str) -> Option<i64> {
+        match self {
+            Self::Seconds => parse_unix(text).map(|seconds| seconds.saturating_mul(1000)),
+            Self::Milliseconds => parse_unix(text),
+            Self::Rfc3339 => parse_rfc3339_ms(text),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
@@ -95,6 +108,12 @@ pub enum Part {
 
 /// Parses a template such as `{id}.{timestamp}.{body}`; any other `{...}` is an error.
 pub fn parse_template(template: &str) -> Result<Vec<Part>, String> {
+    parse_template_for(template, TimestampUnit::Seconds)
+}
+
+/// [`parse_template`] for timestamps written in `unit`: an RFC 3339 timestamp ends in `Z`, so `{timestamp}{body}`
+/// (Zendesk's) is unambiguous for it, and for it alone.
+pub fn parse_template_for(template: &str, unit: TimestampUnit) -> Result<Vec<Part>, String> {
     let mut parts = Vec::new();
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -120,7 +139,7 @@ pub fn parse_template(template: &str) -> Result<Vec<Part>, String> {
     if !parts.contains(&Part::Body) {
         return Err(format!("signed_content `{template}` must include {{body}}"));
     }
-    check_unambiguous(template, &parts)?;
+    check_unambiguous(template, &parts, unit)?;
     Ok(parts)
 }
 
@@ -129,7 +148,7 @@ pub fn parse_template(template: &str) -> Result<Vec<Part>, String> {
 /// Each placeholder appears once; two placeholders are never adjacent (`{id}{body}`); and the separator beside
 /// `{timestamp}` does not start or end, on its side, with a digit (a timestamp is digits only). An `{id}` value may
 /// not contain its separators: [`GenericHmac::verify`] refuses one that does, as a malformed id header.
-fn check_unambiguous(template: &str, parts: &[Part]) -> Result<(), String> {
+fn check_unambiguous(template: &str, parts: &[Part], unit: TimestampUnit) -> Result<(), String> {
     for placeholder in [Part::Id, Part::Timestamp, Part::Body] {
         if parts.iter().filter(|part| **part == placeholder).count() > 1 {
             return Err(format!("signed_content `{template}` uses a placeholder twice"));
@@ -146,6 +165,7 @@ fn check_unambiguous(template: &str, parts: &[Part]) -> Result<(), String> {
                 Some("a digit after {timestamp} could belong to it")
             }
             (Part::Literal(_), _) | (_, Part::Literal(_)) => None,
+            (Part::Timestamp, Part::Body) if unit == TimestampUnit::Rfc3339 => None,
             _ => Some("two placeholders with no separator between them"),
         };
         if let Some(reason) = reason {
@@ -173,6 +193,8 @@ fn id_separators(parts: &[Part]) -> Vec<Vec<u8>> {
 
 #[derive(Debug, Clone)]
 pub struct GenericHmac {
+    /// `hmac`, or the preset's name when a named provider is this scheme with fixed options.
+    name: &'static str,
     signature_header: HeaderName,
     prefix: String,
     encoding: Encoding,
@@ -194,7 +216,7 @@ fn header_name(key: &str, name: &str) -> Result<HeaderName, String> {
 impl GenericHmac {
     /// Validates the options; `tolerance` overrides [`DEFAULT_TOLERANCE_S`] when a timestamp header is set.
     pub fn new(options: &GenericHmacOptions, tolerance: Option<Tolerance>) -> Result<Self, String> {
-        let template = parse_template(&options.signed_content)?;
+        let template = parse_template_for(&options.signed_content, options.timestamp_unit)?;
         let id_header = options.id_header.as_deref().map(|name| header_name("id_header", name)).transpose()?;
         let timestamp_header =
             options.timestamp_header.as_deref().map(|name| header_name("timestamp_header", name)).transpose()?;
@@ -220,6 +242,7 @@ impl GenericHmac {
         }
         let tolerance = timestamp_header.as_ref().map(|_| tolerance.unwrap_or(Tolerance::seconds(DEFAULT_TOLERANCE_S)));
         Ok(Self {
+            name: "hmac",
             signature_header: header_name("signature_header", &options.signature_header)?,
             prefix: options.prefix.clone(),
             encoding: options.encoding,
@@ -232,6 +255,16 @@ impl GenericHmac {
             secret_encoding: options.secret_encoding,
             tolerance,
         })
+    }
+}
+
+/// The key a configured secret's bytes give under `encoding` (shared by the configurable families).
+pub(crate) fn decode_with(encoding: SecretEncoding, raw: &[u8]) -> Result<Vec<u8>, String> {
+    let text = || std::str::from_utf8(raw).map(str::trim).map_err(|_| "the secret is not UTF-8".to_owned());
+    match encoding {
+        SecretEncoding::Utf8 => Ok(raw.to_vec()),
+        SecretEncoding::Base64 => BASE64_LENIENT.decode(text()?).map_err(|_| "the secret is not base64".to_owned()),
+        SecretEncoding::Hex => hex::decode(text()?).map_err(|_| "the secret is not hex".to_owned()),
     }
 }
 
@@ -250,16 +283,11 @@ fn text_of<'a>(request: &UnverifiedRequest<'a>, name: &HeaderName) -> Result<&'a
 
 impl Scheme for GenericHmac {
     fn name(&self) -> &'static str {
-        "hmac"
+        self.name
     }
 
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
-        let text = || std::str::from_utf8(raw).map(str::trim).map_err(|_| "the secret is not UTF-8".to_owned());
-        match self.secret_encoding {
-            SecretEncoding::Utf8 => Ok(raw.to_vec()),
-            SecretEncoding::Base64 => BASE64_LENIENT.decode(text()?).map_err(|_| "the secret is not base64".to_owned()),
-            SecretEncoding::Hex => hex::decode(text()?).map_err(|_| "the secret is not hex".to_owned()),
-        }
+        decode_with(self.secret_encoding, raw)
     }
 
     fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
@@ -278,9 +306,10 @@ impl Scheme for GenericHmac {
             return Err(VerifyError::MalformedSignature(Cow::Owned(name.as_str().to_owned())));
         }
         let timestamp_text = self.timestamp_header.as_ref().map(|name| text_of(request, name)).transpose()?;
-        let timestamp = match (&self.timestamp_header, timestamp_text) {
+        let timestamp_ms = match (&self.timestamp_header, timestamp_text) {
             (Some(name), Some(text)) => Some(
-                parse_unix(text)
+                self.timestamp_unit
+                    .to_ms(text)
                     .ok_or_else(|| VerifyError::MalformedSignature(Cow::Owned(name.as_str().to_owned())))?,
             ),
             _ => None,
@@ -297,11 +326,7 @@ impl Scheme for GenericHmac {
             .collect();
         let verified =
             first_hmac_match(self.algorithm, secrets, &parts, &[signature])?.covering(self.signable_headers());
-        if let (Some(tolerance), Some(timestamp)) = (self.tolerance, timestamp) {
-            let timestamp_ms = match self.timestamp_unit {
-                TimestampUnit::Seconds => timestamp.saturating_mul(1000),
-                TimestampUnit::Milliseconds => timestamp,
-            };
+        if let (Some(tolerance), Some(timestamp_ms)) = (self.tolerance, timestamp_ms) {
             tolerance.check(timestamp_ms, request.now_ms)?;
         }
         Ok(verified)

@@ -12,26 +12,35 @@
 //! tells clock skew or replay apart from forgery. The asymmetric schemes (Discord, SendGrid) judge freshness first:
 //! a public-key verification costs 5 to 20 HMACs, and a forged flood should not get one for free.
 //!
-//! One module per provider; [`build`] maps a config name to a scheme.
+//! One module per provider or family; [`build`] maps a config name to a scheme. The configurable families
+//! (`hmac`, `structured`, `body_fields`, `token`) make most providers configuration, and [`presets`] names them
+//! with fixed settings (`scheme = "calendly"`); [`handshake`] holds the subscription checks several share.
 
+pub mod body_fields;
 pub mod discord;
+mod error;
 pub mod family;
 pub mod generic;
 pub mod github;
 pub mod gitlab;
+pub mod handshake;
 pub mod hubspot;
 pub mod identity;
 pub mod intercom;
 pub mod linear;
 pub mod paddle;
 pub mod pagerduty;
+pub mod presets;
 pub mod sendgrid;
 pub mod shopify;
 pub mod slack;
 pub mod square;
 pub mod standard_webhooks;
 pub mod stripe;
+pub mod structured;
 mod support;
+pub mod telnyx;
+pub mod token;
 pub mod twilio;
 pub mod twitch;
 pub mod typeform;
@@ -45,6 +54,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use secrecy::{ExposeSecret, SecretSlice};
 
+pub use error::VerifyError;
 pub use generic::GenericHmacOptions;
 pub use github::GitHub;
 pub use identity::{FieldSource, Identity, IdentityRule, SignedIdentity};
@@ -99,6 +109,9 @@ pub struct UnverifiedRequest<'a> {
     /// The URL the provider sent the request to, as the provider saw it (the source's configured `public_url`
     /// plus the request's query string). Only Twilio, Square and HubSpot sign it; `None` when not configured.
     pub url: Option<&'a str>,
+    /// The request's raw query string (after `?`, not decoded), for the schemes and handshakes that read one
+    /// (a token in the URL, Meta's `hub.challenge`); `None` when the request had none.
+    pub query: Option<&'a str>,
     pub headers: &'a HeaderMap,
     /// The raw body as received. A `Bytes` so that [`verify`] can hand the very same bytes (a reference-counted
     /// clone, not a copy) to the [`Verified`] proof it returns.
@@ -110,7 +123,7 @@ pub struct UnverifiedRequest<'a> {
 impl<'a> UnverifiedRequest<'a> {
     /// A `POST` without a public URL, received at `now_ms`.
     pub fn new(headers: &'a HeaderMap, body: &'a Bytes, now_ms: i64) -> Self {
-        Self { method: &Method::POST, url: None, headers, body, now_ms }
+        Self { method: &Method::POST, url: None, query: None, headers, body, now_ms }
     }
 
     pub fn with_url(self, url: &'a str) -> Self {
@@ -119,6 +132,15 @@ impl<'a> UnverifiedRequest<'a> {
 
     pub fn with_method(self, method: &'a Method) -> Self {
         Self { method, ..self }
+    }
+
+    pub fn with_query(self, query: Option<&'a str>) -> Self {
+        Self { query, ..self }
+    }
+
+    /// The first value of query parameter `name`, percent-decoded.
+    pub fn query_parameter(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query?.as_bytes()).find(|(key, _)| key == name).map(|(_, value)| value.into_owned())
     }
 }
 
@@ -130,11 +152,38 @@ impl<'a> UnverifiedRequest<'a> {
 pub struct SignatureMatch {
     secret_id: String,
     signed_headers: Vec<Cow<'static, str>>,
+    coverage: Coverage,
+}
+
+/// What of the body a scheme's signature vouches for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coverage {
+    /// Every byte of the body (almost every provider).
+    WholeBody,
+    /// Only some fields of the body (Mailgun's timestamp and token, Adyen's eight fields): the event's identity
+    /// is then computed from those fields alone, and nothing else in the body may decide it. `event_id` is
+    /// `sha256:<hex>` of the signed string, `event_type` a signed field's value when the scheme names one.
+    SignedFields { event_id: String, event_type: Option<String> },
+    /// Nothing: the request presented a shared token (or HTTP Basic credentials), which proves who sent it but
+    /// not what was sent. The body is as trustworthy as whoever holds the token.
+    Token,
 }
 
 impl SignatureMatch {
     fn by(secret: &Secret) -> Self {
-        Self { secret_id: secret.id.clone(), signed_headers: Vec::new() }
+        Self { secret_id: secret.id.clone(), signed_headers: Vec::new(), coverage: Coverage::WholeBody }
+    }
+
+    /// The signature covered only these body fields, not the whole body.
+    fn of_fields(mut self, event_id: String, event_type: Option<String>) -> Self {
+        self.coverage = Coverage::SignedFields { event_id, event_type };
+        self
+    }
+
+    /// The request was authenticated by a token, not a signature.
+    fn by_token(mut self) -> Self {
+        self.coverage = Coverage::Token;
+        self
     }
 
     /// The signature also covered these headers (lowercase names), so their values are as trustworthy as the body.
@@ -173,6 +222,7 @@ impl SignatureMatch {
 pub struct Verified {
     secret_id: String,
     signed_headers: Vec<Cow<'static, str>>,
+    coverage: Coverage,
     provenance: Provenance,
     body: Bytes,
 }
@@ -190,8 +240,8 @@ pub enum Provenance {
 impl Verified {
     /// The proof for `body`, which a scheme matched as `matched`.
     fn signed(matched: SignatureMatch, body: Bytes) -> Self {
-        let SignatureMatch { secret_id, signed_headers } = matched;
-        Self { secret_id, signed_headers, provenance: Provenance::Signature, body }
+        let SignatureMatch { secret_id, signed_headers, coverage } = matched;
+        Self { secret_id, signed_headers, coverage, provenance: Provenance::Signature, body }
     }
 
     /// The proof for `body`, an event the reconciler fetched from the provider's API with the credential
@@ -201,6 +251,7 @@ impl Verified {
         Self {
             secret_id: format!("api:{credential_id}"),
             signed_headers: Vec::new(),
+            coverage: Coverage::WholeBody,
             provenance: Provenance::ProviderApi,
             body,
         }
@@ -208,6 +259,11 @@ impl Verified {
 
     pub fn provenance(&self) -> Provenance {
         self.provenance
+    }
+
+    /// What of the body the proof vouches for.
+    pub fn coverage(&self) -> &Coverage {
+        &self.coverage
     }
 
     pub fn secret_id(&self) -> &str {
@@ -229,101 +285,17 @@ impl Verified {
 /// Never prints the body (it may carry personal data); its length is enough to tell proofs apart.
 impl fmt::Debug for Verified {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Self { secret_id, signed_headers, provenance, body } = self;
+        let Self { secret_id, signed_headers, coverage, provenance, body } = self;
         let body_len = body.len();
-        write!(f, "Verified {{ {provenance:?} by {secret_id:?}, covering {signed_headers:?}, {body_len} body bytes }}")
-    }
-}
-
-/// Why a request is not authentic. Every variant is the sender's problem (4xx), never ours.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum VerifyError {
-    /// A header the scheme needs (signature, timestamp or message id) is absent.
-    #[error("signature header `{0}` is missing")]
-    MissingSignature(Cow<'static, str>),
-    /// A header the scheme needs is present but cannot be parsed.
-    #[error("signature header `{0}` is malformed")]
-    MalformedSignature(Cow<'static, str>),
-    #[error("no configured secret produces this signature")]
-    Mismatch,
-    /// The signed timestamp is older than the tolerance allows (a replay, or a very late retry). `skew_ms` is the
-    /// signed timestamp minus the gateway's clock when the request arrived (negative here), so an operator can
-    /// tell a replay from days ago from a sender whose clock is a few minutes behind.
-    #[error("the signed timestamp is too old")]
-    TimestampStale { skew_ms: i64 },
-    /// The signed timestamp is further in the future than the tolerance allows (clock skew, or a forged clock).
-    /// `skew_ms` as for [`Self::TimestampStale`] (positive here).
-    #[error("the signed timestamp is in the future")]
-    TimestampFuture { skew_ms: i64 },
-    /// The scheme signs a timestamp that this request does not carry where it should (Linear: in the body).
-    #[error("the signed timestamp `{0}` is missing")]
-    MissingTimestamp(&'static str),
-    /// The scheme can only verify requests of a content type this one is not (Twilio: form-encoded, or JSON
-    /// with a `bodySHA256` query parameter).
-    #[error("this source needs a `{0}` body")]
-    UnsupportedContentType(&'static str),
-    /// A form too large to verify at the cost of what it sends (Twilio signs sorted form parameters, so a forged
-    /// form costs its parse and sort before its signature can be found wrong).
-    #[error("a signed form may hold at most {max_bytes} bytes and {max_params} parameters")]
-    FormTooLarge { max_bytes: usize, max_params: usize },
-}
-
-impl VerifyError {
-    /// Stable reason, used as the error code and the `reason` metric label.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::MissingSignature(_) => "signature_missing",
-            Self::MalformedSignature(_) => "signature_malformed",
-            Self::Mismatch => "signature_mismatch",
-            Self::TimestampStale { .. } => "timestamp_stale",
-            Self::TimestampFuture { .. } => "timestamp_future",
-            Self::MissingTimestamp(_) => "timestamp_missing",
-            Self::UnsupportedContentType(_) => "content_type_unsupported",
-            Self::FormTooLarge { .. } => "form_too_large",
-        }
-    }
-
-    /// Every value [`Self::reason`] can return.
-    pub fn reasons() -> Vec<&'static str> {
-        // A new variant fails to compile here until it is listed in `each` too.
-        let listed = |error: &Self| match error {
-            Self::MissingSignature(_)
-            | Self::MalformedSignature(_)
-            | Self::Mismatch
-            | Self::TimestampStale { .. }
-            | Self::TimestampFuture { .. }
-            | Self::MissingTimestamp(_)
-            | Self::UnsupportedContentType(_)
-            | Self::FormTooLarge { .. } => error.reason(),
+        let coverage = match coverage {
+            Coverage::WholeBody => "the whole body",
+            Coverage::SignedFields { .. } => "signed body fields",
+            Coverage::Token => "a token",
         };
-        let each = [
-            Self::missing("h"),
-            Self::malformed("h"),
-            Self::Mismatch,
-            Self::TimestampStale { skew_ms: 0 },
-            Self::TimestampFuture { skew_ms: 0 },
-            Self::MissingTimestamp("t"),
-            Self::UnsupportedContentType("c"),
-            Self::FormTooLarge { max_bytes: 0, max_params: 0 },
-        ];
-        each.iter().map(listed).collect()
-    }
-
-    /// How far the signed timestamp was from the gateway's clock (timestamp minus clock, ms) when that is why the
-    /// request was refused; `None` for every other reason.
-    pub fn skew_ms(&self) -> Option<i64> {
-        match self {
-            Self::TimestampStale { skew_ms } | Self::TimestampFuture { skew_ms } => Some(*skew_ms),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn missing(header: &'static str) -> Self {
-        Self::MissingSignature(Cow::Borrowed(header))
-    }
-
-    pub(crate) fn malformed(header: &'static str) -> Self {
-        Self::MalformedSignature(Cow::Borrowed(header))
+        write!(
+            f,
+            "Verified {{ {provenance:?} by {secret_id:?}, covering {signed_headers:?} and {coverage}, {body_len} body bytes }}"
+        )
     }
 }
 
@@ -407,6 +379,23 @@ pub trait Scheme: Send + Sync + fmt::Debug {
     fn is_verifying(&self) -> bool {
         true
     }
+
+    /// Whether the request presents a shared token instead of a signature (the token family): a source must opt
+    /// in to such a scheme (`allow_token`), since it proves less.
+    fn is_token(&self) -> bool {
+        false
+    }
+
+    /// Whether the signature covers every byte of the body. The body-fields family signs only some fields; its
+    /// proofs then carry the event's identity ([`Coverage::SignedFields`]) and a source may not choose another.
+    fn covers_whole_body(&self) -> bool {
+        true
+    }
+
+    /// The handshakes this provider needs answered (a preset's); a source may add others.
+    fn handshakes(&self) -> &'static [handshake::Challenge] {
+        &[]
+    }
 }
 
 /// Verifies `request` with `scheme` against those of `secrets` that are active at `request.now_ms`. The only way
@@ -435,9 +424,16 @@ pub struct SchemeOptions {
     pub tolerance_s: Option<u64>,
     /// The generic HMAC scheme's settings (required for `scheme = "hmac"`).
     pub hmac: Option<GenericHmacOptions>,
+    /// The structured-header family's settings (required for `scheme = "structured"`).
+    pub structured: Option<structured::StructuredOptions>,
+    /// The body-fields family's settings (required for `scheme = "body_fields"`).
+    pub body_fields: Option<body_fields::BodyFieldsOptions>,
+    /// The token family's settings (required for `scheme = "token"`).
+    pub token: Option<token::TokenOptions>,
 }
 
-/// The names [`build`] knows, for config validation messages and docs/configuration.md.
+/// The schemes with modules of their own and the configurable families, for config validation messages and
+/// docs/configuration/gateway.md; the named presets are [`presets::all`] (docs/providers.md).
 pub const SCHEME_NAMES: &[&str] = &[
     "stripe",
     "github",
@@ -463,12 +459,31 @@ pub const SCHEME_NAMES: &[&str] = &[
     "discord",
     "sendgrid",
     "hmac",
+    "structured",
+    "body_fields",
+    "token",
     "none",
 ];
 
+/// Every name [`build`] knows: [`SCHEME_NAMES`] and the presets.
+pub fn all_names() -> impl Iterator<Item = &'static str> {
+    SCHEME_NAMES.iter().copied().chain(presets::all().map(|preset| preset.name))
+}
+
 /// Schemes whose signed content carries no time: a `tolerance_s` for them is refused rather than ignored.
-pub const UNTIMED_SCHEMES: &[&str] =
-    &["github", "shopify", "gitlab", "pagerduty", "square", "twilio", "typeform", "woocommerce", "intercom", "none"];
+pub const UNTIMED_SCHEMES: &[&str] = &[
+    "github",
+    "shopify",
+    "gitlab",
+    "pagerduty",
+    "square",
+    "twilio",
+    "typeform",
+    "woocommerce",
+    "intercom",
+    "token",
+    "none",
+];
 
 /// The scheme registered under a config name, configured with `options`; an error names what is wrong.
 pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, String> {
@@ -509,8 +524,30 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
             let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;
             Box::new(generic::GenericHmac::new(hmac, tolerance)?)
         }
+        "structured" => {
+            let table = options.structured.as_ref().ok_or("scheme `structured` needs a [sources.structured] table")?;
+            Box::new(structured::Structured::new(table, tolerance)?)
+        }
+        "body_fields" => {
+            let table =
+                options.body_fields.as_ref().ok_or("scheme `body_fields` needs a [sources.body_fields] table")?;
+            Box::new(body_fields::BodyFields::new(table, tolerance)?)
+        }
+        "token" => {
+            let table = options.token.as_ref().ok_or("scheme `token` needs a [sources.token] table")?;
+            Box::new(token::Token::new(table)?)
+        }
         "none" => Box::new(unsigned::Unsigned),
-        other => return Err(format!("unknown scheme `{other}` (known: {})", SCHEME_NAMES.join(", "))),
+        other => match presets::find(other) {
+            Some(preset) => preset.build(tolerance)?,
+            None => {
+                return Err(format!(
+                    "unknown scheme `{other}` (known: {}, and the {} presets listed in docs/providers.md)",
+                    SCHEME_NAMES.join(", "),
+                    presets::all().count()
+                ));
+            }
+        },
     };
     Ok(scheme)
 }

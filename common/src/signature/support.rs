@@ -192,6 +192,24 @@ pub(crate) fn parse_unix(text: &str) -> Option<i64> {
     text.parse().ok()
 }
 
+/// An RFC 3339 UTC timestamp (`2019-11-16T10:11:12.634234626Z`) as ms since the epoch. The trailing `Z` is
+/// required, so such a timestamp ends where it ends: a template may put `{body}` right after it.
+pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<i64> {
+    if !text.ends_with('Z') {
+        return None;
+    }
+    let time = humantime::parse_rfc3339(text).ok()?;
+    let since = time.duration_since(std::time::UNIX_EPOCH).ok()?;
+    i64::try_from(since.as_millis()).ok()
+}
+
+/// Constant-time equality of two secrets of any length: their SHA-256 digests are compared, so neither the
+/// position of the first difference nor the configured token's length shows in the time taken.
+pub(crate) fn digest_equal(presented: &[u8], expected: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    equal(&Sha256::digest(presented), &Sha256::digest(expected))
+}
+
 /// Decodes hex (either case) of exactly `len` bytes.
 pub(crate) fn hex_of_len(text: &str, len: usize) -> Option<Vec<u8>> {
     hex::decode(text).ok().filter(|bytes| bytes.len() == len)

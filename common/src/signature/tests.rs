@@ -107,14 +107,35 @@ fn a_proof_carries_the_bytes_it_verified_and_no_copy_of_them() {
     assert_eq!((fetched.body(), fetched.secret_id()), (&other, "api:cred"));
 }
 
+/// Options for every family, as the fuzzing and naming tests build them.
+fn family_options(tolerance_s: Option<u64>) -> SchemeOptions {
+    let hmac: GenericHmacOptions = toml::from_str(
+        "signature_header = \"x-sig\"\nprefix = \"v1=\"\nsigned_content = \"{id}:{timestamp}:{body}\"\nid_header = \"x-id\"\ntimestamp_header = \"x-ts\"\n",
+    )
+    .expect("hmac options");
+    let structured = toml::from_str("header = \"x-sig\"\ntimestamp_key = \"t\"\n").expect("structured options");
+    let body_fields = toml::from_str(
+        "signature = \"/signature/signature\"\nsigned_fields = [\"/signature/timestamp\", \"/signature/token\"]\ntimestamp = \"/signature/timestamp\"\n",
+    )
+    .expect("body_fields options");
+    let token = toml::from_str("header = \"authorization\"\nprefix = \"Bearer \"\n").expect("token options");
+    SchemeOptions {
+        tolerance_s,
+        hmac: Some(hmac),
+        structured: Some(structured),
+        body_fields: Some(body_fields),
+        token: Some(token),
+    }
+}
+
 #[test]
 fn every_listed_name_builds_and_unknown_names_do_not() {
-    let generic: GenericHmacOptions = toml::from_str("signature_header = \"x-sig\"").expect("options");
-    let options = SchemeOptions { tolerance_s: None, hmac: Some(generic) };
-    for name in SCHEME_NAMES {
+    let options = family_options(None);
+    for name in all_names() {
         let scheme = build(name, &options).unwrap_or_else(|problem| panic!("{name}: {problem}"));
-        assert_eq!(scheme.name(), *name);
+        assert_eq!(scheme.name(), name);
     }
+    assert!(all_names().count() >= 60 + 5, "at least 60 named providers besides the families and none");
     assert!(build("nope", &options).is_err_and(|problem| problem.contains("unknown scheme `nope`")));
     assert!(build("hmac", &SchemeOptions::default()).is_err());
     assert!(!build("none", &options).is_ok_and(|scheme| scheme.is_verifying()));
@@ -187,19 +208,28 @@ const HEADER_NAMES: &[&str] = &[
     "x-sig",
     "x-ts",
     "x-id",
+    "authorization",
+    "calendly-webhook-signature",
+    "workos-signature",
+    "x-buildkite-signature",
+    "x-docusign-signature-1",
+    "x-zendesk-webhook-signature",
+    "x-zendesk-webhook-signature-timestamp",
+    "telnyx-signature-ed25519",
+    "telnyx-timestamp",
+    "x-okta-verification-challenge",
+    "aeg-event-type",
+    "x-twitter-webhooks-signature",
 ];
 
 fn all_schemes() -> Vec<Box<dyn Scheme>> {
-    let generic: GenericHmacOptions = toml::from_str(
-        "signature_header = \"x-sig\"\nprefix = \"v1=\"\nsigned_content = \"{id}:{timestamp}:{body}\"\nid_header = \"x-id\"\ntimestamp_header = \"x-ts\"\n",
-    )
-    .expect("options");
-    SCHEME_NAMES
-        .iter()
+    all_names()
         .map(|name| {
-            let tolerance_s = (!super::UNTIMED_SCHEMES.contains(name)).then_some(300);
-            let options = SchemeOptions { tolerance_s, hmac: Some(generic.clone()) };
-            build(name, &options).expect("builds")
+            let timed = match presets::find(name) {
+                Some(preset) => preset.timed,
+                None => !super::UNTIMED_SCHEMES.contains(&name),
+            };
+            build(name, &family_options(timed.then_some(300))).expect("builds")
         })
         .collect()
 }
@@ -264,6 +294,11 @@ proptest! {
             let secrets = [Secret::new("a", b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_vec())];
             let _ = verify(scheme.as_ref(), &request, &secrets);
             let _ = scheme.handshake(&request, &key);
+            for challenge in handshake::CHALLENGES {
+                let keys = handshake::HandshakeKeys { scheme: scheme.as_ref(), secrets: &secrets, verify_tokens: &secrets };
+                let _ = challenge.answer_unverified(&request.with_query(url.as_deref()), keys);
+                let _ = challenge.answer_verified(&request);
+            }
             let _ = scheme.identity().identify(&map, &body);
         }
     }
@@ -337,7 +372,7 @@ proptest! {
 #[test]
 fn a_tolerance_is_refused_where_no_timestamp_is_signed() {
     for name in super::UNTIMED_SCHEMES {
-        let options = SchemeOptions { tolerance_s: Some(300), hmac: None };
+        let options = SchemeOptions { tolerance_s: Some(300), ..SchemeOptions::default() };
         let problem = build(name, &options).expect_err("refused");
         assert!(problem.contains("signs no timestamp"), "{name}: {problem}");
     }
@@ -348,6 +383,7 @@ fn the_generic_scheme_refuses_checked_values_that_are_unsigned() {
     let options = |toml_text: &str, tolerance_s| SchemeOptions {
         tolerance_s,
         hmac: Some(toml::from_str(&format!("signature_header = \"x-sig\"\n{toml_text}")).expect("options")),
+        ..SchemeOptions::default()
     };
     let unsigned_timestamp = options("timestamp_header = \"x-ts\"\n", None);
     assert!(build("hmac", &unsigned_timestamp).expect_err("refused").contains("no {timestamp}"));

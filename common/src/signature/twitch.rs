@@ -5,8 +5,6 @@
 //! Handshake: a verification message (`webhook_callback_verification`) is answered 200 `text/plain` with the raw
 //! `challenge`; it is recognised by the `challenge` in its signed body, never by the unsigned message type header.
 
-use std::time::UNIX_EPOCH;
-
 use super::{
     FieldSource, Handshake, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{Algorithm, Tolerance, first_hmac_match, hex_of_len, hmac, required_header},
@@ -31,9 +29,7 @@ impl Twitch {
 
 /// An RFC 3339 UTC timestamp (`2019-11-16T10:11:12.634234626Z`) as ms since the epoch.
 pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
-    let time = humantime::parse_rfc3339(text).ok()?;
-    let since = time.duration_since(UNIX_EPOCH).ok()?;
-    i64::try_from(since.as_millis()).ok()
+    super::support::parse_rfc3339_ms(text)
 }
 
 impl Scheme for Twitch {

@@ -3,7 +3,7 @@
 //! [`UNSIGNED_SECRET_ID`] so it stands out in metrics and Kafka headers. Event id from `Idempotency-Key`, else the
 //! body's SHA-256.
 
-use super::{FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError};
+use super::{Coverage, FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError};
 
 /// The secret id an unsigned request is attributed to.
 pub const UNSIGNED_SECRET_ID: &str = "none";
@@ -17,7 +17,11 @@ impl Scheme for Unsigned {
     }
 
     fn verify(&self, _request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        Ok(SignatureMatch { secret_id: UNSIGNED_SECRET_ID.to_owned(), signed_headers: Vec::new() })
+        Ok(SignatureMatch {
+            secret_id: UNSIGNED_SECRET_ID.to_owned(),
+            signed_headers: Vec::new(),
+            coverage: Coverage::WholeBody,
+        })
     }
 
     fn identity(&self) -> IdentityRule {

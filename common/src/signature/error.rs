@@ -1,0 +1,96 @@
+//! Why a request is not authentic: [`VerifyError`], one variant per way a scheme refuses, each with the stable
+//! reason code the gateway reports.
+
+use std::borrow::Cow;
+
+/// Why a request is not authentic. Every variant is the sender's problem (4xx), never ours.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum VerifyError {
+    /// A header the scheme needs (signature, timestamp or message id) is absent.
+    #[error("signature header `{0}` is missing")]
+    MissingSignature(Cow<'static, str>),
+    /// A header the scheme needs is present but cannot be parsed.
+    #[error("signature header `{0}` is malformed")]
+    MalformedSignature(Cow<'static, str>),
+    #[error("no configured secret produces this signature")]
+    Mismatch,
+    /// The signed timestamp is older than the tolerance allows (a replay, or a very late retry). `skew_ms` is the
+    /// signed timestamp minus the gateway's clock when the request arrived (negative here), so an operator can
+    /// tell a replay from days ago from a sender whose clock is a few minutes behind.
+    #[error("the signed timestamp is too old")]
+    TimestampStale { skew_ms: i64 },
+    /// The signed timestamp is further in the future than the tolerance allows (clock skew, or a forged clock).
+    /// `skew_ms` as for [`Self::TimestampStale`] (positive here).
+    #[error("the signed timestamp is in the future")]
+    TimestampFuture { skew_ms: i64 },
+    /// The scheme signs a timestamp that this request does not carry where it should (Linear: in the body).
+    #[error("the signed timestamp `{0}` is missing")]
+    MissingTimestamp(&'static str),
+    /// The scheme can only verify requests of a content type this one is not (Twilio: form-encoded, or JSON
+    /// with a `bodySHA256` query parameter).
+    #[error("this source needs a `{0}` body")]
+    UnsupportedContentType(&'static str),
+    /// A form too large to verify at the cost of what it sends (Twilio signs sorted form parameters, so a forged
+    /// form costs its parse and sort before its signature can be found wrong).
+    #[error("a signed form may hold at most {max_bytes} bytes and {max_params} parameters")]
+    FormTooLarge { max_bytes: usize, max_params: usize },
+}
+
+impl VerifyError {
+    /// Stable reason, used as the error code and the `reason` metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::MissingSignature(_) => "signature_missing",
+            Self::MalformedSignature(_) => "signature_malformed",
+            Self::Mismatch => "signature_mismatch",
+            Self::TimestampStale { .. } => "timestamp_stale",
+            Self::TimestampFuture { .. } => "timestamp_future",
+            Self::MissingTimestamp(_) => "timestamp_missing",
+            Self::UnsupportedContentType(_) => "content_type_unsupported",
+            Self::FormTooLarge { .. } => "form_too_large",
+        }
+    }
+
+    /// Every value [`Self::reason`] can return.
+    pub fn reasons() -> Vec<&'static str> {
+        // A new variant fails to compile here until it is listed in `each` too.
+        let listed = |error: &Self| match error {
+            Self::MissingSignature(_)
+            | Self::MalformedSignature(_)
+            | Self::Mismatch
+            | Self::TimestampStale { .. }
+            | Self::TimestampFuture { .. }
+            | Self::MissingTimestamp(_)
+            | Self::UnsupportedContentType(_)
+            | Self::FormTooLarge { .. } => error.reason(),
+        };
+        let each = [
+            Self::missing("h"),
+            Self::malformed("h"),
+            Self::Mismatch,
+            Self::TimestampStale { skew_ms: 0 },
+            Self::TimestampFuture { skew_ms: 0 },
+            Self::MissingTimestamp("t"),
+            Self::UnsupportedContentType("c"),
+            Self::FormTooLarge { max_bytes: 0, max_params: 0 },
+        ];
+        each.iter().map(listed).collect()
+    }
+
+    /// How far the signed timestamp was from the gateway's clock (timestamp minus clock, ms) when that is why the
+    /// request was refused; `None` for every other reason.
+    pub fn skew_ms(&self) -> Option<i64> {
+        match self {
+            Self::TimestampStale { skew_ms } | Self::TimestampFuture { skew_ms } => Some(*skew_ms),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn missing(header: &'static str) -> Self {
+        Self::MissingSignature(Cow::Borrowed(header))
+    }
+
+    pub(crate) fn malformed(header: &'static str) -> Self {
+        Self::MalformedSignature(Cow::Borrowed(header))
+    }
+}
