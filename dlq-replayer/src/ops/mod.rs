@@ -13,7 +13,7 @@ use std::{
 use base64::Engine as _;
 use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
-    record_auth::Verdict,
+    record_auth::{RecordKeys, Verdict},
     telemetry::traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
     wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, header, now_ms},
 };
@@ -173,9 +173,11 @@ impl Replayer {
         &self.config
     }
 
-    /// An empty index for this configuration.
-    pub fn empty_index(config: &ReplayerConfig) -> Index {
-        Index::new(&config.kafka.dlq_topic, config.max_failed_again, config.replay_outcome_timeout_s)
+    /// An empty index for this configuration, checking status records with its record keys.
+    pub fn empty_index(config: &ReplayerConfig) -> Result<Index, KafkaError> {
+        let keys = RecordKeys::load(&config.kafka.record_auth)
+            .map_err(|problems| KafkaError::ClientCreation(problems.join("; ")))?;
+        Ok(Index::new(&config.kafka.dlq_topic, config.max_failed_again, config.replay_outcome_timeout_s, keys))
     }
 
     /// The index to answer from: the live one, or one built now up to the topics' high watermarks.
@@ -186,7 +188,7 @@ impl Replayer {
             Source::PerCall => {
                 let config = self.config.clone();
                 Ok(tokio::task::spawn_blocking(move || {
-                    let index = Self::empty_index(&config);
+                    let index = Self::empty_index(&config)?;
                     tail(&config.kafka, &index, false, &CancellationToken::new(), BUILD_TIMEOUT)?;
                     Ok::<_, KafkaError>(Arc::new(index))
                 })
