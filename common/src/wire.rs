@@ -108,6 +108,11 @@ pub mod header {
         pub const LAST_FAILURE_AT_MS: &str = "hookline-dlq-last-failure-at-ms";
         pub const CONSUMER_VERSION: &str = "hookline-dlq-consumer-version";
         pub const FORMAT_VERSION: &str = "hookline-dlq-format-version";
+        /// Days the service's `postgres` handler keeps dedupe rows (its shortest `retention_days`), on entries of a
+        /// service that has one. An event dead-lettered after a COMMIT whose answer was lost has its effect in the
+        /// database; its dedupe row makes a re-drive a duplicate only until retention deletes the row, so the
+        /// replayer refuses to re-drive the entry after that without `past_retention`.
+        pub const DEDUPE_RETENTION_DAYS: &str = "hookline-dlq-dedupe-retention-days";
     }
 
     /// Retry headers: a record of the retry topic (topic role [`super::TopicRole::Retry`]) is the original
