@@ -230,7 +230,8 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
                     // Its headers out of librdkafka once, for every reader below.
                     let view = RecordView::new(&message);
                     if service::addressed_elsewhere(view.headers(), &service) {
-                        pass(&shared, &consumer, &metrics, &view);
+                        let source = service::passed_source_label(view.headers(), &pipeline.authenticate(&view));
+                        pass(&shared, &consumer, &metrics, &view, &source);
                         continue;
                     }
                     // A record without hookline's MAC gets no route of its own and no due time: whatever its
@@ -416,12 +417,9 @@ async fn take_over(
 }
 
 /// A record addressed to another service: handled as it arrives, so it holds nothing back.
-fn pass(shared: &Shared, consumer: &GroupConsumer, metrics: &Metrics, view: &RecordView<'_, impl Message>) {
+fn pass(shared: &Shared, consumer: &GroupConsumer, metrics: &Metrics, view: &RecordView<'_, impl Message>, source: &str) {
     let message = view.message();
-    let source = hookline_common::wire::header_str(view.headers(), hookline_common::wire::header::SOURCE)
-        .and_then(Result::ok)
-        .unwrap_or_else(|| "unknown".to_owned());
-    metrics.events.with_label_values(&[&source, metrics::event_outcome::OTHER_SERVICE]).inc();
+    metrics.events.with_label_values(&[source, metrics::event_outcome::OTHER_SERVICE]).inc();
     let partition = (message.topic().to_owned(), message.partition());
     let scheduler = &mut *shared.lock();
     if let Some(prefix_end) = scheduler.pass(&partition, message.offset()) {
