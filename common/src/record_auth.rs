@@ -177,6 +177,13 @@ impl RecordKeys {
             keys.push(Key { id: id.clone(), not_before_ms, not_after_ms, mac });
         }
         let accept_unsigned_until_ms = config.accept_unsigned_until_ms().ok().flatten();
+        if let Some(until_ms) = accept_unsigned_until_ms.filter(|until_ms| *until_ms >= crate::wire::now_ms()) {
+            tracing::warn!(
+                accept_unsigned_until_ms = until_ms,
+                "kafka.record_auth.accept_unsigned_until is open: records without a MAC are accepted until then \
+                 (and counted as unsigned_accepted); remove it once the pre-upgrade backlog has drained"
+            );
+        }
         if problems.is_empty() { Ok(Self { keys: keys.into(), accept_unsigned_until_ms }) } else { Err(problems) }
     }
 
