@@ -417,7 +417,13 @@ async fn take_over(
 }
 
 /// A record addressed to another service: handled as it arrives, so it holds nothing back.
-fn pass(shared: &Shared, consumer: &GroupConsumer, metrics: &Metrics, view: &RecordView<'_, impl Message>, source: &str) {
+fn pass(
+    shared: &Shared,
+    consumer: &GroupConsumer,
+    metrics: &Metrics,
+    view: &RecordView<'_, impl Message>,
+    source: &str,
+) {
     let message = view.message();
     metrics.events.with_label_values(&[source, metrics::event_outcome::OTHER_SERVICE]).inc();
     let partition = (message.topic().to_owned(), message.partition());

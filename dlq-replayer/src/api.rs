@@ -69,8 +69,11 @@ impl Api {
         // while without its token being looked at, counted and logged.
         let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0.ip());
         if !self.console.logins.admits(peer, Instant::now()) {
-            let mut response =
-                error(StatusCode::TOO_MANY_REQUESTS, "too_many_wrong_tokens", "too many wrong tokens from this address");
+            let mut response = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_wrong_tokens",
+                "too many wrong tokens from this address",
+            );
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
             return response;
         }

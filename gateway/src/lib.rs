@@ -407,10 +407,18 @@ mod tests {
         assert_eq!(admin_refusal(&none, LOCAL, remote, None).unwrap().status(), StatusCode::FORBIDDEN);
         assert_eq!(admin_refusal(&none, LOCAL, None, None).unwrap().status(), StatusCode::FORBIDDEN);
         let sidecar = Some("127.0.0.6:5000".parse().unwrap());
-        assert_eq!(admin_refusal(&none, LOCAL, sidecar, None).unwrap().status(), StatusCode::FORBIDDEN, "a mesh's peer");
+        assert_eq!(
+            admin_refusal(&none, LOCAL, sidecar, None).unwrap().status(),
+            StatusCode::FORBIDDEN,
+            "a mesh's peer"
+        );
         let mut browser = http::HeaderMap::new();
         browser.insert(http::header::ORIGIN, http::HeaderValue::from_static("https://evil.example"));
-        assert_eq!(admin_refusal(&browser, LOCAL, loopback, None).unwrap().status(), StatusCode::FORBIDDEN, "a web page");
+        assert_eq!(
+            admin_refusal(&browser, LOCAL, loopback, None).unwrap().status(),
+            StatusCode::FORBIDDEN,
+            "a web page"
+        );
 
         let token = secrecy::SecretSlice::from(b"a-reload-token-of-length".to_vec());
         let mut bearer = http::HeaderMap::new();

@@ -487,8 +487,11 @@ mod tests {
             assert!(problems_of(&config).contains("carries a credential"), "{credential}");
         }
         let allowed = ["User-Agent", "X-Hub-Signature-256", "Stripe-Signature", "X-Shopify-Hmac-Sha256"];
-        let config =
-            SourceConfig { forward_headers: allowed.map(str::to_owned).to_vec(), forward_untimed_signature: true, ..config };
+        let config = SourceConfig {
+            forward_headers: allowed.map(str::to_owned).to_vec(),
+            forward_untimed_signature: true,
+            ..config
+        };
         let source = Source::from_config(&config, "t").unwrap();
         assert_eq!(source.identity.event_id, vec![signature::FieldSource::pointer("/delivery")]);
         assert_eq!(source.forward_headers[0].as_str(), "user-agent");

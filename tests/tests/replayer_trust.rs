@@ -85,7 +85,8 @@ async fn status_records_hookline_did_not_write_are_never_applied() {
 
     // A writer of the status topic without the key: unsigned, and a signed status with its body changed.
     produce_unsigned(&stack, &statuses, &entry_id, OwnedHeaders::new(), &status_json(EntryStatus::Discarded)).await;
-    let signed = stack.signed(&statuses, Some(entry_id.as_bytes()), &status_json(EntryStatus::Replayed), &OwnedHeaders::new());
+    let signed =
+        stack.signed(&statuses, Some(entry_id.as_bytes()), &status_json(EntryStatus::Replayed), &OwnedHeaders::new());
     produce_unsigned(&stack, &statuses, &entry_id, signed, &status_json(EntryStatus::Succeeded)).await;
     // A status written with the key for a position far beyond the DLQ's end: checked, then waiting for an entry
     // (the bound on those is a unit test of the index).
@@ -127,11 +128,16 @@ async fn a_forced_redrive_believes_no_routing_from_an_unsigned_dead_letter() {
     let replayer = replayer(&stack);
     let ids: Vec<String> =
         replayer.list(&Default::default()).await.expect("list").iter().map(|entry| entry.entry.id.clone()).collect();
-    let report = replayer.replay(&ReplayRequest { ids, force: true, ..ReplayRequest::default() }).await.expect("replay");
+    let report =
+        replayer.replay(&ReplayRequest { ids, force: true, ..ReplayRequest::default() }).await.expect("replay");
     assert_eq!(report.done.len(), 1, "{report:?}");
     assert!(report.skipped[0].reason.contains("inbound topic"), "{report:?}");
     assert!(
-        stack.records(&status_topic).await.iter().all(|record| record.payload() != Some(&status_json(EntryStatus::Succeeded)[..])),
+        stack
+            .records(&status_topic)
+            .await
+            .iter()
+            .all(|record| record.payload() != Some(&status_json(EntryStatus::Succeeded)[..])),
         "the planted status record was signed into the status topic"
     );
 

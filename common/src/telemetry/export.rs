@@ -158,8 +158,12 @@ mod tests {
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .with_endpoint(format!("http://{addr}/v1/traces"))
             .with_http_client(
-                RuntimeClient::new(tokio::runtime::Handle::current(), &CollectorTls::default(), Duration::from_secs(10))
-                    .expect("a client"),
+                RuntimeClient::new(
+                    tokio::runtime::Handle::current(),
+                    &CollectorTls::default(),
+                    Duration::from_secs(10),
+                )
+                .expect("a client"),
             )
             .build()
             .expect("exporter");

@@ -86,7 +86,11 @@ impl StatusCounts {
 
     /// `(reason, count)` for every reason a checked status record was dropped.
     pub fn dropped(&self) -> Vec<(&'static str, u64)> {
-        Dropped::ALL.iter().zip(&self.dropped).map(|(why, count)| (why.as_str(), count.load(Ordering::Relaxed))).collect()
+        Dropped::ALL
+            .iter()
+            .zip(&self.dropped)
+            .map(|(why, count)| (why.as_str(), count.load(Ordering::Relaxed)))
+            .collect()
     }
 
     /// Logs a refused status record, at most once per [`LOG_INTERVAL`] (a writer of the topic must not be able to
@@ -124,7 +128,8 @@ impl Index {
             return;
         }
         let Some(position) = Position::parse(&self.dlq_topic, &key) else { return };
-        let verdict = self.record_keys.verify(message.topic(), message.key(), message.payload(), message.headers(), now_ms());
+        let verdict =
+            self.record_keys.verify(message.topic(), message.key(), message.payload(), message.headers(), now_ms());
         self.status_counts.count_auth(&verdict);
         if let Verdict::Refused(refusal) = verdict {
             self.status_counts.log_refused(&key, refusal.as_str());

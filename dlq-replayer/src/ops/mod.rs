@@ -349,7 +349,8 @@ impl Replayer {
                 }
                 tracing::warn!(entry_id = %id, refusal = verdict.label(), by = %request.by, "forced replay of an entry without a valid MAC: to the inbound topic, with its core metadata only");
             }
-            if let Some(reason) = redrive::past_retention(&entry, &record, now_ms()).filter(|_| !request.past_retention) {
+            if let Some(reason) = redrive::past_retention(&entry, &record, now_ms()).filter(|_| !request.past_retention)
+            {
                 report.skipped.push(Skipped { id, reason });
                 continue;
             }

@@ -210,9 +210,7 @@ pub fn redrive_headers(record: &OwnedMessage, entry: &Entry, provenance: Provena
                         || h.key == header::REPLAY_COUNT
                         || h.key == header::SERVICE)
                 }
-                Provenance::Vouched => {
-                    VOUCHED_HEADERS.contains(&h.key) || h.key.starts_with(header::FORWARDED_PREFIX)
-                }
+                Provenance::Vouched => VOUCHED_HEADERS.contains(&h.key) || h.key.starts_with(header::FORWARDED_PREFIX),
             };
             if keep {
                 headers = headers.insert(Header { key: h.key, value: h.value });
