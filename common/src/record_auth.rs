@@ -11,9 +11,11 @@
 //! Keys: `kafka.record_auth.keys`, a list of secret references (at least [`MIN_KEY_BYTES`] bytes each). The first
 //! key that is valid now (its `not_before` passed, its `not_after` not yet) signs; every configured key verifies
 //! until its `not_after`. A rotation adds the new key first with a `not_before` in the future, deployed to every
-//! service before that time: writers switch to it by themselves and readers already know it. One key set is
-//! shared by the gateway, consumers, replayer and reconciler (each writes records another reads); the key id in
-//! every record allows a per-writer key later without a format change.
+//! service before that time: writers switch to it by themselves and readers already know it. Keys are bound to the
+//! record kinds they may sign: a key listed in `inbound_only_keys` (the internet-facing gateway's) signs inbound
+//! records only, and every reader refuses anything else signed with it ([`Refusal::KindNotAllowed`]), so a stolen
+//! gateway key cannot make a re-drive, a re-processing request, a retry, a dead letter or a status record. The
+//! other services share the other keys.
 //!
 //! Records from before the upgrade carry no MAC: `kafka.record_auth.accept_unsigned_until` (an RFC 3339 time,
 //! compared with the reader's own clock, never the record's timestamp, which the writer chooses) lets a reader
@@ -47,6 +49,9 @@ pub enum Refusal {
     ExpiredKey,
     /// The MAC does not match: the record was changed, or forged.
     BadMac,
+    /// Signed with an inbound-only key (the gateway's) but not an inbound record: a re-drive, re-processing,
+    /// retry, dead letter or status record made with a key that may not make them.
+    KindNotAllowed,
 }
 
 impl Refusal {
@@ -57,6 +62,7 @@ impl Refusal {
             Self::UnknownKey => "unknown_key",
             Self::ExpiredKey => "expired_key",
             Self::BadMac => "bad_mac",
+            Self::KindNotAllowed => "kind_not_allowed",
         }
     }
 }
@@ -94,8 +100,16 @@ pub mod outcome {
     pub const AUTHENTIC: &str = "authentic";
     pub const UNSIGNED_ACCEPTED: &str = "unsigned_accepted";
     /// Every value, for `--print-metrics`.
-    pub const ALL: &[&str] =
-        &[AUTHENTIC, UNSIGNED_ACCEPTED, "unsigned", "malformed", "unknown_key", "expired_key", "bad_mac"];
+    pub const ALL: &[&str] = &[
+        AUTHENTIC,
+        UNSIGNED_ACCEPTED,
+        "unsigned",
+        "malformed",
+        "unknown_key",
+        "expired_key",
+        "bad_mac",
+        "kind_not_allowed",
+    ];
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -104,6 +118,11 @@ pub enum SignError {
         "no record key is valid now (kafka.record_auth.keys: every key is before its not_before or past its not_after)"
     )]
     NoValidKey,
+    #[error(
+        "no record key may sign this record: the keys valid now are inbound-only (kafka.record_auth.inbound_only_keys), \
+         and this is not an inbound record"
+    )]
+    KindNotAllowed,
 }
 
 /// One loaded key: its id, validity and the HMAC state keyed with it (cloned per record, so the key schedule is
@@ -113,6 +132,8 @@ struct Key {
     id: String,
     not_before_ms: Option<i64>,
     not_after_ms: Option<i64>,
+    /// Listed in `inbound_only_keys`: signs, and is believed for, inbound records only.
+    inbound_only: bool,
     mac: Hmac<Sha256>,
 }
 
@@ -174,7 +195,8 @@ impl RecordKeys {
             let Ok((not_before_ms, not_after_ms)) = secret.validity_ms() else { continue };
             // HMAC takes a key of any length: this cannot fail.
             let mac = Hmac::<Sha256>::new_from_slice(&value).expect("HMAC accepts any key length");
-            keys.push(Key { id: id.clone(), not_before_ms, not_after_ms, mac });
+            let inbound_only = config.inbound_only_keys.contains(id);
+            keys.push(Key { id: id.clone(), not_before_ms, not_after_ms, inbound_only, mac });
         }
         let accept_unsigned_until_ms = config.accept_unsigned_until_ms().ok().flatten();
         if let Some(until_ms) = accept_unsigned_until_ms.filter(|until_ms| *until_ms >= crate::wire::now_ms()) {
@@ -212,9 +234,13 @@ impl RecordKeys {
         headers: Option<&OwnedHeaders>,
         now_ms: i64,
     ) -> Result<OwnedHeaders, SignError> {
-        let signer = self.keys.iter().find(|key| key.signs_at(now_ms)).ok_or(SignError::NoValidKey)?;
-        // Read out of librdkafka once, for the MAC and for the copy.
+        // Read out of librdkafka once, for the kind, the MAC and the copy.
         let table = headers.map(HeaderTable::read).unwrap_or_default();
+        let valid = || self.keys.iter().filter(|key| key.signs_at(now_ms));
+        let inbound = is_inbound_record(Some(&table));
+        let signer = valid()
+            .find(|key| inbound || !key.inbound_only)
+            .ok_or(if valid().next().is_some() { SignError::KindNotAllowed } else { SignError::NoValidKey })?;
         let mut out = OwnedHeaders::new_with_capacity(table.count() + 1);
         for h in table.iter().filter(|h| h.key != header::MAC) {
             out = out.insert(h);
@@ -257,10 +283,35 @@ impl RecordKeys {
         let mut mac = signer.mac.clone();
         feed(&mut mac, key_id, topic, key, payload, headers);
         match mac.verify_slice(&tag) {
+            Ok(()) if signer.inbound_only && !is_inbound_record(headers) => Verdict::Refused(Refusal::KindNotAllowed),
             Ok(()) => Verdict::Authentic { key_id: key_id.to_owned() },
             Err(_) => Verdict::Refused(Refusal::BadMac),
         }
     }
+}
+
+/// Whether a record is an inbound record as the gateway writes it, what an inbound-only key may sign: it names its
+/// source and event id, and carries none of the headers that give a record powers or make it another kind (a
+/// re-drive's, a re-processing request's, a service address, an origin, retry or DLQ metadata). A status record
+/// (no hookline headers at all) is not one.
+fn is_inbound_record<H: Headers>(headers: Option<&H>) -> bool {
+    let mut source = false;
+    let mut event_id = false;
+    for h in headers.into_iter().flat_map(|headers| headers.iter()) {
+        match h.key {
+            header::SOURCE => source = true,
+            header::EVENT_ID => event_id = true,
+            header::REPLAY_OF
+            | header::REPLAY_COUNT
+            | header::REPROCESS_ID
+            | header::REPROCESS_OF
+            | header::SERVICE
+            | header::ORIGIN => return false,
+            other if other.starts_with(header::retry::PREFIX) || other.starts_with("hookline-dlq-") => return false,
+            _ => {}
+        }
+    }
+    source && event_id
 }
 
 /// `v1,<key id>,<base64>` → (key id, MAC bytes).
@@ -384,7 +435,7 @@ mod tests {
                 }
             })
             .collect();
-        let config = RecordAuthConfig { keys, accept_unsigned_until: accept_unsigned_until.map(str::to_owned) };
+        let config = RecordAuthConfig { keys, accept_unsigned_until: accept_unsigned_until.map(str::to_owned), inbound_only_keys: Vec::new() };
         let loaded = RecordKeys::load(&config).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         loaded
@@ -408,6 +459,56 @@ mod tests {
             let value = change(h.key, h.value).or_else(|| h.value.map(<[u8]>::to_vec));
             out.insert(Header { key: h.key, value: value.as_deref() })
         })
+    }
+
+    #[test]
+    fn a_stolen_gateway_key_signs_inbound_records_only() {
+        let dir = std::env::temp_dir().join(format!("hookline-record-auth-kinds-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = |id: &str, value: &str| {
+            std::fs::write(dir.join(id), value).unwrap();
+            SecretRef::from_file(id, dir.join(id).to_string_lossy())
+        };
+        let (gateway_key, service_key) = (key("gw", KEY_A), key("svc", KEY_B));
+        let config = |keys: Vec<SecretRef>, inbound_only: &[&str]| RecordAuthConfig {
+            keys,
+            accept_unsigned_until: None,
+            inbound_only_keys: inbound_only.iter().map(|id| (*id).to_owned()).collect(),
+        };
+        // The gateway holds its key only; a reader holds both, the gateway's listed as inbound-only (and first,
+        // to show the writer still picks a key allowed to sign what it writes).
+        let gateway = RecordKeys::load(&config(vec![gateway_key.clone()], &["gw"])).unwrap();
+        let reader = RecordKeys::load(&config(vec![gateway_key.clone(), service_key], &["gw"])).unwrap();
+        // Whoever stole the gateway's key signs with it as they like (no inbound-only list of their own).
+        let thief = RecordKeys::load(&config(vec![gateway_key], &[])).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let (topic, body) = ("webhooks.inbound", Some(&b"{}"[..]));
+        let verify = |keys: &RecordKeys, headers: &OwnedHeaders| keys.verify(topic, None, body, Some(headers), NOW);
+        let inbound = gateway.sign(topic, None, body, Some(&headers()), NOW).unwrap();
+        assert_eq!(verify(&reader, &inbound), Verdict::Authentic { key_id: "gw".into() });
+
+        let powers = [
+            (header::REPROCESS_ID, "r1"),
+            (header::REPLAY_OF, "webhooks.dlq:0:1"),
+            (header::SERVICE, "billing"),
+            (header::ORIGIN, "reconciled"),
+            (header::retry::ATTEMPTS, "1"),
+            (header::dlq::ERROR_CLASS, "poison"),
+        ];
+        for (name, value) in powers {
+            let control = headers().insert(Header { key: name, value: Some(value) });
+            let refused = gateway.sign(topic, None, body, Some(&control), NOW).err();
+            assert_eq!(refused, Some(SignError::KindNotAllowed), "{name}");
+            let forged = thief.sign(topic, None, body, Some(&control), NOW).unwrap();
+            assert_eq!(verify(&reader, &forged), Verdict::Refused(Refusal::KindNotAllowed), "{name}");
+            let own = reader.sign(topic, None, body, Some(&control), NOW).unwrap();
+            assert_eq!(verify(&reader, &own), Verdict::Authentic { key_id: "svc".into() }, "{name}");
+        }
+        // A status record (no hookline headers) is not an inbound record either.
+        let status = thief.sign("webhooks.dlq-status", Some(b"webhooks.dlq:0:1"), body, None, NOW).unwrap();
+        let verdict = reader.verify("webhooks.dlq-status", Some(b"webhooks.dlq:0:1"), body, Some(&status), NOW);
+        assert_eq!(verdict, Verdict::Refused(Refusal::KindNotAllowed));
     }
 
     #[test]

@@ -26,6 +26,13 @@ pub struct RecordAuthConfig {
     /// upgrade), counted as `unsigned_accepted`. Unset: unsigned records are refused. At most
     /// [`MAX_UNSIGNED_WINDOW_DAYS`] ahead when a service starts; every start inside it logs a warning.
     pub accept_unsigned_until: Option<String>,
+    /// Ids of keys (of `keys`) that may sign inbound records only: the internet-facing gateway's own key. A record
+    /// signed with one that is not an inbound record (it carries a re-drive, re-processing, service, retry, origin
+    /// or DLQ header, or lacks the source and event id: a status record) is refused by every reader
+    /// (`kind_not_allowed`), and a writer never signs one with it. The gateway holds only its key; the other
+    /// services hold theirs (first, so they sign with it) and the gateway's, listed here. Empty: every key may sign
+    /// every record (one key shared by all, as before).
+    pub inbound_only_keys: Vec<String>,
 }
 
 impl RecordAuthConfig {
@@ -59,6 +66,14 @@ impl RecordAuthConfig {
             }
             if let Err(problem) = secret.validity_ms() {
                 problems.push(format!("kafka.record_auth.keys: {problem}"));
+            }
+        }
+        for id in &self.inbound_only_keys {
+            if !self.keys.iter().any(|key| key.id == *id) {
+                problems.push(format!(
+                    "kafka.record_auth.inbound_only_keys: `{id}` names no key of kafka.record_auth.keys (a typo here \
+                     would leave the gateway's key allowed to sign re-drives)"
+                ));
             }
         }
         match self.accept_unsigned_until_ms() {
@@ -96,6 +111,7 @@ mod tests {
         let config = RecordAuthConfig {
             keys: vec![SecretRef::from_file("k1", "/nonexistent")],
             accept_unsigned_until: Some(until),
+            inbound_only_keys: Vec::new(),
         };
         let mut problems = Problems::default();
         config.validate(&mut problems);

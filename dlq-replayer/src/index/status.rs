@@ -59,7 +59,7 @@ impl Dropped {
 #[derive(Debug, Default)]
 pub struct StatusCounts {
     /// Per value of [`outcome::ALL`], in that order.
-    auth: [AtomicU64; 7],
+    auth: [AtomicU64; outcome::ALL.len()],
     /// Per value of [`Dropped::ALL`], in that order.
     dropped: [AtomicU64; 2],
     /// When a refusal was last logged, and how many happened since.
