@@ -238,9 +238,11 @@ impl RecordKeys {
         let table = headers.map(HeaderTable::read).unwrap_or_default();
         let valid = || self.keys.iter().filter(|key| key.signs_at(now_ms));
         let inbound = is_inbound_record(Some(&table));
-        let signer = valid()
-            .find(|key| inbound || !key.inbound_only)
-            .ok_or(if valid().next().is_some() { SignError::KindNotAllowed } else { SignError::NoValidKey })?;
+        let signer = valid().find(|key| inbound || !key.inbound_only).ok_or(if valid().next().is_some() {
+            SignError::KindNotAllowed
+        } else {
+            SignError::NoValidKey
+        })?;
         let mut out = OwnedHeaders::new_with_capacity(table.count() + 1);
         for h in table.iter().filter(|h| h.key != header::MAC) {
             out = out.insert(h);
@@ -435,7 +437,11 @@ mod tests {
                 }
             })
             .collect();
-        let config = RecordAuthConfig { keys, accept_unsigned_until: accept_unsigned_until.map(str::to_owned), inbound_only_keys: Vec::new() };
+        let config = RecordAuthConfig {
+            keys,
+            accept_unsigned_until: accept_unsigned_until.map(str::to_owned),
+            inbound_only_keys: Vec::new(),
+        };
         let loaded = RecordKeys::load(&config).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         loaded

@@ -189,7 +189,11 @@ async fn a_key_rotation_loses_and_doubles_nothing_and_the_old_key_is_refused_aft
         stack.post_accepted(delivery).await;
     }
     // 3. Consumers first: they know k2 (first, so it would sign) and still k1. Then the gateway signs with k2.
-    let rotated = RecordAuthConfig { keys: vec![k2.clone(), k1.clone()], accept_unsigned_until: None, inbound_only_keys: Vec::new() };
+    let rotated = RecordAuthConfig {
+        keys: vec![k2.clone(), k1.clone()],
+        accept_unsigned_until: None,
+        inbound_only_keys: Vec::new(),
+    };
     let config = stack.consumer_config_with_record_auth(rotated.clone());
     let handler = stack.handler.clone();
     let consumer = stack.start_consumer_with(config, handler).await;
