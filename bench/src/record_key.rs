@@ -52,14 +52,18 @@ impl BenchRecordKey {
         out.write_all(base64::engine::general_purpose::STANDARD.encode(bytes).as_bytes())?;
         drop(out);
         let secret = SecretRef::from_file(BENCH_KEY_ID, file.0.to_string_lossy());
-        let keys = RecordKeys::load(&RecordAuthConfig { keys: vec![secret.clone()], accept_unsigned_until: None })
-            .map_err(|problems| anyhow::anyhow!("bench record key: {}", problems.join("; ")))?;
+        let keys = RecordKeys::load(&RecordAuthConfig {
+            keys: vec![secret.clone()],
+            accept_unsigned_until: None,
+            inbound_only_keys: Vec::new(),
+        })
+        .map_err(|problems| anyhow::anyhow!("bench record key: {}", problems.join("; ")))?;
         Ok(Self { file, secret, keys })
     }
 
     /// `[kafka.record_auth]` for a service config built in code.
     pub fn record_auth(&self) -> RecordAuthConfig {
-        RecordAuthConfig { keys: vec![self.secret.clone()], accept_unsigned_until: None }
+        RecordAuthConfig { keys: vec![self.secret.clone()], accept_unsigned_until: None, inbound_only_keys: Vec::new() }
     }
 
     /// The key set, to sign the records the bench produces itself.

@@ -32,6 +32,7 @@ fn main() {
     let config = RecordAuthConfig {
         keys: vec![SecretRef::from_file("k1", path.to_string_lossy())],
         accept_unsigned_until: None,
+        inbound_only_keys: Vec::new(),
     };
     let keys = RecordKeys::load(&config).expect("keys");
     std::fs::remove_file(&path).expect("remove key file");

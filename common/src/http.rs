@@ -3,10 +3,9 @@
 //! bounded: see [`ServeLimits`].
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     convert::Infallible,
     future::Future,
-    net::IpAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -26,6 +25,10 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
+mod slots;
+
+use self::slots::{Admission, ConnectionSlots};
+
 pub type Body = Full<Bytes>;
 
 /// Limits the accept loop applies to every connection.
@@ -33,8 +36,10 @@ pub type Body = Full<Bytes>;
 /// A connection costs a file descriptor and a task whatever it sends, so none lives without doing work: a
 /// connection that has not started a request within `header_read_timeout` of opening (this covers the HTTP/1.1 vs
 /// HTTP/2 detection, which has no timer of its own) or for `idle_timeout` since its last request ended is closed;
-/// HTTP/2 peers that stop answering keep-alive pings are closed; and connections past `max_connections` (or
-/// `max_connections_per_peer` from one IP address) are closed as soon as they are accepted.
+/// HTTP/2 peers that stop answering keep-alive pings are closed; connections past `max_connections` are closed as
+/// soon as they are accepted, and those past `max_connections_per_peer` from one peer are answered a minimal
+/// `503` with `Retry-After` and `Connection: close` (a bounded number at once, see [`slots`]) while the listener
+/// has room, or closed too.
 #[derive(Debug, Clone, Copy)]
 pub struct ServeLimits {
     /// A client that has not sent its request head by then is disconnected (slow-loris defence); also the time a
@@ -161,8 +166,17 @@ where
                 }
             },
         };
-        // Over a cap: closed at once, costing nothing further.
-        let Some(slot) = slots.take(peer.ip()) else { continue };
+        let slot = match slots.take(peer.ip()) {
+            Admission::Serve(slot) => slot,
+            // Over its peer's cap while the listener has room: a minimal 503 with Retry-After, so a provider that
+            // opened too many connections retries later instead of seeing a reset.
+            Admission::Refuse(refusal) => {
+                connections.spawn(refusal.answer(stream));
+                continue;
+            }
+            // The listener full, or too many refusals at once: closed at once, costing nothing further.
+            Admission::Close => continue,
+        };
         let activity = Arc::new(Activity::new());
         let handler = handler.clone();
         let service_activity = activity.clone();
@@ -302,81 +316,9 @@ impl Drop for RequestGuard {
     }
 }
 
-/// The connection caps of one listener: in total and per peer, a peer being its [`crate::peer::peer_key`] (an
-/// IPv6 host by its /64). The per-peer table holds only peers with a connection open, so it never holds more
-/// than `max_total + probe_slots` entries and needs no overflow: it never fails open.
-#[derive(Debug, Clone)]
-struct ConnectionSlots {
-    max_total: usize,
-    max_per_peer: usize,
-    probe_slots: usize,
-    open: Arc<Mutex<SlotCounts>>,
-}
-
-#[derive(Debug, Default)]
-struct SlotCounts {
-    total: usize,
-    probes: usize,
-    per_peer: HashMap<IpAddr, usize>,
-}
-
-impl ConnectionSlots {
-    fn new(max_total: usize, max_per_peer: usize, probe_slots: usize) -> Self {
-        Self { max_total: max_total.max(1), max_per_peer: max_per_peer.max(1), probe_slots, open: Arc::default() }
-    }
-
-    /// A slot for a connection from `peer`: a full one, a probes-only one when the listener is full, or `None`
-    /// when a cap is reached.
-    fn take(&self, peer: IpAddr) -> Option<ConnectionSlot> {
-        let peer = crate::peer::peer_key(peer);
-        let mut counts = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let from_peer = counts.per_peer.get(&peer).copied().unwrap_or(0);
-        if from_peer >= self.max_per_peer {
-            return None;
-        }
-        let probes_only = if counts.total < self.max_total {
-            counts.total += 1;
-            false
-        } else if counts.probes < self.probe_slots {
-            counts.probes += 1;
-            true
-        } else {
-            return None;
-        };
-        counts.per_peer.insert(peer, from_peer + 1);
-        Some(ConnectionSlot { open: self.open.clone(), peer, probes_only })
-    }
-}
-
 /// Whether `request` is a probe or a scrape: what a probes-only connection serves.
 fn is_probe(request: &Request<Incoming>) -> bool {
     request.method() == Method::GET && matches!(request.uri().path(), "/livez" | "/readyz" | "/metrics")
-}
-
-/// One open connection's place under the caps, given back when it closes.
-#[derive(Debug)]
-struct ConnectionSlot {
-    open: Arc<Mutex<SlotCounts>>,
-    peer: IpAddr,
-    /// Taken past `max_connections`: serves probes only.
-    probes_only: bool,
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        let mut counts = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if self.probes_only {
-            counts.probes = counts.probes.saturating_sub(1);
-        } else {
-            counts.total = counts.total.saturating_sub(1);
-        }
-        if let Some(count) = counts.per_peer.get_mut(&self.peer) {
-            *count -= 1;
-            if *count == 0 {
-                counts.per_peer.remove(&self.peer);
-            }
-        }
-    }
 }
 
 /// Named readiness conditions; `/readyz` is 200 only when all hold.
@@ -477,22 +419,5 @@ mod tests {
         assert!(token_matches("t0k", b"t0k"));
         assert!(!token_matches("t0k", b"t0K"));
         assert!(!token_matches("", b""));
-    }
-
-    #[test]
-    fn connections_from_one_ipv6_64_count_as_one_peer() {
-        let slots = ConnectionSlots::new(100, 3, 0);
-        let host = |n: u16| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, 7, n, 0, 0, n));
-        let held: Vec<ConnectionSlot> = (1..=3).map(|n| slots.take(host(n)).expect("within the cap")).collect();
-        assert!(slots.take(host(4)).is_none(), "a fourth address of the same /64 is the same peer");
-        let other = IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, 8, 0, 0, 0, 1));
-        assert!(slots.take(other).is_some(), "another /64 is another peer");
-        drop(held);
-        assert!(slots.take(host(4)).is_some(), "given back on close");
-        let mapped: IpAddr = "::ffff:192.0.2.9".parse().unwrap();
-        let v4: IpAddr = "192.0.2.9".parse().unwrap();
-        let held: Vec<ConnectionSlot> = [v4, v4, mapped].into_iter().filter_map(|ip| slots.take(ip)).collect();
-        assert_eq!(held.len(), 3);
-        assert!(slots.take(v4).is_none(), "an IPv4-mapped address is its IPv4 address");
     }
 }

@@ -306,6 +306,7 @@ mod tests {
             record_auth: crate::record_auth::RecordAuthConfig {
                 keys: vec![crate::config::SecretRef::from_env("k1", "CARGO_PKG_DESCRIPTION")],
                 accept_unsigned_until: None,
+                inbound_only_keys: Vec::new(),
             },
             ..KafkaConfig::default()
         };

@@ -11,9 +11,11 @@
 //! Keys: `kafka.record_auth.keys`, a list of secret references (at least [`MIN_KEY_BYTES`] bytes each). The first
 //! key that is valid now (its `not_before` passed, its `not_after` not yet) signs; every configured key verifies
 //! until its `not_after`. A rotation adds the new key first with a `not_before` in the future, deployed to every
-//! service before that time: writers switch to it by themselves and readers already know it. One key set is
-//! shared by the gateway, consumers, replayer and reconciler (each writes records another reads); the key id in
-//! every record allows a per-writer key later without a format change.
+//! service before that time: writers switch to it by themselves and readers already know it. Keys are bound to the
+//! record kinds they may sign: a key listed in `inbound_only_keys` (the internet-facing gateway's) signs inbound
+//! records only, and every reader refuses anything else signed with it ([`Refusal::KindNotAllowed`]), so a stolen
+//! gateway key cannot make a re-drive, a re-processing request, a retry, a dead letter or a status record. The
+//! other services share the other keys.
 //!
 //! Records from before the upgrade carry no MAC: `kafka.record_auth.accept_unsigned_until` (an RFC 3339 time,
 //! compared with the reader's own clock, never the record's timestamp, which the writer chooses) lets a reader
@@ -29,10 +31,19 @@ use sha2::Sha256;
 pub use crate::config::RecordAuthConfig;
 use crate::{
     config::Problems,
-    wire::{HeaderTable, RECORD_MAC_DOMAIN, RECORD_MAC_VERSION, header},
+    wire::{HeaderTable, RECORD_MAC_VERSION, header},
 };
 
 pub use crate::config::MIN_RECORD_KEY_BYTES as MIN_KEY_BYTES;
+
+mod encoding;
+mod kind;
+
+pub use self::encoding::mac_input;
+use self::{
+    encoding::{compute, feed, parse_mac_header},
+    kind::is_inbound_record,
+};
 
 /// Why a record is not authentic. The label of `..._record_auth_total{outcome}` for each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +58,9 @@ pub enum Refusal {
     ExpiredKey,
     /// The MAC does not match: the record was changed, or forged.
     BadMac,
+    /// Signed with an inbound-only key (the gateway's) but not an inbound record: a re-drive, re-processing,
+    /// retry, dead letter or status record made with a key that may not make them.
+    KindNotAllowed,
 }
 
 impl Refusal {
@@ -57,6 +71,7 @@ impl Refusal {
             Self::UnknownKey => "unknown_key",
             Self::ExpiredKey => "expired_key",
             Self::BadMac => "bad_mac",
+            Self::KindNotAllowed => "kind_not_allowed",
         }
     }
 }
@@ -94,8 +109,16 @@ pub mod outcome {
     pub const AUTHENTIC: &str = "authentic";
     pub const UNSIGNED_ACCEPTED: &str = "unsigned_accepted";
     /// Every value, for `--print-metrics`.
-    pub const ALL: &[&str] =
-        &[AUTHENTIC, UNSIGNED_ACCEPTED, "unsigned", "malformed", "unknown_key", "expired_key", "bad_mac"];
+    pub const ALL: &[&str] = &[
+        AUTHENTIC,
+        UNSIGNED_ACCEPTED,
+        "unsigned",
+        "malformed",
+        "unknown_key",
+        "expired_key",
+        "bad_mac",
+        "kind_not_allowed",
+    ];
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -104,6 +127,11 @@ pub enum SignError {
         "no record key is valid now (kafka.record_auth.keys: every key is before its not_before or past its not_after)"
     )]
     NoValidKey,
+    #[error(
+        "no record key may sign this record: the keys valid now are inbound-only (kafka.record_auth.inbound_only_keys), \
+         and this is not an inbound record"
+    )]
+    KindNotAllowed,
 }
 
 /// One loaded key: its id, validity and the HMAC state keyed with it (cloned per record, so the key schedule is
@@ -113,6 +141,8 @@ struct Key {
     id: String,
     not_before_ms: Option<i64>,
     not_after_ms: Option<i64>,
+    /// Listed in `inbound_only_keys`: signs, and is believed for, inbound records only.
+    inbound_only: bool,
     mac: Hmac<Sha256>,
 }
 
@@ -174,9 +204,17 @@ impl RecordKeys {
             let Ok((not_before_ms, not_after_ms)) = secret.validity_ms() else { continue };
             // HMAC takes a key of any length: this cannot fail.
             let mac = Hmac::<Sha256>::new_from_slice(&value).expect("HMAC accepts any key length");
-            keys.push(Key { id: id.clone(), not_before_ms, not_after_ms, mac });
+            let inbound_only = config.inbound_only_keys.contains(id);
+            keys.push(Key { id: id.clone(), not_before_ms, not_after_ms, inbound_only, mac });
         }
         let accept_unsigned_until_ms = config.accept_unsigned_until_ms().ok().flatten();
+        if let Some(until_ms) = accept_unsigned_until_ms.filter(|until_ms| *until_ms >= crate::wire::now_ms()) {
+            tracing::warn!(
+                accept_unsigned_until_ms = until_ms,
+                "kafka.record_auth.accept_unsigned_until is open: records without a MAC are accepted until then \
+                 (and counted as unsigned_accepted); remove it once the pre-upgrade backlog has drained"
+            );
+        }
         if problems.is_empty() { Ok(Self { keys: keys.into(), accept_unsigned_until_ms }) } else { Err(problems) }
     }
 
@@ -205,9 +243,15 @@ impl RecordKeys {
         headers: Option<&OwnedHeaders>,
         now_ms: i64,
     ) -> Result<OwnedHeaders, SignError> {
-        let signer = self.keys.iter().find(|key| key.signs_at(now_ms)).ok_or(SignError::NoValidKey)?;
-        // Read out of librdkafka once, for the MAC and for the copy.
+        // Read out of librdkafka once, for the kind, the MAC and the copy.
         let table = headers.map(HeaderTable::read).unwrap_or_default();
+        let valid = || self.keys.iter().filter(|key| key.signs_at(now_ms));
+        let inbound = is_inbound_record(Some(&table));
+        let signer = valid().find(|key| inbound || !key.inbound_only).ok_or(if valid().next().is_some() {
+            SignError::KindNotAllowed
+        } else {
+            SignError::NoValidKey
+        })?;
         let mut out = OwnedHeaders::new_with_capacity(table.count() + 1);
         for h in table.iter().filter(|h| h.key != header::MAC) {
             out = out.insert(h);
@@ -250,104 +294,10 @@ impl RecordKeys {
         let mut mac = signer.mac.clone();
         feed(&mut mac, key_id, topic, key, payload, headers);
         match mac.verify_slice(&tag) {
+            Ok(()) if signer.inbound_only && !is_inbound_record(headers) => Verdict::Refused(Refusal::KindNotAllowed),
             Ok(()) => Verdict::Authentic { key_id: key_id.to_owned() },
             Err(_) => Verdict::Refused(Refusal::BadMac),
         }
-    }
-}
-
-/// `v1,<key id>,<base64>` → (key id, MAC bytes).
-fn parse_mac_header(value: &[u8]) -> Option<(&str, Vec<u8>)> {
-    let text = std::str::from_utf8(value).ok()?;
-    let mut parts = text.splitn(3, ',');
-    let (version, key_id, tag) = (parts.next()?, parts.next()?, parts.next()?);
-    if version != RECORD_MAC_VERSION || key_id.is_empty() {
-        return None;
-    }
-    let tag = base64::engine::general_purpose::STANDARD.decode(tag).ok()?;
-    (tag.len() == 32).then_some((key_id, tag))
-}
-
-fn compute<H: Headers>(
-    keyed: &Hmac<Sha256>,
-    key_id: &str,
-    topic: &str,
-    key: Option<&[u8]>,
-    payload: Option<&[u8]>,
-    headers: Option<&H>,
-) -> [u8; 32] {
-    let mut mac = keyed.clone();
-    feed(&mut mac, key_id, topic, key, payload, headers);
-    mac.finalize().into_bytes().into()
-}
-
-/// Feeds [`mac_input`]'s bytes into `mac` without building them.
-fn feed<H: Headers>(
-    mac: &mut Hmac<Sha256>,
-    key_id: &str,
-    topic: &str,
-    key: Option<&[u8]>,
-    payload: Option<&[u8]>,
-    headers: Option<&H>,
-) {
-    visit(key_id, topic, key, payload, headers, &mut |bytes| mac.update(bytes));
-}
-
-/// The exact bytes a record's MAC covers (version 1), for the documentation and the test vector:
-///
-/// ```text
-/// "hookline-record-mac" 0x00 "v1" 0x00           RECORD_MAC_DOMAIN, RECORD_MAC_VERSION
-/// field(key id) field(topic) optional(record key) optional(body)
-/// u32be(number of headers)                       every header except `hookline-mac`, in record order:
-///   field(name) optional(value)
-/// field(b)    = u64be(len(b)) || b
-/// optional(x) = 0x00 when absent, 0x01 || field(x) when present (an empty key is not an absent key)
-/// ```
-pub fn mac_input<H: Headers>(
-    key_id: &str,
-    topic: &str,
-    key: Option<&[u8]>,
-    payload: Option<&[u8]>,
-    headers: Option<&H>,
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    visit(key_id, topic, key, payload, headers, &mut |bytes| out.extend_from_slice(bytes));
-    out
-}
-
-fn visit<H: Headers>(
-    key_id: &str,
-    topic: &str,
-    key: Option<&[u8]>,
-    payload: Option<&[u8]>,
-    headers: Option<&H>,
-    sink: &mut dyn FnMut(&[u8]),
-) {
-    let field = |sink: &mut dyn FnMut(&[u8]), bytes: &[u8]| {
-        sink(&(bytes.len() as u64).to_be_bytes());
-        sink(bytes);
-    };
-    let optional = |sink: &mut dyn FnMut(&[u8]), bytes: Option<&[u8]>| match bytes {
-        None => sink(&[0]),
-        Some(bytes) => {
-            sink(&[1]);
-            field(sink, bytes);
-        }
-    };
-    sink(RECORD_MAC_DOMAIN.as_bytes());
-    sink(&[0]);
-    sink(RECORD_MAC_VERSION.as_bytes());
-    sink(&[0]);
-    field(sink, key_id.as_bytes());
-    field(sink, topic.as_bytes());
-    optional(sink, key);
-    optional(sink, payload);
-    let covered = || headers.into_iter().flat_map(|headers| headers.iter()).filter(|h| h.key != header::MAC);
-    let count = u32::try_from(covered().count()).unwrap_or(u32::MAX);
-    sink(&count.to_be_bytes());
-    for h in covered() {
-        field(sink, h.key.as_bytes());
-        optional(sink, h.value);
     }
 }
 
@@ -377,7 +327,11 @@ mod tests {
                 }
             })
             .collect();
-        let config = RecordAuthConfig { keys, accept_unsigned_until: accept_unsigned_until.map(str::to_owned) };
+        let config = RecordAuthConfig {
+            keys,
+            accept_unsigned_until: accept_unsigned_until.map(str::to_owned),
+            inbound_only_keys: Vec::new(),
+        };
         let loaded = RecordKeys::load(&config).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         loaded
@@ -401,6 +355,56 @@ mod tests {
             let value = change(h.key, h.value).or_else(|| h.value.map(<[u8]>::to_vec));
             out.insert(Header { key: h.key, value: value.as_deref() })
         })
+    }
+
+    #[test]
+    fn a_stolen_gateway_key_signs_inbound_records_only() {
+        let dir = std::env::temp_dir().join(format!("hookline-record-auth-kinds-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = |id: &str, value: &str| {
+            std::fs::write(dir.join(id), value).unwrap();
+            SecretRef::from_file(id, dir.join(id).to_string_lossy())
+        };
+        let (gateway_key, service_key) = (key("gw", KEY_A), key("svc", KEY_B));
+        let config = |keys: Vec<SecretRef>, inbound_only: &[&str]| RecordAuthConfig {
+            keys,
+            accept_unsigned_until: None,
+            inbound_only_keys: inbound_only.iter().map(|id| (*id).to_owned()).collect(),
+        };
+        // The gateway holds its key only; a reader holds both, the gateway's listed as inbound-only (and first,
+        // to show the writer still picks a key allowed to sign what it writes).
+        let gateway = RecordKeys::load(&config(vec![gateway_key.clone()], &["gw"])).unwrap();
+        let reader = RecordKeys::load(&config(vec![gateway_key.clone(), service_key], &["gw"])).unwrap();
+        // Whoever stole the gateway's key signs with it as they like (no inbound-only list of their own).
+        let thief = RecordKeys::load(&config(vec![gateway_key], &[])).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let (topic, body) = ("webhooks.inbound", Some(&b"{}"[..]));
+        let verify = |keys: &RecordKeys, headers: &OwnedHeaders| keys.verify(topic, None, body, Some(headers), NOW);
+        let inbound = gateway.sign(topic, None, body, Some(&headers()), NOW).unwrap();
+        assert_eq!(verify(&reader, &inbound), Verdict::Authentic { key_id: "gw".into() });
+
+        let powers = [
+            (header::REPROCESS_ID, "r1"),
+            (header::REPLAY_OF, "webhooks.dlq:0:1"),
+            (header::SERVICE, "billing"),
+            (header::ORIGIN, "reconciled"),
+            (header::retry::ATTEMPTS, "1"),
+            (header::dlq::ERROR_CLASS, "poison"),
+        ];
+        for (name, value) in powers {
+            let control = headers().insert(Header { key: name, value: Some(value) });
+            let refused = gateway.sign(topic, None, body, Some(&control), NOW).err();
+            assert_eq!(refused, Some(SignError::KindNotAllowed), "{name}");
+            let forged = thief.sign(topic, None, body, Some(&control), NOW).unwrap();
+            assert_eq!(verify(&reader, &forged), Verdict::Refused(Refusal::KindNotAllowed), "{name}");
+            let own = reader.sign(topic, None, body, Some(&control), NOW).unwrap();
+            assert_eq!(verify(&reader, &own), Verdict::Authentic { key_id: "svc".into() }, "{name}");
+        }
+        // A status record (no hookline headers) is not an inbound record either.
+        let status = thief.sign("webhooks.dlq-status", Some(b"webhooks.dlq:0:1"), body, None, NOW).unwrap();
+        let verdict = reader.verify("webhooks.dlq-status", Some(b"webhooks.dlq:0:1"), body, Some(&status), NOW);
+        assert_eq!(verdict, Verdict::Refused(Refusal::KindNotAllowed));
     }
 
     #[test]

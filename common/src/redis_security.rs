@@ -369,6 +369,18 @@ mod tests {
     }
 
     #[test]
+    fn a_password_is_not_sent_over_plain_redis_without_saying_so() {
+        let password = Some(SecretRef::from_env("redis", "REDIS_PASSWORD"));
+        let plain = RedisConfig { password: password.clone(), ..config("redis://cache:6379") };
+        assert!(problems_of(&plain).iter().any(|problem| problem.contains("clear text")), "{:?}", problems_of(&plain));
+        let allowed = RedisConfig { allow_plaintext_password: true, ..plain };
+        assert!(problems_of(&allowed).is_empty(), "{:?}", problems_of(&allowed));
+        let tls = RedisConfig { password, ..config("rediss://cache:6379") };
+        assert!(problems_of(&tls).is_empty(), "{:?}", problems_of(&tls));
+        assert!(problems_of(&config("redis://cache:6379")).is_empty(), "no password, nothing in clear text");
+    }
+
+    #[test]
     fn the_printed_config_shows_references_only() {
         let config = RedisConfig {
             username: Some("hookline".into()),

@@ -119,6 +119,11 @@ pub mod header {
         /// not carry: a replayer that does not know [`BODY_BY_REFERENCE`] would re-drive its empty body, and
         /// without an event id that re-drive is dead-lettered as not a hookline record instead of processed.
         pub const EVENT_ID: &str = "hookline-dlq-event-id";
+        /// Days the service's `postgres` handler keeps dedupe rows (its shortest `retention_days`), on entries of a
+        /// service that has one. An event dead-lettered after a COMMIT whose answer was lost has its effect in the
+        /// database; its dedupe row makes a re-drive a duplicate only until retention deletes the row, so the
+        /// replayer refuses to re-drive the entry after that without `past_retention`.
+        pub const DEDUPE_RETENTION_DAYS: &str = "hookline-dlq-dedupe-retention-days";
     }
 
     /// Retry headers: a record of the retry topic (topic role [`super::TopicRole::Retry`]) is the original

@@ -63,6 +63,8 @@ pub struct DeadLetters {
     retry_topic: String,
     group_id: String,
     service: String,
+    /// [`dlq::DEDUPE_RETENTION_DAYS`], for a service with a `postgres` handler.
+    dedupe_retention_days: Option<String>,
 }
 
 impl std::fmt::Debug for DeadLetters {
@@ -81,7 +83,17 @@ impl DeadLetters {
             retry_topic: retry_topic.to_owned(),
             group_id: kafka.group_id.clone(),
             service: service.to_owned(),
+            dedupe_retention_days: None,
         })
+    }
+
+    /// Stamps every dead letter with how long the service's `postgres` handler keeps dedupe rows (`None`: the
+    /// service has none), so the replayer can refuse a re-drive that could apply an effect twice
+    /// ([`dlq::DEDUPE_RETENTION_DAYS`]).
+    #[must_use]
+    pub fn keeping_dedupe_rows_for(mut self, days: Option<u32>) -> Self {
+        self.dedupe_retention_days = days.map(|days| days.to_string());
+        self
     }
 
     /// Produces the dead-letter record for `original` and waits for the broker's acknowledgement; returns the
@@ -120,7 +132,7 @@ impl DeadLetters {
         let first = failure.first_failure_at_ms.to_string();
         let last = failure.last_failure_at_ms.to_string();
         let error = truncate_utf8(failure.error, MAX_DLQ_ERROR_BYTES);
-        let failure_headers = [
+        let mut failure_headers = vec![
             (dlq::ORIGINAL_TOPIC, origin.topic.as_str()),
             (dlq::ORIGINAL_PARTITION, partition.as_str()),
             (dlq::ORIGINAL_OFFSET, offset.as_str()),
@@ -135,6 +147,9 @@ impl DeadLetters {
             (dlq::CONSUMER_VERSION, env!("CARGO_PKG_VERSION")),
             (dlq::FORMAT_VERSION, FORMAT_VERSION),
         ];
+        if let Some(days) = &self.dedupe_retention_days {
+            failure_headers.push((dlq::DEDUPE_RETENTION_DAYS, days.as_str()));
+        }
         let record = match body {
             DlqBody::Copied => copy_of(&original, &self.topic, &failure_headers),
             DlqBody::ByReference => reference_to(&original, &self.topic, &failure_headers, &body_bytes),

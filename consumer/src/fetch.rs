@@ -26,7 +26,7 @@ use std::{
 
 use hookline_common::{
     kafka::QuietContext,
-    wire::{EventMeta, RecordView, header_str, now_ms},
+    wire::{EventMeta, RecordView, now_ms},
 };
 use rdkafka::{
     ClientConfig, ClientContext, Message, Statistics, TopicPartitionList,
@@ -310,9 +310,9 @@ impl Intake {
         let view = RecordView::new(message);
         let elsewhere = service::addressed_elsewhere(view.headers(), &self.service);
         let admission = if elsewhere {
-            let source = header_str(view.headers(), hookline_common::wire::header::SOURCE)
-                .and_then(Result::ok)
-                .unwrap_or_else(|| "unknown".to_owned());
+            // Its source label only from a record whose MAC verifies: anyone who can write the topic could
+            // otherwise grow the label set without bound.
+            let source = service::passed_source_label(view.headers(), &self.pipeline.authenticate(&view));
             self.metrics.events.with_label_values(&[&source, metrics::event_outcome::OTHER_SERVICE]).inc();
             None
         } else {

@@ -186,7 +186,8 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
 
     let pipeline = Pipeline {
         dedupe: dedupe.clone(),
-        dead_letters: DeadLetters::new(&config.kafka, &service, &topics.retry)?,
+        dead_letters: DeadLetters::new(&config.kafka, &service, &topics.retry)?
+            .keeping_dedupe_rows_for(crate::handler::postgres::shortest_retention_days(&config)),
         handler,
         handler_timeout: Duration::from_millis(config.handler.timeout_ms),
         retry: config.retry.clone(),

@@ -21,6 +21,7 @@ use std::time::Duration;
 use hookline_common::{
     config::KafkaConfig,
     kafka::admin_config,
+    record_auth::Verdict,
     wire::{header, header_str},
 };
 use rdkafka::{
@@ -72,6 +73,18 @@ pub fn addressed_elsewhere<H: Headers>(headers: Option<&H>, service: &str) -> bo
         // Damaged: not provably ours, and not provably another's. Taken, so that it ends processed or
         // dead-lettered rather than nowhere.
         Some(Err(_)) | None => false,
+    }
+}
+
+/// The `source` label of a record this service passes (addressed to another service): its `hookline-source` when
+/// the record's MAC verifies, else `unknown`. A writer of the topic without the record key must not add a series
+/// per source string it makes up to every consumer's `/metrics`.
+pub fn passed_source_label<H: Headers>(headers: Option<&H>, verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Authentic { .. } | Verdict::UnsignedAccepted => {
+            header_str(headers, header::SOURCE).and_then(Result::ok).unwrap_or_else(|| "unknown".to_owned())
+        }
+        Verdict::Refused(_) => "unknown".to_owned(),
     }
 }
 

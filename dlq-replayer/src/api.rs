@@ -1,5 +1,6 @@
 //! The HTTP admin API: the CLI's operations with the same semantics, under `/v1/`, behind a bearer token
-//! (compared in constant time). `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
+//! (compared in constant time; wrong ones go through the console login's throttle, per address, and are counted
+//! and logged). `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
 //!
 //! - `GET  /v1/entries?source=&service=&event_type=&error_class=&status=&since=&until=&text=&cursor=&limit=` —
 //!   one page (`{"entries": [...], "next_cursor": "...", "total_matching": n}`), in stable (partition, offset) order;
@@ -7,7 +8,7 @@
 //! - `GET  /v1/stats?<same filter>` — counts by source, service, error class and status
 //! - `GET  /v1/entries/{id}` — one entry with every header and its body (text, or base64), read from Kafka
 //! - `POST /v1/replay`  body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `dry_run`, `rate`,
-//!   `force`, `by`
+//!   `force`, `past_retention`, `as_event_type`, `by`
 //! - `POST /v1/reprocess` body: `{"service": "...", "from": "<RFC 3339>", "to": "<RFC 3339>"}` and/or
 //!   `"event_ids": [...]`, plus `source`, `apply` (without it a dry run), `rate_per_s`, `by` — re-drives already
 //!   processed events of the inbound topic to that one service; answers the run id and the records
@@ -25,10 +26,10 @@
 //! Every answer but the rejections' comes from the replayer's index, which a background tail keeps current; a write is visible in
 //! the next read once the call returns.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use bytes::Bytes;
-use hookline_common::http::{Body, Readiness, admin_response};
+use hookline_common::http::{Body, PeerAddr, Readiness, admin_response};
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -67,7 +68,21 @@ impl Api {
         if !path.starts_with("/v1/") {
             return admin_response(&request, &self.registry, &self.readiness);
         }
+        // Wrong tokens go through the console login's throttle: an address that keeps guessing is refused for a
+        // while without its token being looked at, counted and logged.
+        let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0.ip());
+        if !self.console.logins.admits(peer, Instant::now()) {
+            let mut response = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_wrong_tokens",
+                "too many wrong tokens from this address",
+            );
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
+            return response;
+        }
         if !self.authorized(request.headers()) {
+            self.console.logins.failed("api", peer, Instant::now());
+            self.metrics.auth_failures.with_label_values(&["api"]).inc();
             let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required");
             response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
             return response;

@@ -80,7 +80,7 @@ pub async fn serve_api(
     let metrics = Metrics::register(&registry)?;
     let readiness = Arc::new(Readiness::default());
     let kafka_ready = readiness.check("kafka");
-    let index = Arc::new(Replayer::empty_index(&config));
+    let index = Arc::new(Replayer::empty_index(&config)?);
     let tail_stop = shutdown.child_token();
     let tail = {
         let (kafka, index, stop) = (config.kafka.clone(), index.clone(), tail_stop.clone());

@@ -1,5 +1,7 @@
-//! Wrong tokens per address at the console's login form: an address that keeps sending them is refused for a
-//! while without its token being looked at, and they are logged as one line per interval.
+//! Wrong tokens per address, at the console's login form and on the JSON API (one throttle for both, so neither is
+//! a way around the other): an address that keeps sending them is refused for a while without its token being
+//! looked at, they are counted (`hookline_replayer_auth_failures_total{surface}`) and logged as one line per
+//! interval.
 
 use std::{
     collections::HashMap,
@@ -47,8 +49,8 @@ impl LoginThrottle {
         }
     }
 
-    /// Counts a wrong token from `peer`, and logs a line if one is due.
-    pub(crate) fn failed(&self, peer: Option<IpAddr>, now: Instant) {
+    /// Counts a wrong token from `peer` at `surface` (`console`, `api`), and logs a line if one is due.
+    pub(crate) fn failed(&self, surface: &'static str, peer: Option<IpAddr>, now: Instant) {
         if let Some(peer) = peer {
             let mut failures = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let full = failures.len() >= MAX_TRACKED;
@@ -61,9 +63,9 @@ impl LoginThrottle {
                 None => {}
             }
         }
-        if let Some(held_back) = self.log.admit("console login refused", now) {
+        if let Some(held_back) = self.log.admit("wrong token", now) {
             let peer = peer.map(|peer| peer.to_string()).unwrap_or_default();
-            tracing::warn!(peer = %peer, more_since_last_line = held_back, "console login with a wrong token");
+            tracing::warn!(surface, peer = %peer, more_since_last_line = held_back, "a wrong token was presented");
         }
     }
 }
@@ -79,7 +81,7 @@ mod tests {
         let peer = Some("203.0.113.7".parse().unwrap());
         for _ in 0..MAX_FAILURES {
             assert!(throttle.admits(peer, now));
-            throttle.failed(peer, now);
+            throttle.failed("console", peer, now);
         }
         assert!(!throttle.admits(peer, now), "refused after {MAX_FAILURES} wrong tokens");
         assert!(throttle.admits(Some("203.0.113.8".parse().unwrap()), now), "another address is not");
@@ -91,7 +93,7 @@ mod tests {
         let throttle = LoginThrottle::default();
         let now = Instant::now();
         for n in 0..MAX_FAILURES {
-            throttle.failed(Some(format!("2001:db8:1:2::{n:x}").parse().unwrap()), now);
+            throttle.failed("api", Some(format!("2001:db8:1:2::{n:x}").parse().unwrap()), now);
         }
         assert!(!throttle.admits(Some("2001:db8:1:2::ffff".parse().unwrap()), now));
         assert!(throttle.admits(Some("2001:db8:1:3::1".parse().unwrap()), now));
@@ -103,7 +105,7 @@ mod tests {
         let now = Instant::now();
         for n in 0..MAX_TRACKED {
             let ip = std::net::Ipv4Addr::from(0x0a00_0000_u32 + u32::try_from(n).unwrap());
-            throttle.failed(Some(IpAddr::V4(ip)), now);
+            throttle.failed("api", Some(IpAddr::V4(ip)), now);
         }
         assert!(!throttle.admits(Some("192.0.2.1".parse().unwrap()), now), "fails closed");
         assert!(throttle.admits(Some("192.0.2.1".parse().unwrap()), now + FAILURE_WINDOW), "ended windows make room");

@@ -109,9 +109,18 @@ enum Command {
         /// At most this many replays per second.
         #[arg(long)]
         rate: Option<f64>,
-        /// Also replay flagged entries (and discarded ones named by id).
+        /// Also replay flagged entries (and discarded ones named by id), and entries without a valid MAC (to the
+        /// inbound topic, with their core metadata only).
         #[arg(long)]
         force: bool,
+        /// Also replay entries older than their service's dedupe retention: a re-drive could then apply an effect
+        /// that already happened, so check the database first.
+        #[arg(long)]
+        past_retention: bool,
+        /// The event type the re-driven record carries instead of the entry's own (an event whose provider does
+        /// not sign its type, dead-lettered because a copy carried a wrong one): check it against the body.
+        #[arg(long)]
+        as_event_type: Option<String>,
         /// Who is replaying (recorded); default: $USER.
         #[arg(long)]
         by: Option<String>,
@@ -335,8 +344,18 @@ async fn run() -> anyhow::Result<Option<std::process::ExitCode>> {
                     }
                 }
             }
-            Command::Replay { ids, all, filter, dry_run, rate, force, by, json } => {
-                let request = ReplayRequest { ids, all, filter: filter.into(), dry_run, rate, force, by: operator(by) };
+            Command::Replay { ids, all, filter, dry_run, rate, force, past_retention, as_event_type, by, json } => {
+                let request = ReplayRequest {
+                    ids,
+                    all,
+                    filter: filter.into(),
+                    dry_run,
+                    rate,
+                    force,
+                    past_retention,
+                    as_event_type,
+                    by: operator(by),
+                };
                 let report = replayer(config)?.replay(&request).await?;
                 print_report(&mut out, &report, if dry_run { "would replay" } else { "replayed" }, json)?;
             }

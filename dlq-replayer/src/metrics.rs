@@ -1,7 +1,7 @@
 //! The replayer's metrics, defined once.
 
 use hookline_common::metrics_catalog::{self, MetricDescription};
-use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry, core::Collector};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, core::Collector};
 
 use crate::index::Index;
 
@@ -18,6 +18,17 @@ pub struct Metrics {
     pub replays: IntCounter,
     /// `hookline_dlq_discards_total`: entries discarded through the API.
     pub discards: IntCounter,
+    /// `hookline_replayer_record_auth_total{outcome}`: the index's MAC check of every status record it reads
+    /// (outcomes as the consumer's, [`hookline_common::record_auth::outcome::ALL`]); a refused one is never
+    /// applied. Mirrors [`crate::index::StatusCounts`] at each refresh.
+    pub record_auth: IntCounterVec,
+    /// `hookline_replayer_status_records_dropped_total{reason}`: authentic status records not kept, because their
+    /// position is behind the DLQ tail with no entry (`no_such_entry`) or too many wait for their entries
+    /// (`too_many_early`).
+    pub status_records_dropped: IntCounterVec,
+    /// `hookline_replayer_auth_failures_total{surface}`: wrong tokens presented to the JSON API (`api`) or the
+    /// console's login form (`console`).
+    pub auth_failures: IntCounterVec,
 }
 
 impl Metrics {
@@ -40,6 +51,29 @@ impl Metrics {
             index_entries: IntGauge::new("hookline_dlq_index_entries", "Entries in the replayer's index.")?,
             replays: IntCounter::new("hookline_dlq_replays_total", "Entries re-driven through the admin API.")?,
             discards: IntCounter::new("hookline_dlq_discards_total", "Entries discarded through the admin API.")?,
+            record_auth: IntCounterVec::new(
+                Opts::new(
+                    "hookline_replayer_record_auth_total",
+                    "Status records read by the replayer's index, by the outcome of their MAC check (only authentic \
+                     ones, or unsigned ones inside accept_unsigned_until, are applied).",
+                ),
+                &["outcome"],
+            )?,
+            status_records_dropped: IntCounterVec::new(
+                Opts::new(
+                    "hookline_replayer_status_records_dropped_total",
+                    "Authentic status records the index did not keep: no entry at their position, or too many \
+                     waiting for their entries.",
+                ),
+                &["reason"],
+            )?,
+            auth_failures: IntCounterVec::new(
+                Opts::new(
+                    "hookline_replayer_auth_failures_total",
+                    "Wrong tokens presented, by surface (api: a bearer token; console: the login form).",
+                ),
+                &["surface"],
+            )?,
         };
         for collector in metrics.collectors() {
             registry.register(collector)?;
@@ -55,6 +89,9 @@ impl Metrics {
             Box::new(self.index_entries.clone()),
             Box::new(self.replays.clone()),
             Box::new(self.discards.clone()),
+            Box::new(self.record_auth.clone()),
+            Box::new(self.status_records_dropped.clone()),
+            Box::new(self.auth_failures.clone()),
         ]
     }
 
@@ -79,6 +116,15 @@ impl Metrics {
             self.oldest_untriaged_age_seconds.with_label_values(&[source.as_str(), service.as_str()]).set(age_s);
         }
         self.index_entries.set(index.len() as i64);
+        let counts = index.status_counts();
+        for (outcome, count) in counts.auth() {
+            let counter = self.record_auth.with_label_values(&[outcome]);
+            counter.inc_by(count.saturating_sub(counter.get()));
+        }
+        for (reason, count) in counts.dropped() {
+            let counter = self.status_records_dropped.with_label_values(&[reason]);
+            counter.inc_by(count.saturating_sub(counter.get()));
+        }
     }
 }
 
@@ -97,8 +143,11 @@ mod tests {
         metrics.index_entries.set(1);
         metrics.replays.inc();
         metrics.discards.inc();
+        metrics.record_auth.with_label_values(&["bad_mac"]).inc();
+        metrics.status_records_dropped.with_label_values(&["no_such_entry"]).inc();
+        metrics.auth_failures.with_label_values(&["api"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 5);
+        assert_eq!(described.len(), 8);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -179,6 +179,13 @@ pub struct SourceConfig {
     /// Request headers carried into Kafka, each as a record header named [`FORWARDED_HEADER_PREFIX`] + its
     /// lowercase name.
     pub forward_headers: Vec<String>,
+    /// Allow `forward_headers` to carry the signature header of a scheme that signs no timestamp (GitHub's
+    /// `X-Hub-Signature-256`, Shopify's, WooCommerce's, Twilio's, ...). Off by default: such a body and signature
+    /// are a delivery anyone can re-send at any time, and in Kafka (the DLQ keeps records for ever) every reader
+    /// of the topics, the DLQ and the replayer's console would hold one. Turn it on only for a downstream that
+    /// must verify the provider's signature itself, and accept that every DLQ reader can replay the event once
+    /// `dedupe_ttl_s` has passed.
+    pub forward_untimed_signature: bool,
     /// The URL the provider sends to, as the provider sees it (scheme, host, path; no query): signed by Twilio,
     /// Square and HubSpot, and required for them. The request's query string is appended.
     pub public_url: Option<String>,
@@ -200,9 +207,10 @@ pub struct SourceConfig {
     pub verify_tokens: Vec<SecretRef>,
     /// The answer to an accepted request instead of `202 {"status":"accepted",...}` (Adyen: `[accepted]`).
     pub reply: Option<ReplyConfig>,
-    /// Whether the request span continues a W3C `traceparent` sent with the request. Off by default: a header from
-    /// the internet could otherwise choose the trace (and its sampling) of our spans; turn it on only for a sender
-    /// inside your own tracing (an internal service behind `scheme = "none"` or your own proxy).
+    /// Whether the request span links to a W3C `traceparent` sent with the request. It never continues it: the
+    /// span starts before the request is verified, and a header must not choose the trace (and its sampling) of our
+    /// spans. Turn it on only for a sender inside your own tracing (an internal service behind `scheme = "none"` or
+    /// your own proxy).
     pub trust_traceparent: bool,
 }
 
@@ -248,6 +256,7 @@ impl Default for SourceConfig {
             event_type: None,
             ordering_key: None,
             forward_headers: Vec::new(),
+            forward_untimed_signature: false,
             public_url: None,
             hmac: None,
             structured: None,

@@ -493,8 +493,11 @@ impl Ingest {
     }
 }
 
-/// The request's server span (none with traces off). A request's own `traceparent` is continued only for a source
-/// with `trust_traceparent`; from anyone else it is ignored and the request starts a trace of its own.
+/// The request's server span (none with traces off), always the root of a trace of its own under the local
+/// sampler: the span starts before the request is verified, and whoever can reach a source's URL must not choose
+/// our trace ids or force sampling with a `traceparent`. For a source with `trust_traceparent` the span carries a
+/// link to the request's `traceparent` (a link chooses neither the trace nor its sampling); from anyone else it
+/// is ignored.
 fn request_span(sources: &SourceTable, request: &Request<Incoming>, source_label: &str) -> TraceSpan {
     if !traces::enabled() {
         return TraceSpan::off();
@@ -507,7 +510,7 @@ fn request_span(sources: &SourceTable, request: &Request<Incoming>, source_label
         .is_some_and(|source| source.trust_traceparent);
     let inbound = if trusted { traces::http_context(request.headers()) } else { None };
     let parent = match &inbound {
-        Some(span_context) => Parent::Remote(span_context),
+        Some(span_context) => Parent::LinkedTo(span_context),
         None => Parent::Root,
     };
     TraceSpan::start(

@@ -202,7 +202,13 @@ async fn serve_gateway_admin(
                 );
             }
             let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0);
-            if let Some(refusal) = admin_refusal(request.headers(), peer, reload_token.as_deref()) {
+            // HTTP/1.1 names the host in `Host`, HTTP/2 in the `:authority` hyper puts in the URI.
+            let host = request
+                .headers()
+                .get(http::header::HOST)
+                .and_then(|host| host.to_str().ok())
+                .or_else(|| request.uri().authority().map(http::uri::Authority::as_str));
+            if let Some(refusal) = admin_refusal(request.headers(), host, peer, reload_token.as_deref()) {
                 return refusal;
             }
             if method == Method::GET {
@@ -225,10 +231,14 @@ async fn serve_gateway_admin(
 /// configured, a caller on 127.0.0.1 or ::1 exactly that sends no `Origin`. Not the rest of 127.0.0.0/8: behind a
 /// service mesh sidecar every client arrives from 127.0.0.6. Never with `Origin`: a web page in the operator's
 /// browser can POST to 127.0.0.1 without a preflight (or read an answer it should not), and a browser always says
-/// where the page came from. A reload re-reads every secret and the rejections name client addresses and secret
-/// ids, so neither may be had by anyone who reaches the admin port.
+/// where the page came from, except on a same-origin GET: so the `Host` must be this host's loopback name too
+/// (`127.0.0.1`, `localhost`, `[::1]`, any port), which a page rebound by DNS to 127.0.0.1 cannot send (its
+/// `Host` is the attacker's name), and `Sec-Fetch-Site: cross-site` is refused. A reload re-reads every secret
+/// and the rejections name client addresses and secret ids, so neither may be had by anyone who reaches the admin
+/// port.
 fn admin_refusal(
     headers: &http::HeaderMap,
+    host: Option<&str>,
     peer: Option<std::net::SocketAddr>,
     token: Option<&secrecy::SecretSlice<u8>>,
 ) -> Option<Response<Body>> {
@@ -247,7 +257,13 @@ fn admin_refusal(
                 Some(response)
             }
         }
-        None if peer.is_some_and(|peer| is_this_host(peer.ip())) && !headers.contains_key(http::header::ORIGIN) => None,
+        None if peer.is_some_and(|peer| is_this_host(peer.ip()))
+            && !headers.contains_key(http::header::ORIGIN)
+            && host.is_some_and(names_this_host)
+            && headers.get("sec-fetch-site").is_none_or(|site| site.as_bytes() != b"cross-site") =>
+        {
+            None
+        }
         None => Some(json_response(
             StatusCode::FORBIDDEN,
             &serde_json::json!({ "error": {
@@ -257,6 +273,16 @@ fn admin_refusal(
             } }),
         )),
     }
+}
+
+/// Whether a request's host (`Host`, or HTTP/2's `:authority`) names this host's loopback (`127.0.0.1`,
+/// `localhost`, `[::1]`), with any port.
+fn names_this_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').map_or("", |(inside, _)| inside),
+        None => host.split_once(':').map_or(host, |(name, _)| name),
+    };
+    matches!(name.to_ascii_lowercase().as_str(), "127.0.0.1" | "localhost" | "::1")
 }
 
 /// 127.0.0.1 or ::1 (also as an IPv4-mapped address): this host's own loopback, not the other addresses of
@@ -350,30 +376,60 @@ mod tests {
         String::from_utf8_lossy(&response.into_body().collect().await.unwrap().to_bytes()).into_owned()
     }
 
+    const LOCAL: Option<&str> = Some("127.0.0.1:9090");
+
+    #[test]
+    fn without_a_token_a_page_rebound_to_loopback_reads_nothing() {
+        let loopback = Some("127.0.0.1:5000".parse().unwrap());
+        let none = http::HeaderMap::new();
+        for host in ["127.0.0.1", "localhost:9090", "LOCALHOST", "[::1]:9090", "[::1]"] {
+            assert!(admin_refusal(&none, Some(host), loopback, None).is_none(), "{host}");
+        }
+        // What a rebound page sends: the attacker's name, no Origin on a same-origin GET.
+        for host in [Some("attacker.example:9090"), Some("127.0.0.1.attacker.example"), Some("[::2]:9090"), None] {
+            let refusal = admin_refusal(&none, host, loopback, None).expect("refused");
+            assert_eq!(refusal.status(), StatusCode::FORBIDDEN, "{host:?}");
+        }
+        let mut cross_site = http::HeaderMap::new();
+        cross_site.insert("sec-fetch-site", http::HeaderValue::from_static("cross-site"));
+        assert_eq!(admin_refusal(&cross_site, LOCAL, loopback, None).unwrap().status(), StatusCode::FORBIDDEN);
+        let mut same = http::HeaderMap::new();
+        same.insert("sec-fetch-site", http::HeaderValue::from_static("none"));
+        assert!(admin_refusal(&same, LOCAL, loopback, None).is_none(), "typed in the address bar, or curl");
+    }
+
     #[tokio::test]
     async fn a_reload_needs_the_token_or_loopback_and_never_echoes_paths() {
         let loopback = Some("127.0.0.1:5000".parse().unwrap());
         let remote = Some("10.1.2.3:5000".parse().unwrap());
         let none = http::HeaderMap::new();
-        assert!(admin_refusal(&none, loopback, None).is_none());
-        assert!(admin_refusal(&none, Some("[::1]:5000".parse().unwrap()), None).is_none());
-        assert!(admin_refusal(&none, Some("[::ffff:127.0.0.1]:5000".parse().unwrap()), None).is_none());
-        assert_eq!(admin_refusal(&none, remote, None).unwrap().status(), StatusCode::FORBIDDEN);
-        assert_eq!(admin_refusal(&none, None, None).unwrap().status(), StatusCode::FORBIDDEN);
+        assert!(admin_refusal(&none, LOCAL, loopback, None).is_none());
+        assert!(admin_refusal(&none, LOCAL, Some("[::1]:5000".parse().unwrap()), None).is_none());
+        assert!(admin_refusal(&none, LOCAL, Some("[::ffff:127.0.0.1]:5000".parse().unwrap()), None).is_none());
+        assert_eq!(admin_refusal(&none, LOCAL, remote, None).unwrap().status(), StatusCode::FORBIDDEN);
+        assert_eq!(admin_refusal(&none, LOCAL, None, None).unwrap().status(), StatusCode::FORBIDDEN);
         let sidecar = Some("127.0.0.6:5000".parse().unwrap());
-        assert_eq!(admin_refusal(&none, sidecar, None).unwrap().status(), StatusCode::FORBIDDEN, "a mesh's peer");
+        assert_eq!(
+            admin_refusal(&none, LOCAL, sidecar, None).unwrap().status(),
+            StatusCode::FORBIDDEN,
+            "a mesh's peer"
+        );
         let mut browser = http::HeaderMap::new();
         browser.insert(http::header::ORIGIN, http::HeaderValue::from_static("https://evil.example"));
-        assert_eq!(admin_refusal(&browser, loopback, None).unwrap().status(), StatusCode::FORBIDDEN, "a web page");
+        assert_eq!(
+            admin_refusal(&browser, LOCAL, loopback, None).unwrap().status(),
+            StatusCode::FORBIDDEN,
+            "a web page"
+        );
 
         let token = secrecy::SecretSlice::from(b"a-reload-token-of-length".to_vec());
         let mut bearer = http::HeaderMap::new();
         bearer.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("bearer a-reload-token-of-length"));
-        assert!(admin_refusal(&bearer, remote, Some(&token)).is_none());
-        assert_eq!(admin_refusal(&none, loopback, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
+        assert!(admin_refusal(&bearer, LOCAL, remote, Some(&token)).is_none());
+        assert_eq!(admin_refusal(&none, LOCAL, loopback, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
         let mut wrong = http::HeaderMap::new();
         wrong.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("Bearer a-reload-token-of-lengtH"));
-        assert_eq!(admin_refusal(&wrong, remote, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(admin_refusal(&wrong, LOCAL, remote, Some(&token)).unwrap().status(), StatusCode::UNAUTHORIZED);
 
         let rejected =
             reload_response(Err(vec!["secret `a`: cannot read /run/secrets/hookline/github: No such file".into()]));

@@ -114,6 +114,16 @@ impl Source {
                 Ok(header) if is_credential(header.as_str()) => {
                     problems.push(format!("forward_headers: `{name}` carries a credential; it must not reach Kafka"));
                 }
+                Ok(header)
+                    if is_untimed_signature(&config.scheme, header.as_str()) && !config.forward_untimed_signature =>
+                {
+                    problems.push(format!(
+                        "forward_headers: `{name}` is the signature of scheme `{}`, which signs no timestamp: with \
+                         the body it is a delivery anyone who reads it can re-send at any time, and Kafka and the DLQ \
+                         keep it; leave it out, or set forward_untimed_signature = true (docs/security.md)",
+                        config.scheme
+                    ));
+                }
                 Ok(header) => forward_headers.push(header),
                 Err(_) => problems.push(format!("forward_headers: `{name}` is not a valid header name")),
             }
@@ -251,6 +261,12 @@ fn is_credential(name: &str) -> bool {
     const EXACT: &[&str] = &["authorization", "proxy-authorization", "cookie", "set-cookie", "x-gitlab-token"];
     const PARTS: &[&str] = &["token", "secret", "api-key", "apikey", "password", "auth"];
     EXACT.contains(&name) || PARTS.iter().any(|part| name.contains(part))
+}
+
+/// Whether `name` (lowercase) is a signature header of `scheme` when the scheme signs no timestamp
+/// ([`signature::UNTIMED_SCHEMES`]): every header of theirs whose name says signature or HMAC.
+fn is_untimed_signature(scheme: &str, name: &str) -> bool {
+    signature::UNTIMED_SCHEMES.contains(&scheme) && (name.contains("signature") || name.contains("hmac"))
 }
 
 fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<String>) -> Vec<Secret> {
@@ -424,6 +440,27 @@ mod tests {
 
     fn problems_of(config: &SourceConfig) -> String {
         Source::from_config(config, "inbound").err().unwrap_or_default().join("\n")
+    }
+
+    #[test]
+    fn the_signature_of_an_untimed_scheme_is_not_forwarded_without_an_opt_in() {
+        let file = secret_file("a-github-webhook-secret");
+        for (scheme, header) in [
+            ("github", "X-Hub-Signature-256"),
+            ("github", "X-Hub-Signature"),
+            ("shopify", "X-Shopify-Hmac-Sha256"),
+            ("woocommerce", "X-WC-Webhook-Signature"),
+        ] {
+            let mut config = SourceConfig::new("s", scheme, vec![SecretRef::from_file("a", &file)]);
+            config.forward_headers = vec![header.into(), "User-Agent".into()];
+            assert!(problems_of(&config).contains("signs no timestamp"), "{scheme} {header}: {}", problems_of(&config));
+            config.forward_untimed_signature = true;
+            assert!(!problems_of(&config).contains("signs no timestamp"), "{scheme}: the opt-in");
+        }
+        // A timed scheme's signature expires with its tolerance: forwarded as before.
+        let mut stripe = SourceConfig::new("s", "stripe", vec![SecretRef::from_file("a", &file)]);
+        stripe.forward_headers = vec!["Stripe-Signature".into()];
+        assert!(!problems_of(&stripe).contains("signs no timestamp"));
     }
 
     #[test]
@@ -622,7 +659,11 @@ mod tests {
             assert!(problems_of(&config).contains("carries a credential"), "{credential}");
         }
         let allowed = ["User-Agent", "X-Hub-Signature-256", "Stripe-Signature", "X-Shopify-Hmac-Sha256"];
-        let config = SourceConfig { forward_headers: allowed.map(str::to_owned).to_vec(), ..config };
+        let config = SourceConfig {
+            forward_headers: allowed.map(str::to_owned).to_vec(),
+            forward_untimed_signature: true,
+            ..config
+        };
         let source = Source::from_config(&config, "t").unwrap();
         assert_eq!(source.identity.event_id, vec![signature::FieldSource::pointer("/delivery")]);
         assert_eq!(source.forward_headers[0].as_str(), "user-agent");

@@ -20,7 +20,11 @@ pub fn key_file(id: &str, value: &str) -> SecretRef {
 
 /// The `[kafka.record_auth]` of a test stack: one key, `test-k1`.
 pub fn test_record_auth() -> RecordAuthConfig {
-    RecordAuthConfig { keys: vec![key_file("test-k1", TEST_RECORD_KEY)], accept_unsigned_until: None }
+    RecordAuthConfig {
+        keys: vec![key_file("test-k1", TEST_RECORD_KEY)],
+        accept_unsigned_until: None,
+        inbound_only_keys: Vec::new(),
+    }
 }
 
 /// The current time as RFC 3339 with a shift of `seconds` (negative: in the past), for `not_after` and
@@ -35,5 +39,10 @@ pub fn rfc3339_in(seconds: i64) -> String {
 /// A key set of these keys (as a service configured with them loads it), to sign a record a test writes itself
 /// as a writer holding them would.
 pub fn keys_of(keys: &[SecretRef]) -> RecordKeys {
-    RecordKeys::load(&RecordAuthConfig { keys: keys.to_vec(), accept_unsigned_until: None }).expect("the keys load")
+    RecordKeys::load(&RecordAuthConfig {
+        keys: keys.to_vec(),
+        accept_unsigned_until: None,
+        inbound_only_keys: Vec::new(),
+    })
+    .expect("the keys load")
 }

@@ -38,6 +38,8 @@ async fn stack() -> TestStack {
     TestStack::builder()
         .gateway_source(SourceConfig {
             forward_headers: vec!["X-GitHub-Event".into(), "X-Hub-Signature-256".into(), "User-Agent".into()],
+            // The downstream verifies GitHub's own signature again: the documented, weaker opt-in.
+            forward_untimed_signature: true,
             ..SourceConfig::new(SOURCE, "github", vec![secret])
         })
         .build()

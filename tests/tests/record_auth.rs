@@ -189,7 +189,11 @@ async fn a_key_rotation_loses_and_doubles_nothing_and_the_old_key_is_refused_aft
         stack.post_accepted(delivery).await;
     }
     // 3. Consumers first: they know k2 (first, so it would sign) and still k1. Then the gateway signs with k2.
-    let rotated = RecordAuthConfig { keys: vec![k2.clone(), k1.clone()], accept_unsigned_until: None };
+    let rotated = RecordAuthConfig {
+        keys: vec![k2.clone(), k1.clone()],
+        accept_unsigned_until: None,
+        inbound_only_keys: Vec::new(),
+    };
     let config = stack.consumer_config_with_record_auth(rotated.clone());
     let handler = stack.handler.clone();
     let consumer = stack.start_consumer_with(config, handler).await;
@@ -224,6 +228,7 @@ async fn a_key_rotation_loses_and_doubles_nothing_and_the_old_key_is_refused_aft
     let retired = RecordAuthConfig {
         keys: vec![k2, hookline_common::config::SecretRef { not_after: Some(rfc3339_in(0)), ..k1.clone() }],
         accept_unsigned_until: None,
+        inbound_only_keys: Vec::new(),
     };
     let config = stack.consumer_config_with_record_auth(retired);
     let handler = stack.handler.clone();
@@ -291,5 +296,32 @@ async fn unsigned_records_are_processed_inside_the_transition_window_and_dead_le
     );
     assert_eq!(stack.handler.count(late), 0);
     assert_eq!(stack.handler.calls().len(), 1);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn records_for_another_service_without_a_mac_add_no_source_series() {
+    let stack = TestStack::builder().consumer().build().await;
+    stack.wait_until_assigned().await;
+    let addressed = |source: &str| {
+        OwnedHeaders::new()
+            .insert(Header { key: header::SERVICE, value: Some("nobody") })
+            .insert(Header { key: header::SOURCE, value: Some(source) })
+    };
+    // Written by a client without the record key: one made-up source each.
+    for n in 0..20 {
+        stack.produce_unsigned(0, &format!("k{n}"), addressed(&format!("made-up-{n}")), b"{}").await;
+    }
+    // Written by hookline (a re-drive addressed to another service): its source is believed.
+    stack.produce_raw(0, "signed", addressed("github"), b"{}").await;
+    let other = "outcome=\"other_service\"";
+    eventually(Duration::from_secs(30), "every record passed", || async {
+        stack.consumer_metric(0, "hookline_consumer_events_total", other).await == 21.0
+    })
+    .await;
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_events_total", "source=\"made-up-").await, 0.0);
+    let unknown = stack.consumer_metric(0, "hookline_consumer_events_total", "source=\"unknown\"").await;
+    assert_eq!(unknown, 20.0);
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_events_total", "source=\"github\"").await, 1.0);
     stack.shutdown().await;
 }

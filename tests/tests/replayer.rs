@@ -17,7 +17,7 @@ use http_body_util::Full;
 use rdkafka::{
     Message,
     message::{Header, OwnedHeaders},
-    producer::{FutureProducer, FutureRecord},
+    producer::FutureRecord,
 };
 
 fn replayer_for(stack: &TestStack, max_failed_again: u32) -> Replayer {
@@ -297,12 +297,13 @@ async fn admin_api_requires_the_token_and_has_the_cli_semantics() {
 }
 
 /// Writes a status record as another process would have (a replayer that died between its `replayed` record and
-/// the re-drive).
+/// the re-drive): signed with the record key, since the index applies only status records hookline wrote.
 async fn write_status(stack: &TestStack, entry_id: &str, record: &EntryStatusRecord) {
-    let producer: FutureProducer = hookline_common::kafka::producer_config(&stack.kafka).create().expect("producer");
+    let producer =
+        hookline_common::producer::AckedProducer::new(&stack.kafka, "test-status-producer").expect("producer");
     let value = serde_json::to_vec(record).expect("JSON");
     let out = FutureRecord::<str, [u8]>::to(&stack.kafka.dlq_status_topic).key(entry_id).payload(&value);
-    producer.send(out, Duration::from_secs(10)).await.expect("status produced");
+    producer.send(out, hookline_common::producer::QueueWait::UpToDeadline).await.expect("status produced");
 }
 
 #[tokio::test]

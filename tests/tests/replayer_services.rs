@@ -19,7 +19,7 @@ use http_body_util::Full;
 use rdkafka::{
     Message,
     message::{Header, OwnedHeaders, OwnedMessage},
-    producer::{FutureProducer, FutureRecord},
+    producer::FutureRecord,
 };
 
 fn replayer_for(stack: &TestStack) -> Replayer {
@@ -61,11 +61,13 @@ async fn entry_of(replayer: &Replayer, service: &str, event_id: &str) -> Entry {
     entries.into_iter().rfind(|e| e.entry.event_id.as_deref() == Some(event_id)).expect("entry for the event")
 }
 
+/// Writes a status record as the replayer or a consumer does: signed with the record key.
 async fn write_status(stack: &TestStack, key: &str, record: &EntryStatusRecord) {
-    let producer: FutureProducer = hookline_common::kafka::producer_config(&stack.kafka).create().expect("producer");
+    let producer =
+        hookline_common::producer::AckedProducer::new(&stack.kafka, "test-status-producer").expect("producer");
     let value = serde_json::to_vec(record).expect("JSON");
     let out = FutureRecord::<str, [u8]>::to(&stack.kafka.dlq_status_topic).key(key).payload(&value);
-    producer.send(out, Duration::from_secs(10)).await.expect("status produced");
+    producer.send(out, hookline_common::producer::QueueWait::UpToDeadline).await.expect("status produced");
 }
 
 #[tokio::test]

@@ -260,7 +260,7 @@ async fn a_replay_starts_a_new_trace_linked_to_the_original() {
 }
 
 #[tokio::test]
-async fn an_inbound_traceparent_is_ignored_unless_the_source_trusts_it() {
+async fn an_inbound_traceparent_never_chooses_our_trace_and_is_linked_when_the_source_trusts_it() {
     exporter();
     let secret_file = std::env::temp_dir().join(format!("hookline-traces-{}.secret", uuid::Uuid::new_v4()));
     std::fs::write(&secret_file, TEST_SECRET).expect("write secret");
@@ -286,18 +286,23 @@ async fn an_inbound_traceparent_is_ignored_unless_the_source_trusts_it() {
     let server = one(&spans, "POST /webhooks/{source}", None);
     assert_eq!(server.parent_span_id, SpanId::INVALID);
 
-    // The trusted source continues it.
+    // The trusted source links to it, but its span is still a trace of its own: the span starts before the request
+    // is verified, and anyone who reaches the source's URL can send a traceparent (choosing trace ids, forcing
+    // sampling).
     let trusted = Delivery::new(format!(r#"{{"trusted":"{}"}}"#, uuid::Uuid::new_v4()));
     let mut request = trusted.request(stack.gateway_addr, &trusted.signature(TEST_SECRET));
     *request.uri_mut() = format!("http://{}/webhooks/trusted", stack.gateway_addr).parse().expect("uri");
     request.headers_mut().insert("traceparent", TRACEPARENT_FROM_THE_INTERNET.parse().expect("value"));
     assert_eq!(stack.send(request).await.status, http::StatusCode::ACCEPTED);
     let trace_id = trace_of_event(&inbound, &trusted.delivery_id).await;
-    assert_eq!(trace_id, given.trace_id(), "a trusted source's traceparent is continued");
+    assert_ne!(trace_id, given.trace_id(), "an unverified header chose our trace id");
     let spans = in_trace(trace_id);
     let server = one(&spans, "POST /webhooks/{source}", Some(("hookline.source", "trusted")));
-    assert_eq!(server.parent_span_id, given.span_id());
-    assert!(server.parent_span_is_remote);
+    assert_eq!(server.parent_span_id, SpanId::INVALID);
+    let links = &server.links.links;
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert_eq!(links[0].span_context.trace_id(), given.trace_id(), "linked to the sender's trace");
+    assert_eq!(links[0].span_context.span_id(), given.span_id());
     let _ = std::fs::remove_file(secret_file);
     stack.shutdown().await;
 }

@@ -93,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
     let (index, cli_build_s, rss_after_cli) = {
         let config = replayer_config.clone();
         tokio::task::spawn_blocking(move || {
-            let index = hookline_dlq_replayer::ops::Replayer::empty_index(&config);
+            let index = hookline_dlq_replayer::ops::Replayer::empty_index(&config)?;
             hookline_dlq_replayer::index::tail(
                 &config.kafka,
                 &index,

@@ -210,8 +210,9 @@ pub struct KafkaSaslConfig {
     pub scope: Option<String>,
 }
 
-/// `kafka.properties` keys that carry a credential inline or would fight `[kafka.tls]` / `[kafka.sasl]`, each with
-/// the key to use instead.
+/// `kafka.properties` keys that carry a credential inline, would fight `[kafka.tls]` / `[kafka.sasl]`, change TLS
+/// trust (the brokers' or the OIDC token endpoint's) or load code into the process, each with the reason or the
+/// key to use instead.
 const REFUSED_SECURITY_PROPERTIES: &[(&str, &str)] = &[
     ("security.protocol", "it follows from [kafka.tls] (SSL) and [kafka.sasl] (SASL_SSL); set those"),
     ("sasl.mechanism", "set kafka.sasl.mechanism"),
@@ -236,6 +237,16 @@ const REFUSED_SECURITY_PROPERTIES: &[(&str, &str)] = &[
     ("ssl.ca.pem", "set kafka.tls.ca_file"),
     ("ssl.endpoint.identification.algorithm", "the brokers' host names are always verified"),
     ("enable.ssl.certificate.verification", "the brokers' certificates are always verified"),
+    // Trust for the OIDC token endpoint, which receives the client secret: the system roots only.
+    ("https.ca.location", "the OIDC token endpoint is verified against the system roots"),
+    ("https.ca.pem", "the OIDC token endpoint is verified against the system roots"),
+    ("enable.sasl.oauthbearer.unsecure.jwt", "OAUTHBEARER tokens come from the OIDC token endpoint"),
+    // Code loaded into the process, and the TLS parameters librdkafka and OpenSSL choose well by themselves.
+    ("plugin.library.paths", "hookline loads no librdkafka plugins"),
+    ("ssl.engine.location", "hookline loads no OpenSSL engines"),
+    ("ssl.engine.id", "hookline loads no OpenSSL engines"),
+    ("ssl.providers", "hookline loads no OpenSSL providers"),
+    ("ssl.cipher.suites", "OpenSSL's default cipher suites are used"),
 ];
 
 /// Why `key` may not be set through `kafka.properties` because a security setting owns it, if so.
@@ -348,4 +359,27 @@ fn parse_private_key(pem: &[u8]) -> Result<(), String> {
         return Err("is an encrypted private key; give the unencrypted PEM key (kept in a secret)".to_owned());
     }
     PrivateKeyDer::from_pem_slice(pem).map(|_| ()).map_err(|_| "holds no PEM private key".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_that_change_tls_trust_or_load_code_are_refused() {
+        for key in [
+            "https.ca.location",
+            "https.ca.pem",
+            "plugin.library.paths",
+            "ssl.engine.location",
+            "ssl.engine.id",
+            "ssl.providers",
+            "ssl.cipher.suites",
+            "enable.sasl.oauthbearer.unsecure.jwt",
+            " SSL.CA.Location ",
+        ] {
+            assert!(refused_property(key).is_some(), "{key}");
+        }
+        assert!(refused_property("linger.ms").is_none());
+    }
 }

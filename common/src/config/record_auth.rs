@@ -10,6 +10,10 @@ use crate::wire::header;
 /// The shortest record key accepted: 256 bits, the HMAC-SHA256 block of security.
 pub const MIN_RECORD_KEY_BYTES: usize = 32;
 
+/// How far ahead `accept_unsigned_until` may end, from the time the config is checked: the window is for draining
+/// the backlog of an upgrade (inbound and retry retention), not a way to turn the record MAC off.
+pub const MAX_UNSIGNED_WINDOW_DAYS: i64 = 30;
+
 /// `[kafka.record_auth]`: the internal keys that sign and verify records, and the transition for records
 /// written before records were signed.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -19,8 +23,16 @@ pub struct RecordAuthConfig {
     /// them verify until their `not_after`. Ids are letters, digits, `.`, `_`, `-`.
     pub keys: Vec<SecretRef>,
     /// RFC 3339 time until which a reader accepts a record that carries no MAC at all (written before the
-    /// upgrade), counted as `unsigned_accepted`. Unset: unsigned records are refused.
+    /// upgrade), counted as `unsigned_accepted`. Unset: unsigned records are refused. At most
+    /// [`MAX_UNSIGNED_WINDOW_DAYS`] ahead when a service starts; every start inside it logs a warning.
     pub accept_unsigned_until: Option<String>,
+    /// Ids of keys (of `keys`) that may sign inbound records only: the internet-facing gateway's own key. A record
+    /// signed with one that is not an inbound record (it carries a re-drive, re-processing, service, retry, origin
+    /// or DLQ header, or lacks the source and event id: a status record) is refused by every reader
+    /// (`kind_not_allowed`), and a writer never signs one with it. The gateway holds only its key; the other
+    /// services hold theirs (first, so they sign with it) and the gateway's, listed here. Empty: every key may sign
+    /// every record (one key shared by all, as before).
+    pub inbound_only_keys: Vec<String>,
 }
 
 impl RecordAuthConfig {
@@ -56,8 +68,24 @@ impl RecordAuthConfig {
                 problems.push(format!("kafka.record_auth.keys: {problem}"));
             }
         }
-        if let Err(problem) = self.accept_unsigned_until_ms() {
-            problems.push(problem);
+        for id in &self.inbound_only_keys {
+            if !self.keys.iter().any(|key| key.id == *id) {
+                problems.push(format!(
+                    "kafka.record_auth.inbound_only_keys: `{id}` names no key of kafka.record_auth.keys (a typo here \
+                     would leave the gateway's key allowed to sign re-drives)"
+                ));
+            }
+        }
+        match self.accept_unsigned_until_ms() {
+            Err(problem) => problems.push(problem),
+            Ok(Some(until_ms)) if until_ms > crate::wire::now_ms() + MAX_UNSIGNED_WINDOW_DAYS * 86_400_000 => {
+                problems.push(format!(
+                    "kafka.record_auth.accept_unsigned_until ends more than {MAX_UNSIGNED_WINDOW_DAYS} days from now: \
+                     until then every reader accepts records without a MAC, which is the record key turned off; \
+                     give the time the pre-upgrade backlog will have drained (see docs/security.md)"
+                ));
+            }
+            Ok(_) => {}
         }
     }
 
@@ -72,5 +100,34 @@ impl RecordAuthConfig {
         })?;
         let since_epoch = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Ok(Some(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(until: String) -> Vec<String> {
+        let config = RecordAuthConfig {
+            keys: vec![SecretRef::from_file("k1", "/nonexistent")],
+            accept_unsigned_until: Some(until),
+            inbound_only_keys: Vec::new(),
+        };
+        let mut problems = Problems::default();
+        config.validate(&mut problems);
+        problems.into_lines()
+    }
+
+    fn in_days(days: u64) -> String {
+        let at = std::time::SystemTime::now() + std::time::Duration::from_secs(days * 86_400);
+        humantime::format_rfc3339_seconds(at).to_string()
+    }
+
+    #[test]
+    fn an_unsigned_window_is_bounded() {
+        assert!(window(in_days(7)).is_empty(), "{:?}", window(in_days(7)));
+        let far = window("2099-01-01T00:00:00Z".to_owned());
+        assert!(far.iter().any(|line| line.contains("more than 30 days")), "{far:?}");
+        assert!(!window(in_days(31)).is_empty());
     }
 }

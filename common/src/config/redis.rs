@@ -29,6 +29,9 @@ pub struct RedisConfig {
     pub username: Option<String>,
     /// The password of `username` (or of the default user), a secret reference; never in `url`.
     pub password: Option<SecretRef>,
+    /// Send `password` over a plain `redis://` connection anyway (AUTH in clear text, readable by anyone on the
+    /// path). Refused without it: use `rediss://`, or set this only where the network itself is private.
+    pub allow_plaintext_password: bool,
     /// For a `rediss://` URL: the CA to trust instead of the built-in roots, and a client certificate
     /// ([`crate::redis_security`]).
     pub tls: Option<RedisTls>,
@@ -45,6 +48,7 @@ impl Default for RedisConfig {
             response_timeout_ms: 2_000,
             username: None,
             password: None,
+            allow_plaintext_password: false,
             tls: None,
         }
     }
@@ -128,5 +132,12 @@ fn validate_security(config: &RedisConfig, problems: &mut Problems) {
     }
     if config.username.is_some() && config.password.is_none() {
         problems.push("redis.username needs redis.password (a secret reference)".to_owned());
+    }
+    if config.password.is_some() && tls_urls < urls.len() && !config.allow_plaintext_password {
+        problems.push(
+            "redis.password would be sent in clear text over redis://: use rediss:// (TLS), or set \
+             redis.allow_plaintext_password = true where the network itself is private"
+                .to_owned(),
+        );
     }
 }

@@ -27,9 +27,57 @@ impl std::fmt::Debug for RuntimeClient {
 }
 
 impl RuntimeClient {
-    pub(super) fn new(runtime: tokio::runtime::Handle, timeout: Duration) -> Self {
-        // Building the client needs no runtime; a failure (none expected without a CA file) is reported per export.
-        Self { runtime, client: crate::http_client::client(None).ok(), timeout }
+    /// A client trusting the Mozilla roots and, if given, the CA of `tls.ca_file`, presenting `tls`'s client
+    /// certificate when the collector asks for one. Building it needs no runtime.
+    pub(super) fn new(
+        runtime: tokio::runtime::Handle,
+        tls: &CollectorTls,
+        timeout: Duration,
+    ) -> Result<Self, crate::http_client::ClientError> {
+        let identity = match (&tls.client_certificate, &tls.client_key) {
+            (Some(certificate), Some(key)) => {
+                let pem = std::fs::read(key).map_err(|source| crate::http_client::ClientError::CertificateFile {
+                    path: key.clone(),
+                    source: rustls::pki_types::pem::Error::Io(source),
+                })?;
+                Some(crate::http_client::ClientIdentity::from_pem(certificate, "OTEL_EXPORTER_OTLP_CLIENT_KEY", &pem)?)
+            }
+            _ => None,
+        };
+        let options = crate::http_client::ClientOptions {
+            extra_roots: tls.ca_file.as_deref(),
+            identity,
+            ..crate::http_client::ClientOptions::default()
+        };
+        Ok(Self { runtime, client: Some(crate::http_client::client_with(options)?), timeout })
+    }
+}
+
+/// The collector's TLS as the standard variables give it: `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` or
+/// `OTEL_EXPORTER_OTLP_CERTIFICATE` (a PEM CA file trusted besides the built-in roots, for a collector behind a
+/// private CA, so that its API key header and the span texts need not travel over `http://`), and the
+/// `..._CLIENT_CERTIFICATE` / `..._CLIENT_KEY` pair (PEM files) for mutual TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CollectorTls {
+    pub ca_file: Option<std::path::PathBuf>,
+    pub client_certificate: Option<std::path::PathBuf>,
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+impl CollectorTls {
+    /// Reads the variables through `var` (the traces-specific one first, then the general one).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
+        let path = |what: &str| {
+            var(&format!("OTEL_EXPORTER_OTLP_TRACES_{what}"))
+                .or_else(|| var(&format!("OTEL_EXPORTER_OTLP_{what}")))
+                .filter(|value| !value.trim().is_empty())
+                .map(std::path::PathBuf::from)
+        };
+        Self {
+            ca_file: path("CERTIFICATE"),
+            client_certificate: path("CLIENT_CERTIFICATE"),
+            client_key: path("CLIENT_KEY"),
+        }
     }
 }
 
@@ -54,6 +102,29 @@ impl HttpClient for RuntimeClient {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_collector_ca_comes_from_the_standard_variables() {
+        let vars = |name: &str| match name {
+            "OTEL_EXPORTER_OTLP_CERTIFICATE" => Some("/etc/ca.pem".to_owned()),
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE" => Some("/etc/client.pem".to_owned()),
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE" => Some("/etc/ignored.pem".to_owned()),
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY" => Some("/etc/client.key".to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            super::CollectorTls::from_vars(vars),
+            super::CollectorTls {
+                ca_file: Some("/etc/ca.pem".into()),
+                client_certificate: Some("/etc/client.pem".into()),
+                client_key: Some("/etc/client.key".into()),
+            }
+        );
+        let missing = super::CollectorTls { ca_file: Some("/nonexistent/ca.pem".into()), ..Default::default() };
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let built = super::RuntimeClient::new(runtime.handle().clone(), &missing, std::time::Duration::from_secs(1));
+        assert!(built.is_err(), "a CA file that cannot be read stops the service, not each export");
+    }
+
     use http_body_util::BodyExt as _;
     use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
     use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
@@ -86,7 +157,14 @@ mod tests {
             .with_http()
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .with_endpoint(format!("http://{addr}/v1/traces"))
-            .with_http_client(RuntimeClient::new(tokio::runtime::Handle::current(), Duration::from_secs(10)))
+            .with_http_client(
+                RuntimeClient::new(
+                    tokio::runtime::Handle::current(),
+                    &CollectorTls::default(),
+                    Duration::from_secs(10),
+                )
+                .expect("a client"),
+            )
             .build()
             .expect("exporter");
         let provider =

@@ -147,11 +147,14 @@ pub enum TraceInitError {
     Exporter(#[source] opentelemetry_otlp::ExporterBuildError),
     #[error("traces: no tokio runtime to export on")]
     NoRuntime,
+    #[error("traces: the collector's TLS settings (OTEL_EXPORTER_OTLP_CERTIFICATE, _CLIENT_CERTIFICATE, _CLIENT_KEY)")]
+    CollectorTls(#[source] crate::http_client::ClientError),
 }
 
 /// Turns traces on when the standard variables ask for it: `None` when neither `OTEL_EXPORTER_OTLP_ENDPOINT` nor
 /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (or `OTEL_TRACES_EXPORTER=none`). Call once, in `main`, on the
-/// runtime. The exporter reads the other `OTEL_EXPORTER_OTLP_*` variables (headers, timeout) itself.
+/// runtime. The exporter reads the other `OTEL_EXPORTER_OTLP_*` variables (headers, timeout) itself; the collector's
+/// CA and client certificate variables are read here ([`super::export::CollectorTls`]).
 pub fn init_from_env(default_service_name: &str, config: &TelemetryConfig) -> Result<Option<Traces>, TraceInitError> {
     let endpoint_set = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
         .iter()
@@ -161,12 +164,15 @@ pub fn init_from_env(default_service_name: &str, config: &TelemetryConfig) -> Re
         return Ok(None);
     }
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| TraceInitError::NoRuntime)?;
+    let tls = super::export::CollectorTls::from_vars(|name| std::env::var(name).ok());
+    let client = super::export::RuntimeClient::new(runtime, &tls, Duration::from_secs(10))
+        .map_err(TraceInitError::CollectorTls)?;
     let exporter = {
         use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
         opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_http_client(super::export::RuntimeClient::new(runtime, Duration::from_secs(10)))
+            .with_http_client(client)
             .build()
             .map_err(TraceInitError::Exporter)?
     };

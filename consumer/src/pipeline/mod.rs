@@ -148,7 +148,9 @@ impl Pipeline {
         if !traces::enabled() {
             return self.process_record(message, prior, verdict, &TraceSpan::off()).await;
         }
-        let span = self.process_span(message);
+        // Checked before the span: a record hookline did not write must not choose our trace or its sampling.
+        let verdict = verdict.or_else(|| Some(self.authenticate(&RecordView::new(message))));
+        let span = self.process_span(message, verdict.as_ref());
         let (disposition, downstream) = span.scope(self.process_record(message, prior, verdict, &span)).await;
         if matches!(disposition, Interrupted) {
             span.set(attribute::OUTCOME, || "interrupted");
@@ -157,9 +159,10 @@ impl Pipeline {
     }
 
     /// The `process <topic>` span of a record, continuing the trace its `traceparent` carries (a retry record's
-    /// carries its sender's context, so a retry continues the trace).
-    fn process_span(&self, message: &OwnedMessage) -> TraceSpan {
-        let record_context = traces::record_context(message.headers());
+    /// carries its sender's context, so a retry continues the trace) when its MAC was accepted; else a new trace.
+    fn process_span(&self, message: &OwnedMessage, verdict: Option<&Verdict>) -> TraceSpan {
+        let record_context =
+            traces::record_context(message.headers()).filter(|_| verdict.is_some_and(Verdict::accepted));
         let parent = match &record_context {
             Some(span_context) => Parent::Remote(span_context),
             None => Parent::Root,
@@ -331,7 +334,8 @@ impl Pipeline {
         if !traces::enabled() {
             return self.defer_record(message, due_at_ms, reason, verdict).await;
         }
-        let span = self.process_span(message);
+        let verdict = verdict.or_else(|| Some(self.authenticate(&RecordView::new(message))));
+        let span = self.process_span(message, verdict.as_ref());
         span.set(attribute::OUTCOME, || "deferred");
         span.set("hookline.defer.reason", || reason.as_str());
         span.scope(self.defer_record(message, due_at_ms, reason, verdict)).await

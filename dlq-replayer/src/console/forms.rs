@@ -87,6 +87,10 @@ async fn execute(api: &Api, ask: &Ask, dry_run: bool) -> Result<Report, OpError>
                 dry_run,
                 rate: ask.rate,
                 force: false,
+                // The console never re-drives past retention: that takes a check of the database first, and the
+                // CLI or API.
+                past_retention: false,
+                as_event_type: None,
                 by: "console".to_owned(),
             };
             api.replayer.replay(&request).await

@@ -45,7 +45,8 @@ pub(super) async fn login(api: &Api, request: Request<Incoming>) -> Response<Bod
         return login_page(StatusCode::BAD_REQUEST, Some("the form could not be read"));
     };
     if !api.token_matches(field(&form, "token").unwrap_or("")) {
-        api.console.logins.failed(peer, Instant::now());
+        api.console.logins.failed("console", peer, Instant::now());
+        api.metrics.auth_failures.with_label_values(&["console"]).inc();
         return login_page(StatusCode::UNAUTHORIZED, Some("wrong token"));
     }
     let (id, _) = api.console.login();

@@ -6,7 +6,7 @@ use std::{
     sync::Arc,
 };
 
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX, header, header_str};
+use hookline_common::wire::{EntryStatus, EntryStatusRecord, header, header_str};
 use rdkafka::{Message, message::BorrowedMessage};
 
 use super::{Index, Position, Status};
@@ -175,8 +175,10 @@ pub(super) struct State {
     pub(super) partitions: BTreeMap<i32, Partition>,
     pub(super) strings: Interner,
     pub(super) origins: Origins,
-    /// Status records whose entry the DLQ tail has not reached yet (both topics are tailed independently).
-    pub(super) early_statuses: HashMap<Position, (StatusMeta, u32)>,
+    /// Status records whose entry the DLQ tail has not reached yet (both topics are tailed independently), in
+    /// position order so that those the tail has passed are dropped by range. Bounded by
+    /// [`super::status::MAX_EARLY_STATUSES`].
+    pub(super) early_statuses: BTreeMap<Position, (StatusMeta, u32)>,
     /// Next offset to apply, per partition of the status topic (for read-your-writes).
     pub(super) status_next: HashMap<i32, i64>,
     pub(super) n_entries: usize,
@@ -231,7 +233,7 @@ impl State {
             replay_of: PackedPosition::pack(text(header::REPLAY_OF).and_then(|id| Position::parse(dlq_topic, &id))),
             status: None,
         };
-        if let Some((status, replays)) = self.early_statuses.remove(&position) {
+        if let Some((status, replays)) = self.take_early_statuses_up_to(position) {
             meta.status = Some(status);
             meta.replays = replays;
         }
@@ -253,7 +255,16 @@ impl State {
         self.n_entries += 1;
     }
 
-    pub(super) fn apply_status(&mut self, position: Position, record: &EntryStatusRecord, dlq_topic: &str) {
+    /// Applies a status record (already checked by the caller). A status for a position the DLQ tail has passed
+    /// without finding an entry there is dropped (no entry can appear behind the tail), and one waiting for its
+    /// entry is kept only while [`super::status::MAX_EARLY_STATUSES`] are not waiting already: what is dropped is
+    /// returned, for the counters.
+    pub(super) fn apply_status(
+        &mut self,
+        position: Position,
+        record: &EntryStatusRecord,
+        dlq_topic: &str,
+    ) -> Option<super::status::Dropped> {
         let status = StatusMeta {
             status: record.status,
             at_ms: record.at_ms,
@@ -262,16 +273,46 @@ impl State {
             new_entry: PackedPosition::pack(record.new_entry.as_deref().and_then(|id| Position::parse(dlq_topic, id))),
         };
         let replays = record.replays.unwrap_or(0);
+        let passed = self.tail_has_passed(position);
         match self.get_mut(position) {
             Some(meta) => {
                 meta.status = Some(status);
                 meta.replays = meta.replays.max(replays);
+                None
             }
+            None if passed => Some(super::status::Dropped::NoSuchEntry),
             None => {
-                let seen = self.early_statuses.get(&position).map_or(0, |(_, n)| *n);
-                self.early_statuses.insert(position, (status, seen.max(replays)));
+                let seen = self.early_statuses.get(&position).map(|(_, n)| *n);
+                if seen.is_none() && self.early_statuses.len() >= super::status::MAX_EARLY_STATUSES {
+                    return Some(super::status::Dropped::TooManyEarly);
+                }
+                self.early_statuses.insert(position, (status, seen.unwrap_or(0).max(replays)));
+                None
             }
         }
+    }
+
+    /// Whether the DLQ tail has read `position`'s partition at or past its offset.
+    fn tail_has_passed(&self, position: Position) -> bool {
+        self.partitions
+            .get(&position.partition)
+            .and_then(|partition| partition.metas.last())
+            .is_some_and(|last| last.offset >= position.offset)
+    }
+
+    /// The early status of the entry at `position`, if any, and every early status of its partition before it
+    /// dropped: the tail has passed those positions, so their entries will never come.
+    fn take_early_statuses_up_to(&mut self, position: Position) -> Option<(StatusMeta, u32)> {
+        let start = Position { partition: position.partition, offset: i64::MIN };
+        let passed: Vec<Position> = self.early_statuses.range(start..=position).map(|(at, _)| *at).collect();
+        let mut found = None;
+        for at in passed {
+            let early = self.early_statuses.remove(&at);
+            if at == position {
+                found = early;
+            }
+        }
+        found
     }
 
     pub(super) fn status_of(&self, meta: &Meta, replay_outcome_timeout_ms: i64, now: i64) -> Status {
@@ -318,11 +359,13 @@ impl Index {
             + state.strings.values.capacity() * std::mem::size_of::<Arc<str>>();
         let origins = state.origins.values.capacity() * std::mem::size_of::<Origin>()
             + state.origins.ids.capacity() * (std::mem::size_of::<(Origin, u32)>() + 1);
-        let early = state.early_statuses.capacity() * (std::mem::size_of::<(Position, (StatusMeta, u32))>() + 1);
+        // A B-tree node holds up to 11 pairs; count each pair with a node's share of overhead.
+        let early = state.early_statuses.len() * (std::mem::size_of::<(Position, (StatusMeta, u32))>() + 16);
         entries + strings + origins + early
     }
 
-    /// Applies a batch of records of either topic, in the order they were read.
+    /// Applies a batch of records of either topic, in the order they were read. A status record is applied only
+    /// when its MAC verifies ([`super::status`]).
     pub(super) fn apply(&self, dlq_status_topic: &str, batch: &[BorrowedMessage<'_>]) {
         let mut state = self.write();
         for message in batch {
@@ -330,25 +373,17 @@ impl Index {
                 state.add_entry(&self.dlq_topic, message);
             } else if message.topic() == dlq_status_topic {
                 state.status_next.insert(message.partition(), message.offset() + 1);
-                let (Some(key), Some(value)) = (message.key(), message.payload()) else { continue };
-                let key = String::from_utf8_lossy(key);
-                // A re-processing request and its fates (`reprocess:...`) are kept in the same topic but are no
-                // DLQ entry: never an entry, never an early status waiting for one.
-                if key.starts_with(REPROCESS_STATUS_KEY_PREFIX) {
-                    continue;
-                }
-                let Some(position) = Position::parse(&self.dlq_topic, &key) else { continue };
-                match serde_json::from_slice::<EntryStatusRecord>(value) {
-                    Ok(record) => state.apply_status(position, &record, &self.dlq_topic),
-                    Err(error) => tracing::warn!(entry_id = %key, error = %error, "unreadable status record skipped"),
-                }
+                self.apply_status_record(&mut state, message);
             }
         }
     }
 
     /// Records a status this process wrote, before the tail reads it back (the CLI's index is not tailed).
     pub fn apply_own_status(&self, position: Position, record: &EntryStatusRecord) {
-        self.write().apply_status(position, record, &self.dlq_topic);
+        let dropped = self.write().apply_status(position, record, &self.dlq_topic);
+        if let Some(dropped) = dropped {
+            self.status_counts.count_dropped(dropped);
+        }
     }
 }
 
@@ -366,5 +401,67 @@ mod tests {
         assert_eq!(std::mem::size_of::<PackedPosition>(), 12);
         // The per-entry budget (docs/benchmarks/dlq-and-reconciler.md): the fixed part of an entry stays at 120 bytes.
         assert!(std::mem::size_of::<Meta>() <= 120, "{}", std::mem::size_of::<Meta>());
+    }
+
+    fn status() -> EntryStatusRecord {
+        EntryStatusRecord {
+            status: EntryStatus::Discarded,
+            at_ms: 1,
+            by: "alice".into(),
+            event_id: None,
+            new_entry: None,
+            note: None,
+            replays: None,
+        }
+    }
+
+    /// What `add_entry` appends for a record at `offset` of partition 0.
+    fn entry_at(state: &mut State, offset: i64) -> Option<(StatusMeta, u32)> {
+        let early = state.take_early_statuses_up_to(Position { partition: 0, offset });
+        let meta = Meta {
+            offset,
+            event_id_at: 0,
+            event_id_len: u32::MAX,
+            source: 0,
+            event_type: 0,
+            error_class: 0,
+            error: 0,
+            origin: 0,
+            original_partition: -1,
+            attempts: 0,
+            original_offset: -1,
+            first_failure_at_ms: 0,
+            last_failure_at_ms: 0,
+            body_bytes: 0,
+            replays: 0,
+            replay_of: PackedPosition::pack(None),
+            status: early.map(|(status, _)| status),
+        };
+        state.partitions.entry(0).or_default().metas.push(meta);
+        early
+    }
+
+    #[test]
+    fn statuses_for_positions_without_an_entry_are_bounded() {
+        use crate::index::{Dropped, MAX_EARLY_STATUSES};
+        let mut state = State::default();
+        let at = |offset| Position { partition: 0, offset };
+        // Early statuses wait for their entry; those the tail passes without an entry are dropped with it.
+        assert_eq!(state.apply_status(at(3), &status(), "dlq"), None);
+        assert_eq!(state.apply_status(at(5), &status(), "dlq"), None);
+        assert_eq!(state.apply_status(at(9), &status(), "dlq"), None);
+        assert!(entry_at(&mut state, 4).is_none());
+        assert!(entry_at(&mut state, 5).is_some(), "the status waiting for offset 5 is applied");
+        assert_eq!(state.early_statuses.keys().copied().collect::<Vec<_>>(), vec![at(9)], "offset 3 will never come");
+        // A status for a position the tail has passed, where no entry is, is dropped at once.
+        assert_eq!(state.apply_status(at(2), &status(), "dlq"), Some(Dropped::NoSuchEntry));
+        // At most MAX_EARLY_STATUSES wait; a new one past that is dropped (an update of a waiting one is kept).
+        for offset in 0..MAX_EARLY_STATUSES as i64 {
+            state.apply_status(at(1_000 + offset), &status(), "dlq");
+        }
+        assert_eq!(state.early_statuses.len(), MAX_EARLY_STATUSES);
+        assert_eq!(state.apply_status(at(i64::MAX), &status(), "dlq"), Some(Dropped::TooManyEarly));
+        assert_eq!(state.apply_status(at(9), &status(), "dlq"), None);
+        assert_eq!(state.early_statuses.len(), MAX_EARLY_STATUSES);
     }
 }

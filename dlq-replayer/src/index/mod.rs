@@ -9,11 +9,13 @@
 //! their numbers. Bodies and full headers are fetched from Kafka by partition and offset when one entry is shown or
 //! re-driven ([`crate::fetch`]).
 //!
-//! `build` holds the compact state and applies records to it, `query` answers from it (filters, pages,
-//! counts), `tail` reads the two topics into it.
+//! `build` holds the compact state and applies records to it, `status` checks the status records' MACs before
+//! any is applied and bounds those waiting for their entry, `query` answers from it (filters, pages, counts),
+//! `tail` reads the two topics into it.
 
 mod build;
 mod query;
+mod status;
 mod tail;
 
 use std::{
@@ -24,12 +26,16 @@ use std::{
     },
 };
 
-use hookline_common::wire::{DeadLetterEntry, EntryStatusRecord};
+use hookline_common::{
+    record_auth::RecordKeys,
+    wire::{DeadLetterEntry, EntryStatusRecord},
+};
 use serde::Serialize;
 
 use self::build::State;
 pub use self::{
     query::Query,
+    status::{Dropped, MAX_EARLY_STATUSES, StatusCounts},
     tail::{reader, reader_config, tail},
 };
 
@@ -182,16 +188,21 @@ pub struct Index {
     replay_outcome_timeout_ms: i64,
     state: RwLock<State>,
     caught_up: AtomicBool,
+    /// Checks every status record before it is applied ([`status`]).
+    record_keys: RecordKeys,
+    status_counts: StatusCounts,
 }
 
 impl Index {
-    pub fn new(dlq_topic: &str, max_failed_again: u32, replay_outcome_timeout_s: u64) -> Self {
+    pub fn new(dlq_topic: &str, max_failed_again: u32, replay_outcome_timeout_s: u64, record_keys: RecordKeys) -> Self {
         Self {
             dlq_topic: dlq_topic.to_owned(),
             max_failed_again,
             replay_outcome_timeout_ms: i64::try_from(replay_outcome_timeout_s.saturating_mul(1000)).unwrap_or(i64::MAX),
             state: RwLock::new(State::default()),
             caught_up: AtomicBool::new(false),
+            record_keys,
+            status_counts: StatusCounts::default(),
         }
     }
 

@@ -6,6 +6,7 @@
 mod by_reference;
 mod pause;
 mod rate;
+mod redrive;
 mod reprocess;
 
 use std::{
@@ -16,14 +17,14 @@ use std::{
 use base64::Engine as _;
 use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
-    record_auth::Verdict,
-    telemetry::traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
-    wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, header, now_ms},
+    record_auth::{RecordKeys, Verdict},
+    telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
+    wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
 };
 use rdkafka::{
     Message,
     error::KafkaError,
-    message::{Header, Headers, OwnedHeaders, OwnedMessage},
+    message::{Headers, OwnedMessage},
     producer::FutureRecord,
 };
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::{
     pause::PauseRequest,
     rate::RateLimiter,
+    redrive::{Provenance, VOUCHED_HEADERS},
     reprocess::{ReprocessReport, ReprocessRequest, Reprocessed},
 };
 pub use crate::index::{Page, Stats};
@@ -72,8 +74,17 @@ pub struct ReplayRequest {
     pub dry_run: bool,
     /// At most this many replays per second.
     pub rate: Option<f64>,
-    /// Replay discarded and flagged entries too.
+    /// Replay discarded and flagged entries too, and entries whose record has no valid MAC (those go to the
+    /// inbound topic with their core metadata only).
     pub force: bool,
+    /// Replay entries older than their service's dedupe retention too ([`redrive::past_retention`]): the operator
+    /// has checked that the event's effect did not happen.
+    pub past_retention: bool,
+    /// The event type the re-driven record carries, chosen by the operator, instead of the entry's own: for an event
+    /// whose type came from a header its provider does not sign (GitHub's `X-GitHub-Event`), dead-lettered because
+    /// a copy carried a wrong one. The operator checks the type against the signed body; the replayer's MAC then
+    /// vouches for it.
+    pub as_event_type: Option<String>,
     /// Who asked (recorded in the status topic).
     pub by: String,
 }
@@ -180,9 +191,11 @@ impl Replayer {
         &self.config
     }
 
-    /// An empty index for this configuration.
-    pub fn empty_index(config: &ReplayerConfig) -> Index {
-        Index::new(&config.kafka.dlq_topic, config.max_failed_again, config.replay_outcome_timeout_s)
+    /// An empty index for this configuration, checking status records with its record keys.
+    pub fn empty_index(config: &ReplayerConfig) -> Result<Index, KafkaError> {
+        let keys = RecordKeys::load(&config.kafka.record_auth)
+            .map_err(|problems| KafkaError::ClientCreation(problems.join("; ")))?;
+        Ok(Index::new(&config.kafka.dlq_topic, config.max_failed_again, config.replay_outcome_timeout_s, keys))
     }
 
     /// The index to answer from: the live one, or one built now up to the topics' high watermarks.
@@ -193,7 +206,7 @@ impl Replayer {
             Source::PerCall => {
                 let config = self.config.clone();
                 Ok(tokio::task::spawn_blocking(move || {
-                    let index = Self::empty_index(&config);
+                    let index = Self::empty_index(&config)?;
                     tail(&config.kafka, &index, false, &CancellationToken::new(), BUILD_TIMEOUT)?;
                     Ok::<_, KafkaError>(Arc::new(index))
                 })
@@ -305,6 +318,9 @@ impl Replayer {
         if request.rate.is_some_and(|rate| !(rate.is_finite() && rate > 0.0)) {
             return Err(OpError::BadRequest("rate must be a positive number of replays per second".to_owned()));
         }
+        if request.as_event_type.as_deref().is_some_and(|event_type| event_type.trim().is_empty()) {
+            return Err(OpError::BadRequest("as_event_type, when given, must not be empty".to_owned()));
+        }
         let index = self.index().await?;
         let mut report = Report { dry_run: request.dry_run, ..Report::default() };
         let (selected, has_status) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
@@ -325,17 +341,33 @@ impl Replayer {
                 report.skipped.push(Skipped { id, reason: "no longer in the topic".to_owned() });
                 continue;
             };
-            if let Verdict::Refused(why) = self.authenticate(&record) {
+            // Unsigned inside `accept_unsigned_until` needs force too: re-driven, the record would come out signed
+            // and stay valid after the window closes.
+            let verdict = self.authenticate(&record);
+            if !matches!(verdict, Verdict::Authentic { .. }) {
                 if !request.force {
                     report.skipped.push(Skipped {
                         id,
-                        reason: format!("not written by hookline: {} (needs force)", why.as_str()),
+                        reason: format!("not written by hookline: {} (needs force)", verdict.label()),
                     });
                     continue;
                 }
-                tracing::warn!(entry_id = %id, refusal = why.as_str(), by = %request.by, "forced replay of an entry without a valid MAC");
+                tracing::warn!(entry_id = %id, refusal = verdict.label(), by = %request.by, "forced replay of an entry without a valid MAC: to the inbound topic, with its core metadata only");
             }
-            // A dead letter by reference: its body, key and headers are the original record's.
+            if let Some(reason) = redrive::past_retention(&entry, &record, now_ms()).filter(|_| !request.past_retention)
+            {
+                report.skipped.push(Skipped { id, reason });
+                continue;
+            }
+            let provenance = Provenance::of(&verdict);
+            let topic = match self.redrive_topic(&entry, provenance) {
+                Ok(topic) => topic,
+                Err(reason) => {
+                    report.skipped.push(Skipped { id, reason });
+                    continue;
+                }
+            };
+            // A dead letter by reference: its body, key and headers are the original record's (its MAC checked).
             let record = match self.record_to_redrive(record, request.force, &request.by).await? {
                 Ok(record) => record,
                 Err(reason) => {
@@ -350,100 +382,13 @@ impl Replayer {
             if let Some(limiter) = &mut limiter {
                 limiter.acquire().await;
             }
-            written.extend(self.redrive(&index, &entry, &record, &request.by).await?);
+            let target =
+                redrive::Target { topic, provenance, event_type: request.as_event_type.as_deref(), by: &request.by };
+            written.extend(self.redrive(&index, &entry, &record, target).await?);
             report.done.push(id);
         }
         self.await_visible(&index, &written).await;
         Ok(report)
-    }
-
-    /// Re-drives `record`, the entry's DLQ record (already checked by the caller). The producer signs the copy.
-    ///
-    /// With traces on, a `replay` span in a NEW trace, linked to the context the DLQ record carries (the trace the
-    /// event failed in); the re-driven record carries the replay's context, so its processing continues the new
-    /// trace.
-    async fn redrive(
-        &self,
-        index: &Index,
-        entry: &Entry,
-        record: &OwnedMessage,
-        by: &str,
-    ) -> Result<Vec<(i32, i64)>, OpError> {
-        if !traces::enabled() {
-            return self.redrive_record(index, entry, record, by).await;
-        }
-        let original = traces::record_context(record.headers());
-        let parent = match &original {
-            Some(span_context) => Parent::LinkedTo(span_context),
-            None => Parent::Root,
-        };
-        let span = action_span("replay", parent, entry);
-        let redriven = span.scope(self.redrive_record(index, entry, record, by)).await;
-        if let Err(error) = &redriven {
-            span.fail("replay_failed", || error.to_string());
-        }
-        redriven
-    }
-
-    async fn redrive_record(
-        &self,
-        index: &Index,
-        entry: &Entry,
-        record: &OwnedMessage,
-        by: &str,
-    ) -> Result<Vec<(i32, i64)>, OpError> {
-        let id = &entry.entry.id;
-        let replays = entry.replays + 1;
-        let count = replays.to_string();
-        let mut headers = OwnedHeaders::new();
-        if let Some(original) = record.headers() {
-            for h in original.iter() {
-                let ours = h.key.starts_with("hookline-dlq-")
-                    || h.key == header::REPLAY_OF
-                    || h.key == header::REPLAY_COUNT
-                    || h.key == header::SERVICE;
-                if !ours {
-                    headers = headers.insert(Header { key: h.key, value: h.value });
-                }
-            }
-        }
-        headers = headers
-            .insert(Header { key: header::REPLAY_OF, value: Some(id.as_str()) })
-            .insert(Header { key: header::REPLAY_COUNT, value: Some(count.as_str()) });
-        if let Some(service) = &entry.entry.service {
-            headers = headers.insert(Header { key: header::SERVICE, value: Some(service.as_str()) });
-        }
-        let topic = entry.entry.original_topic.as_deref().unwrap_or(&self.config.kafka.inbound_topic);
-        let mut out =
-            FutureRecord::<[u8], [u8]>::to(topic).headers(headers).payload(record.payload().unwrap_or_default());
-        if let Some(key) = record.key() {
-            out = out.key(key);
-        }
-        // The status first: the consumer records the outcome as soon as it has processed the re-driven event, and
-        // in a compacted topic the outcome must be the later record. If this process dies between the two, or the
-        // `replay_failed` record below is lost too, the entry turns `replay_overdue` after
-        // `replay_outcome_timeout_s` and `replay --all` takes it again.
-        let status = |status, note| EntryStatusRecord {
-            status,
-            at_ms: now_ms(),
-            by: by_or_default(by),
-            event_id: entry.entry.event_id.clone(),
-            new_entry: None,
-            note,
-            replays: Some(replays),
-        };
-        let mut written =
-            vec![self.record_status(index, entry.position(), &status(EntryStatus::Replayed, None)).await?];
-        if let Err(error) = self.send(out).await {
-            let note = Some(format!("re-drive not produced: {error}"));
-            if let Ok(at) = self.record_status(index, entry.position(), &status(EntryStatus::ReplayFailed, note)).await
-            {
-                written.push(at);
-            }
-            return Err(error);
-        }
-        tracing::info!(entry_id = %id, topic, replays, service = entry.entry.service.as_deref(), "entry replayed");
-        Ok(written)
     }
 
     /// Records entries as discarded (with the reason); they stay in Kafka and `replay --all` skips them.

@@ -110,19 +110,83 @@ impl Failure {
     }
 }
 
-/// A database error in one line: the server's SQLSTATE, message and detail when it sent them, else the client's
-/// error and its cause.
+/// A database error in one line, as it may be stored and shown (the DLQ's `hookline-dlq-error`, which Kafka keeps
+/// for ever, log lines, span status, the replayer's console): the SQLSTATE, the names the server reports (schema,
+/// table, column, data type, constraint), and the message only for classes whose messages name objects and never
+/// carry values. A DETAIL (`Failing row contains (...)`, `Key (id)=(42)`), HINT or WHERE, and the message of a
+/// data exception (22), an integrity violation (23, whose message a trigger may also set), a PL/pgSQL `RAISE`
+/// (P0) or any other class, can hold the user's row data: they go to the debug log at most
+/// ([`describe_in_full`]). Without a SQLSTATE, the client's error and its cause.
 pub fn describe(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => {
-            let detail = db.detail().map(|detail| format!(" ({detail})")).unwrap_or_default();
-            format!("{} {}{detail}", db.code().code(), db.message())
-        }
-        None => match std::error::Error::source(error) {
-            Some(cause) => format!("{error}: {cause}"),
-            None => error.to_string(),
-        },
+    let Some(db) = error.as_db_error() else { return describe_client_error(error) };
+    let code = db.code().code();
+    let mut line = code.to_owned();
+    if message_names_no_values(code) {
+        line.push(' ');
+        line.push_str(db.message());
     }
+    let names = [
+        ("constraint", db.constraint()),
+        ("schema", db.schema()),
+        ("table", db.table()),
+        ("column", db.column()),
+        ("type", db.datatype()),
+    ];
+    let named: Vec<String> =
+        names.iter().filter_map(|(what, name)| name.map(|name| format!("{what} \"{name}\""))).collect();
+    if !named.is_empty() {
+        line.push_str(&format!(" ({})", named.join(", ")));
+    }
+    line
+}
+
+/// Every part of a database error the server sent, DETAIL and HINT included: for the debug log only (it can hold
+/// the user's row data; see [`describe`]).
+pub fn describe_in_full(error: &tokio_postgres::Error) -> String {
+    let Some(db) = error.as_db_error() else { return describe_client_error(error) };
+    let mut line = format!("{} {}", db.code().code(), db.message());
+    for (what, part) in [("detail", db.detail()), ("hint", db.hint()), ("where", db.where_())] {
+        if let Some(part) = part {
+            line.push_str(&format!(" ({what}: {part})"));
+        }
+    }
+    line
+}
+
+fn describe_client_error(error: &tokio_postgres::Error) -> String {
+    match std::error::Error::source(error) {
+        Some(cause) => format!("{error}: {cause}"),
+        None => error.to_string(),
+    }
+}
+
+/// SQLSTATE classes whose server messages name objects (a relation, a column, a role) or state a condition
+/// (a timeout, a shutdown, a serialization failure), and never quote a value: connection (08), invalid
+/// transaction state (25), transaction rollback (40, not 40002, an integrity violation at commit), insufficient
+/// resources (53), object state (55), operator intervention (57), system error (58), syntax and access (42),
+/// authorization (28), catalog (3D, 3F), feature or statement (0A, 26), role (0L, 0P, 2B).
+fn message_names_no_values(code: &str) -> bool {
+    code != "40002"
+        && matches!(
+            code.get(..2),
+            Some(
+                "08" | "25"
+                    | "40"
+                    | "53"
+                    | "55"
+                    | "57"
+                    | "58"
+                    | "42"
+                    | "28"
+                    | "3D"
+                    | "3F"
+                    | "0A"
+                    | "26"
+                    | "0L"
+                    | "0P"
+                    | "2B"
+            )
+        )
 }
 
 impl PostgresHandler {
@@ -378,6 +442,12 @@ pub fn configured_tables(config: &crate::config::ConsumerConfig) -> Result<Vec<(
     Ok(found)
 }
 
+/// The shortest `retention_days` of the config's `postgres` handlers, if it has any: how long every dedupe row of
+/// the service is kept at least, which its dead letters carry ([`crate::dlq::DeadLetters::keeping_dedupe_rows_for`]).
+pub fn shortest_retention_days(config: &crate::config::ConsumerConfig) -> Option<u32> {
+    configured_tables(config).ok()?.iter().map(|(_, postgres)| postgres.retention_days).min()
+}
+
 /// Every `postgres` handler of a consumer config, built (nothing connects until used): what `hookline-consumer
 /// migrate` runs the tables of.
 pub fn configured(config: &crate::config::ConsumerConfig) -> Result<Vec<(String, PostgresHandler)>, String> {
@@ -483,6 +553,11 @@ impl Handler for PostgresHandler {
                     }
                     Failure::PoolWait(line) => (postgres_outcome::RETRYABLE, HandlerError::retryable(line)),
                     Failure::Database { context, error } => {
+                        tracing::debug!(
+                            event_id = %event.meta.event_id,
+                            error = %describe_in_full(&error),
+                            "{context}: the database error in full (debug only: it may hold row data)"
+                        );
                         let line = format!("{context}: {}", describe(&error));
                         match classify_error(&error) {
                             Disposition::Reprepare if !reprepared => {

@@ -75,6 +75,12 @@ pub fn build(config: &PostgresConfig, config_dir: &Path, application_name: &str)
     let url = config.url.as_deref().unwrap_or_default();
     let mut pg_config: tokio_postgres::Config = url.parse().map_err(|error| vec![format!("url: {error}")])?;
     let plain = pg_config.get_ssl_mode() == SslMode::Disable;
+    if plain && (config.password.is_some() || pg_config.get_password().is_some()) {
+        tracing::warn!(
+            "postgres: sslmode=disable sends the password (and every event's data) in clear text; use \
+             sslmode=require, or keep this for a database reached over a private network only"
+        );
+    }
     if !plain {
         // `prefer` would let a peer that refuses TLS downgrade the connection to plain text.
         pg_config.ssl_mode(SslMode::Require);

@@ -1,0 +1,256 @@
+//! Nothing the replayer acts on is believed from Kafka without a MAC: a status record that hookline did not write
+//! (unsigned, or signed and changed since) leaves the entry's status as it was, and is counted; statuses for
+//! positions that hold no entry are dropped, not kept. A forced re-drive of a dead letter without a valid MAC goes
+//! to the inbound topic only, with the core metadata only (no re-processing, ordering, origin headers); an unsigned
+//! dead letter inside `accept_unsigned_until` needs force too. An entry older than its service's dedupe retention
+//! is not re-driven without `past_retention`.
+
+use std::time::Duration;
+
+use hookline_common::{
+    producer::{AckedProducer, QueueWait},
+    wire::{EntryStatus, EntryStatusRecord, header, now_ms},
+};
+use hookline_dlq_replayer::{
+    ReplayerConfig,
+    index::Status,
+    ops::{ReplayRequest, Replayer},
+};
+use hookline_tests::{TestStack, record_auth::rfc3339_in};
+use rdkafka::{
+    Message,
+    message::{Header, Headers, OwnedHeaders},
+    producer::{FutureProducer, FutureRecord},
+};
+
+/// A dead letter's headers, as a consumer writes them, with `extra` added or replacing them.
+fn dead_letter_headers(stack: &TestStack, event_id: &str, extra: &[(&str, &str)]) -> OwnedHeaders {
+    let mut headers = OwnedHeaders::new();
+    let inbound = stack.kafka.inbound_topic.clone();
+    let base = [
+        (header::SOURCE, "github"),
+        (header::EVENT_ID, event_id),
+        (header::FORMAT_VERSION, "2"),
+        (header::RECEIVED_AT_MS, "1"),
+        (header::SECRET_ID, "s1"),
+        (header::dlq::ERROR_CLASS, "poison"),
+        (header::dlq::ORIGINAL_TOPIC, inbound.as_str()),
+        (header::dlq::SERVICE, "hookline-consumer"),
+    ];
+    let replaced = |key: &str| extra.iter().any(|(name, _)| *name == key);
+    for (key, value) in base.iter().filter(|(key, _)| !replaced(key)).chain(extra) {
+        headers = headers.insert(Header { key, value: Some(*value) });
+    }
+    headers
+}
+
+/// Writes a record the way a client without the record key does.
+async fn produce_unsigned(stack: &TestStack, topic: &str, key: &str, headers: OwnedHeaders, body: &[u8]) {
+    let producer: FutureProducer = hookline_common::kafka::producer_config(&stack.kafka).create().expect("producer");
+    let record = FutureRecord::to(topic).key(key).payload(body).headers(headers);
+    producer.send(record, Duration::from_secs(10)).await.expect("produced");
+}
+
+/// Writes a record the way a hookline service does (signed with the stack's key).
+async fn produce_signed(stack: &TestStack, topic: &str, key: &str, headers: OwnedHeaders, body: &[u8]) {
+    let producer = AckedProducer::new(&stack.kafka, "test-producer").expect("producer");
+    let record = FutureRecord::to(topic).key(key).payload(body).headers(headers);
+    producer.send(record, QueueWait::UpToDeadline).await.expect("produced");
+}
+
+fn status_json(status: EntryStatus) -> Vec<u8> {
+    serde_json::to_vec(&EntryStatusRecord {
+        status,
+        at_ms: 1,
+        by: "alice".into(),
+        event_id: None,
+        new_entry: None,
+        note: Some("dup".into()),
+        replays: None,
+    })
+    .expect("json")
+}
+
+fn replayer(stack: &TestStack) -> Replayer {
+    Replayer::new(ReplayerConfig { kafka: stack.kafka.clone(), ..ReplayerConfig::default() }).expect("replayer")
+}
+
+#[tokio::test]
+async fn status_records_hookline_did_not_write_are_never_applied() {
+    let stack = TestStack::builder().build().await;
+    let dlq = stack.kafka.dlq_topic.clone();
+    let statuses = stack.kafka.dlq_status_topic.clone();
+    produce_signed(&stack, &dlq, "e1", dead_letter_headers(&stack, "e1", &[]), b"{}").await;
+    let entry_id = replayer(&stack).list(&Default::default()).await.expect("list")[0].entry.id.clone();
+
+    // A writer of the status topic without the key: unsigned, and a signed status with its body changed.
+    produce_unsigned(&stack, &statuses, &entry_id, OwnedHeaders::new(), &status_json(EntryStatus::Discarded)).await;
+    let signed =
+        stack.signed(&statuses, Some(entry_id.as_bytes()), &status_json(EntryStatus::Replayed), &OwnedHeaders::new());
+    produce_unsigned(&stack, &statuses, &entry_id, signed, &status_json(EntryStatus::Succeeded)).await;
+    // A status written with the key for a position far beyond the DLQ's end: checked, then waiting for an entry
+    // (the bound on those is a unit test of the index).
+    let nowhere = format!("{dlq}:0:1000000000");
+    produce_signed(&stack, &statuses, &nowhere, OwnedHeaders::new(), &status_json(EntryStatus::Discarded)).await;
+
+    let index = replayer(&stack).index().await.expect("index");
+    let entries = replayer(&stack).list(&Default::default()).await.expect("list");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].status, Status::New, "a forged status moved the entry: {:?}", entries[0].last_status);
+    let auth: Vec<(&str, u64)> = index.status_counts().auth().into_iter().filter(|(_, n)| *n > 0).collect();
+    assert_eq!(auth, vec![("authentic", 1), ("unsigned", 1), ("bad_mac", 1)]);
+
+    // A status hookline writes is applied, as before.
+    produce_signed(&stack, &statuses, &entry_id, OwnedHeaders::new(), &status_json(EntryStatus::Discarded)).await;
+    let entries = replayer(&stack).list(&Default::default()).await.expect("list");
+    assert_eq!(entries[0].status, Status::Discarded);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forced_redrive_believes_no_routing_from_an_unsigned_dead_letter() {
+    let stack = TestStack::builder().build().await;
+    let dlq = stack.kafka.dlq_topic.clone();
+    let status_topic = stack.kafka.dlq_status_topic.clone();
+    // Aimed at the status topic: refused even forced.
+    let aimed = dead_letter_headers(&stack, "aimed", &[(header::dlq::ORIGINAL_TOPIC, status_topic.as_str())]);
+    produce_unsigned(&stack, &dlq, "aimed", aimed, &status_json(EntryStatus::Succeeded)).await;
+    // Aimed at the inbound topic with the headers that would re-run a processed event under a fresh key.
+    let powers = [
+        (header::REPROCESS_ID, "r1"),
+        (header::REPROCESS_OF, "x"),
+        (header::ORDERING_KEY, "k"),
+        (header::ORIGIN, "reconciled"),
+        ("http-x-github-event", "push"),
+    ];
+    produce_unsigned(&stack, &dlq, "planted", dead_letter_headers(&stack, "planted", &powers), b"{}").await;
+
+    let replayer = replayer(&stack);
+    let ids: Vec<String> =
+        replayer.list(&Default::default()).await.expect("list").iter().map(|entry| entry.entry.id.clone()).collect();
+    let report =
+        replayer.replay(&ReplayRequest { ids, force: true, ..ReplayRequest::default() }).await.expect("replay");
+    assert_eq!(report.done.len(), 1, "{report:?}");
+    assert!(report.skipped[0].reason.contains("inbound topic"), "{report:?}");
+    assert!(
+        stack
+            .records(&status_topic)
+            .await
+            .iter()
+            .all(|record| record.payload() != Some(&status_json(EntryStatus::Succeeded)[..])),
+        "the planted status record was signed into the status topic"
+    );
+
+    let redriven = stack.inbound_records().await;
+    assert_eq!(redriven.len(), 1);
+    let names: Vec<&str> = redriven[0].headers().expect("headers").iter().map(|h| h.key).collect();
+    for power in [header::REPROCESS_ID, header::REPROCESS_OF, header::ORDERING_KEY, header::ORIGIN] {
+        assert!(!names.contains(&power), "{power} was carried into a signed record: {names:?}");
+    }
+    for kept in [header::SOURCE, header::EVENT_ID, header::REPLAY_OF, header::MAC, "http-x-github-event"] {
+        assert!(names.contains(&kept), "{kept} missing: {names:?}");
+    }
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unsigned_dead_letter_inside_the_transition_window_still_needs_force() {
+    let mut stack = TestStack::builder().build().await;
+    stack.kafka.record_auth.accept_unsigned_until = Some(rfc3339_in(3600));
+    let dlq = stack.kafka.dlq_topic.clone();
+    produce_unsigned(&stack, &dlq, "old", dead_letter_headers(&stack, "old", &[]), b"{}").await;
+    let replayer = replayer(&stack);
+    let ids: Vec<String> =
+        replayer.list(&Default::default()).await.expect("list").iter().map(|entry| entry.entry.id.clone()).collect();
+    let report = replayer.replay(&ReplayRequest { ids, ..ReplayRequest::default() }).await.expect("replay");
+    assert!(report.done.is_empty(), "laundered into a signed record: {report:?}");
+    assert!(report.skipped[0].reason.contains("unsigned_accepted (needs force)"), "{report:?}");
+    assert!(stack.inbound_records().await.is_empty());
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_entry_older_than_its_dedupe_retention_is_not_redriven_without_past_retention() {
+    let stack = TestStack::builder().build().await;
+    let dlq = stack.kafka.dlq_topic.clone();
+    let day_ms = 86_400_000_i64;
+    let long_ago = (now_ms() - 31 * day_ms).to_string();
+    let recent = (now_ms() - day_ms).to_string();
+    let old = [(header::dlq::DEDUPE_RETENTION_DAYS, "30"), (header::dlq::FIRST_FAILURE_AT_MS, long_ago.as_str())];
+    let young = [(header::dlq::DEDUPE_RETENTION_DAYS, "30"), (header::dlq::FIRST_FAILURE_AT_MS, recent.as_str())];
+    produce_signed(&stack, &dlq, "old", dead_letter_headers(&stack, "old", &old), b"{}").await;
+    produce_signed(&stack, &dlq, "young", dead_letter_headers(&stack, "young", &young), b"{}").await;
+
+    let replayer = replayer(&stack);
+    let entries = replayer.list(&Default::default()).await.expect("list");
+    let id_of = |event: &str| {
+        entries.iter().find(|entry| entry.entry.event_id.as_deref() == Some(event)).expect("entry").entry.id.clone()
+    };
+    let (old_id, young_id) = (id_of("old"), id_of("young"));
+    let report = replayer
+        .replay(&ReplayRequest { ids: vec![old_id.clone(), young_id.clone()], ..ReplayRequest::default() })
+        .await
+        .expect("replay");
+    assert_eq!(report.done, vec![young_id]);
+    assert_eq!(report.skipped.len(), 1);
+    assert!(report.skipped[0].reason.contains("dedupe retention (30 days)"), "{report:?}");
+    assert_eq!(stack.inbound_records().await.len(), 1);
+
+    // The documented override, once the operator has checked the database.
+    let forced = ReplayRequest { ids: vec![old_id.clone()], past_retention: true, ..ReplayRequest::default() };
+    assert_eq!(replayer.replay(&forced).await.expect("replay").done, vec![old_id]);
+    assert_eq!(stack.inbound_records().await.len(), 2);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn wrong_api_tokens_are_throttled_counted_and_share_the_console_logins_budget() {
+    let stack = TestStack::builder().build().await;
+    let token = "a-replayer-api-token-of-32-characters-or-more";
+    let api = stack.start_replayer_api(token).await;
+    let get = |bearer: String| {
+        http::Request::get(format!("http://{}/v1/stats", api.addr))
+            .header(http::header::AUTHORIZATION, format!("Bearer {bearer}"))
+            .body(Default::default())
+            .expect("request")
+    };
+    let mut statuses = Vec::new();
+    for guess in 0..12 {
+        statuses.push(stack.send(get(format!("guess-{guess}"))).await.status);
+    }
+    let unauthorized = statuses.iter().filter(|status| **status == http::StatusCode::UNAUTHORIZED).count();
+    assert_eq!(unauthorized, 10, "{statuses:?}");
+    assert_eq!(statuses[11], http::StatusCode::TOO_MANY_REQUESTS, "{statuses:?}");
+    // Refused without its token looked at: even the right one, from this address, for the window.
+    assert_eq!(stack.send(get(token.to_owned())).await.status, http::StatusCode::TOO_MANY_REQUESTS);
+    let metrics = stack
+        .send(http::Request::get(format!("http://{}/metrics", api.addr)).body(Default::default()).expect("request"))
+        .await;
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(text.contains("hookline_replayer_auth_failures_total{surface=\"api\"} 10"), "{text}");
+    api.stop().await;
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_entry_dead_lettered_for_a_forged_type_is_redriven_with_the_type_the_operator_checked() {
+    let stack = TestStack::builder().build().await;
+    let dlq = stack.kafka.dlq_topic.clone();
+    // A copy of a GitHub delivery with a type header the provider does not sign, re-sent with a made-up value.
+    let forged = [(header::EVENT_TYPE, "bogus")];
+    produce_signed(&stack, &dlq, "typed", dead_letter_headers(&stack, "typed", &forged), b"{\"ref\":\"main\"}").await;
+    let replayer = replayer(&stack);
+    let id = replayer.list(&Default::default()).await.expect("list")[0].entry.id.clone();
+    let request = ReplayRequest { ids: vec![id], as_event_type: Some("push".into()), ..ReplayRequest::default() };
+    assert_eq!(replayer.replay(&request).await.expect("replay").done.len(), 1);
+    let redriven = stack.inbound_records().await;
+    let types: Vec<&[u8]> = redriven[0]
+        .headers()
+        .expect("headers")
+        .iter()
+        .filter(|h| h.key == header::EVENT_TYPE)
+        .filter_map(|h| h.value)
+        .collect();
+    assert_eq!(types, vec![&b"push"[..]], "one type, the operator's");
+    stack.shutdown().await;
+}
