@@ -375,13 +375,19 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The sum of the samples of a counter (`prefix` is its name and `{`) of one source, from one instance.
-fn scrape_counter(admin: SocketAddr, prefix: &str, source: &str) -> Option<u64> {
+/// One instance's `/metrics` text.
+fn scrape(admin: SocketAddr) -> Option<String> {
     let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(200)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
     let mut text = String::new();
     stream.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// The sum of the samples of a counter (`prefix` is its name and `{`) of one source, from one instance.
+fn scrape_counter(admin: SocketAddr, prefix: &str, source: &str) -> Option<u64> {
+    let text = scrape(admin)?;
     let source_label = format!("source=\"{source}\"");
     let lines = text.lines().filter(|line| line.starts_with(prefix) && line.contains(&source_label));
     Some(lines.filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>() as u64)
@@ -389,11 +395,7 @@ fn scrape_counter(admin: SocketAddr, prefix: &str, source: &str) -> Option<u64> 
 
 /// `hookline_consumer_events_total{source, outcome="processed"}` of one source, from one instance.
 fn scrape_processed(admin: SocketAddr, source: &str) -> Option<u64> {
-    let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(200)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
+    let text = scrape(admin)?;
     let source_label = format!("source=\"{source}\"");
     let mut total = 0;
     for line in text.lines().filter(|line| line.starts_with("hookline_consumer_events_total{")) {
