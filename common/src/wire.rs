@@ -242,8 +242,10 @@ pub mod default_topic {
 /// mistaken for a source (source names are letters, digits, `-` and `_`). Every script touches one key, so Redis
 /// Cluster needs no hash tag.
 mod done_marker;
+mod fetched;
 mod record_view;
 
+pub use fetched::{FetchedRecord, OwnedHeaderTable};
 pub use record_view::{HeaderTable, RecordView};
 
 pub mod redis_key {
@@ -434,12 +436,29 @@ impl InboundEvent {
 
     /// From `message`'s body and position, and its headers as read once ([`RecordView`]).
     pub fn from_parts<M: Message, H: Headers>(message: &M, headers: Option<&H>) -> Result<Self, WireError> {
+        Self::with_body(
+            (message.topic(), message.partition(), message.offset()),
+            headers,
+            Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+        )
+    }
+
+    /// From a fetched record, sharing its body rather than copying it.
+    pub fn from_fetched(record: &FetchedRecord) -> Result<Self, WireError> {
+        Self::with_body((record.topic(), record.partition(), record.offset()), record.headers(), record.body())
+    }
+
+    fn with_body<H: Headers>(
+        (topic, partition, offset): (&str, i32, i64),
+        headers: Option<&H>,
+        body: Bytes,
+    ) -> Result<Self, WireError> {
         Ok(Self {
             meta: EventMeta::from_headers(headers)?,
-            body: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
-            topic: message.topic().to_owned(),
-            partition: message.partition(),
-            offset: message.offset(),
+            body,
+            topic: topic.to_owned(),
+            partition,
+            offset,
             replay_of: header_str(headers, header::REPLAY_OF).transpose()?,
             replay_count: header_str(headers, header::REPLAY_COUNT).and_then(Result::ok).and_then(|n| n.parse().ok()),
             provider_event_id: header_str(headers, header::PROVIDER_EVENT_ID).and_then(Result::ok),

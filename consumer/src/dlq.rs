@@ -4,20 +4,22 @@
 
 use std::time::Duration;
 
-use crate::retry::{Attempts, RetryHeaders};
+use crate::{
+    record::Record,
+    retry::{Attempts, RetryHeaders},
+};
 
 use hookline_common::{
     config::KafkaConfig,
     producer::{AckedProducer, ProduceError, QueueWait},
     wire::{
-        DeadLetterEntry, EntryStatusRecord, FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, RecordView,
+        DeadLetterEntry, EntryStatusRecord, FORMAT_VERSION, FetchedRecord, MAX_DLQ_ERROR_BYTES,
         header::{self, dlq, retry},
     },
 };
 use rdkafka::{
-    Message,
     error::KafkaError,
-    message::{Header, Headers, OwnedHeaders, OwnedMessage},
+    message::{Header, Headers, OwnedHeaders},
     producer::FutureRecord,
 };
 
@@ -100,7 +102,7 @@ impl DeadLetters {
     /// new entry's id. Keyed like the original (the event id), so all failures of one event land on one DLQ
     /// partition. A record read back from the retry topic is dead-lettered as the original event: its retry
     /// headers are left out and the DLQ record names the inbound position the event first had.
-    pub async fn publish(&self, original: &OwnedMessage, failure: &Failure<'_>) -> Result<String, ProduceError> {
+    pub async fn publish(&self, original: &Record, failure: &Failure<'_>) -> Result<String, ProduceError> {
         self.publish_as(original, failure, DlqBody::Copied).await
     }
 
@@ -109,23 +111,18 @@ impl DeadLetters {
     /// out, and the event id carried as [`dlq::EVENT_ID`]), [`dlq::BODY_BY_REFERENCE`] with the body's length,
     /// and an empty body. The body stays at the original position the record names, from where a re-drive reads
     /// it. Small, so an ordinary produce: a failure is retried like any.
-    pub async fn publish_by_reference(
-        &self,
-        original: &OwnedMessage,
-        failure: &Failure<'_>,
-    ) -> Result<String, ProduceError> {
+    pub async fn publish_by_reference(&self, original: &Record, failure: &Failure<'_>) -> Result<String, ProduceError> {
         self.publish_as(original, failure, DlqBody::ByReference).await
     }
 
     async fn publish_as(
         &self,
-        original: &OwnedMessage,
+        original: &Record,
         failure: &Failure<'_>,
         body: DlqBody,
     ) -> Result<String, ProduceError> {
         let body_bytes = original.payload().map_or(0, <[u8]>::len).to_string();
-        let original = RecordView::new(original);
-        let origin = RetryHeaders::origin_of(&original);
+        let origin = RetryHeaders::origin_of(original);
         let partition = origin.partition.to_string();
         let offset = origin.offset.to_string();
         let attempts = failure.attempts.to_string();
@@ -151,8 +148,8 @@ impl DeadLetters {
             failure_headers.push((dlq::DEDUPE_RETENTION_DAYS, days.as_str()));
         }
         let record = match body {
-            DlqBody::Copied => copy_of(&original, &self.topic, &failure_headers),
-            DlqBody::ByReference => reference_to(&original, &self.topic, &failure_headers, &body_bytes),
+            DlqBody::Copied => copy_of(original, &self.topic, &failure_headers),
+            DlqBody::ByReference => reference_to(original, &self.topic, &failure_headers, &body_bytes),
         };
         let delivery = self.producer.send(record, QueueWait::UpToDeadline).await?;
         Ok(DeadLetterEntry::entry_id(&self.topic, delivery.partition, delivery.offset))
@@ -162,12 +159,11 @@ impl DeadLetters {
     /// broker's acknowledgement: only then may the original offset be stored. Keyed like the original.
     pub async fn schedule_retry(
         &self,
-        original: &OwnedMessage,
+        original: &Record,
         attempts: &Attempts,
         due_at_ms: i64,
     ) -> Result<(), ProduceError> {
-        let original = RecordView::new(original);
-        let origin = RetryHeaders::origin_of(&original);
+        let origin = RetryHeaders::origin_of(original);
         let (partition, offset) = (origin.partition.to_string(), origin.offset.to_string());
         let (count, first) = (attempts.attempts.to_string(), attempts.first_failure_at_ms.to_string());
         let due = due_at_ms.to_string();
@@ -183,7 +179,7 @@ impl DeadLetters {
             // Only this service takes it back, wherever the record is read.
             (header::SERVICE, self.service.as_str()),
         ];
-        let record = copy_of(&original, &self.retry_topic, &retry_headers);
+        let record = copy_of(original, &self.retry_topic, &retry_headers);
         self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
     }
 
@@ -218,11 +214,7 @@ impl DeadLetters {
 
 /// A record to `topic` with `original`'s key, body and headers (its retry headers, and any header `extra`
 /// replaces, left out) and `extra` headers.
-fn copy_of<'a>(
-    original: &'a RecordView<'_, OwnedMessage>,
-    topic: &'a str,
-    extra: &[(&str, &str)],
-) -> FutureRecord<'a, [u8], [u8]> {
+fn copy_of<'a>(original: &'a FetchedRecord, topic: &'a str, extra: &[(&str, &str)]) -> FutureRecord<'a, [u8], [u8]> {
     let replaced = |key: &str| extra.iter().any(|(name, _)| *name == key);
     let kept = crate::retry::original_headers(original).filter(|header| !replaced(header.key));
     let mut headers = OwnedHeaders::new_with_capacity(original.headers().map_or(0, Headers::count) + extra.len());
@@ -232,12 +224,11 @@ fn copy_of<'a>(
     for (key, value) in extra {
         headers = headers.insert(Header { key, value: Some(*value) });
     }
-    let message = original.message();
     let mut record = FutureRecord::to(topic).headers(headers);
-    if let Some(key) = message.key() {
+    if let Some(key) = original.key() {
         record = record.key(key);
     }
-    if let Some(payload) = message.payload() {
+    if let Some(payload) = original.payload() {
         record = record.payload(payload);
     }
     record
@@ -248,7 +239,7 @@ fn copy_of<'a>(
 /// `body_bytes`, and an empty body. Forwarded provider headers (`http-*`, the one part of a record's headers whose
 /// size a provider chooses) are left out: the re-drive takes them from the original record.
 fn reference_to<'a>(
-    original: &'a RecordView<'_, OwnedMessage>,
+    original: &'a FetchedRecord,
     topic: &'a str,
     extra: &[(&str, &str)],
     body_bytes: &str,
@@ -270,7 +261,7 @@ fn reference_to<'a>(
     }
     headers = headers.insert(Header { key: dlq::BODY_BY_REFERENCE, value: Some(body_bytes) });
     let mut record = FutureRecord::to(topic).headers(headers).payload(&[][..]);
-    if let Some(key) = original.message().key() {
+    if let Some(key) = original.key() {
         record = record.key(key);
     }
     record

@@ -26,7 +26,7 @@ use std::{
 
 use hookline_common::{
     kafka::QuietContext,
-    wire::{EventMeta, RecordView, now_ms},
+    wire::{FetchedRecord, now_ms},
 };
 use rdkafka::{
     ClientConfig, ClientContext, Message, Statistics, TopicPartitionList,
@@ -44,8 +44,8 @@ use crate::{
     fetch_stats,
     metrics::{self, Metrics},
     pipeline::Pipeline,
-    retry::RetryHeaders,
-    schedule::{Admission, PartitionKey, Scheduler},
+    record::Record,
+    schedule::{PartitionKey, Scheduler},
     service::{self, ServiceTopics},
 };
 
@@ -299,47 +299,40 @@ struct Via<'a> {
 impl Intake {
     /// Takes one record fetched from the main queue (a partition whose queue could not be split).
     pub(crate) fn take_from_main(&self, message: &BorrowedMessage<'_>) {
-        self.take(message, None);
+        self.take(message, Arc::from(message.topic()), None);
     }
 
-    /// Admits `message` (or passes it on, when addressed to another service), applies the pauses that follow,
-    /// wakes the fetch loop; true when the reader `via` may read on (its partition's window has room).
-    fn take(&self, message: &BorrowedMessage<'_>, via: Option<Via<'_>>) -> bool {
+    /// The door: copies `message` out of librdkafka and parses it once into a [`Record`] the scheduler admits (or
+    /// passes it on, when it is addressed to another service), applies the pauses that follow and wakes the fetch
+    /// loop; true when the reader `via` may read on (its partition's window has room). `topic` is the record's
+    /// topic name, shared by its partition's records.
+    fn take(&self, message: &BorrowedMessage<'_>, topic: Arc<str>, via: Option<Via<'_>>) -> bool {
         self.metrics.consumed.inc();
-        // Its headers out of librdkafka once, for every reader below.
-        let view = RecordView::new(message);
-        let elsewhere = service::addressed_elsewhere(view.headers(), &self.service);
-        let admission = if elsewhere {
+        let fetched = FetchedRecord::copy_of(message, topic);
+        let admitted = if service::addressed_elsewhere(fetched.headers(), &self.service) {
             // Its source label only from a record whose MAC verifies: anyone who can write the topic could
             // otherwise grow the label set without bound.
-            let source = service::passed_source_label(view.headers(), &self.pipeline.authenticate(&view));
+            let source = service::passed_source_label(fetched.headers(), &self.pipeline.authenticate(&fetched));
             self.metrics.events.with_label_values(&[&source, metrics::event_outcome::OTHER_SERVICE]).inc();
             None
         } else {
-            // A record without hookline's MAC gets no route of its own and no due time: whatever its headers
-            // claim, it only goes to the pipeline, which dead-letters it. The MAC is checked once, here: the job
-            // carries the verdict to the pipeline.
-            let verdict = self.pipeline.authenticate(&view);
-            Some(if verdict.accepted() {
-                Admission { verdict: Some(verdict), ..admission_of(&view, &self.topics) }
-            } else {
-                Admission { verdict: Some(verdict), ..Admission::default() }
-            })
+            // The MAC is checked once, here; the record carries the verdict to the pipeline.
+            let record = Record::parse(fetched, |fetched| self.pipeline.authenticate(fetched));
+            let admission = record.admission(&self.topics);
+            Some((Box::new(record), admission))
         };
-        drop(view);
-        let owned = admission.as_ref().map(|_| message.detach());
         let mut scheduler = self.shared.lock();
         // Under the lock, so that a revoke (which stops the reader first) and this admission are ordered.
         if via.as_ref().is_some_and(|via| via.stop.is_cancelled()) {
             return false;
         }
-        match (owned, admission) {
-            (Some(owned), Some(admission)) => {
-                if !scheduler.admit(owned, admission, now_ms()) {
+        match admitted {
+            Some((record, admission)) => {
+                if !scheduler.admit(record, admission, now_ms()) {
                     self.metrics.dropped.inc();
                 }
             }
-            _ => {
+            None => {
                 // Addressed elsewhere: handled as it arrives, so it holds nothing back.
                 let partition = (message.topic().to_owned(), message.partition());
                 if let Some(prefix_end) = scheduler.pass(&partition, message.offset()) {
@@ -436,6 +429,7 @@ impl Intake {
         room: Arc<Notify>,
     ) {
         let mut has_room = !self.shared.lock().is_paused(&partition);
+        let topic: Arc<str> = Arc::from(partition.0.as_str());
         loop {
             if !has_room {
                 tokio::select! {
@@ -457,31 +451,12 @@ impl Intake {
             match received {
                 // Nothing within the interval: poll again (a wake-up may have been lost).
                 Err(_) => {}
-                Ok(Ok(message)) => has_room = self.take(&message, Some(Via { partition: &partition, stop: &stop })),
+                Ok(Ok(message)) => {
+                    let via = Via { partition: &partition, stop: &stop };
+                    has_room = self.take(&message, topic.clone(), Some(via));
+                }
                 Ok(Err(error)) => self.fetch_failed(&error),
             }
         }
-    }
-}
-
-/// What the scheduler needs from a record's headers. A record no gateway wrote gets no source (it is
-/// dead-lettered as poison by the pipeline, on the `unknown` route; so does a record without hookline's MAC).
-/// A record of the retry topic waits until its due time.
-fn admission_of(view: &RecordView<'_, impl Message>, topics: &ServiceTopics) -> Admission {
-    let retry = topics.is_retry(view.message().topic()).then(|| RetryHeaders::from_headers(view.headers())).flatten();
-    let due_at_ms = retry.as_ref().map(|headers| headers.due_at_ms);
-    let first_failure_at_ms = retry.as_ref().map(|headers| headers.attempts.first_failure_at_ms);
-    let attempts = retry.map(|headers| headers.attempts);
-    match EventMeta::from_headers(view.headers()) {
-        Ok(meta) => Admission {
-            source: Some(meta.source),
-            event_type: meta.event_type,
-            ordering_key: meta.ordering_key,
-            due_at_ms,
-            first_failure_at_ms,
-            attempts,
-            verdict: None,
-        },
-        Err(_) => Admission { due_at_ms, first_failure_at_ms, attempts, ..Admission::default() },
     }
 }

@@ -24,6 +24,7 @@ pub mod load;
 pub mod memory;
 pub mod metrics;
 pub mod pipeline;
+pub mod record;
 pub mod retry;
 pub mod schedule;
 pub mod service;

@@ -5,11 +5,10 @@
 //! waits in the scheduler's timer list (its partition pauses when its window fills), then takes the same dedupe
 //! and handler path. Nothing sleeps in a partition's path, and nothing holds handler capacity while it waits.
 
-use hookline_common::wire::{RecordView, header::retry, header_str};
-use rdkafka::{
-    Message,
-    message::{Header, Headers},
-};
+use hookline_common::wire::{FetchedRecord, header::retry, header_str};
+use rdkafka::message::{Header, Headers};
+
+use crate::record::Record;
 
 /// Handler attempts already made for an event, carried into its next attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,13 +35,9 @@ pub struct RetryHeaders {
 }
 
 impl RetryHeaders {
-    /// The retry headers of `message`; `None` for a record that was never retried (or whose retry headers are
-    /// damaged: it then starts counting again, which only lengthens its retries).
-    pub fn read<M: Message>(message: &M) -> Option<Self> {
-        Self::from_headers(message.headers())
-    }
-
-    /// The same, from a record's headers as read once ([`hookline_common::wire::RecordView`]).
+    /// The retry headers in a record's headers; `None` for a record that was never retried (or whose retry
+    /// headers are damaged: it then starts counting again, which only lengthens its retries). Read once, at the
+    /// door ([`Record::retry`]).
     pub fn from_headers<H: Headers>(headers: Option<&H>) -> Option<Self> {
         let text = |name: &'static str| header_str(headers, name).and_then(Result::ok);
         let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());
@@ -62,12 +57,11 @@ impl RetryHeaders {
     }
 
     /// Where `record` first was: its retry headers' origin, or its own position.
-    pub fn origin_of<M: Message>(record: &RecordView<'_, M>) -> Origin {
-        let message = record.message();
-        Self::from_headers(record.headers()).map(|headers| headers.origin).unwrap_or_else(|| Origin {
-            topic: message.topic().to_owned(),
-            partition: message.partition(),
-            offset: message.offset(),
+    pub fn origin_of(record: &Record) -> Origin {
+        record.retry.as_ref().map(|headers| headers.origin.clone()).unwrap_or_else(|| Origin {
+            topic: record.topic().to_owned(),
+            partition: record.partition(),
+            offset: record.offset(),
         })
     }
 }
@@ -79,14 +73,14 @@ pub fn is_retry_header(name: &str) -> bool {
 
 /// The headers of `record` without its retry headers, in record order: the original event's, to copy into the
 /// next retry or the DLQ record.
-pub fn original_headers<'a>(record: &'a RecordView<'_, impl Message>) -> impl Iterator<Item = Header<'a, &'a [u8]>> {
+pub fn original_headers(record: &FetchedRecord) -> impl Iterator<Item = Header<'_, &[u8]>> {
     record.headers().into_iter().flat_map(Headers::iter).filter(|header| !is_retry_header(header.key))
 }
 
 #[cfg(test)]
 mod tests {
     use rdkafka::{
-        Timestamp,
+        Message, Timestamp,
         message::{Header, OwnedHeaders, OwnedMessage},
     };
 
@@ -111,21 +105,24 @@ mod tests {
             headers = headers.insert(Header { key, value: Some(value) });
         }
         let record = message(headers);
-        let read = RetryHeaders::read(&record).expect("retry headers");
+        let read = RetryHeaders::from_headers(record.headers()).expect("retry headers");
         assert_eq!(read.attempts.attempts, 2);
         assert_eq!(read.due_at_ms, 5000);
         assert_eq!(read.origin, Origin { topic: "webhooks.inbound".into(), partition: 1, offset: 7 });
-        let view = RecordView::new(&record);
-        let kept: Vec<&str> = original_headers(&view).map(|header| header.key).collect();
+        let fetched = FetchedRecord::copy_of(&record, "webhooks.retry".into());
+        let kept: Vec<&str> = original_headers(&fetched).map(|header| header.key).collect();
         assert_eq!(kept, vec!["hookline-source"]);
     }
 
     #[test]
     fn a_first_time_record_is_its_own_origin() {
         let record = message(OwnedHeaders::new());
-        assert!(RetryHeaders::read(&record).is_none());
+        assert!(RetryHeaders::from_headers(record.headers()).is_none());
+        let record = Record::parse(FetchedRecord::copy_of(&record, "webhooks.retry".into()), |_| {
+            hookline_common::record_auth::Verdict::UnsignedAccepted
+        });
         assert_eq!(
-            RetryHeaders::origin_of(&RecordView::new(&record)),
+            RetryHeaders::origin_of(&record),
             Origin { topic: "webhooks.retry".into(), partition: 2, offset: 40 }
         );
     }

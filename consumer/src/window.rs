@@ -13,7 +13,8 @@
 
 use std::collections::VecDeque;
 
-use rdkafka::message::{Headers, Message};
+use hookline_common::wire::FetchedRecord;
+use rdkafka::message::Headers;
 
 /// The records of one partition between the stored offset and the newest fetched one.
 #[derive(Debug, Default)]
@@ -74,7 +75,7 @@ impl Window {
 }
 
 /// What a fetched record weighs in a window: its payload, key, and header names and values.
-pub fn record_bytes(message: &impl Message) -> usize {
+pub fn record_bytes(message: &FetchedRecord) -> usize {
     let headers = message
         .headers()
         .map_or(0, |headers| headers.iter().map(|header| header.key.len() + header.value.map_or(0, <[u8]>::len)).sum());

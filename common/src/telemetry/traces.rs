@@ -22,7 +22,7 @@ use opentelemetry::{
     Context, Value,
     context::FutureExt as _,
     trace::{
-        Link, Span as _, SpanContext, SpanId, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
+        Link, Span as _, SpanId, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
         TracerProvider as _,
     },
 };
@@ -36,7 +36,10 @@ use serde::{Deserialize, Serialize};
 use crate::{config::Problems, wire::header::TRACEPARENT};
 
 /// What a service needs of the OpenTelemetry API to start spans, re-exported so only `common` depends on it.
-pub use opentelemetry::{KeyValue, trace::SpanKind};
+pub use opentelemetry::{
+    KeyValue,
+    trace::{SpanContext, SpanKind},
+};
 
 /// The semantic conventions version the attribute names below follow.
 pub const SEMCONV_VERSION: &str = "1.30.0";

@@ -5,8 +5,8 @@
 //! is dead-lettered *by reference* ([`crate::dlq::DeadLetters::publish_by_reference`]): a small DLQ record naming
 //! its original position, with the body left in that topic, from where the replayer's re-drive reads it.
 
+use crate::record::Record;
 use hookline_common::{producer::ProduceError, wire::InboundEvent};
-use rdkafka::message::OwnedMessage;
 
 use super::{Outcome, Pipeline};
 use crate::{
@@ -23,7 +23,7 @@ impl Pipeline {
     /// of the entry is then at worst a duplicate). `None` on shutdown.
     pub(super) async fn not_parked(
         &self,
-        message: &OwnedMessage,
+        message: &Record,
         event: &InboundEvent,
         token: &ClaimToken,
         so_far: &Attempts,

@@ -7,9 +7,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::record::Record;
 use hookline_common::wire::{EntryStatusRecord, InboundEvent, redis_key::DoneMarker};
 use rand::Rng;
-use rdkafka::message::OwnedMessage;
 
 use super::{
     INFRA_BACKOFF_MAX, INFRA_BACKOFF_MIN, Pipeline,
@@ -58,7 +58,7 @@ impl Pipeline {
     /// refuse it for ever, so the caller dead-letters the record by reference instead.
     pub(super) async fn park(
         &self,
-        message: &OwnedMessage,
+        message: &Record,
         attempts: &Attempts,
         due_at_ms: i64,
     ) -> Option<Result<(), CopyTooLarge>> {
@@ -146,7 +146,7 @@ impl Pipeline {
     /// produce, retried like any.
     pub(super) async fn dead_letter(
         &self,
-        message: &OwnedMessage,
+        message: &Record,
         source: &str,
         event_id: Option<&str>,
         failure: &Failure<'_>,
@@ -157,7 +157,7 @@ impl Pipeline {
     /// Dead-letters by reference a record whose retry or deferral copy was refused as too large.
     pub(super) async fn dead_letter_by_reference(
         &self,
-        message: &OwnedMessage,
+        message: &Record,
         source: &str,
         event_id: Option<&str>,
         failure: &Failure<'_>,
@@ -169,7 +169,7 @@ impl Pipeline {
     /// [`Self::dead_letter`], by reference from the start when a copy was `refused` already.
     async fn dead_letter_as(
         &self,
-        message: &OwnedMessage,
+        message: &Record,
         source: &str,
         event_id: Option<&str>,
         failure: &Failure<'_>,

@@ -14,14 +14,14 @@
 use std::{any::Any, panic::AssertUnwindSafe};
 
 use futures_util::FutureExt;
-use hookline_common::wire::{InboundEvent, RecordView, header, header_str, now_ms};
+use hookline_common::wire::{InboundEvent, now_ms};
 
 use super::{Disposition, Handled, Interrupted, Pipeline, RetryAt};
 use crate::{
     dlq::{ErrorClass, Failure},
     handler::HandlerError,
     metrics::event_outcome,
-    retry::{Attempts, RetryHeaders},
+    retry::Attempts,
     schedule::{Downstream, Job, Work},
 };
 
@@ -31,9 +31,9 @@ impl Pipeline {
     pub async fn run(&self, job: &Job) -> (Disposition, Downstream) {
         let work = async {
             match job.work {
-                Work::Handle => self.process(&job.message, job.prior.clone(), job.verdict.clone()).await,
+                Work::Handle => self.process(&job.record, job.prior.clone()).await,
                 Work::Defer { due_at_ms, reason } => {
-                    (self.defer(&job.message, due_at_ms, reason, job.verdict.clone()).await, Downstream::NotCalled)
+                    (self.defer(&job.record, due_at_ms, reason).await, Downstream::NotCalled)
                 }
             }
         };
@@ -72,14 +72,12 @@ impl Pipeline {
     /// ordered one (which must keep its key's turn), or one without a valid MAC (never copied into the retry
     /// topic), is retried in memory.
     async fn recover(&self, job: &Job, panic: &str) -> Disposition {
-        let message = &job.message;
-        let view = RecordView::new(message);
-        let text = |name| header_str(view.headers(), name).and_then(Result::ok);
-        let source = text(header::SOURCE).unwrap_or_else(|| "unknown".to_owned());
-        let event_id = text(header::EVENT_ID);
-        let ordered = text(header::ORDERING_KEY).is_some();
+        let message = &*job.record;
+        let source = message.source_label().to_owned();
+        let event_id = message.event_id().map(str::to_owned);
+        let ordered = message.event.as_ref().is_ok_and(|event| event.meta.ordering_key.is_some());
         self.panicked(&source, event_id.as_deref(), "pipeline", panic);
-        let prior = job.prior.clone().or_else(|| RetryHeaders::from_headers(view.headers()).map(|h| h.attempts));
+        let prior = job.prior.clone().or_else(|| message.retry.as_ref().map(|retry| retry.attempts.clone()));
         let attempts = Attempts {
             attempts: prior.as_ref().map_or(0, |prior| prior.attempts).saturating_add(1),
             first_failure_at_ms: prior.as_ref().map_or_else(now_ms, |prior| prior.first_failure_at_ms),
@@ -88,11 +86,7 @@ impl Pipeline {
         let backoff = self.retry_backoff(attempts.attempts);
         let due_at_ms = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
         let in_memory = || RetryAt { due_at_ms, attempts: attempts.clone() };
-        let accepted = match &job.verdict {
-            Some(verdict) => verdict.accepted(),
-            None => self.authenticate(&view).accepted(),
-        };
-        drop(view);
+        let accepted = message.verdict.accepted();
         let elapsed_ms = u64::try_from(now_ms() - attempts.first_failure_at_ms).unwrap_or(0);
         let exhausted = attempts.attempts >= self.retry.max_attempts || elapsed_ms >= self.retry.max_total_ms;
         let recovery = async {

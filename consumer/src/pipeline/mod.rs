@@ -41,10 +41,9 @@ use hookline_common::{
         traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
     },
     wire::{
-        EntryStatus, EntryStatusRecord, InboundEvent, RecordView, header, header_str, now_ms, redis_key::DoneMarker,
+        EntryStatus, EntryStatusRecord, FetchedRecord, InboundEvent, header, header_str, now_ms, redis_key::DoneMarker,
     },
 };
-use rdkafka::{Message, message::OwnedMessage};
 use tokio_util::sync::CancellationToken;
 
 mod by_reference;
@@ -58,7 +57,8 @@ use crate::{
     dlq::{DeadLetters, ErrorClass, Failure},
     handler::{Handler, HandlerError},
     metrics::{Metrics, event_outcome},
-    retry::{Attempts, RetryHeaders},
+    record::Record,
+    retry::Attempts,
 };
 
 /// How processing a record ended (see [`Completion`]): `Handled` means processed, skipped as a duplicate, or
@@ -133,25 +133,17 @@ impl Outcome {
 }
 
 impl Pipeline {
-    /// Processes one record; `prior` carries the attempts of an ordered record retried in memory, `verdict` its MAC
-    /// as the fetch loop checked it (`None`: checked here). Returns how it ended and what the handler call said of
-    /// the downstream.
+    /// Processes one record, as parsed at the door; `prior` carries the attempts of an ordered record retried in
+    /// memory. Returns how it ended and what the handler call said of the downstream.
     ///
     /// With traces on, the processing is a `process <topic>` consumer span continuing the record's `traceparent`
     /// (its retry, dead-letter and status sends and the handler call are its children).
-    pub async fn process(
-        &self,
-        message: &OwnedMessage,
-        prior: Option<Attempts>,
-        verdict: Option<Verdict>,
-    ) -> (Disposition, Downstream) {
+    pub async fn process(&self, message: &Record, prior: Option<Attempts>) -> (Disposition, Downstream) {
         if !traces::enabled() {
-            return self.process_record(message, prior, verdict, &TraceSpan::off()).await;
+            return self.process_record(message, prior, &TraceSpan::off()).await;
         }
-        // Checked before the span: a record hookline did not write must not choose our trace or its sampling.
-        let verdict = verdict.or_else(|| Some(self.authenticate(&RecordView::new(message))));
-        let span = self.process_span(message, verdict.as_ref());
-        let (disposition, downstream) = span.scope(self.process_record(message, prior, verdict, &span)).await;
+        let span = self.process_span(message);
+        let (disposition, downstream) = span.scope(self.process_record(message, prior, &span)).await;
         if matches!(disposition, Interrupted) {
             span.set(attribute::OUTCOME, || "interrupted");
         }
@@ -159,11 +151,10 @@ impl Pipeline {
     }
 
     /// The `process <topic>` span of a record, continuing the trace its `traceparent` carries (a retry record's
-    /// carries its sender's context, so a retry continues the trace) when its MAC was accepted; else a new trace.
-    fn process_span(&self, message: &OwnedMessage, verdict: Option<&Verdict>) -> TraceSpan {
-        let record_context =
-            traces::record_context(message.headers()).filter(|_| verdict.is_some_and(Verdict::accepted));
-        let parent = match &record_context {
+    /// carries its sender's context, so a retry continues the trace) when its MAC was accepted ([`Record::trace`]);
+    /// else a new trace.
+    fn process_span(&self, message: &Record) -> TraceSpan {
+        let parent = match &message.trace {
             Some(span_context) => Parent::Remote(span_context),
             None => Parent::Root,
         };
@@ -182,8 +173,8 @@ impl Pipeline {
                     KeyValue::new(attribute::MESSAGING_CONSUMER_GROUP_NAME, self.dead_letters.group_id().to_owned()),
                     KeyValue::new(attribute::SERVICE, self.dead_letters.service().to_owned()),
                 ];
-                if let Some(Ok(event_id)) = header_str(message.headers(), header::EVENT_ID) {
-                    attributes.push(KeyValue::new(attribute::MESSAGING_MESSAGE_ID, event_id));
+                if let Some(event_id) = message.event_id() {
+                    attributes.push(KeyValue::new(attribute::MESSAGING_MESSAGE_ID, event_id.to_owned()));
                 }
                 attributes
             },
@@ -192,17 +183,12 @@ impl Pipeline {
 
     async fn process_record(
         &self,
-        message: &OwnedMessage,
+        message: &Record,
         prior: Option<Attempts>,
-        verdict: Option<Verdict>,
         span: &TraceSpan,
     ) -> (Disposition, Downstream) {
-        // Its headers out of librdkafka once, for every reader below.
-        let view = RecordView::new(message);
-        // The verdict of the fetch loop's check of these same bytes, or a check now.
-        let verdict = verdict.unwrap_or_else(|| self.authenticate(&view));
-        self.metrics.record_auth.with_label_values(&[verdict.label()]).inc();
-        if let Verdict::Refused(refusal) = verdict {
+        self.metrics.record_auth.with_label_values(&[message.verdict.label()]).inc();
+        if let Verdict::Refused(refusal) = &message.verdict {
             let now = now_ms();
             let error = format!(
                 "record not written by hookline: {} (no valid {} header; see docs/security.md)",
@@ -219,7 +205,8 @@ impl Pipeline {
             };
             // Its headers are not to be believed, its source name included: the bounded `unknown` label.
             let source = "unknown";
-            let event_id = header_str(view.headers(), header::EVENT_ID).and_then(Result::ok);
+            // Named in the DLQ entry as its headers claim it (not believed: it claims nothing).
+            let event_id = header_str(message.headers(), header::EVENT_ID).and_then(Result::ok);
             if self.dead_letter(message, source, event_id.as_deref(), &failure).await.is_none() {
                 return (Interrupted, Downstream::NotCalled);
             }
@@ -228,7 +215,7 @@ impl Pipeline {
             span.fail("unauthenticated_record", || error.clone());
             return (Handled, Downstream::NotCalled);
         }
-        let event = match InboundEvent::from_parts(message, view.headers()) {
+        let event = match &message.event {
             Ok(event) => event,
             Err(error) => {
                 let now = now_ms();
@@ -250,7 +237,7 @@ impl Pipeline {
                 span.fail("poison", || failure.error.to_owned());
                 // A re-driven entry that is not a hookline record still gets its outcome, or it would stay
                 // `replayed` for ever.
-                let replay_of = header_str(view.headers(), header::REPLAY_OF).and_then(Result::ok);
+                let replay_of = header_str(message.headers(), header::REPLAY_OF).and_then(Result::ok);
                 if let Some(entry_id) = replay_of {
                     let record = EntryStatusRecord {
                         status: EntryStatus::FailedAgain,
@@ -259,7 +246,7 @@ impl Pipeline {
                         event_id: None,
                         new_entry: Some(new_entry),
                         note: Some("not a hookline record".to_owned()),
-                        replays: header_str(view.headers(), header::REPLAY_COUNT)
+                        replays: header_str(message.headers(), header::REPLAY_COUNT)
                             .and_then(Result::ok)
                             .and_then(|n| n.parse().ok()),
                     };
@@ -271,7 +258,7 @@ impl Pipeline {
             }
         };
         span.set(attribute::SOURCE, || event.meta.source.clone());
-        let outcome = match self.handle(&view, &event, prior, span).await {
+        let outcome = match self.handle(message, event, prior, span).await {
             Some(Outcome::RetryLater { due_at_ms, attempts }) => {
                 span.set(attribute::OUTCOME, || event_outcome::RETRY_LATER);
                 return (RetryAt { due_at_ms, attempts }, Downstream::Failed);
@@ -287,7 +274,7 @@ impl Pipeline {
         // `reprocess:<run id>:<where the record was>`, so that each re-processing is recorded.
         let fate_key = event.replay_of.clone().or_else(|| {
             let run_id = event.reprocess_id.as_deref()?;
-            let of = header_str(view.headers(), header::REPROCESS_OF).and_then(Result::ok).unwrap_or_default();
+            let of = header_str(message.headers(), header::REPROCESS_OF).and_then(Result::ok).unwrap_or_default();
             Some(format!("{}{run_id}:{of}", hookline_common::wire::REPROCESS_STATUS_KEY_PREFIX))
         });
         if let Some(entry_id) = &fate_key {
@@ -324,42 +311,26 @@ impl Pipeline {
     ///
     /// With traces on, a `process <topic>` span with outcome `deferred`, so the copy's send (and the copy's later
     /// processing) stays in the record's trace.
-    pub async fn defer(
-        &self,
-        message: &OwnedMessage,
-        due_at_ms: i64,
-        reason: DeferReason,
-        verdict: Option<Verdict>,
-    ) -> Disposition {
+    pub async fn defer(&self, message: &Record, due_at_ms: i64, reason: DeferReason) -> Disposition {
         if !traces::enabled() {
-            return self.defer_record(message, due_at_ms, reason, verdict).await;
+            return self.defer_record(message, due_at_ms, reason).await;
         }
-        let verdict = verdict.or_else(|| Some(self.authenticate(&RecordView::new(message))));
-        let span = self.process_span(message, verdict.as_ref());
+        let span = self.process_span(message);
         span.set(attribute::OUTCOME, || "deferred");
         span.set("hookline.defer.reason", || reason.as_str());
-        span.scope(self.defer_record(message, due_at_ms, reason, verdict)).await
+        span.scope(self.defer_record(message, due_at_ms, reason)).await
     }
 
-    async fn defer_record(
-        &self,
-        message: &OwnedMessage,
-        due_at_ms: i64,
-        reason: DeferReason,
-        verdict: Option<Verdict>,
-    ) -> Disposition {
-        let view = RecordView::new(message);
-        let verdict = verdict.unwrap_or_else(|| self.authenticate(&view));
-        if !verdict.accepted() {
+    async fn defer_record(&self, message: &Record, due_at_ms: i64, reason: DeferReason) -> Disposition {
+        if !message.verdict.accepted() {
             // Never copied (and so signed) into the retry topic: dead-lettered now instead.
-            return self.process(message, None, Some(verdict)).await.0;
+            return self.process(message, None).await.0;
         }
-        let attempts =
-            RetryHeaders::from_headers(view.headers()).map(|headers| headers.attempts).unwrap_or_else(|| Attempts {
-                attempts: 0,
-                first_failure_at_ms: now_ms(),
-                last_error: format!("deferred: {}", reason.as_str()),
-            });
+        let attempts = message.retry.as_ref().map(|headers| headers.attempts.clone()).unwrap_or_else(|| Attempts {
+            attempts: 0,
+            first_failure_at_ms: now_ms(),
+            last_error: format!("deferred: {}", reason.as_str()),
+        });
         match self.park(message, &attempts, due_at_ms).await {
             None => return Interrupted,
             Some(Ok(())) => {}
@@ -367,24 +338,22 @@ impl Pipeline {
             // once), rather than dead-lettered without a failure. A failure is then dead-lettered by reference.
             Some(Err(refused)) => {
                 tracing::warn!(error = %refused, "deferral not copied: handling the record now");
-                return self.process(message, None, Some(verdict)).await.0;
+                return self.process(message, None).await.0;
             }
         }
-        let source =
-            header_str(view.headers(), header::SOURCE).and_then(Result::ok).unwrap_or_else(|| "unknown".to_owned());
-        self.metrics.deferred.with_label_values(&[source.as_str(), reason.as_str()]).inc();
+        self.metrics.deferred.with_label_values(&[message.source_label(), reason.as_str()]).inc();
         Handled
     }
 
     /// The record's MAC checked with this service's keys, at this consumer's clock (never the record's timestamp,
-    /// which its writer chose). Not counted: [`Self::process`] counts each record's verdict once.
-    pub fn authenticate(&self, view: &RecordView<'_, impl Message>) -> Verdict {
-        let message = view.message();
+    /// which its writer chose). Once per record, at the door ([`Record::verdict`]); not counted: [`Self::process`]
+    /// counts each record's verdict once.
+    pub fn authenticate(&self, message: &FetchedRecord) -> Verdict {
         self.dead_letters.record_keys().verify(
             message.topic(),
             message.key(),
             message.payload(),
-            view.headers(),
+            message.headers(),
             now_ms(),
         )
     }
@@ -392,17 +361,16 @@ impl Pipeline {
     /// Dedupe, handler and retries for a well-formed event. `None` on shutdown.
     async fn handle(
         &self,
-        view: &RecordView<'_, OwnedMessage>,
+        message: &Record,
         event: &InboundEvent,
         prior: Option<Attempts>,
         span: &TraceSpan,
     ) -> Option<Outcome> {
-        let message = view.message();
         let source = event.meta.source.as_str();
         let event_id = event.meta.event_id.as_str();
         let handler_name = self.handler.name_for(event);
         // Attempts so far: carried in memory for an ordered record, in the retry headers for a parked one.
-        let prior = prior.or_else(|| RetryHeaders::from_headers(view.headers()).map(|headers| headers.attempts));
+        let prior = prior.or_else(|| message.retry.as_ref().map(|headers| headers.attempts.clone()));
         let mut attempts = prior.as_ref().map_or(0, |prior| prior.attempts);
         let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;

@@ -73,7 +73,6 @@ impl Scheduler {
     /// Every route's state, for the gauges; a paused label no record has used yet too (so an operator sees the
     /// pause obeyed before the route's first record).
     pub fn route_reports(&self) -> Vec<RouteReport> {
-        use rdkafka::Message;
         // Labels paused or resumed before any record used them: reported too, so a pause shows as obeyed (and a
         // resume as cleared) before the route's first record.
         let known = |label: &String| self.routes.iter().any(|route| &route.label == label);
@@ -102,7 +101,7 @@ impl Scheduler {
                     .queue
                     .iter()
                     .take(QUEUE_SCAN)
-                    .filter_map(|job| job.message.timestamp().to_millis())
+                    .filter_map(|job| job.record.timestamp().to_millis())
                     .min(),
             })
             .chain(unused)

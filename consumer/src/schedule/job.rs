@@ -2,16 +2,14 @@
 //! when started ([`Work`]), what the fetch loop tells the scheduler of it ([`Admission`]) and how it ended
 //! ([`Completion`], [`Downstream`]).
 
-use hookline_common::record_auth::Verdict;
-use rdkafka::message::OwnedMessage;
-
 use super::PartitionKey;
-use crate::retry::Attempts;
+use crate::{record::Record, retry::Attempts};
 
 /// One record on its way through the handler stage.
 #[derive(Debug)]
 pub struct Job {
-    pub message: OwnedMessage,
+    /// The record, as parsed at the door (boxed: jobs move through the scheduler's queues).
+    pub record: Box<Record>,
     pub partition: PartitionKey,
     pub(super) generation: u64,
     pub(super) route: usize,
@@ -30,9 +28,6 @@ pub struct Job {
     pub work: Work,
     /// The one call let through a half-open breaker.
     pub(super) probe: bool,
-    /// The record's MAC as checked when it was fetched: the pipeline takes it rather than checking the same bytes
-    /// again (one check is a third of the consumer's instructions per event). `None`: checked when processed.
-    pub verdict: Option<Verdict>,
 }
 
 /// What a started job does.
@@ -89,8 +84,6 @@ pub struct Admission {
     pub first_failure_at_ms: Option<i64>,
     /// From the retry headers: the attempts made so far (a record read back from the retry topic).
     pub attempts: Option<Attempts>,
-    /// The record's MAC, checked once as it was fetched ([`Job::verdict`]).
-    pub verdict: Option<Verdict>,
 }
 
 /// What became of a started job.

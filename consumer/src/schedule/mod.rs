@@ -31,7 +31,6 @@ use std::{
 };
 
 use rand::Rng;
-use rdkafka::message::OwnedMessage;
 
 use self::route::{BreakerState, Gate, RouteKey, RouteRule, RouteState};
 pub use self::{
@@ -40,6 +39,7 @@ pub use self::{
 };
 use crate::{
     config::{ProcessingConfig, RetryConfig, RouteConfig},
+    record::Record,
     retry::Attempts,
     window::Window,
 };
@@ -215,11 +215,10 @@ impl Scheduler {
 
     /// Takes a fetched record into its partition's window and queues it. False when it is not ours (its
     /// partition is not assigned, or revoked) or a re-fetch: then it is dropped.
-    pub fn admit(&mut self, message: OwnedMessage, admission: Admission, now_ms: i64) -> bool {
-        use rdkafka::Message;
-        let partition = (message.topic().to_owned(), message.partition());
+    pub fn admit(&mut self, record: Box<Record>, admission: Admission, now_ms: i64) -> bool {
+        let partition = (record.topic().to_owned(), record.partition());
         let Some(state) = self.partitions.get_mut(&partition) else { return false };
-        if state.revoked || !state.window.admit(message.offset(), crate::window::record_bytes(&message)) {
+        if state.revoked || !state.window.admit(record.offset(), crate::window::record_bytes(&record)) {
             return false;
         }
         let generation = state.generation;
@@ -229,7 +228,7 @@ impl Scheduler {
         // A held route's record in a source topic: that partition is to be held at once.
         self.holds_dirty |= source_topic && self.routes[route].held();
         let job = Job {
-            message,
+            record,
             partition,
             generation,
             route,
@@ -240,7 +239,6 @@ impl Scheduler {
             parked: admission.due_at_ms.is_some(),
             work: Work::Handle,
             probe: false,
-            verdict: admission.verdict,
         };
         match admission.due_at_ms {
             Some(due_at_ms) if due_at_ms > now_ms => self.delay(job, due_at_ms, false),
@@ -459,7 +457,6 @@ impl Scheduler {
     /// A started job ended; `downstream` is what its handler call said of the route's downstream. Returns the
     /// offset to store for its partition when the prefix moved forward.
     pub fn complete(&mut self, job: Job, completion: Completion, downstream: Downstream, now_ms: i64) -> Option<i64> {
-        use rdkafka::Message;
         match job.work {
             Work::Handle => {
                 self.running -= 1;
@@ -478,7 +475,7 @@ impl Scheduler {
             return None;
         };
         state.running -= 1;
-        let offset = job.message.offset();
+        let offset = job.record.offset();
         match completion {
             Completion::Handled => {
                 let prefix_end = state.window.handled(offset);

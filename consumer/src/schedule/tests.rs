@@ -1,6 +1,8 @@
 //! The scheduler's decisions, without Kafka: windows, routes, chains, deferral and breakers.
 
-use rdkafka::{Message, Timestamp, message::OwnedMessage};
+use bytes::Bytes;
+use hookline_common::{record_auth::Verdict, wire::FetchedRecord};
+use rdkafka::Timestamp;
 
 use super::*;
 
@@ -8,8 +10,14 @@ fn config(max_in_flight: usize, route_max_in_flight: usize) -> ProcessingConfig 
     ProcessingConfig { max_in_flight, route_max_in_flight, partition_window: 4, ..ProcessingConfig::default() }
 }
 
-fn record(partition: i32, offset: i64) -> OwnedMessage {
-    OwnedMessage::new(None, None, "t".to_owned(), Timestamp::NotAvailable, partition, offset, None)
+/// A record as the door would hand it over (the scheduler reads only its position, size and timestamp).
+fn parsed(topic: &str, partition: i32, offset: i64, timestamp: Timestamp, body: Option<Bytes>) -> Box<Record> {
+    let fetched = FetchedRecord::new(topic, partition, offset, timestamp, None, body, None);
+    Box::new(Record::parse(fetched, |_| Verdict::UnsignedAccepted))
+}
+
+fn record(partition: i32, offset: i64) -> Box<Record> {
+    parsed("t", partition, offset, Timestamp::NotAvailable, None)
 }
 
 fn admission(source: &str, ordering_key: Option<&str>) -> Admission {
@@ -20,7 +28,6 @@ fn admission(source: &str, ordering_key: Option<&str>) -> Admission {
         due_at_ms: None,
         first_failure_at_ms: None,
         attempts: None,
-        verdict: None,
     }
 }
 
@@ -48,7 +55,7 @@ fn a_full_route_does_not_hold_back_another_route() {
     scheduler.admit(record(0, 1), admission("slow", None), 0);
     scheduler.admit(record(0, 2), admission("fast", None), 0);
     let started: Vec<i64> =
-        std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).map(|job| job.message.offset()).collect();
+        std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).map(|job| job.record.offset()).collect();
     assert_eq!(started, vec![0, 2], "the second `slow` record waits; `fast` starts");
     assert_eq!(scheduler.running(), 2);
 }
@@ -61,7 +68,7 @@ fn same_key_records_run_one_after_another_in_offset_order() {
     scheduler.admit(record(0, 1), admission("a", Some("k")), 0);
     scheduler.admit(record(0, 2), admission("a", Some("other")), 0);
     let first: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).collect();
-    assert_eq!(first.iter().map(|job| job.message.offset()).collect::<Vec<_>>(), vec![0, 2]);
+    assert_eq!(first.iter().map(|job| job.record.offset()).collect::<Vec<_>>(), vec![0, 2]);
     let mut first = first.into_iter();
     let head = first.next().expect("head");
     let attempts = Attempts { attempts: 1, first_failure_at_ms: 0, last_error: "x".to_owned() };
@@ -69,10 +76,10 @@ fn same_key_records_run_one_after_another_in_offset_order() {
     assert!(scheduler.next_job(Instant::now(), 0).is_none(), "offset 1 waits for its key's head to be retried");
     scheduler.release_due(10);
     let retried = scheduler.next_job(Instant::now(), 0).expect("the head again");
-    assert_eq!(retried.message.offset(), 0);
+    assert_eq!(retried.record.offset(), 0);
     assert_eq!(retried.prior.as_ref().map(|prior| prior.attempts), Some(1));
     scheduler.complete(retried, Completion::Handled, Downstream::Answered, 0);
-    assert_eq!(scheduler.next_job(Instant::now(), 0).map(|job| job.message.offset()), Some(1));
+    assert_eq!(scheduler.next_job(Instant::now(), 0).map(|job| job.record.offset()), Some(1));
 }
 
 #[test]
@@ -110,7 +117,7 @@ fn a_saturated_route_defers_unordered_records_of_a_paused_partition_only() {
     scheduler.admit(record(0, 4), admission("fast", None), 0);
     scheduler.pause_changes();
     let jobs: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).collect();
-    let started: Vec<(i64, Work)> = jobs.iter().map(|job| (job.message.offset(), job.work)).collect();
+    let started: Vec<(i64, Work)> = jobs.iter().map(|job| (job.record.offset(), job.work)).collect();
     assert_eq!(started.len(), 4, "{started:?}");
     assert_eq!(started[..3].iter().map(|(offset, _)| *offset).collect::<Vec<_>>(), vec![0, 4, 1]);
     assert!(started[..3].iter().all(|(_, work)| *work == Work::Handle));
@@ -185,7 +192,7 @@ fn an_open_breaker_holds_parked_records_until_the_next_probe_and_parks_them_agai
     }
     scheduler.admit(record(0, 1), admission("a", None), 10);
     let inbound = scheduler.next_job(Instant::now(), 10).expect("the inbound record");
-    assert_eq!(inbound.message.partition(), 0, "a record read from the inbound topic is parked as before");
+    assert_eq!(inbound.record.partition(), 0, "a record read from the inbound topic is parked as before");
     assert!(matches!(inbound.work, Work::Defer { reason: DeferReason::BreakerOpen, .. }));
     assert!(scheduler.next_job(Instant::now(), 10).is_none(), "the parked ones are held, not copied again");
     assert_eq!(scheduler.deferring(), 1);
@@ -204,12 +211,12 @@ fn an_open_breaker_holds_parked_records_until_the_next_probe_and_parks_them_agai
     assert_eq!(pause, vec![("t".to_owned(), 1)]);
     scheduler.release_due(5_000);
     let again = scheduler.next_job(Instant::now(), 1_200).expect("parked again");
-    assert_eq!(again.message.partition(), 1);
+    assert_eq!(again.record.partition(), 1);
     assert!(matches!(again.work, Work::Defer { reason: DeferReason::BreakerOpen, .. }));
 }
 
-fn source_topic_record(partition: i32, offset: i64) -> OwnedMessage {
-    OwnedMessage::new(None, None, "s".to_owned(), Timestamp::CreateTime(offset), partition, offset, None)
+fn source_topic_record(partition: i32, offset: i64) -> Box<Record> {
+    parsed("s", partition, offset, Timestamp::CreateTime(offset), None)
 }
 
 #[test]
@@ -226,18 +233,18 @@ fn a_route_held_by_its_breaker_waits_in_its_source_topic_and_stops_its_fetch_at_
     }
     scheduler.admit(record(0, 0), admission("b", None), 10);
     let healthy = scheduler.next_job(Instant::now(), 10).expect("the other route's record");
-    assert_eq!((healthy.work, healthy.message.topic()), (Work::Handle, "t"));
+    assert_eq!((healthy.work, healthy.record.topic()), (Work::Handle, "t"));
     assert!(scheduler.next_job(Instant::now(), 10).is_none(), "the held route's records are neither called nor copied");
     assert_eq!(scheduler.deferring(), 0);
     let (pause, resume) = scheduler.pause_changes();
     assert_eq!((pause, resume), (vec![("s".to_owned(), 0)], vec![]), "its source topic stops being fetched");
     // The probe, from memory; its success closes the breaker and the partition is fetched again.
     let probe = scheduler.next_job(Instant::now(), 1_000).expect("the probe");
-    assert_eq!((probe.work, probe.message.offset()), (Work::Handle, 1));
+    assert_eq!((probe.work, probe.record.offset()), (Work::Handle, 1));
     scheduler.complete(probe, Completion::Handled, Downstream::Answered, 1_001);
     assert_eq!(scheduler.breaker_changes(), vec![("a".to_owned(), false)]);
     assert_eq!(scheduler.pause_changes(), (vec![], vec![("s".to_owned(), 0)]));
-    assert_eq!(scheduler.next_job(Instant::now(), 1_001).map(|job| job.message.offset()), Some(2));
+    assert_eq!(scheduler.next_job(Instant::now(), 1_001).map(|job| job.record.offset()), Some(2));
 }
 
 #[test]
@@ -297,9 +304,8 @@ fn the_windows_bytes_together_pause_every_partition_until_they_are_down_to_half(
     let processing = ProcessingConfig { max_window_bytes: 100, ..config(8, 8) };
     let mut scheduler = Scheduler::new(&processing, &[], &RetryConfig::default());
     scheduler.assign([("t".to_owned(), 0), ("t".to_owned(), 1)]);
-    let big = |partition, offset| {
-        OwnedMessage::new(Some(vec![0; 60]), None, "t".to_owned(), Timestamp::NotAvailable, partition, offset, None)
-    };
+    let big =
+        |partition, offset| parsed("t", partition, offset, Timestamp::NotAvailable, Some(Bytes::from(vec![0; 60])));
     scheduler.admit(big(0, 0), admission("a", None), 0);
     assert_eq!(scheduler.pause_changes(), (vec![], vec![]), "60 of 100 bytes: room");
     scheduler.admit(big(0, 1), admission("a", None), 0);
