@@ -1,13 +1,20 @@
-//! The consumer: one member of a Kafka consumer group. For each inbound record it claims the event id in Redis
-//! (two-phase dedupe), runs the handler, retries what may clear, dead-letters what cannot, and stores the
-//! record's offset only once the event is fully handled. Delivery into the handler is at least once; through
-//! dedupe, the effect is at most once.
+//! The consumer: one member of a Kafka consumer group. One record's path, in the order it takes:
 //!
-//! Records are handled concurrently, many from one partition, at most `processing.max_in_flight` at once
-//! ([`schedule`]); a partition's offset is stored only up to the contiguous prefix of handled records
-//! ([`window`]). Records sharing an ordering key are handled in offset order. A route that cannot take a record
-//! that holds a paused partition, or whose circuit breaker is open, has it deferred to the retry topic without an
-//! attempt ([`schedule`], [`pipeline::Pipeline::defer`]).
+//! 1. `rebalance`: a partition assigned gets its own librdkafka queue, split off before it is fetched;
+//! 2. `fetch`: its reader reads while the partition's window has room, and the door (`fetch::Intake`) copies
+//!    each message out of librdkafka once and parses it once into a [`record::Record`] (body, headers, MAC
+//!    verdict, event, retry headers, trace context), which everything after takes;
+//! 3. [`schedule`]: the record joins its partition's window and its route's queue; it starts when its route has a
+//!    slot and its ordering key's turn has come, is held while its route is paused or its breaker is open, or is
+//!    deferred to the retry topic;
+//! 4. [`pipeline`]: claim in Redis (two-phase dedupe), the handler, the done marker; or a retry parked in the
+//!    retry topic ([`retry`]), or a dead letter ([`dlq`]) with its alert ([`alert`]);
+//! 5. back in [`schedule`]: the partition's offset is stored only up to the contiguous prefix of handled records
+//!    ([`window`]), and committed.
+//!
+//! Delivery into the handler is at least once; through dedupe, the effect is at most once. Beside the path:
+//! [`control`] follows operators' route pauses, `start` connects the service to what it finds in Redis and Kafka,
+//! `watch` keeps `/readyz` and the lag gauges true.
 //!
 //! [`run`] takes a bound admin listener and a [`Handler`], so tests (and users building their own consumer
 //! binary on this library) run the real consumer in-process.
@@ -24,18 +31,17 @@ pub mod load;
 pub mod memory;
 pub mod metrics;
 pub mod pipeline;
+mod rebalance;
 pub mod record;
 pub mod retry;
 pub mod schedule;
 pub mod service;
+mod start;
+mod watch;
 pub mod window;
 
 use std::{
-    collections::BTreeSet,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex, atomic::Ordering},
     time::{Duration, Instant},
 };
 
@@ -47,7 +53,6 @@ use hookline_common::{
     wire::now_ms,
 };
 use rdkafka::{
-    Offset,
     consumer::{CommitMode, Consumer},
     error::KafkaError,
 };
@@ -59,11 +64,13 @@ use crate::{
     alert::Alerts,
     dedupe::Dedupe,
     dlq::DeadLetters,
-    fetch::{GroupConsumer, GroupContext, Intake, Shared},
+    fetch::{GroupConsumer, Intake, Shared},
     metrics::Metrics,
     pipeline::Pipeline,
+    rebalance::GroupContext,
     schedule::Scheduler,
-    service::ServiceTopics,
+    start::{REDIS_CONNECT_BACKOFF, Start, take_over},
+    watch::{Flags, Topics, watch},
 };
 pub use crate::{config::ConsumerConfig, fetch::OUTAGE_LOG_INTERVAL, handler::Handler, load::Loaded};
 
@@ -81,11 +88,6 @@ pub enum ConsumerError {
     #[error("handler: {0}")]
     HandlerStart(String),
 }
-
-const REDIS_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
-/// How long the start waits for a just-created retry topic to show in the broker's metadata.
-const RETRY_TOPIC_WAIT: Duration = Duration::from_secs(10);
-const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Runs the consumer until `shutdown`: then it stops fetching and starting records, lets the records in the
 /// handler finish (claims of events not finished are released, or expire), commits the stored prefixes and leaves
@@ -239,7 +241,7 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     });
     let workers = TaskTracker::new();
     let mut routes_reported_at = Instant::now();
-    let (readers, readers_guard) = (TaskTracker::new(), fetch::ReadersGuard(consumer.clone()));
+    let (readers, readers_guard) = (TaskTracker::new(), rebalance::ReadersGuard(consumer.clone()));
     loop {
         intake.start_readers(&readers);
         // Pauses first: whether a partition is paused decides whether a saturated route's record is deferred.
@@ -293,133 +295,9 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     Ok(())
 }
 
-/// What the start needs to ask Kafka while a broker may be down: the client, and the fetch-error counter and
-/// log throttle an outage is reported through.
-struct Start {
-    consumer: Arc<GroupConsumer>,
-    metrics: Metrics,
-    outage_log: Arc<LogThrottle>,
-}
-
-impl Start {
-    fn outage_log_redis(&self, error: &dedupe::DedupeError) {
-        if let Some(held_back) = self.outage_log.admit("redis failed", Instant::now()) {
-            tracing::warn!(error = %error, held_back, "cannot read or record the service's history in redis; waiting");
-        }
-    }
-
-    /// Asks Kafka (a blocking call, off the runtime) until it answers; a failure counts in
-    /// `hookline_consumer_fetch_errors_total` and is logged at most once per interval, like the fetch loop's.
-    /// `None` on shutdown.
-    async fn ask<T, F>(&self, what: &'static str, shutdown: &CancellationToken, question: F) -> Option<T>
-    where
-        T: Send + 'static,
-        F: Fn(&GroupConsumer) -> Result<T, KafkaError> + Send + Sync + 'static,
-    {
-        let question = Arc::new(question);
-        loop {
-            let (consumer, question) = (self.consumer.clone(), question.clone());
-            match tokio::task::spawn_blocking(move || question(&consumer)).await {
-                Ok(Ok(answer)) => return Some(answer),
-                Ok(Err(error)) => self.failed(what, &error),
-                Err(error) => self.failed(what, &error),
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return None,
-                () = tokio::time::sleep(REDIS_CONNECT_BACKOFF) => {}
-            }
-        }
-    }
-
-    fn failed(&self, what: &'static str, error: &dyn std::fmt::Display) {
-        self.metrics.fetch_errors.inc();
-        if let Some(held_back) = self.outage_log.admit(what, Instant::now()) {
-            tracing::warn!(error = %error, held_back, "{what}; waiting (rate-limited log)");
-        }
-    }
-}
-
-/// Connects this service to what it finds: its history (did it run on the unscoped layout?), and so whether it
-/// honours unscoped dedupe keys and drains the shared retry topic; and its own retry topic, created if missing.
-/// Kafka and Redis errors are retried until they clear. `None` on shutdown.
-async fn take_over(
-    config: &ConsumerConfig,
-    mut dedupe: Dedupe,
-    start: &Start,
-    shutdown: &CancellationToken,
-) -> Option<(Dedupe, ServiceTopics)> {
-    let mut topics = ServiceTopics {
-        inbound: config.kafka.inbound_topic.clone(),
-        retry: config.service_retry_topic(),
-        shared_retry: None,
-        sources: config.service.source_topics.clone(),
-    };
-    let consumer = &start.consumer;
-    let history = loop {
-        match dedupe.recorded_history().await {
-            Ok(Some(history)) => break history,
-            Ok(None) => {
-                // Unanswered is not "new": that would skip the unscoped keys of an upgraded service.
-                let inbound = topics.inbound.clone();
-                let upgraded = start
-                    .ask("cannot read the group's committed offsets", shutdown, move |consumer| {
-                        service::group_committed_before(consumer, &inbound)
-                    })
-                    .await?;
-                match dedupe.record_history(upgraded).await {
-                    Ok(history) => break history,
-                    Err(error) => start.outage_log_redis(&error),
-                }
-            }
-            Err(error) => start.outage_log_redis(&error),
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return None,
-            () = tokio::time::sleep(REDIS_CONNECT_BACKOFF) => {}
-        }
-    };
-    let honour_until_ms = dedupe.unscoped_keys_expire_at(history);
-    if history.upgraded && now_ms() < honour_until_ms {
-        dedupe.honour_unscoped_keys(honour_until_ms);
-        let shared = config.kafka.retry_topic.clone();
-        let exists = start
-            .ask("cannot read the shared retry topic's metadata", shutdown, move |consumer| {
-                service::topic_exists(consumer, &shared)
-            })
-            .await?;
-        if exists && config.kafka.retry_topic != topics.retry {
-            topics.shared_retry = Some(config.kafka.retry_topic.clone());
-        }
-        tracing::info!(
-            since_ms = history.since_ms,
-            until_ms = honour_until_ms,
-            "service ran before dedupe keys were scoped: honouring unscoped keys and draining the shared retry topic"
-        );
-    }
-    if let Err(error) = service::ensure_retry_topic(&**consumer, &config.kafka, &topics).await {
-        tracing::warn!(error = %error, topic = %topics.retry, "cannot create the service's retry topic");
-    }
-    // Subscribe once the topic shows in metadata: a subscribed topic missing at the group join is only looked
-    // for again at the next metadata refresh, and retries would wait that long.
-    let deadline = Instant::now() + RETRY_TOPIC_WAIT;
-    while Instant::now() < deadline {
-        let (probe, retry) = (consumer.clone(), topics.retry.clone());
-        if matches!(tokio::task::spawn_blocking(move || service::topic_exists(&*probe, &retry)).await, Ok(Ok(true))) {
-            break;
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return None,
-            () = tokio::time::sleep(Duration::from_millis(200)) => {}
-        }
-    }
-    Some((dedupe, topics))
-}
-
 /// How long the fetch loop sleeps when nothing waits on time (it wakes on every record and completion anyway).
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
-/// Starts every job the scheduler allows, each in its own task. A task reports back to the scheduler, which
-/// stores the partition's new prefix, and wakes the fetch loop to start the next jobs.
 /// How often the routes' gauges (paused, waiting records and their age) are brought up to date.
 const ROUTE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -440,6 +318,8 @@ fn apply_pause(shared: &Shared, pause: hookline_common::control::RoutePause) {
     shared.notify.notify_one();
 }
 
+/// Starts every job the scheduler allows, each in its own task. A task reports back to the scheduler, which
+/// stores the partition's new prefix, and wakes the fetch loop to start the next jobs.
 fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &Pipeline, workers: &TaskTracker) {
     if pipeline.shutdown.is_cancelled() {
         // Not started: left for redelivery.
@@ -472,117 +352,5 @@ fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &P
         // Boxed once here: the record's future is large (the whole pipeline, inlined), and spawning it by value
         // copied all of it at each of spawn's moves (callgrind: 15.8k instructions of `memcpy` per record).
         workers.spawn(Box::pin(task).in_current_span());
-    }
-}
-
-struct Flags {
-    kafka: Arc<AtomicBool>,
-    redis: Arc<AtomicBool>,
-    assigned: Arc<AtomicBool>,
-    /// The retry topic exists: without it a retryable failure could not be parked (the record would wait).
-    retry_topic: Arc<AtomicBool>,
-}
-
-struct Topics {
-    inbound: String,
-    retry: String,
-}
-
-/// Keeps `/readyz` and the lag gauges true: broker and Redis reachable, partitions assigned, lag per partition.
-async fn watch(
-    consumer: Arc<GroupConsumer>,
-    dedupe: Dedupe,
-    metrics: Metrics,
-    flags: Flags,
-    topics: Topics,
-    shutdown: CancellationToken,
-) {
-    let topics = Arc::new(topics);
-    let lag_shown = Arc::new(Mutex::new(BTreeSet::new()));
-    loop {
-        let probe = consumer.clone();
-        let lag_metrics = metrics.clone();
-        let probe_topics = topics.clone();
-        let probe_lag_shown = lag_shown.clone();
-        let (reachable, retry_topic_exists, n_assigned) = tokio::task::spawn_blocking(move || {
-            let metadata = probe.fetch_metadata(Some(&probe_topics.retry), WATCH_INTERVAL);
-            let retry_topic_exists = metadata.as_ref().is_ok_and(|metadata| {
-                metadata.topics().iter().any(|topic| {
-                    topic.name() == probe_topics.retry && topic.error().is_none() && !topic.partitions().is_empty()
-                })
-            });
-            let n_assigned = record_lag(&probe, &lag_metrics, &probe_topics.inbound, &probe_lag_shown);
-            (metadata.is_ok(), retry_topic_exists, n_assigned)
-        })
-        .await
-        .unwrap_or((false, false, 0));
-        flags.kafka.store(reachable, Ordering::Relaxed);
-        flags.retry_topic.store(retry_topic_exists, Ordering::Relaxed);
-        flags.assigned.store(n_assigned > 0, Ordering::Relaxed);
-        metrics.assigned_partitions.set(i64::try_from(n_assigned).unwrap_or(i64::MAX));
-        flags.redis.store(dedupe.ping().await.is_ok(), Ordering::Relaxed);
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(WATCH_INTERVAL) => {}
-        }
-    }
-}
-
-/// Sets `hookline_consumer_lag_records` for each assigned partition of the inbound topic; returns how many
-/// partitions are assigned (of both topics). Blocking.
-///
-/// The series are updated in place, never reset: a scrape always finds every assigned partition (with its last
-/// value while a fresh one cannot be read), and only the series of partitions no longer assigned are removed.
-/// The lag is counted from the group's committed offset, which is known for a partition this member has not
-/// fetched from yet (its position is not), so a caught-up partition shows 0, not the whole log.
-fn record_lag(consumer: &GroupConsumer, metrics: &Metrics, inbound_topic: &str, shown: &Mutex<BTreeSet<i32>>) -> usize {
-    let Ok(assignment) = consumer.assignment() else { return 0 };
-    let assigned: BTreeSet<i32> = assignment
-        .elements()
-        .iter()
-        .filter(|element| element.topic() == inbound_topic)
-        .map(|element| element.partition())
-        .collect();
-    let mut shown = shown.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    for gone in shown.difference(&assigned) {
-        let _ = metrics.lag.remove_label_values(&[&gone.to_string()]);
-    }
-    shown.retain(|partition| assigned.contains(partition));
-    if assigned.is_empty() {
-        return assignment.count();
-    }
-    let Ok(committed) = consumer.committed(WATCH_INTERVAL) else { return assignment.count() };
-    for &partition in &assigned {
-        let Ok((low, high)) = consumer.fetch_watermarks(inbound_topic, partition, WATCH_INTERVAL) else { continue };
-        let committed_offset = committed.find_partition(inbound_topic, partition).and_then(|element| {
-            match element.offset() {
-                Offset::Offset(offset) => Some(offset),
-                // Nothing committed yet: the group starts at the earliest record.
-                _ => None,
-            }
-        });
-        metrics.lag.with_label_values(&[&partition.to_string()]).set(lag_records(low, high, committed_offset));
-        shown.insert(partition);
-    }
-    assignment.count()
-}
-
-/// Records from the group's committed offset (the low watermark when nothing is committed, or when retention
-/// deleted past it) to the high watermark.
-fn lag_records(low: i64, high: i64, committed: Option<i64>) -> i64 {
-    (high - committed.unwrap_or(low).max(low)).max(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::lag_records;
-
-    #[test]
-    fn lag_counts_from_the_committed_offset_and_never_invents_records() {
-        assert_eq!(lag_records(0, 40, Some(40)), 0, "caught up");
-        assert_eq!(lag_records(0, 40, Some(25)), 15);
-        assert_eq!(lag_records(10, 40, None), 30, "nothing committed: everything retained is to be read");
-        assert_eq!(lag_records(30, 40, Some(5)), 10, "retention deleted past the committed offset");
-        assert_eq!(lag_records(0, 40, Some(41)), 0);
     }
 }

@@ -3,6 +3,7 @@
 //! set) are in [`traces`].
 
 mod export;
+pub mod line;
 pub mod traces;
 
 use std::io::IsTerminal;
@@ -15,7 +16,10 @@ pub fn init_tracing() {
     // Colours only on a terminal: log files and collectors get plain `key=value` text.
     let builder = fmt().with_env_filter(filter).with_target(false).with_ansi(std::io::stdout().is_terminal());
     // A second initialisation (tests that start several services in one process) is not an error.
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let initialised = if json { builder.json().try_init() } else { builder.try_init() };
+    if initialised.is_ok() {
+        line::set_layout(json);
+    }
 }
 
 /// Logging for a command-line command (the replayer's and the reconciler's `list`, `run`, ...): warnings and

@@ -51,7 +51,7 @@ impl std::fmt::Debug for SourceRules {
 /// Builds a built-in handler from its config; relative paths in it are resolved from `config_dir`.
 pub fn build_handler(config: &HandlerConfig, timeout: Duration, config_dir: &Path) -> Result<Box<dyn Handler>, String> {
     match config.kind.as_str() {
-        "log" => Ok(Box::new(LogHandler)),
+        "log" => Ok(Box::new(LogHandler::default())),
         "http" => Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir)?)),
         "postgres" => {
             let postgres = config.postgres.as_ref().ok_or("a `postgres` handler needs a [handler.postgres] table")?;
