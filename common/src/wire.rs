@@ -382,7 +382,11 @@ impl EventMeta {
     /// Reads the metadata back from an inbound record's headers. Fails on a record that no gateway wrote
     /// (missing source or event id, unknown format version): the consumer treats that as poison.
     pub fn from_headers<H: Headers>(headers: Option<&H>) -> Result<Self, WireError> {
-        let get = |name: &'static str| header_str(headers, name).transpose();
+        Self::from_slots(&Slots::read(headers))
+    }
+
+    fn from_slots(slots: &Slots<'_>) -> Result<Self, WireError> {
+        let get = |name: &'static str| slots.text(name).transpose();
         let required = |name: &'static str| get(name)?.ok_or(WireError::MissingHeader(name));
         let version = required(header::FORMAT_VERSION)?;
         if !READABLE_FORMAT_VERSIONS.contains(&version.as_str()) {
@@ -398,6 +402,52 @@ impl EventMeta {
             secret_id: required(header::SECRET_ID)?,
             ordering_key: get(header::ORDERING_KEY)?,
         })
+    }
+}
+
+/// The headers an inbound event is read from, found in one pass over a record's headers (each a first value of
+/// its name, as [`header_str`] finds it), instead of one scan per name.
+struct Slots<'a> {
+    values: [Option<Option<&'a [u8]>>; SLOT_NAMES.len()],
+}
+
+const SLOT_NAMES: [&str; 14] = [
+    header::FORMAT_VERSION,
+    header::RECEIVED_AT_MS,
+    header::SOURCE,
+    header::EVENT_ID,
+    header::EVENT_TYPE,
+    header::CONTENT_TYPE,
+    header::SECRET_ID,
+    header::ORDERING_KEY,
+    header::REPLAY_OF,
+    header::REPLAY_COUNT,
+    header::PROVIDER_EVENT_ID,
+    header::ORIGIN,
+    header::SERVICE,
+    header::REPROCESS_ID,
+];
+
+impl<'a> Slots<'a> {
+    fn read<H: Headers>(headers: Option<&'a H>) -> Self {
+        let mut slots = Self { values: [None; SLOT_NAMES.len()] };
+        for header in headers.into_iter().flat_map(Headers::iter) {
+            // Every name of ours starts `hookline-`: the rest (forwarded `http-*` headers) is passed over at once.
+            if !header.key.starts_with("hookline-") {
+                continue;
+            }
+            if let Some(index) = SLOT_NAMES.iter().position(|name| *name == header.key) {
+                slots.values[index].get_or_insert(header.value);
+            }
+        }
+        slots
+    }
+
+    /// As [`header_str`]: `None` when absent (or null), an error when present but not UTF-8.
+    fn text(&self, name: &'static str) -> Option<Result<String, WireError>> {
+        let index = SLOT_NAMES.iter().position(|slot| *slot == name)?;
+        let value = self.values[index]??;
+        Some(std::str::from_utf8(value).map(str::to_owned).map_err(|_| WireError::BadHeader(name)))
     }
 }
 
@@ -453,19 +503,21 @@ impl InboundEvent {
         headers: Option<&H>,
         body: Bytes,
     ) -> Result<Self, WireError> {
+        let slots = Slots::read(headers);
+        let text = |name| slots.text(name).and_then(Result::ok);
         Ok(Self {
-            meta: EventMeta::from_headers(headers)?,
+            meta: EventMeta::from_slots(&slots)?,
             body,
             topic: topic.to_owned(),
             partition,
             offset,
-            replay_of: header_str(headers, header::REPLAY_OF).transpose()?,
-            replay_count: header_str(headers, header::REPLAY_COUNT).and_then(Result::ok).and_then(|n| n.parse().ok()),
-            provider_event_id: header_str(headers, header::PROVIDER_EVENT_ID).and_then(Result::ok),
-            origin: header_str(headers, header::ORIGIN).and_then(Result::ok),
+            replay_of: slots.text(header::REPLAY_OF).transpose()?,
+            replay_count: text(header::REPLAY_COUNT).and_then(|n| n.parse().ok()),
+            provider_event_id: text(header::PROVIDER_EVENT_ID),
+            origin: text(header::ORIGIN),
             forwarded_headers: forwarded_headers(headers),
-            service: header_str(headers, header::SERVICE).and_then(Result::ok),
-            reprocess_id: header_str(headers, header::REPROCESS_ID).and_then(Result::ok),
+            service: text(header::SERVICE),
+            reprocess_id: text(header::REPROCESS_ID),
         })
     }
 }
@@ -506,6 +558,44 @@ pub fn header_str<H: Headers>(headers: Option<&H>, name: &'static str) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One pass over the headers reads every field as a lookup by name would: the first header of a name wins,
+    /// a null first value is absent, a value that is not UTF-8 fails where it is required or checked.
+    #[test]
+    fn an_event_read_in_one_pass_reads_as_lookups_by_name() {
+        use rdkafka::{Timestamp, message::OwnedMessage};
+        let header = |key: &'static str, value: Option<&'static [u8]>| Header { key, value };
+        let headers = OwnedHeaders::new()
+            .insert(header("http-x-github-event", Some(b"push")))
+            .insert(header(header::FORMAT_VERSION, Some(b"2")))
+            .insert(header(header::SOURCE, Some(b"github")))
+            .insert(header(header::SOURCE, Some(b"stripe")))
+            .insert(header(header::EVENT_ID, Some(b"d-1")))
+            .insert(header(header::RECEIVED_AT_MS, Some(b"17")))
+            .insert(header(header::SECRET_ID, Some(b"primary")))
+            .insert(header(header::ORDERING_KEY, None))
+            .insert(header(header::ORDERING_KEY, Some(b"k")))
+            .insert(header(header::PROVIDER_EVENT_ID, Some(&[0xff, 0xfe])))
+            .insert(header(header::REPLAY_COUNT, Some(b"3")))
+            .insert(header(header::REPROCESS_ID, Some(b"run-1")));
+        let message =
+            OwnedMessage::new(Some(b"{}".to_vec()), None, "t".into(), Timestamp::NotAvailable, 1, 2, Some(headers));
+        let event = InboundEvent::from_message(&message).expect("an event");
+        let by_name = |name| header_str(message.headers(), name).and_then(Result::ok);
+        assert_eq!(event.meta.source, "github", "the first of the name");
+        assert_eq!(event.meta.source, by_name(header::SOURCE).expect("source"));
+        assert_eq!(event.meta.ordering_key, None, "a null first value is absent");
+        assert_eq!(event.meta.ordering_key, by_name(header::ORDERING_KEY));
+        assert_eq!(event.provider_event_id, None, "not UTF-8: left out where it is optional");
+        assert_eq!((event.replay_count, event.reprocess_id.as_deref()), (Some(3), Some("run-1")));
+        assert_eq!(event.meta.event_type, None);
+        assert_eq!(event.forwarded_headers, vec![("x-github-event".to_owned(), Bytes::from_static(b"push"))]);
+        let bad = OwnedHeaders::new()
+            .insert(header(header::FORMAT_VERSION, Some(b"2")))
+            .insert(header(header::RECEIVED_AT_MS, Some(b"17")))
+            .insert(header(header::SOURCE, Some(&[0xff])));
+        assert_eq!(EventMeta::from_headers(Some(&bad)), Err(WireError::BadHeader(header::SOURCE)));
+    }
 
     #[test]
     fn dedupe_key_layout_is_prefix_service_source_event_id() {
