@@ -4,10 +4,7 @@
 
 use std::time::Duration;
 
-use crate::{
-    record::Record,
-    retry::{Attempts, RetryHeaders},
-};
+use crate::{record::Record, retry::Attempts};
 
 use hookline_common::{
     config::KafkaConfig,
@@ -122,7 +119,7 @@ impl DeadLetters {
         body: DlqBody,
     ) -> Result<String, ProduceError> {
         let body_bytes = original.payload().map_or(0, <[u8]>::len).to_string();
-        let origin = RetryHeaders::origin_of(original);
+        let origin = original.origin();
         let partition = origin.partition.to_string();
         let offset = origin.offset.to_string();
         let attempts = failure.attempts.to_string();
@@ -163,7 +160,7 @@ impl DeadLetters {
         attempts: &Attempts,
         due_at_ms: i64,
     ) -> Result<(), ProduceError> {
-        let origin = RetryHeaders::origin_of(original);
+        let origin = original.origin();
         let (partition, offset) = (origin.partition.to_string(), origin.offset.to_string());
         let (count, first) = (attempts.attempts.to_string(), attempts.first_failure_at_ms.to_string());
         let due = due_at_ms.to_string();

@@ -19,16 +19,13 @@
 //! main queue and flow-controlled with `pause()` as before.
 
 use std::{
-    sync::{Arc, Mutex, MutexGuard},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use hookline_common::wire::{FetchedRecord, now_ms};
 use rdkafka::{
-    ClientConfig, Message, TopicPartitionList,
-    consumer::{Consumer, StreamConsumer},
-    error::KafkaError,
-    message::BorrowedMessage,
+    ClientConfig, Message, TopicPartitionList, consumer::Consumer, error::KafkaError, message::BorrowedMessage,
 };
 use tokio::sync::Notify;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -38,16 +35,14 @@ use crate::{
     config::ConsumerConfig,
     metrics::{self, Metrics},
     pipeline::Pipeline,
-    rebalance::GroupContext,
+    rebalance::{GroupConsumer, Shared, SplitQueue},
     record::Record,
-    schedule::{PartitionKey, Scheduler},
+    schedule::{Admission, PartitionKey},
     service::{self, ServiceTopics},
 };
 
-pub(crate) type GroupConsumer = StreamConsumer<GroupContext>;
 /// At most one line per kind of outage failure (fetch, Redis, a produce retried) per interval; metrics count all.
 pub const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(10);
-pub(crate) type SplitQueue = rdkafka::consumer::stream_consumer::StreamPartitionQueue<GroupContext>;
 
 /// librdkafka re-checks a partition whose queue was over its thresholds after this long. Its default (1 s) made
 /// a partition whose reader had stopped wait a whole second after its reader went on, and with split queues a
@@ -74,21 +69,6 @@ pub(crate) fn bound_prefetch(client_config: &mut ClientConfig, config: &Consumer
         if !config.kafka.properties.contains_key(key) {
             client_config.set(key, value);
         }
-    }
-}
-
-/// The scheduler, shared by the fetch loop, the readers, the record tasks and the rebalance callbacks.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) scheduler: Mutex<Scheduler>,
-    /// Wakes the fetch loop: a record was admitted, a job completed, or partitions were assigned.
-    pub(crate) notify: Notify,
-    pub(crate) revoke_wait: Duration,
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Scheduler> {
-        self.scheduler.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -131,7 +111,7 @@ impl Intake {
         } else {
             // The MAC is checked once, here; the record carries the verdict to the pipeline.
             let record = Record::parse(fetched, |fetched| self.pipeline.authenticate(fetched));
-            let admission = record.admission(&self.topics);
+            let admission = admission_of(&record, &self.topics);
             Some((Box::new(record), admission))
         };
         let mut scheduler = self.shared.lock();
@@ -271,5 +251,31 @@ impl Intake {
                 Ok(Err(error)) => self.fetch_failed(&error),
             }
         }
+    }
+}
+
+/// What the scheduler needs of it. A record without hookline's MAC gets no route of its own and no due
+/// time: whatever its headers claim, it only goes to the pipeline, which dead-letters it. A record no gateway
+/// wrote gets no source (dead-lettered as poison on the `unknown` route). A record of a retry topic waits until
+/// its due time.
+fn admission_of(record: &Record, topics: &ServiceTopics) -> Admission {
+    if !record.verdict.accepted() {
+        return Admission::default();
+    }
+    let retry = record.retry.as_ref().filter(|_| topics.is_retry(record.fetched.topic()));
+    let (due_at_ms, first_failure_at_ms, attempts) = match retry {
+        Some(retry) => (Some(retry.due_at_ms), Some(retry.attempts.first_failure_at_ms), Some(retry.attempts.clone())),
+        None => (None, None, None),
+    };
+    match &record.event {
+        Ok(event) => Admission {
+            source: Some(event.meta.source.clone()),
+            event_type: event.meta.event_type.clone(),
+            ordering_key: event.meta.ordering_key.clone(),
+            due_at_ms,
+            first_failure_at_ms,
+            attempts,
+        },
+        Err(_) => Admission { due_at_ms, first_failure_at_ms, attempts, ..Admission::default() },
     }
 }

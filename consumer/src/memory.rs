@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use rdkafka::consumer::Consumer;
 
-use crate::{config::ProcessingConfig, fetch::GroupConsumer};
+use crate::{config::ProcessingConfig, rebalance::GroupConsumer};
 
 /// What the process holds besides records: the runtime, librdkafka's and the producers' buffers, Redis and HTTP
 /// clients, the allocator's slack. Measured idle and under load at 40-60 MiB (docs/benchmarks/consumer.md).

@@ -13,17 +13,34 @@ use hookline_common::kafka::QuietContext;
 use rdkafka::{
     ClientContext, Statistics, TopicPartitionList,
     config::RDKafkaLogLevel,
-    consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance},
+    consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer},
     error::KafkaError,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    fetch::{GroupConsumer, Shared, SplitQueue},
     fetch_stats,
-    schedule::PartitionKey,
+    schedule::{PartitionKey, Scheduler},
 };
+
+pub(crate) type GroupConsumer = StreamConsumer<GroupContext>;
+pub(crate) type SplitQueue = rdkafka::consumer::stream_consumer::StreamPartitionQueue<GroupContext>;
+
+/// The scheduler, shared by the fetch loop, the readers, the record tasks and the rebalance callbacks.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) scheduler: Mutex<Scheduler>,
+    /// Wakes the fetch loop: a record was admitted, a job completed, or partitions were assigned.
+    pub(crate) notify: Notify,
+    pub(crate) revoke_wait: Duration,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Scheduler> {
+        self.scheduler.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
 
 /// A partition read from its own queue.
 pub(crate) struct Reader {

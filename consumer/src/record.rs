@@ -15,7 +15,7 @@ use hookline_common::{
     wire::{FetchedRecord, InboundEvent, WireError},
 };
 
-use crate::{retry::RetryHeaders, schedule::Admission, service::ServiceTopics};
+use crate::retry::{Origin, RetryHeaders};
 
 /// One fetched record and everything read from it.
 #[derive(Debug)]
@@ -43,34 +43,6 @@ impl Record {
         Self { fetched, verdict, event, retry, trace }
     }
 
-    /// What the scheduler needs of it. A record without hookline's MAC gets no route of its own and no due
-    /// time: whatever its headers claim, it only goes to the pipeline, which dead-letters it. A record no gateway
-    /// wrote gets no source (dead-lettered as poison on the `unknown` route). A record of a retry topic waits until
-    /// its due time.
-    pub fn admission(&self, topics: &ServiceTopics) -> Admission {
-        if !self.verdict.accepted() {
-            return Admission::default();
-        }
-        let retry = self.retry.as_ref().filter(|_| topics.is_retry(self.fetched.topic()));
-        let (due_at_ms, first_failure_at_ms, attempts) = match retry {
-            Some(retry) => {
-                (Some(retry.due_at_ms), Some(retry.attempts.first_failure_at_ms), Some(retry.attempts.clone()))
-            }
-            None => (None, None, None),
-        };
-        match &self.event {
-            Ok(event) => Admission {
-                source: Some(event.meta.source.clone()),
-                event_type: event.meta.event_type.clone(),
-                ordering_key: event.meta.ordering_key.clone(),
-                due_at_ms,
-                first_failure_at_ms,
-                attempts,
-            },
-            Err(_) => Admission { due_at_ms, first_failure_at_ms, attempts, ..Admission::default() },
-        }
-    }
-
     /// Its source as its (accepted) headers name it, for labels and logs: `unknown` for a record no gateway wrote
     /// or without a valid MAC (bounded: anyone who can write the topic could otherwise grow the label set).
     pub fn source_label(&self) -> &str {
@@ -83,6 +55,16 @@ impl Record {
     /// Its event id as its headers name it, if any.
     pub fn event_id(&self) -> Option<&str> {
         self.event.as_ref().ok().map(|event| event.meta.event_id.as_str())
+    }
+
+    /// Where it first was, before any retry: its retry headers' origin, or its own position. What its DLQ record
+    /// and its next retry copy name.
+    pub fn origin(&self) -> Origin {
+        self.retry.as_ref().map(|headers| headers.origin.clone()).unwrap_or_else(|| Origin {
+            topic: self.topic().to_owned(),
+            partition: self.partition(),
+            offset: self.offset(),
+        })
     }
 
     /// The topic's name, shared.

@@ -8,8 +8,6 @@
 use hookline_common::wire::{FetchedRecord, header::retry, header_str};
 use rdkafka::message::{Header, Headers};
 
-use crate::record::Record;
-
 /// Handler attempts already made for an event, carried into its next attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempts {
@@ -53,15 +51,6 @@ impl RetryHeaders {
                 partition: i32::try_from(number(retry::ORIGINAL_PARTITION)?).ok()?,
                 offset: number(retry::ORIGINAL_OFFSET)?,
             },
-        })
-    }
-
-    /// Where `record` first was: its retry headers' origin, or its own position.
-    pub fn origin_of(record: &Record) -> Origin {
-        record.retry.as_ref().map(|headers| headers.origin.clone()).unwrap_or_else(|| Origin {
-            topic: record.topic().to_owned(),
-            partition: record.partition(),
-            offset: record.offset(),
         })
     }
 }
@@ -118,12 +107,9 @@ mod tests {
     fn a_first_time_record_is_its_own_origin() {
         let record = message(OwnedHeaders::new());
         assert!(RetryHeaders::from_headers(record.headers()).is_none());
-        let record = Record::parse(FetchedRecord::copy_of(&record, "webhooks.retry".into()), |_| {
+        let record = crate::record::Record::parse(FetchedRecord::copy_of(&record, "webhooks.retry".into()), |_| {
             hookline_common::record_auth::Verdict::UnsignedAccepted
         });
-        assert_eq!(
-            RetryHeaders::origin_of(&record),
-            Origin { topic: "webhooks.retry".into(), partition: 2, offset: 40 }
-        );
+        assert_eq!(record.origin(), Origin { topic: "webhooks.retry".into(), partition: 2, offset: 40 });
     }
 }

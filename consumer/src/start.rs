@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::ConsumerConfig,
     dedupe::{self, Dedupe},
-    fetch::GroupConsumer,
     metrics::Metrics,
+    rebalance::GroupConsumer,
     service::{self, ServiceTopics},
 };
 

@@ -13,7 +13,7 @@ use std::{
 use rdkafka::{Offset, consumer::Consumer};
 use tokio_util::sync::CancellationToken;
 
-use crate::{dedupe::Dedupe, fetch::GroupConsumer, metrics::Metrics};
+use crate::{dedupe::Dedupe, metrics::Metrics, rebalance::GroupConsumer};
 
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
