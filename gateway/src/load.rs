@@ -80,6 +80,7 @@ mod tests {
             [[sources]]
             name = "gh"
             scheme = "github"
+            type_from_header = true
             secrets = [{ id = "a", env = "HOOKLINE_TEST_SURELY_UNSET_VARIABLE" }]
             [[sources]]
             name = "gh"

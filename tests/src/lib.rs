@@ -210,6 +210,8 @@ impl TestStackBuilder {
             telemetry: Default::default(),
             sources: std::iter::once(SourceConfig {
                 max_body_bytes: 64 * 1024,
+                // The consumer's tests route on `X-GitHub-Event`, as the shipped configs do.
+                type_from_header: Some(true),
                 ..SourceConfig::new(
                     "github",
                     "github",

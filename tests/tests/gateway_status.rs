@@ -47,8 +47,9 @@ fn secret(id: &str, value: &str) -> SecretRef {
     SecretRef::from_file(id, path.display().to_string())
 }
 
+/// A source as these tests have always used it: a type from an unsigned header where the scheme has one.
 fn source(name: &str, scheme: &str, secrets: Vec<SecretRef>) -> SourceConfig {
-    SourceConfig::new(name, scheme, secrets)
+    SourceConfig { type_from_header: Some(true), ..SourceConfig::new(name, scheme, secrets) }
 }
 
 async fn stack_with_providers(stripe_topic: &str) -> TestStack {
