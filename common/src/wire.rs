@@ -254,8 +254,39 @@ pub mod redis_key {
     pub const DEDUPE_DONE_DETAILED_PREFIX: &str = "done:";
     /// Prefix of a dedupe key's value while a consumer holds the claim.
     pub const DEDUPE_CLAIM_PREFIX: &str = "claim:";
-    /// Prefix of a dead marker's value: `dead:<DLQ entry id>`, the long TTL (see the consumer's dedupe).
+    /// Prefix of a dead marker's value: `dead:<DLQ entry id>`, or `dead:<DLQ entry id>;types=,<hex>,<hex>,` when
+    /// the event types of the copies dead-lettered are known ([`dead_marker`]); the long TTL (see the consumer's
+    /// dedupe).
     pub const DEDUPE_DEAD_PREFIX: &str = "dead:";
+    /// Between a dead marker's entry id and the event types it records.
+    pub const DEDUPE_DEAD_TYPES: &str = ";types=";
+
+    /// A dead marker for DLQ entry `entry_id` recording `types` (each the hex of an event type's UTF-8 bytes: a
+    /// type may hold any printable character, hex holds no separator), so that a copy of another allowlisted type
+    /// may still claim the event once: `dead:<entry id>;types=,<hex>,...,` (the commas on both ends let a claim
+    /// script look one up as `,<hex>,`). Without types, the form earlier builds wrote: `dead:<entry id>`.
+    pub fn dead_marker(entry_id: &str, types: &[String]) -> String {
+        if types.is_empty() {
+            return format!("{DEDUPE_DEAD_PREFIX}{entry_id}");
+        }
+        format!("{DEDUPE_DEAD_PREFIX}{entry_id}{DEDUPE_DEAD_TYPES},{},", types.join(","))
+    }
+
+    /// The DLQ entry id and recorded types (hex, as written) of a dead marker; `None` for any other value.
+    pub fn parse_dead_marker(value: &str) -> Option<(&str, Vec<String>)> {
+        let rest = value.strip_prefix(DEDUPE_DEAD_PREFIX)?;
+        Some(match rest.split_once(DEDUPE_DEAD_TYPES) {
+            Some((entry_id, types)) => {
+                (entry_id, types.split(',').filter(|hex| !hex.is_empty()).map(str::to_owned).collect())
+            }
+            None => (rest, Vec::new()),
+        })
+    }
+
+    /// How an event type is written in a dead marker: the hex of its bytes.
+    pub fn dead_marker_type(event_type: &str) -> String {
+        hex::encode(event_type.as_bytes())
+    }
     /// Value of [`service`] for a service that ran before keys were scoped: `upgraded:<ms>`, the time of its
     /// first start on a scoped build. It honours [`dedupe_unscoped`] keys until they have expired.
     pub const SERVICE_UPGRADED: &str = "upgraded";
@@ -487,6 +518,17 @@ pub fn header_str<H: Headers>(headers: Option<&H>, name: &'static str) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_marker_records_its_types_and_reads_back() {
+        assert_eq!(redis_key::dead_marker("webhooks.dlq:0:7", &[]), "dead:webhooks.dlq:0:7", "as earlier builds wrote");
+        let types = vec![redis_key::dead_marker_type("bogus"), redis_key::dead_marker_type("a,b;types=")];
+        let marker = redis_key::dead_marker("webhooks.dlq:0:7", &types);
+        assert_eq!(marker, "dead:webhooks.dlq:0:7;types=,626f677573,612c623b74797065733d,");
+        assert_eq!(redis_key::parse_dead_marker(&marker), Some(("webhooks.dlq:0:7", types)));
+        assert_eq!(redis_key::parse_dead_marker("dead:webhooks.dlq:0:7"), Some(("webhooks.dlq:0:7", vec![])));
+        assert_eq!(redis_key::parse_dead_marker("done:1:2:3:4:t"), None);
+    }
 
     #[test]
     fn dedupe_key_layout_is_prefix_service_source_event_id() {

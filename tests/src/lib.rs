@@ -47,7 +47,7 @@ mod stack_env;
 pub use crate::{
     delivery::{Delivery, Reply, TEST_SECRET, body_event_id, push_meta},
     fake_endpoint::FakeEndpoint,
-    handler::TestHandler,
+    handler::{TestHandler, routed},
     stack_env::{
         StackRestore, brokers, cluster_brokers, eventually, plaintext_kafka, postgres_config, postgres_handler_config,
         redis_cluster_urls, redis_url, stack_script, stack_script_args,
