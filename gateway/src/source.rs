@@ -58,14 +58,8 @@ impl Source {
     ) -> Result<Self, Vec<String>> {
         let verifications_per_source = verifications_per_source.max(1);
         let mut problems = Vec::new();
-        let options = SchemeOptions {
-            tolerance_s: config.tolerance_s,
-            hmac: config.hmac.clone(),
-            structured: config.structured.clone(),
-            body_fields: config.body_fields.clone(),
-            token: config.token.clone(),
-        };
-        let scheme = signature::build(&config.scheme, &options).map_err(|problem| problems.push(problem)).ok();
+        let scheme =
+            signature::build(&config.scheme, &scheme_options(config)).map_err(|problem| problems.push(problem)).ok();
         let tables = [
             ("hmac", config.hmac.is_some()),
             ("structured", config.structured.is_some()),
@@ -191,6 +185,26 @@ impl Source {
             None => base.to_owned(),
         })
     }
+}
+
+/// The options a source's scheme is built with.
+fn scheme_options(config: &SourceConfig) -> SchemeOptions {
+    SchemeOptions {
+        tolerance_s: config.tolerance_s,
+        hmac: config.hmac.clone(),
+        structured: config.structured.clone(),
+        body_fields: config.body_fields.clone(),
+        token: config.token.clone(),
+    }
+}
+
+/// Whether `config` must still choose `type_from_header`, said without loading a secret: for `--print-config`
+/// (and so `scripts/check-deploy`), which builds no source. A scheme that does not build is left to the build.
+pub fn type_choice_problem(config: &SourceConfig) -> Option<String> {
+    let scheme = signature::build(&config.scheme, &scheme_options(config)).ok()?;
+    let mut problems = Vec::new();
+    event_type::identity_of(config, scheme.as_ref(), &mut problems);
+    problems.pop().map(|problem| format!("source `{}`: {problem}", config.name))
 }
 
 /// The scheme's own handshakes and the configured ones, and every problem with the scheme's opt-ins: a token
