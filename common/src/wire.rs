@@ -232,104 +232,13 @@ pub mod default_topic {
     pub const CONTROL: &str = "webhooks.control";
 }
 
-/// Redis key layout.
-///
-/// Dedupe key: `<prefix>:svc=<service>:<source>:<event id>`, scoped to the consumer service, so that services
-/// sharing a Redis never see each other's claims or done markers. Its value is either a claim
-/// (`claim:<owner token>`, short lease), a done marker ([`DoneMarker`], or the plain [`DEDUPE_DONE`] written by
-/// earlier builds; long TTL), or a dead marker
-/// (`dead:<DLQ entry id>`, long TTL: the event was dead-lettered). `svc=<service>` cannot be
-/// mistaken for a source (source names are letters, digits, `-` and `_`). Every script touches one key, so Redis
-/// Cluster needs no hash tag.
 mod done_marker;
 mod fetched;
 mod record_view;
+pub mod redis_key;
 
 pub use fetched::{FetchedRecord, OwnedHeaderTable};
 pub use record_view::{HeaderTable, RecordView};
-
-pub mod redis_key {
-    /// Value of a dedupe key once its event was processed, as written before done markers carried details (and
-    /// still read as done): see [`DoneMarker`] for the form written now.
-    pub const DEDUPE_DONE: &str = "done";
-    /// Prefix of a done marker with details: `done:<processed at ms>:<handling ms>:<partition>:<offset>:<topic>`.
-    pub const DEDUPE_DONE_DETAILED_PREFIX: &str = "done:";
-    /// Prefix of a dedupe key's value while a consumer holds the claim.
-    pub const DEDUPE_CLAIM_PREFIX: &str = "claim:";
-    /// Prefix of a dead marker's value: `dead:<DLQ entry id>`, the long TTL (see the consumer's dedupe).
-    pub const DEDUPE_DEAD_PREFIX: &str = "dead:";
-    /// Value of [`service`] for a service that ran before keys were scoped: `upgraded:<ms>`, the time of its
-    /// first start on a scoped build. It honours [`dedupe_unscoped`] keys until they have expired.
-    pub const SERVICE_UPGRADED: &str = "upgraded";
-    /// Value of [`service`] for a service that started on a scoped build: `new:<ms>`. Unscoped keys were
-    /// written by other services' work, never its own, so it never reads them.
-    pub const SERVICE_NEW: &str = "new";
-
-    pub use super::done_marker::{DoneMarker, is_done};
-
-    pub fn dedupe(prefix: &str, service: &str, source: &str, event_id: &str) -> String {
-        format!("{prefix}:svc={service}:{source}:{event_id}")
-    }
-
-    /// The dedupe key of the layout before services (`<prefix>:<source>:<event id>`, wire layout 1): read,
-    /// never written, by a service that ran on it, for as long as such a key can live (its dedupe TTL after
-    /// the service's first scoped start), so that an upgrade reprocesses nothing.
-    pub fn dedupe_unscoped(prefix: &str, source: &str, event_id: &str) -> String {
-        format!("{prefix}:{source}:{event_id}")
-    }
-
-    /// The dedupe key of one re-processing run ([`super::header::REPROCESS_ID`]) of an event:
-    /// `<prefix>:svc=<service>:reprocess=<run id>:<source>:<event id>`. The run processes the event once, whatever
-    /// the event's own key says.
-    pub fn reprocess(prefix: &str, service: &str, run_id: &str, source: &str, event_id: &str) -> String {
-        format!("{prefix}:svc={service}:reprocess={run_id}:{source}:{event_id}")
-    }
-
-    /// What a service's first start on a scoped build found: `<prefix>:svc=<service>` holds
-    /// `upgraded:<ms>` or `new:<ms>` ([`SERVICE_UPGRADED`], [`SERVICE_NEW`]). Set once, never expires.
-    pub fn service(prefix: &str, service: &str) -> String {
-        format!("{prefix}:svc={service}")
-    }
-
-    /// The key a consumer's start exercises every dedupe script on, to learn before fetching anything whether its
-    /// Redis user may run them (`<prefix>:svc=<service>:start-check`): a claim, renewed and released, then
-    /// claimed again and marked done with a one-second TTL. Never an event's key (those have a source and an id).
-    pub fn start_check(prefix: &str, service: &str) -> String {
-        format!("{prefix}:svc={service}:start-check")
-    }
-
-    /// The reconciler's index of accepted events: `<prefix>:accepted:<source>:<id>` exists (value: the
-    /// record's receive time, ms) when a record of that source with that id reached the inbound topic. `id` is
-    /// the id the provider's event log shows: the event id, or for a source whose provider id is unsigned
-    /// (GitHub) the provider's delivery id. Written by the reconciler's indexer from the inbound topic, with a
-    /// TTL longer than the provider's reconciliation window.
-    pub fn accepted(prefix: &str, source: &str, id: &str) -> String {
-        format!("{prefix}:accepted:{source}:{id}")
-    }
-
-    /// The reconciler's ledger of what it did for one missed event: `<prefix>:action:<source>:<id>` holds
-    /// `requesting:<ms>`, `requested:<ms>` or `produced:<ms>`, so no run asks twice.
-    pub fn reconcile_action(prefix: &str, source: &str, id: &str) -> String {
-        format!("{prefix}:action:{source}:{id}")
-    }
-
-    /// One reconciler run per source at a time: `<prefix>:lock:<source>` holds the run's token, with a lease.
-    pub fn reconcile_lock(prefix: &str, source: &str) -> String {
-        format!("{prefix}:lock:{source}")
-    }
-
-    /// Set once a source's first run (a dry run) is done: `<prefix>:first-run:<source>` = its time, ms.
-    pub fn reconcile_first_run(prefix: &str, source: &str) -> String {
-        format!("{prefix}:first-run:{source}")
-    }
-
-    /// Where the index's coverage starts: `<prefix>:index-since` = ms since the epoch, the earlier of the
-    /// indexer's first start and the oldest record it ever indexed. Events before it are unknown to the index
-    /// (accepted before it existed, and gone from the topic), so no run acts on them.
-    pub fn reconcile_index_since(prefix: &str) -> String {
-        format!("{prefix}:index-since")
-    }
-}
 
 /// Milliseconds since the Unix epoch, as written into `*-at-ms` headers.
 pub fn now_ms() -> i64 {

@@ -12,8 +12,13 @@
 //!    so the retry is not mistaken for a duplicate;
 //! 4. dead: after the event is dead-lettered, the key becomes `dead:<DLQ entry id>` with the long TTL: a re-send
 //!    of the same event (a provider's retry, or a captured delivery re-sent with another unsigned type header) is
-//!    skipped rather than dead-lettered again, so one delivery cannot grow the DLQ. Only a re-drive by the replayer
-//!    (an authenticated record naming the DLQ entry it re-drives) claims over it.
+//!    skipped rather than dead-lettered again, so one delivery cannot grow the DLQ. A re-drive by the replayer
+//!    (an authenticated record naming the DLQ entry it re-drives) claims over it; so does, once per type, a copy
+//!    whose event type is on its source's allowlist and is not among the types the marker records
+//!    (`dead:<entry>;types=,<hex>,...,`, [`redis_key::dead_marker`]). A copy with a forged type dead-lettered
+//!    first then does not lose the event: the provider's genuine delivery still claims it, and at most one copy per
+//!    allowlisted type can be dead-lettered per TTL, so the DLQ stays bounded. Released after such a takeover (a
+//!    retryable failure), the key gets its dead marker back instead of being deleted, so the record stays.
 //!
 //! A key held by another owner is not a duplicate (a rebalance race): the caller waits and tries again.
 //! A Redis error or timeout is never read as "not a duplicate": the caller fails closed and retries. Because
@@ -36,7 +41,7 @@ use std::time::Duration;
 use hookline_common::{
     config::RedisConfig,
     redis_connection::RedisConnection,
-    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DEAD_PREFIX, DEDUPE_DONE, DoneMarker},
+    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DONE, DoneMarker},
 };
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, aio::ConnectionManager};
 
@@ -63,6 +68,27 @@ pub struct ClaimToken {
     unscoped_key: Option<String>,
     /// A re-drive of a dead letter: the claim may take over a `dead:` marker.
     redrive: bool,
+    /// The copy's event type as a dead marker records it ([`redis_key::dead_marker_type`]), if it has one.
+    event_type: Option<String>,
+    /// Whether the copy's type is on its source's allowlist: it may then take over a dead marker that does not
+    /// record that type yet.
+    type_allowlisted: bool,
+    /// The dead marker this claim took over, if it did: the types it records are kept in the next marker, and a
+    /// release puts it back.
+    took_over: Option<String>,
+}
+
+impl ClaimToken {
+    /// The token for a copy of type `event_type`: a dead marker it leaves records the type.
+    pub fn recording_type(self, event_type: Option<&str>) -> Self {
+        Self { event_type: event_type.map(redis_key::dead_marker_type), ..self }
+    }
+
+    /// The copy's type is on its source's allowlist: the claim may take over a dead marker that does not record
+    /// that type yet (the event's first copy was dead-lettered under another type, perhaps a forged one).
+    pub fn allowlisted(self) -> Self {
+        Self { type_allowlisted: self.event_type.is_some(), ..self }
+    }
 }
 
 /// What a service's first start on a scoped build found, recorded once in `<prefix>:svc=<service>`.
@@ -102,22 +128,29 @@ impl DedupeError {
     }
 }
 
-/// Returns `acquired`, `done`, `dead` or `held`. `SET NX` first; if the key exists, our own value (a re-sent claim
-/// whose first reply was lost) counts as acquired, and a key that expired in between is claimed anew. A done
-/// marker is the plain `ARGV[3]` (`done`, earlier builds) or `done:<details>`. A `dead:` marker is taken over by a
-/// re-drive (`ARGV[4]` = `1`) and answers `dead` to anything else.
+/// Returns `acquired`, `over:<the dead marker taken over>`, `done`, `dead` or `held`. `SET NX` first; if the key
+/// exists, our own value (a re-sent claim whose first reply was lost) counts as acquired, and a key that expired in
+/// between is claimed anew. A done marker is the plain `ARGV[3]` (`done`, earlier builds) or `done:<details>`. A
+/// `dead:` marker is taken over by a re-drive (`ARGV[4]` = `1`) or by a copy of an allowlisted type the marker
+/// does not record (`ARGV[5]`, its hex; empty when the type is not allowlisted), and answers `dead` to anything
+/// else. A re-sent takeover whose first reply was lost finds its own claim: `acquired`, with the marker lost to
+/// it (the next dead marker then records this copy's type alone).
 pub const CLAIM_SCRIPT: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 'acquired' end
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then return 'acquired' end
 if current == ARGV[3] or (current ~= false and string.sub(current, 1, 5) == 'done:') then return 'done' end
-local dead = current ~= false and string.sub(current, 1, 5) == 'dead:'
-if current == false or (dead and ARGV[4] == '1') then
+if current == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 'acquired'
 end
-if dead then return 'dead' end
-return 'held'
+if string.sub(current, 1, 5) ~= 'dead:' then return 'held' end
+local new_type = ARGV[5] ~= nil and ARGV[5] ~= '' and not string.find(current, ',' .. ARGV[5] .. ',', 1, true)
+if ARGV[4] == '1' or new_type then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 'over:' .. current
+end
+return 'dead'
 ";
 
 /// Marks the key done (`ARGV[2]`: the detailed marker, or the plain `done`) with the long TTL whatever it holds,
@@ -142,10 +175,15 @@ end
 return 0
 ";
 
-/// Deletes the key only if it still holds our claim.
+/// Deletes the key only if it still holds our claim; a claim that took over a dead marker puts the marker
+/// (`ARGV[2]`, empty otherwise) back with the long TTL (`ARGV[3]`) instead.
 const RELEASE_SCRIPT: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return redis.call('DEL', KEYS[1])
 ";
 
 /// Extends the lease of our claim; 0 when the key no longer holds it (done, released, expired, or taken over).
@@ -170,7 +208,7 @@ enum Op {
     Done(String),
     Release,
     Renew,
-    /// The dead marker, naming the DLQ entry.
+    /// The dead marker's value ([`redis_key::dead_marker`]).
     Dead(String),
 }
 
@@ -245,6 +283,9 @@ impl Dedupe {
             value: Self::claim_value(),
             unscoped_key: None,
             redrive: false,
+            event_type: None,
+            type_allowlisted: false,
+            took_over: None,
         };
         let probe = Self { done_ttl_ms: 1_000, batcher: None, ..self.clone() };
         for script in probe.scripts() {
@@ -254,7 +295,8 @@ impl Dedupe {
         let _: i64 = probe.invoke(&mut probe.invocation(&Op::Renew, &token)).await?;
         let _: i64 = probe.invoke(&mut probe.invocation(&Op::Release, &token)).await?;
         let _: String = probe.invoke(&mut probe.invocation(&Op::Claim, &token)).await?;
-        let _: i64 = probe.invoke(&mut probe.invocation(&Op::Dead("start-check".to_owned()), &token)).await?;
+        let marker = redis_key::dead_marker("start-check", &[]);
+        let _: i64 = probe.invoke(&mut probe.invocation(&Op::Dead(marker), &token)).await?;
         let _: String =
             probe.invoke(&mut probe.invocation(&Op::Claim, &ClaimToken { redrive: true, ..token.clone() })).await?;
         let _: i64 = probe.invoke(&mut probe.invocation(&Op::Done(DEDUPE_DONE.to_owned()), &token)).await?;
@@ -271,16 +313,14 @@ impl Dedupe {
         match op {
             Op::Claim => {
                 let mut invocation = self.claim.key(&token.key);
-                invocation.arg(&token.value).arg(self.lease_ms).arg(DEDUPE_DONE).arg(if token.redrive {
-                    "1"
-                } else {
-                    "0"
-                });
+                let redrive = if token.redrive { "1" } else { "0" };
+                let new_type = token.event_type.as_deref().filter(|_| token.type_allowlisted).unwrap_or("");
+                invocation.arg(&token.value).arg(self.lease_ms).arg(DEDUPE_DONE).arg(redrive).arg(new_type);
                 invocation
             }
-            Op::Dead(entry_id) => {
+            Op::Dead(marker) => {
                 let mut invocation = self.dead.key(&token.key);
-                invocation.arg(&token.value).arg(format!("{DEDUPE_DEAD_PREFIX}{entry_id}")).arg(self.done_ttl_ms);
+                invocation.arg(&token.value).arg(marker).arg(self.done_ttl_ms);
                 invocation
             }
             Op::Done(marker) => {
@@ -290,7 +330,7 @@ impl Dedupe {
             }
             Op::Release => {
                 let mut invocation = self.release.key(&token.key);
-                invocation.arg(&token.value);
+                invocation.arg(&token.value).arg(token.took_over.as_deref().unwrap_or("")).arg(self.done_ttl_ms);
                 invocation
             }
             Op::Renew => {
@@ -349,6 +389,9 @@ impl Dedupe {
             value: Self::claim_value(),
             unscoped_key: honour_unscoped.then(|| redis_key::dedupe_unscoped(&self.prefix, source, event_id)),
             redrive: false,
+            event_type: None,
+            type_allowlisted: false,
+            took_over: None,
         }
     }
 
@@ -365,6 +408,9 @@ impl Dedupe {
             value: Self::claim_value(),
             unscoped_key: None,
             redrive: false,
+            event_type: None,
+            type_allowlisted: false,
+            took_over: None,
         }
     }
 
@@ -391,14 +437,30 @@ impl Dedupe {
             "acquired" => Claim::Acquired(token.clone()),
             "done" => Claim::AlreadyDone,
             "dead" => Claim::DeadLettered,
-            _ => Claim::HeldByOther,
+            reply => match reply.strip_prefix("over:") {
+                Some(marker) => Claim::Acquired(ClaimToken { took_over: Some(marker.to_owned()), ..token.clone() }),
+                None => Claim::HeldByOther,
+            },
         })
     }
 
     /// Records the event as dead-lettered (as DLQ entry `entry_id`) for the done TTL, in place of our claim: a
-    /// re-send is then skipped, and only a re-drive of the dead letter claims it. Safe to call again.
+    /// re-send is then skipped, and only a re-drive of the dead letter, or a copy of an allowlisted type not yet
+    /// tried, claims it. The marker records this copy's type and those of the marker the claim took over. Safe to
+    /// call again.
     pub async fn mark_dead(&self, token: &ClaimToken, entry_id: &str) -> Result<(), DedupeError> {
-        let _: i64 = self.call(Op::Dead(entry_id.to_owned()), token).await?;
+        let mut types = token
+            .took_over
+            .as_deref()
+            .and_then(redis_key::parse_dead_marker)
+            .map(|(_, types)| types)
+            .unwrap_or_default();
+        if let Some(event_type) = &token.event_type {
+            if !types.contains(event_type) {
+                types.push(event_type.clone());
+            }
+        }
+        let _: i64 = self.call(Op::Dead(redis_key::dead_marker(entry_id, &types)), token).await?;
         Ok(())
     }
 

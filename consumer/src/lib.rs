@@ -207,6 +207,8 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         accept_unsigned_until_ms = keys.accept_unsigned_until_ms(),
         "record keys loaded: records are signed with the signing key; records without a valid MAC are dead-lettered as unauthenticated_record"
     );
+    let unsigned_window = metrics.unsigned_window_remaining.clone();
+    tasks.spawn(metrics::track_unsigned_window(keys.accept_unsigned_until_ms(), unsigned_window, shutdown.clone()));
     tasks.spawn(
         watch(
             consumer.clone(),

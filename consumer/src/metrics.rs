@@ -74,6 +74,9 @@ pub struct Metrics {
     /// (`authentic`, `unsigned_accepted` in the transition window, or why it was refused: see
     /// [`hookline_common::record_auth::outcome::ALL`]). No source label: a refused record's source is not known.
     pub record_auth: IntCounterVec,
+    /// `hookline_consumer_unsigned_window_seconds_remaining`: seconds left in `kafka.record_auth.accept_unsigned_until`
+    /// (records without a MAC processed), 0 outside such a window: a window left open is visible and alertable.
+    pub unsigned_window_remaining: IntGauge,
     /// `hookline_consumer_postgres_transactions_total{source, outcome}`: each event transaction of a `postgres`
     /// handler, by how it ended ([`postgres_outcome::ALL`]).
     pub postgres_transactions: IntCounterVec,
@@ -199,6 +202,10 @@ impl Metrics {
                 "Records checked for hookline's MAC before dedupe, by outcome.",
                 &["outcome"],
             )?,
+            unsigned_window_remaining: gauge(
+                "hookline_consumer_unsigned_window_seconds_remaining",
+                "Seconds left in kafka.record_auth.accept_unsigned_until, when records without a MAC are processed; 0 outside it.",
+            )?,
             postgres_transactions: counter_vec(
                 "hookline_consumer_postgres_transactions_total",
                 "Event transactions of postgres handlers, by outcome.",
@@ -274,6 +281,7 @@ impl Metrics {
             Box::new(self.route_oldest_waiting_age.clone()),
             Box::new(self.control_refused.clone()),
             Box::new(self.record_auth.clone()),
+            Box::new(self.unsigned_window_remaining.clone()),
             Box::new(self.postgres_transactions.clone()),
             Box::new(self.postgres_pool_wait.clone()),
             Box::new(self.postgres_transaction.clone()),
@@ -336,6 +344,27 @@ pub fn service_registry(service: &str) -> Result<Registry, prometheus::Error> {
     Registry::new_custom(None, Some(labels))
 }
 
+/// Keeps `hookline_consumer_unsigned_window_seconds_remaining` at the seconds left until `until_ms` (the end of
+/// `kafka.record_auth.accept_unsigned_until`; `None`: no window), updated once a minute until shutdown.
+pub async fn track_unsigned_window(
+    until_ms: Option<i64>,
+    gauge: IntGauge,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        gauge.set(unsigned_window_seconds(until_ms, hookline_common::wire::now_ms()));
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        }
+    }
+}
+
+/// Whole seconds from `now_ms` to `until_ms`, rounded up; 0 without a window or after it.
+fn unsigned_window_seconds(until_ms: Option<i64>, now_ms: i64) -> i64 {
+    until_ms.map_or(0, |until_ms| (until_ms.saturating_sub(now_ms).max(0) + 999) / 1000)
+}
+
 pub mod postgres_outcome {
     /// The work committed with its dedupe row.
     pub const APPLIED: &str = "applied";
@@ -376,6 +405,14 @@ pub mod event_outcome {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_unsigned_window_gauge_counts_down_to_zero() {
+        assert_eq!(unsigned_window_seconds(None, 1_000), 0);
+        assert_eq!(unsigned_window_seconds(Some(61_000), 1_000), 60);
+        assert_eq!(unsigned_window_seconds(Some(1_500), 1_000), 1);
+        assert_eq!(unsigned_window_seconds(Some(1_000), 2_000), 0, "a window that ended");
+    }
+
     /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered
     /// some other way, or described but not registered, fails here.
     #[test]
@@ -409,6 +446,7 @@ mod tests {
         metrics.route_oldest_waiting_age.with_label_values(&["r"]).set(1);
         metrics.control_refused.with_label_values(&["unauthenticated"]).inc();
         metrics.record_auth.with_label_values(&["authentic"]).inc();
+        metrics.unsigned_window_remaining.set(1);
         metrics.postgres_transactions.with_label_values(&["s", "applied"]).inc();
         metrics.postgres_pool_wait.with_label_values(&[] as &[&str]).observe(0.001);
         metrics.postgres_transaction.with_label_values(&[] as &[&str]).observe(0.001);
@@ -417,7 +455,7 @@ mod tests {
         metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
         metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 34);
+        assert_eq!(described.len(), 35);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

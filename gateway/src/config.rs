@@ -172,6 +172,12 @@ pub struct SourceConfig {
     pub event_id: Option<FieldSource>,
     /// Where the event type comes from; default: the scheme's.
     pub event_type: Option<FieldSource>,
+    /// Whether a header the signature does not cover may give the event type (GitHub's `X-GitHub-Event`,
+    /// Shopify's `X-Shopify-Topic`, WooCommerce's `X-WC-Webhook-Topic`, ...). Required (`true` or `false`) for a
+    /// source whose type could come from such a header, which is refused until it chooses: `true` routes on it,
+    /// though a captured delivery re-sent with a forged value picks the route of the event's first copy; `false`
+    /// takes the type from signed bytes only (docs/security.md).
+    pub type_from_header: Option<bool>,
     /// Where the ordering key comes from: `{ header = "..." }` or `{ json_pointer = "/data/object/id" }` into the
     /// verified body. Events of one key are handled in order (the record is keyed by it, and it rides in
     /// `hookline-ordering-key`); a request without the value is keyed by its event id, as if the source had none.
@@ -254,6 +260,7 @@ impl Default for SourceConfig {
             topic: None,
             event_id: None,
             event_type: None,
+            type_from_header: None,
             ordering_key: None,
             forward_headers: Vec::new(),
             forward_untimed_signature: false,

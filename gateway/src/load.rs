@@ -25,11 +25,13 @@ impl Loaded {
     }
 
     /// The config as read, with the settings that need nothing built checked: no secret is read and no source
-    /// built (sources and secrets are checked when the gateway builds them). What `--print-config` prints.
+    /// built (sources and secrets are checked when the gateway builds them), though a source that must still
+    /// choose `type_from_header` is refused here too. What `--print-config` prints.
     pub fn read_checked(path: Option<&Path>) -> Result<GatewayConfig, ConfigError> {
         let config = GatewayConfig::read(path)?;
         let mut problems = Problems::default();
         config.check(&mut problems);
+        config.sources.iter().filter_map(crate::source::type_choice_problem).for_each(|problem| problems.push(problem));
         problems.into_result()?;
         Ok(config)
     }
@@ -80,6 +82,7 @@ mod tests {
             [[sources]]
             name = "gh"
             scheme = "github"
+            type_from_header = true
             secrets = [{ id = "a", env = "HOOKLINE_TEST_SURELY_UNSET_VARIABLE" }]
             [[sources]]
             name = "gh"
@@ -101,6 +104,20 @@ mod tests {
         ] {
             assert!(all.contains(expected), "{expected} not in {all}");
         }
+    }
+
+    /// `--print-config` (what `scripts/check-deploy` runs) reads no secret, yet refuses a source that has not chosen
+    /// `type_from_header`, once.
+    #[test]
+    fn print_config_refuses_a_source_that_has_not_chosen_its_type_origin() {
+        let path = std::env::temp_dir().join(format!("hookline-read-checked-{}.toml", std::process::id()));
+        let source = "[kafka.record_auth]\nkeys = [{ id = \"k\", env = \"K\" }]\n[[sources]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [{ id = \"a\", env = \"UNSET\" }]\n";
+        std::fs::write(&path, source).unwrap();
+        let Err(ConfigError::Invalid(problems)) = Loaded::read_checked(Some(&path)) else { panic!("expected invalid") };
+        assert_eq!(problems.iter().filter(|problem| problem.contains("type_from_header")).count(), 1, "{problems:?}");
+        std::fs::write(&path, source.replace("secrets", "type_from_header = false\nsecrets")).unwrap();
+        assert!(Loaded::read_checked(Some(&path)).is_ok(), "chosen: no secret is read");
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]

@@ -246,7 +246,10 @@ mod tests {
 
     fn config(secret_file: &str) -> GatewayConfig {
         GatewayConfig {
-            sources: vec![SourceConfig::new("gh", "github", vec![SecretRef::from_file("a", secret_file)])],
+            sources: vec![SourceConfig {
+                type_from_header: Some(true),
+                ..SourceConfig::new("gh", "github", vec![SecretRef::from_file("a", secret_file)])
+            }],
             ..GatewayConfig::default()
         }
     }

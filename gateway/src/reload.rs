@@ -136,7 +136,7 @@ mod tests {
         let key_path = temp_path("record-key");
         std::fs::write(&key_path, "a-record-key-of-at-least-thirty-two-bytes").unwrap();
         format!(
-            "[kafka]\nbrokers = \"127.0.0.1:1\"\n[kafka.record_auth]\nkeys = [{{ id = \"k1\", file = \"{}\" }}]\n[[sources]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [{{ id = \"a\", file = \"{}\" }}]\n{extra_source}",
+            "[kafka]\nbrokers = \"127.0.0.1:1\"\n[kafka.record_auth]\nkeys = [{{ id = \"k1\", file = \"{}\" }}]\n[[sources]]\nname = \"gh\"\nscheme = \"github\"\ntype_from_header = true\nsecrets = [{{ id = \"a\", file = \"{}\" }}]\n{extra_source}",
             key_path.display(),
             secret_path.display()
         )

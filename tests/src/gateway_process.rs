@@ -32,6 +32,7 @@ pub fn github_gateway_config(kafka: &KafkaConfig, limits: Limits) -> GatewayConf
         telemetry: Default::default(),
         sources: vec![SourceConfig {
             max_body_bytes: 64 * 1024,
+            type_from_header: Some(true),
             ..SourceConfig::new(
                 "github",
                 "github",

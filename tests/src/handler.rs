@@ -120,3 +120,35 @@ impl Handler for TestHandler {
         })
     }
 }
+
+/// The consumer's router built from `config` (its `[[routes]]` and its `[sources]` rules: allowlists, JSON,
+/// schemas), with `handler` for every event no route takes: for tests of what the rules decide, which
+/// [`crate::TestStack`]'s plain test handler (handed every event, no rules) would not see.
+pub fn routed(
+    handler: &std::sync::Arc<TestHandler>,
+    config: &hookline_consumer::ConsumerConfig,
+) -> std::sync::Arc<dyn Handler> {
+    let mut router = hookline_consumer::handler::router::Router::new(
+        &config.handler,
+        &config.routes,
+        &config.sources,
+        &config.config_dir,
+    )
+    .expect("a valid router");
+    router.set_default(Box::new(Shared(handler.clone())));
+    std::sync::Arc::new(router)
+}
+
+/// A [`TestHandler`] shared with the test that inspects it, as a router's default handler.
+#[derive(Debug)]
+struct Shared(std::sync::Arc<TestHandler>);
+
+impl Handler for Shared {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>> {
+        self.0.handle(event)
+    }
+}

@@ -87,3 +87,46 @@ async fn an_event_whose_retries_ran_out_is_not_retried_again_by_a_re_send() {
     assert_eq!(stack.records(&stack.kafka.dlq_topic).await.len(), 1);
     stack.shutdown().await;
 }
+
+/// N7: a captured delivery re-sent first with a forged type (not on the allowlist) is dead-lettered, and its dead
+/// marker records that type; the provider's genuine delivery, of an allowlisted type, still claims the event over
+/// the marker and is processed exactly once; a second genuine copy is a duplicate, and forged copies of any type
+/// after that change nothing.
+#[tokio::test]
+async fn a_forged_type_dead_lettered_first_does_not_keep_the_genuine_delivery_from_being_processed_once() {
+    let mut stack = TestStack::builder()
+        .consumer_config(|config| {
+            let rules = hookline_consumer::config::SourceRulesConfig {
+                event_types: Some(vec!["push".into(), "issues".into()]),
+                ..Default::default()
+            };
+            config.sources.insert("github".into(), rules);
+        })
+        .build()
+        .await;
+    let config = stack.consumer_config.clone();
+    let handler = hookline_tests::routed(&stack.handler, &config);
+    stack.start_consumer_with(config, handler).await;
+    let genuine = Delivery::new(&br#"{"ref":"refs/heads/main","after":"7b21"}"#[..]);
+    stack.post_accepted(&Delivery { event: "bogus".into(), ..genuine.clone() }).await;
+    stack.wait_until_handled(1).await;
+    assert_eq!(stack.consumer_events("dead_lettered").await, 1, "the forged type is not allowlisted: poison");
+    stack.post_accepted(&Delivery { event: "bogus-again".into(), ..genuine.clone() }).await;
+    stack.wait_until_handled(2).await;
+    assert_eq!(stack.consumer_events("dead_lettered_before").await, 1, "another forged type is still skipped");
+
+    stack.post_accepted(&genuine).await;
+    eventually(Duration::from_secs(30), "the genuine delivery processed", || async {
+        stack.handler.count(&genuine.delivery_id) == 1
+    })
+    .await;
+    stack.post_accepted(&genuine).await;
+    stack.post_accepted(&Delivery { event: "issues".into(), ..genuine.clone() }).await;
+    stack.wait_until_handled(5).await;
+    assert_eq!(stack.consumer_events("duplicate").await, 2, "every later copy is a duplicate");
+    assert_eq!(stack.handler.count(&genuine.delivery_id), 1, "processed exactly once");
+    let calls = stack.handler.calls();
+    assert!(calls.iter().all(|event| event.meta.event_type.as_deref() == Some("push")), "only the genuine type ran");
+    assert_eq!(stack.records(&stack.kafka.dlq_topic).await.len(), 1, "the forged copy's entry, and no other");
+    stack.shutdown().await;
+}

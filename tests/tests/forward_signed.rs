@@ -40,6 +40,7 @@ async fn stack() -> TestStack {
             forward_headers: vec!["X-GitHub-Event".into(), "X-Hub-Signature-256".into(), "User-Agent".into()],
             // The downstream verifies GitHub's own signature again: the documented, weaker opt-in.
             forward_untimed_signature: true,
+            type_from_header: Some(true),
             ..SourceConfig::new(SOURCE, "github", vec![secret])
         })
         .build()

@@ -143,3 +143,37 @@ async fn readyz_covers_every_topic_the_sources_produce_to() {
     .await;
     stack.shutdown().await;
 }
+
+/// F1 (a): a type from a header the signature does not cover reaches Kafka only where the source chose it
+/// (`type_from_header = true`); with `false` the same signed delivery is produced with no type at all.
+#[tokio::test]
+async fn an_unsigned_type_header_types_the_event_only_where_the_source_chose_it() {
+    let path = std::env::temp_dir().join(format!("hookline-untyped-{}.secret", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&path, TEST_SECRET).expect("write secret");
+    let stack = TestStack::builder()
+        .gateway_source(SourceConfig {
+            type_from_header: Some(false),
+            ..SourceConfig::new(
+                "github-untyped",
+                "github",
+                vec![SecretRef::from_file("primary", path.display().to_string())],
+            )
+        })
+        .build()
+        .await;
+    let delivery = Delivery { event: "release".to_owned(), ..Delivery::new(&br#"{"action":"published"}"#[..]) };
+    let signature = delivery.signature(TEST_SECRET);
+    assert_eq!(stack.post_signed(&delivery, &signature).await.status, StatusCode::ACCEPTED);
+    let mut untyped = delivery.request(stack.gateway_addr, &signature);
+    *untyped.uri_mut() = format!("http://{}/webhooks/github-untyped", stack.gateway_addr).parse().expect("uri");
+    assert_eq!(stack.send(untyped).await.status, StatusCode::ACCEPTED);
+
+    let records = stack.inbound_records().await;
+    let type_of = |source: &str| {
+        let record = records.iter().find(|r| header_of(r, header::SOURCE).as_deref() == Some(source)).expect(source);
+        header_of(record, header::EVENT_TYPE)
+    };
+    assert_eq!(type_of("github").as_deref(), Some("release"), "type_from_header = true: the header is the type");
+    assert_eq!(type_of("github-untyped"), None, "type_from_header = false: GitHub signs no type, so there is none");
+    stack.shutdown().await;
+}

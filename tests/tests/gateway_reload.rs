@@ -37,11 +37,14 @@ async fn secrets_rotate_without_restart_and_a_bad_reload_keeps_the_old_config() 
     let secret_path = std::env::temp_dir().join(format!("hookline-reload-{}.secret", uuid::Uuid::new_v4().simple()));
     std::fs::write(&secret_path, "first-secret\n").expect("write");
     let stack = TestStack::builder()
-        .gateway_source(SourceConfig::new(
-            "rotating",
-            "github",
-            vec![SecretRef::from_file("current", secret_path.display().to_string())],
-        ))
+        .gateway_source(SourceConfig {
+            type_from_header: Some(true),
+            ..SourceConfig::new(
+                "rotating",
+                "github",
+                vec![SecretRef::from_file("current", secret_path.display().to_string())],
+            )
+        })
         .build()
         .await;
     assert_eq!(post_signed(&stack, "first-secret", "d-1").await.status, StatusCode::ACCEPTED);

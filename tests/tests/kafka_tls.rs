@@ -202,11 +202,14 @@ async fn refused_at_start(security: KafkaSecurity, why: &str) {
         limits: Limits { body_read_timeout_ms: 2_000, drain_grace_ms: 0, ..Limits::default() },
         reload_token: None,
         telemetry: Default::default(),
-        sources: vec![SourceConfig::new(
-            "github",
-            "github",
-            vec![SecretRef::from_file("primary", secret_file.display().to_string())],
-        )],
+        sources: vec![SourceConfig {
+            type_from_header: Some(true),
+            ..SourceConfig::new(
+                "github",
+                "github",
+                vec![SecretRef::from_file("primary", secret_file.display().to_string())],
+            )
+        }],
     };
     let public = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");

@@ -268,6 +268,7 @@ async fn an_inbound_traceparent_never_chooses_our_trace_and_is_linked_when_the_s
     let stack = TestStack::builder()
         .gateway_source(SourceConfig {
             trust_traceparent: true,
+            type_from_header: Some(true),
             ..SourceConfig::new("trusted", "github", vec![secret])
         })
         .build()

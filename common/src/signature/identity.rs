@@ -67,11 +67,39 @@ impl FieldSource {
 pub struct IdentityRule {
     pub event_id: Vec<FieldSource>,
     pub event_type: Vec<FieldSource>,
+    /// Whether a header the signature does not cover may give the event type ([`Self::identify_signed`]).
+    pub header_type: HeaderType,
+}
+
+/// Whether an event type may come from a header the signature does not cover. Such a header is the only type some
+/// providers send (GitHub's `X-GitHub-Event`, Shopify's `X-Shopify-Topic`), but anyone holding one genuine
+/// delivery can re-send it with another value and so pick the route of the event's first copy; a source takes it
+/// only when its config says so (`type_from_header = true`, docs/security.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HeaderType {
+    /// The type comes from signed bytes only; without one the event has no type.
+    #[default]
+    Refused,
+    /// An unsigned header gives the type when no signed source does.
+    Accepted,
 }
 
 impl IdentityRule {
     pub fn new(event_id: Vec<FieldSource>, event_type: Vec<FieldSource>) -> Self {
-        Self { event_id, event_type }
+        Self { event_id, event_type, header_type: HeaderType::Refused }
+    }
+
+    /// The headers this rule would take the event type from that a scheme able to sign only `signable` (lowercase
+    /// names) cannot cover: where the type comes from unsigned bytes when [`HeaderType::Accepted`].
+    pub fn unsigned_type_headers(&self, signable: &[std::borrow::Cow<'static, str>]) -> Vec<&str> {
+        self.event_type
+            .iter()
+            .filter_map(|source| match source {
+                FieldSource::Header(name) => Some(name.as_str()),
+                _ => None,
+            })
+            .filter(|name| !signable.iter().any(|signed| signed.eq_ignore_ascii_case(name)))
+            .collect()
     }
 
     /// The event id and type of a verified request. The body is parsed as JSON at most once, and only if a
@@ -139,8 +167,9 @@ pub struct SignedIdentity {
     /// The value of the first unsigned id header the rule names, when it is not the dedupe id: the provider's own
     /// id, as metadata for handlers (anyone relaying the request could have changed it).
     pub provider_event_id: Option<String>,
-    /// The event type: a signed value when one of the rule's sources gives one, else the first unsigned header
-    /// (a routing hint from a provider whose body does not carry its type, such as GitHub's `X-GitHub-Event`).
+    /// The event type: a signed value when one of the rule's sources gives one, else, only when the rule says
+    /// [`HeaderType::Accepted`], the first unsigned header (a provider whose body does not carry its type, such as
+    /// GitHub's `X-GitHub-Event`).
     pub event_type: Option<String>,
 }
 
@@ -148,7 +177,7 @@ impl IdentityRule {
     /// Like [`Self::identify`], but a header for which `is_signed` says no is never the event id: the first such
     /// value becomes [`SignedIdentity::provider_event_id`], and the event id is the first signed source's value or,
     /// when there is none, the body's SHA-256. For the event type, an unsigned header is used only when no signed
-    /// source gives a value.
+    /// source gives a value and the rule accepts one ([`HeaderType::Accepted`]).
     pub fn identify_signed(
         &self,
         headers: &HeaderMap,
@@ -174,9 +203,10 @@ impl IdentityRule {
             (None, Some(unsigned)) => (Some(body_sha256(body)), Some(unsigned)),
             (None, None) => (None, None),
         };
-        let event_type = match first(&self.event_type) {
-            (Some(signed), _) => Some(signed),
-            (None, unsigned) => unsigned,
+        let event_type = match (first(&self.event_type), self.header_type) {
+            ((Some(signed), _), _) => Some(signed),
+            ((None, unsigned), HeaderType::Accepted) => unsigned,
+            ((None, _), HeaderType::Refused) => None,
         };
         SignedIdentity { event_id, provider_event_id, event_type }
     }
@@ -259,7 +289,12 @@ mod tests {
         let identity = rule.identify_signed(&headers, body, &signed);
         assert_eq!(identity.event_id.as_deref(), Some("signed-1"));
         assert_eq!(identity.provider_event_id.as_deref(), Some("attacker-chosen"), "kept, as metadata only");
-        assert_eq!(identity.event_type.as_deref(), Some("steered"), "no signed type: the header is the hint");
+        assert_eq!(identity.event_type, None, "no signed type, and the rule takes none from a header");
+        let opted_in = IdentityRule { header_type: HeaderType::Accepted, ..rule };
+        let identity = opted_in.identify_signed(&headers, body, &signed);
+        assert_eq!(identity.event_type.as_deref(), Some("steered"), "opted in: the unsigned header is the type");
+        assert_eq!(opted_in.unsigned_type_headers(&[]), vec!["x-kind"]);
+        assert!(opted_in.unsigned_type_headers(&["X-Kind".into()]).is_empty(), "a signable header is signed bytes");
     }
 
     #[test]

@@ -57,7 +57,7 @@ use secrecy::{ExposeSecret, SecretSlice};
 pub use error::VerifyError;
 pub use generic::GenericHmacOptions;
 pub use github::GitHub;
-pub use identity::{FieldSource, Identity, IdentityRule, SignedIdentity};
+pub use identity::{FieldSource, HeaderType, Identity, IdentityRule, SignedIdentity};
 
 /// A configured secret: an id (for rotation and telemetry), the key bytes (never printed), and the window in which
 /// it is accepted.

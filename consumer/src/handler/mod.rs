@@ -57,6 +57,13 @@ pub trait Handler: Send + Sync + std::fmt::Debug + 'static {
         self.name()
     }
 
+    /// Whether `event`'s type is on an allowlist of its source (the router's `sources.<name>.event_types`). Such a
+    /// copy may claim an event whose earlier copy was dead-lettered under another type, once per type: the
+    /// allowlist bounds how often one event can be dead-lettered. No allowlist, no takeover.
+    fn allowlists_type(&self, _event: &InboundEvent) -> bool {
+        false
+    }
+
     /// Called once before the consumer joins its group: a handler that must reach something first (the
     /// `postgres` handler prepares its statements) does it here. An error is a configuration the handler can
     /// never run with and ends the start; something merely unreachable is waited for until `context.shutdown`.

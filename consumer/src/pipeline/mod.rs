@@ -382,6 +382,10 @@ impl Pipeline {
                 (None, Some(_)) => self.dedupe.redrive_token(source, event_id),
                 (None, None) => self.dedupe.token(source, event_id),
             };
+            // A copy of an allowlisted type may claim an event dead-lettered under another type (a forged first
+            // copy), once per type; its own dead marker records its type.
+            let token = token.recording_type(event.meta.event_type.as_deref());
+            let token = if self.handler.allowlists_type(event) { token.allowlisted() } else { token };
             let token = match self.claim(&token).await? {
                 Claim::AlreadyDone => {
                     span.set(attribute::DEDUPE_OUTCOME, || "already_done");

@@ -155,6 +155,13 @@ func checkConfigs(r *reporter, p *types.Project, cfgs []*serviceConfig, rel func
 		if v, ok := env("HOOKLINE_KAFKA_BROKERS"); ok {
 			brokers = v
 		}
+		if ra, _ := kafka["record_auth"].(map[string]any); ra != nil {
+			// A window in which records without a MAC are processed is for one upgrade, by hand: a shipped config
+			// must never carry one (docs/security.md, N10).
+			if until, ok := ra["accept_unsigned_until"].(string); ok && until != "" {
+				r.fail("service %s: %s: kafka.record_auth.accept_unsigned_until = %q: records without a MAC would be processed; a shipped config must not open that window", s.Name, rel(sc.hostPath), until)
+			}
+		}
 		if kafka != nil || brokers != "" {
 			if brokers == "" {
 				r.fail("service %s: %s: [kafka] has no brokers", s.Name, rel(sc.hostPath))

@@ -150,7 +150,13 @@ func checkDockerfile(r *reporter, dfPath, ctxDir, target string, wantBinaries []
 			bad = true
 		}
 		seen[st.Name] = true
-		stageNames = append(stageNames, label+"("+st.Base+")")
+		stageNames = append(stageNames, shortBase(label, st.Base))
+		// A base image named by tag alone is whatever the registry serves that day: pinned by the digest of its
+		// index, a rebuild takes the same bytes until someone refreshes the pin (docs/security.md, F17).
+		if df.stageRef(st.Base, st.Index) == nil && st.Base != "scratch" && !pinnedByDigest(st.Base) {
+			r.fail("dockerfile %s:%d: base image %s is not pinned by digest (write it as image:tag@sha256:<index digest>)", name, st.Line, st.Base)
+			bad = true
+		}
 		for _, in := range st.Instrs {
 			if from, ok := in.Flags["from"]; ok && (in.Cmd == "COPY" || in.Cmd == "ADD") {
 				if df.stageRef(from, st.Index) == nil && !looksLikeImage(from) {
@@ -358,4 +364,24 @@ func checkContextSource(r *reporter, name string, line int, ctxDir, src, dest st
 	if dropped > 0 || kept == 0 {
 		r.fail("dockerfile %s:%d: COPY source %s: %d of %d files are excluded by %s", name, line, src, dropped, kept+dropped, ignoreFile)
 	}
+}
+
+// pinnedByDigest says whether an image reference ends in @sha256:<64 hex digits>.
+func pinnedByDigest(ref string) bool {
+	_, digest, ok := strings.Cut(ref, "@sha256:")
+	if !ok || len(digest) != 64 {
+		return false
+	}
+	for _, c := range digest {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// shortBase labels a stage with its base image, without the digest (too long for a report line).
+func shortBase(label, base string) string {
+	image, _, _ := strings.Cut(base, "@")
+	return label + "(" + image + ")"
 }

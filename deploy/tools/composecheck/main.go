@@ -222,6 +222,13 @@ func run(r *reporter, composeFile string, wantBinaries []string, bindir string) 
 		r.fail("no service is built from a Dockerfile, but binaries %s were expected", strings.Join(wantBinaries, ", "))
 	}
 	listening := checkConfigs(r, project, cfgs, rel)
+	var keys []recordKeys
+	for _, sc := range cfgs {
+		if sc.data != nil {
+			keys = append(keys, recordKeysOf("service "+sc.svc.Name, sc.binary, sc.data))
+		}
+	}
+	checkRecordKeyRoles(r, keys)
 	checkPrometheus(r, project, listening, rel)
 }
 

@@ -350,6 +350,7 @@ func checkKubernetes(r *reporter, rendered, secretExample string, requireConsume
 	kedaScaled := checkKEDA(r, m, hook, requireConsumersScaled)
 	checkScaling(r, m, kedaScaled)
 	checkConsumerServices(r, hook)
+	checkRecordKeys(r, hook)
 	checkTopicJob(r, m, hook, kedaScaled)
 	checkGatewayMemory(r, hook)
 }

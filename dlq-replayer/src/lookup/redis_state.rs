@@ -3,7 +3,7 @@
 
 use hookline_common::{
     redis_connection::RedisConnection,
-    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DEAD_PREFIX, DoneMarker},
+    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DoneMarker},
 };
 use serde::Serialize;
 
@@ -59,7 +59,7 @@ impl DedupeState {
         if value.starts_with(DEDUPE_CLAIM_PREFIX) {
             return Self::Claimed { expires_in_ms };
         }
-        if let Some(entry_id) = value.strip_prefix(DEDUPE_DEAD_PREFIX) {
+        if let Some((entry_id, _types)) = redis_key::parse_dead_marker(value) {
             return Self::DeadLettered { entry_id: entry_id.to_owned(), expires_in_ms };
         }
         Self::Unknown { value: value.to_owned() }
@@ -132,6 +132,10 @@ mod tests {
         );
         assert_eq!(
             DedupeState::decode(Some("dead:webhooks.dlq:0:7"), None),
+            DedupeState::DeadLettered { entry_id: "webhooks.dlq:0:7".to_owned(), expires_in_ms: None }
+        );
+        assert_eq!(
+            DedupeState::decode(Some("dead:webhooks.dlq:0:7;types=,62,"), None),
             DedupeState::DeadLettered { entry_id: "webhooks.dlq:0:7".to_owned(), expires_in_ms: None }
         );
         assert_eq!(DedupeState::decode(Some("other"), None), DedupeState::Unknown { value: "other".to_owned() });

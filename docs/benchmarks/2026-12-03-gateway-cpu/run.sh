@@ -48,6 +48,7 @@ body_read_timeout_ms = 60000
 [[sources]]
 name = "bench-github"
 scheme = "github"
+type_from_header = true
 secrets = [{ id = "bench", file = "$secrets/github" }]
 max_body_bytes = 2097152
 TOML

@@ -25,6 +25,7 @@ $extra
 [[sources]]
 name = "github"
 scheme = "github"
+type_from_header = true
 secrets = [{ id = "bench", file = "$secrets/github" }]
 TOML
 RUST_LOG=warn "$gateway" --config "$out/$label.toml" >"$out/$label.gateway.log" 2>&1 &

@@ -1,0 +1,60 @@
+//! The dead marker against a real Redis (N7): it records the types dead-lettered; a copy of an allowlisted type not
+//! yet recorded claims over it, once per type; anything else is skipped; a release after such a takeover puts the
+//! marker back, so the recorded types survive a retryable failure.
+
+use hookline_common::{config::RedisConfig, wire::redis_key};
+use hookline_consumer::dedupe::{Claim, Dedupe};
+use hookline_tests::redis_url;
+
+async fn dedupe() -> Dedupe {
+    let config = RedisConfig {
+        url: redis_url(),
+        key_prefix: format!("test:{}", uuid::Uuid::new_v4().simple()),
+        ..RedisConfig::default()
+    };
+    Dedupe::connect(&config, "billing").await.expect("redis")
+}
+
+fn acquired(claim: Claim) -> hookline_consumer::dedupe::ClaimToken {
+    match claim {
+        Claim::Acquired(token) => token,
+        other => panic!("expected the claim, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_dead_marker_is_claimed_over_once_per_allowlisted_type_and_a_release_puts_it_back() {
+    let dedupe = dedupe().await;
+    let copy = |event_type: &str| dedupe.token("github", "e1").recording_type(Some(event_type));
+
+    let forged = acquired(dedupe.claim(&copy("bogus")).await.unwrap());
+    dedupe.mark_dead(&forged, "webhooks.dlq:0:1").await.unwrap();
+    assert_eq!(dedupe.claim(&copy("bogus-2")).await.unwrap(), Claim::DeadLettered, "not allowlisted: skipped");
+    assert_eq!(dedupe.claim(&copy("push")).await.unwrap(), Claim::DeadLettered, "no allowlist, no takeover");
+
+    // The genuine copy, allowlisted, claims over the marker; a retryable failure releases it: the marker is back.
+    let genuine = acquired(dedupe.claim(&copy("push").allowlisted()).await.unwrap());
+    dedupe.release(&genuine).await.unwrap();
+    assert_eq!(dedupe.claim(&copy("bogus-3")).await.unwrap(), Claim::DeadLettered, "the release kept the marker");
+
+    // Its retry claims over it again and is dead-lettered too: the marker now records both types.
+    let retry = acquired(dedupe.claim(&copy("push").allowlisted()).await.unwrap());
+    dedupe.mark_dead(&retry, "webhooks.dlq:0:2").await.unwrap();
+    assert_eq!(dedupe.claim(&copy("push").allowlisted()).await.unwrap(), Claim::DeadLettered, "push was tried");
+    assert_eq!(dedupe.claim(&copy("bogus").allowlisted()).await.unwrap(), Claim::DeadLettered, "bogus was tried");
+
+    // Another allowlisted type gets its one try, and then the event is done: every later copy is a duplicate.
+    let issues = acquired(dedupe.claim(&copy("issues").allowlisted()).await.unwrap());
+    let marker =
+        redis_key::DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "t".into(), partition: 0, offset: 0 };
+    assert!(dedupe.mark_done(&issues, &marker).await.unwrap());
+    assert_eq!(dedupe.claim(&copy("pull_request").allowlisted()).await.unwrap(), Claim::AlreadyDone);
+
+    // A re-drive still claims over any dead marker, whatever it records.
+    let other = |event_type: &str| dedupe.token("github", "e2").recording_type(Some(event_type));
+    let first = acquired(dedupe.claim(&other("push").allowlisted()).await.unwrap());
+    dedupe.mark_dead(&first, "webhooks.dlq:0:3").await.unwrap();
+    assert_eq!(dedupe.claim(&other("push").allowlisted()).await.unwrap(), Claim::DeadLettered);
+    let redrive = dedupe.redrive_token("github", "e2").recording_type(Some("push"));
+    acquired(dedupe.claim(&redrive).await.unwrap());
+}
