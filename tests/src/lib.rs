@@ -208,6 +208,7 @@ impl TestStackBuilder {
             }),
             reload_token: None,
             telemetry: Default::default(),
+            key_fetch: Default::default(),
             sources: std::iter::once(SourceConfig {
                 max_body_bytes: 64 * 1024,
                 ..SourceConfig::new(

@@ -20,6 +20,7 @@ pub mod body_fields;
 pub mod discord;
 mod error;
 pub mod family;
+pub mod fetched;
 pub mod generic;
 pub mod github;
 pub mod gitlab;
@@ -160,9 +161,10 @@ pub struct SignatureMatch {
 pub enum Coverage {
     /// Every byte of the body (almost every provider).
     WholeBody,
-    /// Only some fields of the body (Mailgun's timestamp and token, Adyen's eight fields): the event's identity
-    /// is then computed from those fields alone, and nothing else in the body may decide it. `event_id` is
-    /// `sha256:<hex>` of the signed string, `event_type` a signed field's value when the scheme names one.
+    /// Only some fields of the body (Mailgun's timestamp and token, Adyen's eight fields, SNS's message fields):
+    /// the event's identity is then computed from those fields alone, and nothing else in the body may decide it.
+    /// `event_id` is `sha256:<hex>` of the signed string (or a signed id field: SNS's `MessageId`), `event_type` a
+    /// signed field's value when the scheme names one.
     SignedFields { event_id: String, event_type: Option<String> },
     /// Nothing: the request presented a shared token (or HTTP Basic credentials), which proves who sent it but
     /// not what was sent. The body is as trustworthy as whoever holds the token.
@@ -396,6 +398,12 @@ pub trait Scheme: Send + Sync + fmt::Debug {
     fn handshakes(&self) -> &'static [handshake::Challenge] {
         &[]
     }
+
+    /// For a scheme whose key is fetched from the provider (SNS, PayPal): its fetched-key steps, which the gateway
+    /// runs instead of [`Scheme::verify`] (that one can only say the key is not at hand).
+    fn fetched_key(&self) -> Option<&dyn fetched::FetchedKeyScheme> {
+        None
+    }
 }
 
 /// Verifies `request` with `scheme` against those of `secrets` that are active at `request.now_ms`. The only way
@@ -407,6 +415,22 @@ pub fn verify(
 ) -> Result<Verified, VerifyError> {
     let active: Vec<&Secret> = active_secrets(secrets, request.now_ms).collect();
     let matched = scheme.verify(request, &active)?;
+    Ok(Verified::signed(matched, request.body.clone()))
+}
+
+/// Verifies `request` with a fetched-key `scheme` and the certificate fetched from the URL its
+/// [`fetched::FetchedKeyScheme::locate`] returned: the certificate's chain is checked against `roots` at the
+/// request's time, then the signature with its key. The only way to a proof for such a scheme.
+pub fn verify_fetched(
+    scheme: &dyn fetched::FetchedKeyScheme,
+    request: &UnverifiedRequest<'_>,
+    secrets: &[Secret],
+    certificate: &fetched::FetchedCertificate,
+    roots: &fetched::TrustRoots,
+) -> Result<Verified, VerifyError> {
+    let leaf = certificate.check(roots, request.now_ms).map_err(|_| VerifyError::CertificateUntrusted)?;
+    let active: Vec<&Secret> = active_secrets(secrets, request.now_ms).collect();
+    let matched = scheme.verify_with(request, &active, &leaf)?;
     Ok(Verified::signed(matched, request.body.clone()))
 }
 
@@ -458,6 +482,8 @@ pub const SCHEME_NAMES: &[&str] = &[
     "intercom",
     "discord",
     "sendgrid",
+    "sns",
+    "paypal",
     "hmac",
     "structured",
     "body_fields",
@@ -519,6 +545,12 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
         )),
         "sendgrid" => Box::new(sendgrid::SendGrid::new(
             tolerance.unwrap_or(support::Tolerance::seconds(sendgrid::DEFAULT_TOLERANCE_S)),
+        )),
+        "sns" => Box::new(fetched::sns::Sns::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(fetched::sns::DEFAULT_TOLERANCE_S)),
+        )),
+        "paypal" => Box::new(fetched::paypal::PayPal::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(fetched::paypal::DEFAULT_TOLERANCE_S)),
         )),
         "hmac" => {
             let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;
