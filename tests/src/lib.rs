@@ -36,6 +36,7 @@ pub mod gateway_process;
 mod handler;
 pub mod jaeger;
 pub mod kafka_tls;
+pub mod key_server;
 pub mod postgres;
 pub mod process;
 pub mod provider_fakes;
@@ -68,6 +69,7 @@ pub struct TestStackBuilder {
     gateway_sources: Vec<SourceConfig>,
     gateway_limits: Option<Limits>,
     gateway_producer: Option<ProducerConfig>,
+    gateway_key_fetch: Option<hookline_gateway::key_fetch::KeyFetchConfig>,
     brokers: Option<String>,
     replication: Option<i32>,
     kafka_security: Option<kafka_tls::KafkaSecurity>,
@@ -124,6 +126,12 @@ impl TestStackBuilder {
     /// The gateway's limits (default: [`Limits::default`] with a 2 s body read timeout and no drain grace).
     pub fn gateway_limits(mut self, limits: Limits) -> Self {
         self.gateway_limits = Some(limits);
+        self
+    }
+
+    /// The gateway's `[key_fetch]` (a [`key_server::KeyServer`]'s, for the fetched-key schemes).
+    pub fn gateway_key_fetch(mut self, key_fetch: hookline_gateway::key_fetch::KeyFetchConfig) -> Self {
+        self.gateway_key_fetch = Some(key_fetch);
         self
     }
 
@@ -208,7 +216,7 @@ impl TestStackBuilder {
             }),
             reload_token: None,
             telemetry: Default::default(),
-            key_fetch: Default::default(),
+            key_fetch: self.gateway_key_fetch.unwrap_or_default(),
             sources: std::iter::once(SourceConfig {
                 max_body_bytes: 64 * 1024,
                 ..SourceConfig::new(
