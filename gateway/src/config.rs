@@ -368,6 +368,7 @@ mod tests {
                 "discord" => "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
                 "adyen" => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
                 "sns" => "arn:aws:sns:us-east-1:123456789012:orders",
+                "google_pubsub" => "pubsub-push@orders-project.iam.gserviceaccount.com",
                 "sendgrid" => {
                     "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g=="
                 }

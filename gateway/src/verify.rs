@@ -2,8 +2,8 @@
 //!
 //! A cheap scheme (one HMAC over the body) runs on the request's task. A costly one (public-key cryptography, a
 //! form to parse, URL variants to try) runs on the blocking pool under its source's budget, taken by the caller
-//! before the in-flight permit. A fetched-key scheme (SNS, PayPal) does its cheap checks first (timestamp, the key
-//! URL's pins: nothing is fetched for a stale or unpinned request), then awaits its certificate from the
+//! before the in-flight permit. A fetched-key scheme (SNS, PayPal, Google Pub/Sub) does its cheap checks first (timestamp, the key
+//! URL's pins: nothing is fetched for a stale or unpinned request), then awaits its certificate (or key set) from the
 //! [`KeyFetcher`] (cached; a key that cannot be had is a 503, never a 401), then checks the chain and the
 //! signature on the blocking pool, all under the same budget. A verified SNS subscription confirmation is
 //! confirmed (a `GET` of its pinned `SubscribeURL`) and answered as a handshake, never produced.
@@ -89,13 +89,13 @@ async fn verify_fetched(
     let unavailable =
         |error: crate::key_fetch::KeyUnavailable| Rejection::KeyUnavailable { retry_after_s: error.retry_after_s };
     let provider = source.scheme.name();
-    let certificate = fetcher.certificate(provider, &key_url).await.map_err(unavailable)?;
+    let key = fetcher.key(provider, scheme.key_format(), &key_url).await.map_err(unavailable)?;
     let (checking, roots) = (source.clone(), fetcher.roots().clone());
     let (verified, confirmation) = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let scheme = checking.scheme.fetched_key().expect("a fetched-key scheme");
         let unverified = request.unverified();
-        let verified = signature::verify_fetched(scheme, &unverified, &checking.secrets, &certificate, &roots);
+        let verified = signature::verify_fetched(scheme, &unverified, &checking.secrets, &key, &roots);
         let confirmation = verified.as_ref().ok().map(|_| scheme.confirmation(&unverified));
         (verified, confirmation)
     })

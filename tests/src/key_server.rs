@@ -1,4 +1,4 @@
-//! A provider's key host of the test's own, for the fetched-key schemes (SNS, PayPal): https on loopback with a
+//! A provider's key host of the test's own, for the fetched-key schemes (SNS, PayPal, Google Pub/Sub): https on loopback with a
 //! CA of its own (rcgen), serving the pinned host names, which the gateway is told to resolve to it through
 //! `KeyFetchTestOnly` (a setting no config file can reach). It serves signing certificates (good, expired,
 //! issued by a CA the gateway does not trust), one that never answers and one of 10 MB, answers SNS's
@@ -15,6 +15,7 @@ use std::{
     time::Duration,
 };
 
+use base64::Engine;
 use bytes::Bytes;
 use hookline_gateway::key_fetch::{KeyFetchConfig, KeyFetchTestOnly};
 use http::{Request, Response, StatusCode};
@@ -27,6 +28,7 @@ use tokio::net::TcpListener;
 /// The pinned names the key server answers for.
 pub const SNS_HOST: &str = "sns.us-east-1.amazonaws.com";
 pub const PAYPAL_HOST: &str = "api.sandbox.paypal.com";
+pub const GOOGLE_HOST: &str = "www.googleapis.com";
 
 /// An RSA private key in a PEM file (PKCS#8), made by `openssl genpkey`.
 #[derive(Debug)]
@@ -64,6 +66,23 @@ impl RsaKey {
         let output = child.wait_with_output().expect("openssl dgst");
         assert!(output.status.success(), "openssl dgst failed");
         output.stdout
+    }
+
+    /// The public key as a JSON Web Key (RS256) with key id `kid`.
+    pub fn jwk(&self, kid: &str) -> serde_json::Value {
+        let output = Command::new("openssl")
+            .args(["rsa", "-noout", "-modulus", "-in"])
+            .arg(&self.path)
+            .stderr(Stdio::null())
+            .output()
+            .expect("run openssl rsa");
+        let text = String::from_utf8(output.stdout).expect("ascii");
+        let modulus = hex::decode(text.trim().trim_start_matches("Modulus=")).expect("hex modulus");
+        let base64url = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        serde_json::json!({
+            "kty": "RSA", "alg": "RS256", "use": "sig", "kid": kid,
+            "n": base64url(&modulus), "e": base64url(&[1, 0, 1]),
+        })
     }
 
     fn key_pair(&self) -> KeyPair {
@@ -122,6 +141,8 @@ impl TestCa {
 #[derive(Debug, Clone)]
 pub enum Served {
     Pem(String),
+    /// A JSON document (a JSON Web Key Set).
+    Json(String),
     /// Accepts the request and never answers.
     Hang,
     /// 10 MB, streamed without a `Content-Length`.
@@ -142,7 +163,7 @@ pub struct KeyServer {
 impl KeyServer {
     /// Starts serving `routes` (path prefix → answer; anything else 404) for the pinned names.
     pub async fn start(ca: Arc<TestCa>) -> Self {
-        let (certificate, key) = ca.server_identity(&[SNS_HOST, PAYPAL_HOST]);
+        let (certificate, key) = ca.server_identity(&[SNS_HOST, PAYPAL_HOST, GOOGLE_HOST]);
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
         let tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
@@ -194,7 +215,10 @@ impl KeyServer {
             cache_max_entries: 4,
             test_only: Some(KeyFetchTestOnly {
                 roots_pem: self.ca.pem.clone().into_bytes(),
-                resolve: vec![(SNS_HOST.to_owned(), self.addr), (PAYPAL_HOST.to_owned(), self.addr)],
+                resolve: [SNS_HOST, PAYPAL_HOST, GOOGLE_HOST]
+                    .iter()
+                    .map(|host| ((*host).to_owned(), self.addr))
+                    .collect(),
             }),
             ..KeyFetchConfig::default()
         }
@@ -223,7 +247,7 @@ async fn answer(
     };
     match served {
         None => full(StatusCode::NOT_FOUND, Bytes::from_static(b"not found")),
-        Some(Served::Pem(pem)) => full(StatusCode::OK, Bytes::from(pem)),
+        Some(Served::Pem(pem) | Served::Json(pem)) => full(StatusCode::OK, Bytes::from(pem)),
         Some(Served::Ok) => full(StatusCode::OK, Bytes::from_static(b"<ConfirmSubscriptionResponse/>")),
         Some(Served::Hang) => {
             tokio::time::sleep(Duration::from_secs(3_600)).await;

@@ -1,8 +1,8 @@
-//! The fetched-key schemes (AWS SNS, PayPal) against the real gateway and broker, with a key host of the test's
+//! The fetched-key schemes (AWS SNS, PayPal, Google Pub/Sub push) against the real gateway and broker, with a key host of the test's
 //! own on loopback (its own CA; the pinned names resolved to it by the gateway's test-only setting). Requests are
-//! signed as the providers document it (RSA PKCS#1 v1.5, SHA-1 for SNS v1, SHA-256 for SNS v2 and PayPal) by the
-//! `openssl` command line: SNS signs server-side and PayPal's SDKs only verify, so there is no provider SDK that
-//! signs and no official vector with a certificate a test could serve.
+//! signed as the providers document it (RSA PKCS#1 v1.5, SHA-1 for SNS v1, SHA-256 for SNS v2, PayPal and Google's
+//! RS256 OIDC tokens) by the `openssl` command line: SNS and Google sign server-side and PayPal's SDKs only verify,
+//! so there is no provider SDK that signs and no official vector with a key a test could serve.
 //!
 //! Accepted requests are stored byte for byte; a tampered body, a wrong key, a stale timestamp, an unpinned
 //! certificate URL (never fetched), an expired certificate and one from an untrusted CA are refused 401; a key
@@ -26,6 +26,8 @@ use rdkafka::Message;
 
 const TOPIC_ARN: &str = "arn:aws:sns:us-east-1:123456789012:orders";
 const WEBHOOK_ID: &str = "1JE4291016473214C";
+const PUSH_ACCOUNT: &str = "pubsub-push@orders-project.iam.gserviceaccount.com";
+const PUSH_URL: &str = "https://hooks.example.com/webhooks/pubsub";
 
 fn secret(id: &str, value: &str) -> SecretRef {
     let path = std::env::temp_dir().join(format!("hookline-fetched-{}.secret", uuid::Uuid::new_v4().simple()));
@@ -69,6 +71,8 @@ async fn keys() -> Keys {
         "/v1/notifications/certs/CERT-good",
         Served::Pem(ca.signing_certificate(&signer, "messageverificationcerts.paypal.com", 86_400)),
     );
+    let jwks = serde_json::json!({ "keys": [signer.jwk("k-1"), stranger.jwk("k-other")] });
+    server.serve("/oauth2/v3/certs", Served::Json(jwks.to_string()));
     Keys { server, signer, stranger }
 }
 
@@ -77,6 +81,11 @@ async fn stack(keys: &Keys) -> TestStack {
         .gateway_key_fetch(keys.server.key_fetch_config())
         .gateway_source(SourceConfig::new("sns", "sns", vec![secret("orders", TOPIC_ARN)]))
         .gateway_source(SourceConfig::new("paypal", "paypal", vec![secret("live", WEBHOOK_ID)]))
+        .gateway_source(SourceConfig {
+            allow_token: true,
+            public_url: Some(PUSH_URL.to_owned()),
+            ..SourceConfig::new("pubsub", "google_pubsub", vec![secret("push", PUSH_ACCOUNT)])
+        })
         .build()
         .await
 }
@@ -343,6 +352,65 @@ async fn paypal_verifies_with_its_fetched_certificate_and_refuses_tampered_wrong
     missing.retain(|(name, _)| name != "PAYPAL-TRANSMISSION-SIG");
     assert_eq!(refused(&post_paypal(&stack, &missing, body).await), unauthorized("signature_missing"));
     assert_eq!(keys.server.requests_for("/v1/notifications/certs/CERT-good"), 1, "fetched once, then cached");
+    assert_eq!(stack.inbound_records().await.len(), 1, "nothing refused was produced");
+    stack.shutdown().await;
+}
+
+/// A Google-style OIDC token: RS256 over `header.claims`, base64url without padding.
+fn oidc_token(key: &RsaKey, kid: &str, claims: serde_json::Value) -> String {
+    let base64url = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let header = base64url(serde_json::json!({ "alg": "RS256", "kid": kid, "typ": "JWT" }).to_string().as_bytes());
+    let claims = base64url(claims.to_string().as_bytes());
+    let signature = base64url(&key.sign("sha256", format!("{header}.{claims}").as_bytes()));
+    format!("{header}.{claims}.{signature}")
+}
+
+fn push_claims(audience: &str, email: &str, issued_s_ago: i64) -> serde_json::Value {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
+    serde_json::json!({
+        "iss": "https://accounts.google.com", "aud": audience, "azp": "1147", "sub": "1147",
+        "email": email, "email_verified": true,
+        "iat": now - issued_s_ago, "exp": now - issued_s_ago + 3600,
+    })
+}
+
+#[tokio::test]
+async fn google_pubsub_push_tokens_verify_with_googles_fetched_key_set_and_forged_ones_are_refused() {
+    let keys = keys().await;
+    let stack = stack(&keys).await;
+    let body = r#"{"message":{"attributes":{"kind":"order"},"data":"eyJvcmRlciI6Im8tMSJ9","messageId":"2070443601311540","publishTime":"2026-12-06T19:00:00.000Z"},"subscription":"projects/orders-project/subscriptions/push"}"#;
+    let push = |token: String| {
+        let authorization = format!("Bearer {token}");
+        let stack = &stack;
+        async move {
+            post(stack, "pubsub", &[("Content-Type", "application/json"), ("Authorization", &authorization)], body)
+                .await
+        }
+    };
+
+    let reply = push(oidc_token(&keys.signer, "k-1", push_claims(PUSH_URL, PUSH_ACCOUNT, 5))).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    let records = stack.inbound_records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].payload(), Some(body.as_bytes()), "the raw body, byte for byte");
+
+    let mismatch = unauthorized("signature_mismatch");
+    let forged = oidc_token(&keys.stranger, "k-1", push_claims(PUSH_URL, PUSH_ACCOUNT, 5));
+    assert_eq!(refused(&push(forged).await), mismatch, "signed by another key than its kid's");
+    let other_audience =
+        oidc_token(&keys.signer, "k-1", push_claims("https://elsewhere.example/push", PUSH_ACCOUNT, 5));
+    assert_eq!(refused(&push(other_audience).await), mismatch);
+    let other_account =
+        oidc_token(&keys.signer, "k-1", push_claims(PUSH_URL, "someone@else.iam.gserviceaccount.com", 5));
+    assert_eq!(refused(&push(other_account).await), mismatch);
+    let expired = oidc_token(&keys.signer, "k-1", push_claims(PUSH_URL, PUSH_ACCOUNT, 7_200));
+    assert_eq!(refused(&push(expired).await), unauthorized("timestamp_stale"));
+    let mut tampered = oidc_token(&keys.signer, "k-1", push_claims(PUSH_URL, PUSH_ACCOUNT, 5));
+    tampered.insert_str(tampered.find('.').expect("a dot") + 1, "e30");
+    assert!(matches!(push(tampered).await.status, StatusCode::UNAUTHORIZED | StatusCode::BAD_REQUEST));
+    let reply = post(&stack, "pubsub", &[("Content-Type", "application/json")], body).await;
+    assert_eq!(refused(&reply), unauthorized("signature_missing"));
+    assert_eq!(keys.server.requests_for("/oauth2/v3/certs"), 1, "Google's key set fetched once, then cached");
     assert_eq!(stack.inbound_records().await.len(), 1, "nothing refused was produced");
     stack.shutdown().await;
 }

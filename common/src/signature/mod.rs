@@ -418,19 +418,24 @@ pub fn verify(
     Ok(Verified::signed(matched, request.body.clone()))
 }
 
-/// Verifies `request` with a fetched-key `scheme` and the certificate fetched from the URL its
-/// [`fetched::FetchedKeyScheme::locate`] returned: the certificate's chain is checked against `roots` at the
+/// Verifies `request` with a fetched-key `scheme` and the key fetched from the URL its
+/// [`fetched::FetchedKeyScheme::locate`] returned: a certificate's chain is checked against `roots` at the
 /// request's time, then the signature with its key. The only way to a proof for such a scheme.
 pub fn verify_fetched(
     scheme: &dyn fetched::FetchedKeyScheme,
     request: &UnverifiedRequest<'_>,
     secrets: &[Secret],
-    certificate: &fetched::FetchedCertificate,
+    key: &fetched::FetchedKey,
     roots: &fetched::TrustRoots,
 ) -> Result<Verified, VerifyError> {
-    let leaf = certificate.check(roots, request.now_ms).map_err(|_| VerifyError::CertificateUntrusted)?;
+    let checked = match key {
+        fetched::FetchedKey::Certificate(certificate) => fetched::CheckedKey::Leaf(
+            certificate.check(roots, request.now_ms).map_err(|_| VerifyError::CertificateUntrusted)?,
+        ),
+        fetched::FetchedKey::JwkSet(keys) => fetched::CheckedKey::JwkSet(keys),
+    };
     let active: Vec<&Secret> = active_secrets(secrets, request.now_ms).collect();
-    let matched = scheme.verify_with(request, &active, &leaf)?;
+    let matched = scheme.verify_with(request, &active, &checked)?;
     Ok(Verified::signed(matched, request.body.clone()))
 }
 
@@ -484,6 +489,7 @@ pub const SCHEME_NAMES: &[&str] = &[
     "sendgrid",
     "sns",
     "paypal",
+    "google_pubsub",
     "hmac",
     "structured",
     "body_fields",
@@ -551,6 +557,9 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
         )),
         "paypal" => Box::new(fetched::paypal::PayPal::new(
             tolerance.unwrap_or(support::Tolerance::seconds(fetched::paypal::DEFAULT_TOLERANCE_S)),
+        )),
+        "google_pubsub" => Box::new(fetched::google_pubsub::GooglePubSub::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(fetched::google_pubsub::DEFAULT_TOLERANCE_S)),
         )),
         "hmac" => {
             let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;

@@ -8,11 +8,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::signature::fetched::{FetchedCertificate, KeyUrl};
+use hookline_common::signature::fetched::{FetchedKey, KeyUrl};
 
 #[derive(Debug)]
 enum Entry {
-    Ready { certificate: Arc<FetchedCertificate>, fetched_at: Instant, size_bytes: usize, refreshing: bool },
+    Ready { certificate: Arc<FetchedKey>, fetched_at: Instant, size_bytes: usize, refreshing: bool },
     Failed { until: Instant },
 }
 
@@ -21,7 +21,7 @@ enum Entry {
 pub enum Lookup {
     /// Fresh; `refresh` says it is past half its TTL and nobody is refreshing it yet (the caller now is).
     Hit {
-        certificate: Arc<FetchedCertificate>,
+        certificate: Arc<FetchedKey>,
         refresh: bool,
     },
     /// A fetch failed a moment ago.
@@ -67,7 +67,7 @@ impl Cache {
 
     /// Keeps `certificate`, evicting the oldest entries while over a bound. One larger than `max_bytes` alone is
     /// used for its request but not kept.
-    pub fn insert(&mut self, url: KeyUrl, certificate: Arc<FetchedCertificate>, now: Instant) {
+    pub fn insert(&mut self, url: KeyUrl, certificate: Arc<FetchedKey>, now: Instant) {
         self.remove(&url);
         let size_bytes = certificate.size_bytes();
         if size_bytes > self.max_bytes {
@@ -134,7 +134,10 @@ impl Cache {
 
 #[cfg(test)]
 mod tests {
-    use hookline_common::signature::fetched::pin::{HostPin, Pins};
+    use hookline_common::signature::fetched::{
+        FetchedCertificate,
+        pin::{HostPin, Pins},
+    };
 
     use super::*;
 
@@ -144,14 +147,14 @@ mod tests {
         KeyUrl::pinned(&format!("https://keys.example/{n}"), &PINS, "url").expect("pinned")
     }
 
-    fn certificate(size: usize) -> Arc<FetchedCertificate> {
+    fn certificate(size: usize) -> Arc<FetchedKey> {
         use base64::Engine;
         let der = vec![0x30; size];
         let pem = format!(
             "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
             base64::engine::general_purpose::STANDARD.encode(der)
         );
-        Arc::new(FetchedCertificate::from_pem(pem.as_bytes(), &[]).expect("pem"))
+        Arc::new(FetchedKey::Certificate(FetchedCertificate::from_pem(pem.as_bytes(), &[]).expect("pem")))
     }
 
     #[test]

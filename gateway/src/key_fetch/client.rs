@@ -24,8 +24,8 @@ pub enum FetchError {
     Status(StatusCode),
     #[error("cannot reach the host: {0}")]
     Connect(String),
-    #[error("the response is not a PEM certificate")]
-    NotACertificate,
+    #[error("the response is not the key document expected (a PEM certificate, a JSON Web Key Set)")]
+    Unparsable,
 }
 
 impl FetchError {
@@ -35,7 +35,7 @@ impl FetchError {
             Self::TooLarge => "too_large",
             Self::Status(_) => "status",
             Self::Connect(_) => "unreachable",
-            Self::NotACertificate => "not_a_certificate",
+            Self::Unparsable => "unparsable",
         }
     }
 }

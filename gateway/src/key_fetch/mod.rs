@@ -1,4 +1,4 @@
-//! Keys fetched from providers (SNS's and PayPal's signing certificates): only from URLs that passed the
+//! Keys fetched from providers (SNS's and PayPal's signing certificates, Google's OIDC key set): only from URLs that passed the
 //! scheme's pins (`hookline_common::signature::fetched::pin`), over https verified against the trust roots,
 //! within a timeout and a response size cap, cached with a TTL and bounded in count and bytes ([`cache`]).
 //!
@@ -22,14 +22,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::signature::fetched::{FetchedCertificate, KeyUrl, TrustRoots};
+use hookline_common::signature::fetched::{FetchedKey, KeyFormat, KeyUrl, TrustRoots};
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
 use cache::{Cache, Lookup};
 pub use client::FetchError;
 
-/// `[key_fetch]`: how the gateway fetches the keys of the SNS and PayPal sources.
+/// `[key_fetch]`: how the gateway fetches the keys of the SNS, PayPal and Google Pub/Sub sources.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KeyFetchConfig {
@@ -157,15 +157,20 @@ impl KeyFetcher {
         &self.inner.roots
     }
 
-    /// The certificate at `url` (already pinned), from the cache or fetched now.
-    pub async fn certificate(&self, provider: &str, url: &KeyUrl) -> Result<Arc<FetchedCertificate>, KeyUnavailable> {
+    /// The key document at `url` (already pinned), as `format`, from the cache or fetched now.
+    pub async fn key(
+        &self,
+        provider: &str,
+        format: KeyFormat,
+        url: &KeyUrl,
+    ) -> Result<Arc<FetchedKey>, KeyUnavailable> {
         let unavailable = KeyUnavailable { retry_after_s: self.inner.failure_hold_s };
         match self.lookup(url) {
             Lookup::Hit { certificate, refresh } => {
                 if refresh {
                     let fetcher = self.clone();
                     let (provider, url) = (provider.to_owned(), url.clone());
-                    tokio::spawn(async move { fetcher.fetch_into_cache(&provider, &url).await });
+                    tokio::spawn(async move { fetcher.fetch_into_cache(&provider, format, &url).await });
                 }
                 return Ok(certificate);
             }
@@ -181,7 +186,7 @@ impl KeyFetcher {
         let result = match self.lookup(url) {
             Lookup::Hit { certificate, .. } => Ok(certificate),
             Lookup::Failing => Err(unavailable),
-            Lookup::Miss => self.fetch_into_cache(provider, url).await.ok_or(unavailable),
+            Lookup::Miss => self.fetch_into_cache(provider, format, url).await.ok_or(unavailable),
         };
         let mut in_flight = self.inner.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if in_flight.get(url).is_some_and(|lock| Arc::strong_count(lock) <= 2) {
@@ -212,11 +217,15 @@ impl KeyFetcher {
         lookup
     }
 
-    async fn fetch_into_cache(&self, provider: &str, url: &KeyUrl) -> Option<Arc<FetchedCertificate>> {
+    async fn fetch_into_cache(&self, provider: &str, format: KeyFormat, url: &KeyUrl) -> Option<Arc<FetchedKey>> {
         let fetched = self.inner.client.get(url).await.and_then(|fetched| {
-            FetchedCertificate::from_pem(&fetched.body, &fetched.presented).map_err(|_| FetchError::NotACertificate)
+            FetchedKey::parse(format, &fetched.body, &fetched.presented).ok_or(FetchError::Unparsable)
         });
-        self.count(provider, "certificate", fetched.as_ref().map(|_| ()));
+        let kind = match format {
+            KeyFormat::Certificate => "certificate",
+            KeyFormat::JwkSet => "key_set",
+        };
+        self.count(provider, kind, fetched.as_ref().map(|_| ()));
         let mut cache = self.inner.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let result = match fetched {
             Ok(certificate) => {

@@ -16,9 +16,9 @@ use super::{
         FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
         support::{BASE64, Tolerance, header, parse_rfc3339_ms, required_header},
     },
-    FetchedKeyScheme, KeyUrl,
+    CheckedKey, FetchedKeyScheme, KeyUrl,
     pin::{HostPin, Pins},
-    x509::{CheckedLeaf, RsaDigest},
+    x509::RsaDigest,
 };
 
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
@@ -115,13 +115,14 @@ impl FetchedKeyScheme for PayPal {
         &self,
         request: &UnverifiedRequest<'_>,
         secrets: &[&Secret],
-        certificate: &CheckedLeaf<'_>,
+        key: &CheckedKey<'_>,
     ) -> Result<SignatureMatch, VerifyError> {
         let signature = BASE64
             .decode(required_header(request.headers, TRANSMISSION_SIG, TRANSMISSION_SIG)?)
             .map_err(|_| VerifyError::malformed(TRANSMISSION_SIG))?;
         let id = required_header(request.headers, TRANSMISSION_ID, TRANSMISSION_ID)?;
         let time = required_header(request.headers, TRANSMISSION_TIME, TRANSMISSION_TIME)?;
+        let certificate = key.leaf()?;
         let crc = crc32(request.body);
         secrets
             .iter()

@@ -17,9 +17,9 @@ use super::{
         FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
         support::{BASE64, Tolerance, parse_rfc3339_ms},
     },
-    Confirmation, FetchedKeyScheme, KeyUrl,
+    CheckedKey, Confirmation, FetchedKeyScheme, KeyUrl,
     pin::{HostPin, Pins},
-    x509::{CheckedLeaf, RsaDigest},
+    x509::RsaDigest,
 };
 use base64::Engine;
 
@@ -150,7 +150,7 @@ impl FetchedKeyScheme for Sns {
         &self,
         request: &UnverifiedRequest<'_>,
         secrets: &[&Secret],
-        certificate: &CheckedLeaf<'_>,
+        key: &CheckedKey<'_>,
     ) -> Result<SignatureMatch, VerifyError> {
         let message = Message::parse(request.body)?;
         let digest = match message.required("SignatureVersion")? {
@@ -161,7 +161,7 @@ impl FetchedKeyScheme for Sns {
         let signature =
             BASE64.decode(message.required("Signature")?).map_err(|_| VerifyError::malformed("Signature"))?;
         let signed = message.signed_string()?;
-        if !certificate.verifies_rsa(digest, signed.as_bytes(), &signature) {
+        if !key.leaf()?.verifies_rsa(digest, signed.as_bytes(), &signature) {
             return Err(VerifyError::Mismatch);
         }
         // Genuinely from SNS; now whether it is from a topic this source accepts.
