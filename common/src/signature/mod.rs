@@ -56,6 +56,7 @@ use http::{HeaderMap, Method};
 use secrecy::{ExposeSecret, SecretSlice};
 
 pub use error::VerifyError;
+pub use fetched::verify_fetched;
 pub use generic::GenericHmacOptions;
 pub use github::GitHub;
 pub use identity::{FieldSource, Identity, IdentityRule, SignedIdentity};
@@ -202,12 +203,12 @@ impl SignatureMatch {
 /// Proof that an event is authentic, and of what kind, carrying the exact bytes it vouches for.
 ///
 /// A [`Provenance::Signature`] proof says which secret matched and which request headers the signature covered
-/// (besides the body); only [`verify`] makes one, from a scheme's [`SignatureMatch`] and the body that scheme
-/// checked. A [`Provenance::ProviderApi`] proof says the bytes were fetched from the provider's own API over TLS
+/// (besides the body); only [`verify`] (and [`verify_fetched`] for a fetched-key scheme) makes one, from a scheme's
+/// [`SignatureMatch`] and the body that scheme checked. A [`Provenance::ProviderApi`] proof says the bytes were fetched from the provider's own API over TLS
 /// with our credential (the reconciler's missed events); it covers no request header and is never a signature.
 ///
-/// Compile-level guarantee: the fields are private and the only constructors are [`verify`] and
-/// [`Verified::fetched_from_provider_api`], both of which take the body and keep it (a `Bytes` clone shares the
+/// Compile-level guarantee: the fields are private and the only constructors are [`verify`], [`verify_fetched`] and
+/// [`Verified::fetched_from_provider_api`], each of which takes the body and keeps it (a `Bytes` clone shares the
 /// allocation, nothing is copied). Whoever holds a proof therefore holds the bytes it verified and no others:
 /// [`Verified::body`] is the only way to the payload, so a proof cannot be paired with a different body.
 ///
@@ -415,27 +416,6 @@ pub fn verify(
 ) -> Result<Verified, VerifyError> {
     let active: Vec<&Secret> = active_secrets(secrets, request.now_ms).collect();
     let matched = scheme.verify(request, &active)?;
-    Ok(Verified::signed(matched, request.body.clone()))
-}
-
-/// Verifies `request` with a fetched-key `scheme` and the key fetched from the URL its
-/// [`fetched::FetchedKeyScheme::locate`] returned: a certificate's chain is checked against `roots` at the
-/// request's time, then the signature with its key. The only way to a proof for such a scheme.
-pub fn verify_fetched(
-    scheme: &dyn fetched::FetchedKeyScheme,
-    request: &UnverifiedRequest<'_>,
-    secrets: &[Secret],
-    key: &fetched::FetchedKey,
-    roots: &fetched::TrustRoots,
-) -> Result<Verified, VerifyError> {
-    let checked = match key {
-        fetched::FetchedKey::Certificate(certificate) => fetched::CheckedKey::Leaf(
-            certificate.check(roots, request.now_ms).map_err(|_| VerifyError::CertificateUntrusted)?,
-        ),
-        fetched::FetchedKey::JwkSet(keys) => fetched::CheckedKey::JwkSet(keys),
-    };
-    let active: Vec<&Secret> = active_secrets(secrets, request.now_ms).collect();
-    let matched = scheme.verify_with(request, &active, &checked)?;
     Ok(Verified::signed(matched, request.body.clone()))
 }
 

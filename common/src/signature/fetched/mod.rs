@@ -5,7 +5,7 @@
 //! Verification is split in three so that the gateway can fetch between the steps without holding a blocking
 //! thread: [`FetchedKeyScheme::locate`] does the cheap checks (headers present, timestamp fresh) and returns the
 //! certificate's URL, refused unless it is https on one of the scheme's pinned hosts and paths ([`pin`]); the
-//! gateway fetches it (cached, bounded, off the request path where it can); then [`super::verify_fetched`] checks
+//! gateway fetches it (cached, bounded, off the request path where it can); then [`verify_fetched`] checks
 //! the certificate's chain against the trust roots at the request's time ([`x509`]) and the scheme's signature
 //! with its key. Nothing a request says can make the gateway connect anywhere but a pinned host.
 //!
@@ -21,9 +21,30 @@ pub mod x509;
 
 use std::fmt;
 
-use super::{Secret, SignatureMatch, UnverifiedRequest, VerifyError};
+use super::{Secret, SignatureMatch, UnverifiedRequest, Verified, VerifyError, active_secrets};
 pub use pin::KeyUrl;
 pub use x509::{FetchedCertificate, TrustRoots};
+
+/// Verifies `request` with a fetched-key `scheme` and the key fetched from the URL its
+/// [`FetchedKeyScheme::locate`] returned: a certificate's chain is checked against `roots` at the
+/// request's time, then the signature with its key. The only way to a proof for such a scheme.
+pub fn verify_fetched(
+    scheme: &dyn FetchedKeyScheme,
+    request: &UnverifiedRequest<'_>,
+    secrets: &[Secret],
+    key: &FetchedKey,
+    roots: &TrustRoots,
+) -> Result<Verified, VerifyError> {
+    let checked = match key {
+        FetchedKey::Certificate(certificate) => {
+            CheckedKey::Leaf(certificate.check(roots, request.now_ms).map_err(|_| VerifyError::CertificateUntrusted)?)
+        }
+        FetchedKey::JwkSet(keys) => CheckedKey::JwkSet(keys),
+    };
+    let active: Vec<&Secret> = active_secrets(secrets, request.now_ms).collect();
+    let matched = scheme.verify_with(request, &active, &checked)?;
+    Ok(Verified::signed(matched, request.body.clone()))
+}
 
 /// A scheme whose verification needs a certificate fetched from the provider.
 pub trait FetchedKeyScheme: Send + Sync + fmt::Debug {
@@ -36,7 +57,7 @@ pub trait FetchedKeyScheme: Send + Sync + fmt::Debug {
         KeyFormat::Certificate
     }
 
-    /// Checks the request's signature with `key` (a certificate whose chain [`super::verify_fetched`] has
+    /// Checks the request's signature with `key` (a certificate whose chain [`verify_fetched`] has
     /// checked, or a key set), and that it was meant for one of `secrets` (a topic ARN, a webhook id, a service
     /// account).
     fn verify_with(
