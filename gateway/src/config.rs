@@ -13,6 +13,7 @@ use hookline_common::{
 use serde::{Deserialize, Serialize};
 
 pub use crate::batching::ProducerConfig;
+use crate::key_fetch::KeyFetchConfig;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -31,6 +32,8 @@ pub struct GatewayConfig {
     pub reload_token: Option<SecretRef>,
     /// Traces (on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; see docs/operations.md, "Traces").
     pub telemetry: TelemetryConfig,
+    /// `[key_fetch]`: fetching the keys of the SNS and PayPal sources (`crate::key_fetch`).
+    pub key_fetch: KeyFetchConfig,
     pub sources: Vec<SourceConfig>,
 }
 
@@ -44,6 +47,7 @@ impl Default for GatewayConfig {
             limits: Limits::default(),
             reload_token: None,
             telemetry: TelemetryConfig::default(),
+            key_fetch: KeyFetchConfig::default(),
             sources: Vec::new(),
         }
     }
@@ -302,6 +306,9 @@ impl GatewayConfig {
     pub(crate) fn check(&self, problems: &mut Problems) {
         self.kafka.validate(problems);
         self.telemetry.validate(problems);
+        for problem in self.key_fetch.problems() {
+            problems.check(false, problem);
+        }
         problems.check(self.limits.max_in_flight > 0, "limits.max_in_flight must be positive");
         problems.check(
             self.producer.batch_linger_ms.is_finite() && (0.0..=1_000.0).contains(&self.producer.batch_linger_ms),
@@ -367,6 +374,8 @@ mod tests {
                 }
                 "discord" => "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
                 "adyen" => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
+                "sns" => "arn:aws:sns:us-east-1:123456789012:orders",
+                "google_pubsub" => "pubsub-push@orders-project.iam.gserviceaccount.com",
                 "sendgrid" => {
                     "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g=="
                 }

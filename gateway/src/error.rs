@@ -40,6 +40,9 @@ pub enum Rejection {
     PeerRateLimited,
     #[error("the broker did not acknowledge the event")]
     Produce(#[source] ProduceError),
+    /// The provider's key (or its subscription confirmation URL) cannot be fetched now: our trouble, never a 401.
+    #[error("the provider's key could not be fetched; retry later")]
+    KeyUnavailable { retry_after_s: u64 },
 }
 
 impl Rejection {
@@ -58,8 +61,11 @@ impl Rejection {
                 | VerifyError::Mismatch
                 | VerifyError::TimestampStale { .. }
                 | VerifyError::TimestampFuture { .. }
-                | VerifyError::MissingTimestamp(_),
+                | VerifyError::MissingTimestamp(_)
+                | VerifyError::KeyUrlNotPinned(_)
+                | VerifyError::CertificateUntrusted,
             ) => StatusCode::UNAUTHORIZED,
+            Self::Verify(VerifyError::KeyNotFetched) | Self::KeyUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Overloaded
             | Self::BodyBufferFull
             | Self::TooManyRequestsInProgress
@@ -86,6 +92,7 @@ impl Rejection {
             Self::PeerRateLimited => "rate_limited",
             Self::Produce(ProduceError::QueueFull) => "broker_queue_full",
             Self::Produce(_) => "broker_unavailable",
+            Self::KeyUnavailable { .. } => "key_unavailable",
         }
     }
 
@@ -106,7 +113,8 @@ impl Rejection {
             | Self::TooManyRequestsInProgress
             | Self::VerifyBusy
             | Self::PeerRateLimited
-            | Self::Produce(_) => rejection.code(),
+            | Self::Produce(_)
+            | Self::KeyUnavailable { .. } => rejection.code(),
         };
         let each = [
             Self::NotFound,
@@ -123,6 +131,7 @@ impl Rejection {
             Self::PeerRateLimited,
             Self::Produce(ProduceError::QueueFull),
             Self::Produce(ProduceError::Timeout),
+            Self::KeyUnavailable { retry_after_s: 1 },
         ];
         let mut codes: Vec<&'static str> = each.iter().map(listed).collect();
         codes.extend(VerifyError::reasons());
@@ -139,6 +148,10 @@ impl Rejection {
         let body = serde_json::json!({ "error": { "code": self.code(), "message": self.to_string() } });
         let mut response = json_response(self.status(), &body);
         if self.is_retryable() {
+            let retry_after_s = match self {
+                Self::KeyUnavailable { retry_after_s } => *retry_after_s,
+                _ => retry_after_s,
+            };
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         }
         if matches!(self, Self::MethodNotAllowed) {
@@ -166,6 +179,8 @@ pub enum GatewayError {
     Metrics(#[from] prometheus::Error),
     #[error("the Kafka producer hit a fatal error and must be restarted: {0}")]
     ProducerFatal(String),
+    #[error("cannot build the key fetcher: {0}")]
+    KeyFetch(String),
 }
 
 #[cfg(test)]
@@ -200,6 +215,8 @@ mod tests {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "form_too_large",
             ),
+            (VerifyError::KeyUrlNotPinned("u"), StatusCode::UNAUTHORIZED, "key_url_not_pinned"),
+            (VerifyError::CertificateUntrusted, StatusCode::UNAUTHORIZED, "certificate_untrusted"),
         ];
         for (error, status, code) in cases {
             let rejection = Rejection::Verify(error);
@@ -210,6 +227,9 @@ mod tests {
         assert_eq!(Rejection::MethodNotAllowed.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(Rejection::BodyTooLarge { limit_bytes: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(Rejection::Overloaded.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let unavailable = Rejection::KeyUnavailable { retry_after_s: 9 }.into_response(1);
+        assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE, "a key we cannot fetch is never a 401");
+        assert_eq!(unavailable.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"9"[..]));
     }
 
     #[test]

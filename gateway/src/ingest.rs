@@ -38,6 +38,7 @@ use crate::{
     config::{FORWARDED_HEADER_PREFIX, Limits},
     error::Rejection,
     in_progress::{self, InProgress},
+    key_fetch::KeyFetcher,
     metrics::{Metrics, outcome},
     peer_limit::{Admission, PeerLimiter},
     produce::{EventProducer, VerifiedWebhook},
@@ -45,6 +46,7 @@ use crate::{
     rejection_ring::{RejectionEntry, RejectionRing, UNKNOWN_SOURCE},
     reply,
     source::{Source, SourceTable},
+    verify::{self, Checked},
 };
 
 /// Everything a request needs, shared by all connections. The source table is swapped whole on a reload; each
@@ -69,6 +71,8 @@ pub struct Ingest {
     handles: ArcSwap<HashMap<String, SourceHandles>>,
     produce_acked: prometheus::Histogram,
     produce_failed: prometheus::Histogram,
+    /// Providers' fetched keys (SNS, PayPal), kept across reloads.
+    fetcher: KeyFetcher,
 }
 
 /// One source's metric handles for an accepted request.
@@ -125,7 +129,13 @@ enum Answer {
 
 impl Ingest {
     /// Serves `sources` (already built from a config, see [`crate::load::Loaded`]) within `limits`.
-    pub fn new(limits: &Limits, sources: SourceTable, producer: EventProducer, metrics: Metrics) -> Self {
+    pub fn new(
+        limits: &Limits,
+        sources: SourceTable,
+        producer: EventProducer,
+        metrics: Metrics,
+        fetcher: KeyFetcher,
+    ) -> Self {
         sources.log_warnings();
         let handles = resolve_handles(&metrics, &sources);
         Self {
@@ -152,6 +162,7 @@ impl Ingest {
                 Duration::from_millis(limits.peer_max_wait_ms),
                 Instant::now(),
             ),
+            fetcher,
         }
     }
 
@@ -321,50 +332,32 @@ impl Ingest {
                 return answer.map_err(|failure| *failure);
             }
         }
-        let verified = match verify_permit {
-            // Off the async workers, so the other sources' requests keep being served.
-            Some(verify_permit) => {
-                let (source, headers, body, method, url, query) = (
-                    source.clone(),
-                    parts.headers.clone(),
-                    body.clone(),
-                    parts.method.clone(),
-                    url.clone(),
-                    query.map(str::to_owned),
-                );
-                tokio::task::spawn_blocking(move || {
-                    let _verify_permit = verify_permit;
-                    let mut unverified = UnverifiedRequest::new(&headers, &body, received_at_ms)
-                        .with_method(&method)
-                        .with_query(query.as_deref());
-                    if let Some(url) = &url {
-                        unverified = unverified.with_url(url);
-                    }
-                    signature::verify(source.scheme.as_ref(), &unverified, &source.secrets)
-                })
-                .await
-                .map_err(|_| Rejection::VerifyBusy)?
-            }
-            None => {
-                let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms)
-                    .with_method(&parts.method)
-                    .with_query(query);
-                if let Some(url) = &url {
-                    unverified = unverified.with_url(url);
-                }
-                signature::verify(source.scheme.as_ref(), &unverified, &source.secrets)
-            }
+        let presented = verify::Presented {
+            headers: parts.headers.clone(),
+            method: parts.method.clone(),
+            body: body.clone(),
+            url: url.clone(),
+            query: query.map(str::to_owned),
+            received_at_ms,
         };
-        let proof = verified.map_err(|error| {
+        let checked = verify::verify(source, &self.fetcher, presented, verify_permit).await.map_err(|rejection| {
+            let Rejection::Verify(error) = &rejection else { return Failure::from(rejection) };
             self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
             Failure {
-                rejection: Rejection::Verify(error),
                 event_id: None,
                 secrets_tried: signature::active_secrets(&source.secrets, received_at_ms)
                     .map(|secret| secret.id.clone())
                     .collect(),
+                rejection,
             }
         })?;
+        let proof = match checked {
+            Checked::Event(proof) => proof,
+            Checked::Confirmed(kind) => {
+                let empty = signature::Handshake { content_type: "text/plain; charset=utf-8", body: Vec::new() };
+                return Ok(handshake_answer(&source.name, kind, empty));
+            }
+        };
         let mut unverified =
             UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method).with_query(query);
         if let Some(url) = &url {

@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod in_progress;
 pub mod ingest;
+pub mod key_fetch;
 pub mod load;
 pub mod metrics;
 pub mod offline_verify;
@@ -20,6 +21,7 @@ pub mod rejection_ring;
 pub mod reload;
 pub mod reply;
 pub mod source;
+pub mod verify;
 
 use std::{
     sync::{Arc, atomic::Ordering},
@@ -78,7 +80,8 @@ pub async fn run_with_origin(
     let registry = Registry::new();
     let metrics = Metrics::register(&registry)?;
     let producer = EventProducer::new(&config.kafka, &config.producer)?;
-    let ingest = Arc::new(Ingest::new(&config.limits, sources, producer.clone(), metrics));
+    let fetcher = key_fetch::KeyFetcher::new(&config.key_fetch, metrics.clone()).map_err(GatewayError::KeyFetch)?;
+    let ingest = Arc::new(Ingest::new(&config.limits, sources, producer.clone(), metrics, fetcher));
     let reloader = Arc::new(Reloader::new(origin, &config, ingest.clone()));
     let readiness = Arc::new(Readiness::default());
     let tasks = TaskTracker::new();

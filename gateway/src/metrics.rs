@@ -28,6 +28,10 @@ pub struct Metrics {
     pub peer_paced: IntCounter,
     /// `hookline_gateway_config_reloads_total{outcome}`: `applied` or `rejected`.
     pub reloads: IntCounterVec,
+    pub key_fetches: IntCounterVec,
+    pub key_cache_lookups: IntCounterVec,
+    pub key_cache_entries: IntGauge,
+    pub key_cache_bytes: IntGauge,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -77,6 +81,25 @@ impl Metrics {
                 Opts::new("hookline_gateway_config_reloads_total", "Config reloads by outcome."),
                 &["outcome"],
             )?,
+            key_fetches: IntCounterVec::new(
+                Opts::new(
+                    "hookline_gateway_key_fetches_total",
+                    "Fetches from providers' pinned key hosts (certificates, SNS subscription confirmations).",
+                ),
+                &["provider", "kind", "outcome"],
+            )?,
+            key_cache_lookups: IntCounterVec::new(
+                Opts::new(
+                    "hookline_gateway_key_cache_lookups_total",
+                    "Lookups of fetched keys: hit, miss (a fetch follows), failing (a recent fetch failed: 503).",
+                ),
+                &["outcome"],
+            )?,
+            key_cache_entries: IntGauge::new(
+                "hookline_gateway_key_cache_entries",
+                "Fetched keys (and remembered fetch failures) held.",
+            )?,
+            key_cache_bytes: IntGauge::new("hookline_gateway_key_cache_bytes", "Bytes of fetched certificates held.")?,
         };
         for collector in metrics.collectors() {
             registry.register(collector)?;
@@ -97,6 +120,10 @@ impl Metrics {
             Box::new(self.producer_queue_depth.clone()),
             Box::new(self.peer_paced.clone()),
             Box::new(self.reloads.clone()),
+            Box::new(self.key_fetches.clone()),
+            Box::new(self.key_cache_lookups.clone()),
+            Box::new(self.key_cache_entries.clone()),
+            Box::new(self.key_cache_bytes.clone()),
         ]
     }
 
@@ -109,6 +136,24 @@ impl Metrics {
         for name in ["hookline_gateway_requests_total", "hookline_gateway_request_duration_seconds"] {
             metrics_catalog::set_label_values(&mut described, name, "outcome", &outcomes);
         }
+        metrics_catalog::set_label_values(
+            &mut described,
+            "hookline_gateway_key_fetches_total",
+            "kind",
+            &["certificate", "confirmation"],
+        );
+        metrics_catalog::set_label_values(
+            &mut described,
+            "hookline_gateway_key_fetches_total",
+            "outcome",
+            &["ok", "timeout", "too_large", "status", "unreachable", "not_a_certificate"],
+        );
+        metrics_catalog::set_label_values(
+            &mut described,
+            "hookline_gateway_key_cache_lookups_total",
+            "outcome",
+            &["hit", "miss", "failing"],
+        );
         let produced = [outcome::ACKED, outcome::FAILED];
         metrics_catalog::set_label_values(
             &mut described,
@@ -147,7 +192,7 @@ mod tests {
         {
             assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} not in {outcomes:?}");
         }
-        assert_eq!(outcomes.len(), 2 + 14 + 8, "every rejection code and verification reason once: {outcomes:?}");
+        assert_eq!(outcomes.len(), 2 + 15 + 11, "every rejection code and verification reason once: {outcomes:?}");
     }
 
     /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered
@@ -166,8 +211,12 @@ mod tests {
         metrics.producer_queue_depth.set(1);
         metrics.peer_paced.inc();
         metrics.reloads.with_label_values(&["applied"]).inc();
+        metrics.key_fetches.with_label_values(&["sns", "certificate", "ok"]).inc();
+        metrics.key_cache_lookups.with_label_values(&["hit"]).inc();
+        metrics.key_cache_entries.set(1);
+        metrics.key_cache_bytes.set(1);
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 10);
+        assert_eq!(described.len(), 14);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -152,7 +152,8 @@ mod tests {
         let metrics = Metrics::register(&Registry::new()).unwrap();
         // Creating a producer does not connect; no broker is needed here.
         let producer = EventProducer::new(&config.kafka, &config.producer).unwrap();
-        let ingest = Arc::new(Ingest::new(&config.limits, sources, producer, metrics));
+        let fetcher = crate::key_fetch::KeyFetcher::new(&config.key_fetch, metrics.clone()).unwrap();
+        let ingest = Arc::new(Ingest::new(&config.limits, sources, producer, metrics, fetcher));
         let reloader = Reloader::new(ConfigOrigin::File(config_path.clone()), &config, ingest.clone());
 
         let added = "[[sources]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [{ id = \"b\", env = \"PATH\" }]\n";

@@ -17,6 +17,7 @@ pub struct TestStackBuilder {
     gateway_sources: Vec<SourceConfig>,
     gateway_limits: Option<Limits>,
     gateway_producer: Option<ProducerConfig>,
+    gateway_key_fetch: Option<hookline_gateway::key_fetch::KeyFetchConfig>,
     brokers: Option<String>,
     replication: Option<i32>,
     kafka_security: Option<kafka_tls::KafkaSecurity>,
@@ -50,6 +51,12 @@ impl TestStackBuilder {
     /// Point the gateway at other brokers (for example a port where none listens).
     pub fn gateway_brokers(mut self, brokers: impl Into<String>) -> Self {
         self.gateway_brokers = Some(brokers.into());
+        self
+    }
+
+    /// The gateway's `[key_fetch]` (a [`key_server::KeyServer`]'s, for the fetched-key schemes).
+    pub fn gateway_key_fetch(mut self, key_fetch: hookline_gateway::key_fetch::KeyFetchConfig) -> Self {
+        self.gateway_key_fetch = Some(key_fetch);
         self
     }
 
@@ -157,6 +164,7 @@ impl TestStackBuilder {
             }),
             reload_token: None,
             telemetry: Default::default(),
+            key_fetch: self.gateway_key_fetch.unwrap_or_default(),
             sources: std::iter::once(SourceConfig {
                 max_body_bytes: 64 * 1024,
                 // The consumer's tests route on `X-GitHub-Event`, as the shipped configs do.

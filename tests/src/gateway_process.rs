@@ -30,6 +30,7 @@ pub fn github_gateway_config(kafka: &KafkaConfig, limits: Limits) -> GatewayConf
         limits,
         reload_token: None,
         telemetry: Default::default(),
+        key_fetch: Default::default(),
         sources: vec![SourceConfig {
             max_body_bytes: 64 * 1024,
             type_from_header: Some(true),

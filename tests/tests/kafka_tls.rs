@@ -202,6 +202,7 @@ async fn refused_at_start(security: KafkaSecurity, why: &str) {
         limits: Limits { body_read_timeout_ms: 2_000, drain_grace_ms: 0, ..Limits::default() },
         reload_token: None,
         telemetry: Default::default(),
+        key_fetch: Default::default(),
         sources: vec![SourceConfig {
             type_from_header: Some(true),
             ..SourceConfig::new(

@@ -34,6 +34,16 @@ pub enum VerifyError {
     /// form costs its parse and sort before its signature can be found wrong).
     #[error("a signed form may hold at most {max_bytes} bytes and {max_params} parameters")]
     FormTooLarge { max_bytes: usize, max_params: usize },
+    /// The URL a fetched-key scheme was told to fetch its key (or confirm a subscription) from is not https on one
+    /// of the provider's pinned hosts and paths; nothing was fetched.
+    #[error("`{0}` is not on a host and path pinned for this provider")]
+    KeyUrlNotPinned(&'static str),
+    /// The fetched certificate does not chain to a trusted root, or was not valid when the request arrived.
+    #[error("the provider's certificate is not trusted")]
+    CertificateUntrusted,
+    /// A fetched-key scheme was asked to verify without its key (offline, without the gateway's fetcher).
+    #[error("this scheme's key is fetched from the provider and was not fetched here")]
+    KeyNotFetched,
 }
 
 impl VerifyError {
@@ -48,6 +58,9 @@ impl VerifyError {
             Self::MissingTimestamp(_) => "timestamp_missing",
             Self::UnsupportedContentType(_) => "content_type_unsupported",
             Self::FormTooLarge { .. } => "form_too_large",
+            Self::KeyUrlNotPinned(_) => "key_url_not_pinned",
+            Self::CertificateUntrusted => "certificate_untrusted",
+            Self::KeyNotFetched => "key_not_fetched",
         }
     }
 
@@ -62,7 +75,10 @@ impl VerifyError {
             | Self::TimestampFuture { .. }
             | Self::MissingTimestamp(_)
             | Self::UnsupportedContentType(_)
-            | Self::FormTooLarge { .. } => error.reason(),
+            | Self::FormTooLarge { .. }
+            | Self::KeyUrlNotPinned(_)
+            | Self::CertificateUntrusted
+            | Self::KeyNotFetched => error.reason(),
         };
         let each = [
             Self::missing("h"),
@@ -73,6 +89,9 @@ impl VerifyError {
             Self::MissingTimestamp("t"),
             Self::UnsupportedContentType("c"),
             Self::FormTooLarge { max_bytes: 0, max_params: 0 },
+            Self::KeyUrlNotPinned("u"),
+            Self::CertificateUntrusted,
+            Self::KeyNotFetched,
         ];
         each.iter().map(listed).collect()
     }

@@ -20,6 +20,7 @@ pub mod body_fields;
 pub mod discord;
 mod error;
 pub mod family;
+pub mod fetched;
 pub mod generic;
 pub mod github;
 pub mod gitlab;
@@ -55,6 +56,7 @@ use http::{HeaderMap, Method};
 use secrecy::{ExposeSecret, SecretSlice};
 
 pub use error::VerifyError;
+pub use fetched::verify_fetched;
 pub use generic::GenericHmacOptions;
 pub use github::GitHub;
 pub use identity::{FieldSource, HeaderType, Identity, IdentityRule, SignedIdentity};
@@ -160,9 +162,10 @@ pub struct SignatureMatch {
 pub enum Coverage {
     /// Every byte of the body (almost every provider).
     WholeBody,
-    /// Only some fields of the body (Mailgun's timestamp and token, Adyen's eight fields): the event's identity
-    /// is then computed from those fields alone, and nothing else in the body may decide it. `event_id` is
-    /// `sha256:<hex>` of the signed string, `event_type` a signed field's value when the scheme names one.
+    /// Only some fields of the body (Mailgun's timestamp and token, Adyen's eight fields, SNS's message fields):
+    /// the event's identity is then computed from those fields alone, and nothing else in the body may decide it.
+    /// `event_id` is `sha256:<hex>` of the signed string (or a signed id field: SNS's `MessageId`), `event_type` a
+    /// signed field's value when the scheme names one.
     SignedFields { event_id: String, event_type: Option<String> },
     /// Nothing: the request presented a shared token (or HTTP Basic credentials), which proves who sent it but
     /// not what was sent. The body is as trustworthy as whoever holds the token.
@@ -200,12 +203,12 @@ impl SignatureMatch {
 /// Proof that an event is authentic, and of what kind, carrying the exact bytes it vouches for.
 ///
 /// A [`Provenance::Signature`] proof says which secret matched and which request headers the signature covered
-/// (besides the body); only [`verify`] makes one, from a scheme's [`SignatureMatch`] and the body that scheme
-/// checked. A [`Provenance::ProviderApi`] proof says the bytes were fetched from the provider's own API over TLS
+/// (besides the body); only [`verify`] (and [`verify_fetched`] for a fetched-key scheme) makes one, from a scheme's
+/// [`SignatureMatch`] and the body that scheme checked. A [`Provenance::ProviderApi`] proof says the bytes were fetched from the provider's own API over TLS
 /// with our credential (the reconciler's missed events); it covers no request header and is never a signature.
 ///
-/// Compile-level guarantee: the fields are private and the only constructors are [`verify`] and
-/// [`Verified::fetched_from_provider_api`], both of which take the body and keep it (a `Bytes` clone shares the
+/// Compile-level guarantee: the fields are private and the only constructors are [`verify`], [`verify_fetched`] and
+/// [`Verified::fetched_from_provider_api`], each of which takes the body and keeps it (a `Bytes` clone shares the
 /// allocation, nothing is copied). Whoever holds a proof therefore holds the bytes it verified and no others:
 /// [`Verified::body`] is the only way to the payload, so a proof cannot be paired with a different body.
 ///
@@ -396,6 +399,12 @@ pub trait Scheme: Send + Sync + fmt::Debug {
     fn handshakes(&self) -> &'static [handshake::Challenge] {
         &[]
     }
+
+    /// For a scheme whose key is fetched from the provider (SNS, PayPal): its fetched-key steps, which the gateway
+    /// runs instead of [`Scheme::verify`] (that one can only say the key is not at hand).
+    fn fetched_key(&self) -> Option<&dyn fetched::FetchedKeyScheme> {
+        None
+    }
 }
 
 /// Verifies `request` with `scheme` against those of `secrets` that are active at `request.now_ms`. The only way
@@ -458,6 +467,9 @@ pub const SCHEME_NAMES: &[&str] = &[
     "intercom",
     "discord",
     "sendgrid",
+    "sns",
+    "paypal",
+    "google_pubsub",
     "hmac",
     "structured",
     "body_fields",
@@ -519,6 +531,15 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
         )),
         "sendgrid" => Box::new(sendgrid::SendGrid::new(
             tolerance.unwrap_or(support::Tolerance::seconds(sendgrid::DEFAULT_TOLERANCE_S)),
+        )),
+        "sns" => Box::new(fetched::sns::Sns::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(fetched::sns::DEFAULT_TOLERANCE_S)),
+        )),
+        "paypal" => Box::new(fetched::paypal::PayPal::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(fetched::paypal::DEFAULT_TOLERANCE_S)),
+        )),
+        "google_pubsub" => Box::new(fetched::google_pubsub::GooglePubSub::new(
+            tolerance.unwrap_or(support::Tolerance::seconds(fetched::google_pubsub::DEFAULT_TOLERANCE_S)),
         )),
         "hmac" => {
             let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;

@@ -1,0 +1,168 @@
+//! What a test reads from and writes around the running stack: records of its topics, records produced past the
+//! gateway (signed, unsigned, in batches), dedupe markers, the services' metrics, and waits for the consumers.
+
+use std::time::Duration;
+
+use hookline_common::kafka::{producer_config, read_topic};
+use http::Request;
+use http_body_util::Full;
+use rdkafka::{
+    message::{OwnedHeaders, OwnedMessage},
+    producer::{FutureProducer, FutureRecord},
+};
+
+use crate::{TestStack, eventually};
+
+impl TestStack {
+    /// Every record now in `topic`. Just after a broker died, metadata may name no leader for a while (a leader
+    /// election in progress): that is waited out, for at most 30 s.
+    pub async fn records(&self, topic: &str) -> Vec<OwnedMessage> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (kafka, topic) = (self.kafka.clone(), topic.to_owned());
+            match tokio::task::spawn_blocking(move || read_topic(&kafka, &topic, Duration::from_secs(20)))
+                .await
+                .expect("reader task")
+            {
+                Ok(records) => return records,
+                Err(error) if std::time::Instant::now() < deadline => {
+                    eprintln!("read topic: {error}; trying again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(error) => panic!("read topic: {error}"),
+            }
+        }
+    }
+
+    /// Every record now in the inbound topic.
+    pub async fn inbound_records(&self) -> Vec<OwnedMessage> {
+        self.records(&self.kafka.inbound_topic).await
+    }
+
+    /// Produces a record straight to the inbound topic (bypassing the gateway), to `partition`, with these
+    /// headers, signed with the stack's record key as a hookline writer would: for records the gateway would never
+    /// write, or to place copies of one event on two partitions. ([`Self::produce_unsigned`] for the unsigned.)
+    pub async fn produce_raw(&self, partition: i32, key: &str, headers: OwnedHeaders, body: &[u8]) {
+        let headers = self.signed(&self.kafka.inbound_topic, Some(key.as_bytes()), body, &headers);
+        self.produce_unsigned(partition, key, headers, body).await;
+    }
+
+    /// Produces a record straight to the inbound topic with exactly these headers: what a client without the
+    /// record key can write.
+    pub async fn produce_unsigned(&self, partition: i32, key: &str, headers: OwnedHeaders, body: &[u8]) {
+        let producer: FutureProducer = producer_config(&self.kafka).create().expect("producer");
+        let record =
+            FutureRecord::to(&self.kafka.inbound_topic).partition(partition).key(key).payload(body).headers(headers);
+        producer.send(record, Duration::from_secs(10)).await.expect("produced");
+    }
+
+    /// Produces many records straight to the inbound topic with one producer, waiting for every acknowledgement:
+    /// `(partition, key, headers, body)`.
+    pub async fn produce_raw_batch(&self, records: Vec<(i32, String, OwnedHeaders, Vec<u8>)>) {
+        self.produce_raw_batch_to(&self.kafka.inbound_topic, records).await;
+    }
+
+    /// [`Self::produce_raw_batch`] to another topic (a source's own topic, say), signed for that topic.
+    pub async fn produce_raw_batch_to(&self, topic: &str, records: Vec<(i32, String, OwnedHeaders, Vec<u8>)>) {
+        let producer: FutureProducer = producer_config(&self.kafka).create().expect("producer");
+        // Enqueued all at once (in order, so offsets follow the input), then every acknowledgement awaited.
+        let deliveries: Vec<_> = records
+            .iter()
+            .map(|(partition, key, headers, body)| {
+                let headers = self.signed(topic, Some(key.as_bytes()), body, headers);
+                let record = FutureRecord::to(topic)
+                    .partition(*partition)
+                    .key(key.as_str())
+                    .payload(body.as_slice())
+                    .headers(headers);
+                producer.send_result(record).map_err(|(error, _)| error).expect("enqueued")
+            })
+            .collect();
+        for delivery in deliveries {
+            delivery.await.expect("delivery report").map_err(|(error, _)| error).expect("produced");
+        }
+    }
+
+    /// Forgets every dedupe marker of the stack in Redis: as if the done markers were lost (a Redis failover
+    /// without persistence, an eviction), so only a handler's own record (the `postgres` handler's dedupe row) can
+    /// tell that an event was applied.
+    pub async fn forget_dedupe_markers(&self) {
+        let client = redis::Client::open(self.redis.url.as_str()).expect("redis url");
+        let mut connection = client.get_multiplexed_async_connection().await.expect("redis");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.redis.key_prefix))
+            .query_async(&mut connection)
+            .await
+            .expect("keys");
+        assert!(!keys.is_empty(), "the stack's dedupe markers are under its prefix");
+        let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut connection).await.expect("del");
+    }
+
+    /// Scrapes one consumer's `/metrics` and sums the samples of `metric` whose labels contain `label`.
+    pub async fn consumer_metric(&self, index: usize, metric: &str, label: &str) -> f64 {
+        let addr = self.consumers[index].admin_addr;
+        let request = Request::get(format!("http://{addr}/metrics")).body(Full::default()).expect("request");
+        let reply = self.send(request).await;
+        let text = String::from_utf8_lossy(&reply.body).into_owned();
+        text.lines()
+            .filter(|line| {
+                line.strip_prefix(metric).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                    && line.contains(label)
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Scrapes the gateway's `/metrics` and sums the samples of `metric` whose labels contain `label`.
+    pub async fn gateway_metric(&self, metric: &str, label: &str) -> f64 {
+        let request =
+            Request::get(format!("http://{}/metrics", self.gateway_admin_addr)).body(Full::default()).expect("request");
+        let text = String::from_utf8_lossy(&self.send(request).await.body).into_owned();
+        text.lines()
+            .filter(|line| {
+                line.strip_prefix(metric).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                    && line.contains(label)
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// `hookline_consumer_events_total` with this outcome, summed over the running consumers.
+    pub async fn consumer_events(&self, outcome: &str) -> u64 {
+        let label = format!("outcome=\"{outcome}\"");
+        let mut total = 0.0;
+        for index in 0..self.consumers.len() {
+            if self.consumers[index].task.is_some() {
+                total += self.consumer_metric(index, "hookline_consumer_events_total", &label).await;
+            }
+        }
+        total as u64
+    }
+
+    /// Waits until the running consumers have handled (processed, skipped or dead-lettered) `n_records` records.
+    pub async fn wait_until_handled(&self, n_records: u64) {
+        eventually(Duration::from_secs(60), &format!("{n_records} records handled by the consumers"), || async {
+            self.consumer_events("processed").await
+                + self.consumer_events("duplicate").await
+                + self.consumer_events("dead_lettered_before").await
+                + self.consumer_events("dead_lettered").await
+                >= n_records
+        })
+        .await;
+    }
+
+    /// Waits until every running consumer has at least one partition assigned.
+    pub async fn wait_until_assigned(&self) {
+        eventually(Duration::from_secs(60), "every consumer has partitions", || async {
+            for index in 0..self.consumers.len() {
+                if self.consumers[index].task.is_some()
+                    && self.consumer_metric(index, "hookline_consumer_assigned_partitions", "").await < 1.0
+                {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+    }
+}
