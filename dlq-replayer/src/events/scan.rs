@@ -60,12 +60,13 @@ pub(super) fn scan(
     let consumer: BaseConsumer<QuietContext> = assignment_reader_config(
         kafka,
         &[
-            // Read as fast as the broker sends: large fetches, a deep local queue.
+            // Read as fast as the broker sends, in memory the replayer's pod has: librdkafka's prefetch queue is
+            // per partition (16 MiB each: 12 inbound partitions hold at most 192 MiB).
             ("fetch.wait.max.ms", "50"),
-            ("queued.min.messages", "200000"),
-            ("queued.max.messages.kbytes", "262144"),
-            ("fetch.max.bytes", "104857600"),
-            ("max.partition.fetch.bytes", "16777216"),
+            ("queued.min.messages", "100000"),
+            ("queued.max.messages.kbytes", "16384"),
+            ("fetch.max.bytes", "52428800"),
+            ("max.partition.fetch.bytes", "8388608"),
         ],
     )
     .create_with_context(QuietContext::new("event-search"))?;
