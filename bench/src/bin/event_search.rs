@@ -148,7 +148,7 @@ fn write_cli_config(
             key_path.display().to_string(),
         ),
     )?;
-    println!(
+    eprintln!(
         "hookline-replayer --config {} events --source stripe --type invoice.paid --since {} --until {} --where '/data/object/customer == \"cus_42\"' --limit 10000",
         path.display(),
         stamp(base_ms),
