@@ -15,6 +15,9 @@
 //! - `GET  /v1/events/{source}/{event id}` — where that event is: per service its dedupe state, a waiting retry,
 //!   its dead letters with their replay outcomes, and when and where it was accepted ([`crate::lookup`]);
 //!   404 with the same answer (`"found": false`) for an event hookline knows nothing of
+//! - `GET  /v1/events?source=&type=&since=&until=&where=&where=&limit=&max_records=&max_seconds=` — event search
+//!   ([`crate::events`]): the matches with their positions, accepted times and each service's state, the counts
+//!   (records read, MAC refusals by reason) and what a bound left unread
 //! - `GET  /v1/rejections?source=` — every configured gateway's recent rejections (`[gateways]`), merged per
 //!   source newest first, each entry naming its gateway; gateways that did not answer are listed in `unreachable`
 //! - `POST /v1/discard` body: `{"ids": [...]}` or `{"all": true, "filter": {...}}`, plus `reason`, `dry_run`,
@@ -107,6 +110,12 @@ impl Api {
             },
             (Method::GET, "/v1/rejections") => match rejections_query(&query) {
                 Ok(source) => Ok(json(StatusCode::OK, &self.rejections.gather(source.as_deref()).await)),
+                Err(problem) => Err(OpError::BadRequest(problem)),
+            },
+            (Method::GET, "/v1/events") => match crate::events::SearchRequest::from_query(&query) {
+                Ok(search) => {
+                    self.replayer.search_events(&search, |_| {}).await.map(|report| json(StatusCode::OK, &report))
+                }
                 Err(problem) => Err(OpError::BadRequest(problem)),
             },
             (Method::GET, path) if path.starts_with("/v1/events/") => {

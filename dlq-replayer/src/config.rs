@@ -30,6 +30,37 @@ pub struct ReplayerConfig {
     pub gateways: GatewaysConfig,
     /// What `lookup` ("where is event X?") reads besides the topics.
     pub lookup: LookupConfig,
+    /// Event search (`events`, `GET /v1/events`, the console's Events page).
+    pub events: EventsConfig,
+}
+
+/// Event search's topics and bounds. A request may ask for less than a bound, never more.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsConfig {
+    /// Topics that carry one source's events besides the inbound topic (the gateway's per-source `topic`, the
+    /// consumers' `service.source_topics`): searched too.
+    pub source_topics: Vec<String>,
+    /// At most this many records read per search.
+    pub max_records: u64,
+    /// At most this many seconds reading per search.
+    pub max_seconds: u64,
+    /// Matches shown when a search does not say.
+    pub default_limit: usize,
+    /// At most this many matches per search.
+    pub max_matches: usize,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            source_topics: Vec::new(),
+            max_records: 10_000_000,
+            max_seconds: 60,
+            default_limit: 100,
+            max_matches: 10_000,
+        }
+    }
 }
 
 /// `lookup`'s sources: the consumers' Redis (their dedupe keys) and which services there are.
@@ -100,6 +131,7 @@ impl Default for ReplayerConfig {
             telemetry: Default::default(),
             gateways: GatewaysConfig::default(),
             lookup: LookupConfig::default(),
+            events: EventsConfig::default(),
         }
     }
 }
@@ -131,6 +163,18 @@ impl ReplayerConfig {
             redis.validate(&mut problems);
         }
         problems.check(config.lookup.retry_scan_max_records >= 1, "lookup.retry_scan_max_records must be at least 1");
+        problems.check(config.events.max_records >= 1, "events.max_records must be at least 1");
+        problems.check(config.events.max_seconds >= 1, "events.max_seconds must be at least 1");
+        problems.check(
+            (1..=config.events.max_matches).contains(&config.events.default_limit),
+            "events.default_limit must be at least 1 and at most events.max_matches",
+        );
+        for topic in &config.events.source_topics {
+            problems.check(
+                !topic.is_empty() && *topic != config.kafka.inbound_topic,
+                "events.source_topics: a topic is non-empty and not the inbound topic",
+            );
+        }
         problems.into_result()?;
         Ok(config)
     }
@@ -180,6 +224,7 @@ mod tests {
         assert_eq!(config.replay_outcome_timeout_s, defaults.replay_outcome_timeout_s);
         let kafka = KafkaConfig { brokers: defaults.kafka.brokers.clone(), ..config.kafka.clone() };
         assert_eq!(format!("{kafka:?}"), format!("{:?}", defaults.kafka), "[kafka] of the example is not the defaults");
+        assert_eq!(format!("{:?}", config.events), format!("{:?}", defaults.events), "[events] of the example");
         let token = config.api_token.expect("the example sets api_token");
         assert_eq!((token.env.as_deref(), token.file), (Some("HOOKLINE_REPLAYER_TOKEN"), None));
     }

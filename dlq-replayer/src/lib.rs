@@ -11,6 +11,7 @@
 pub mod api;
 pub mod config;
 pub mod console;
+pub mod events;
 pub mod fetch;
 pub mod filter;
 pub mod index;

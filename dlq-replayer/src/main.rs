@@ -5,6 +5,7 @@ use clap::{Args as ClapArgs, CommandFactory, Parser, Subcommand, error::ErrorKin
 use hookline_common::{cli::ServiceArgs, telemetry};
 use hookline_dlq_replayer::{
     ReplayerConfig,
+    events::{self, SearchRequest},
     filter::Filter,
     index::Entry,
     lookup::{Lookup, render_text},
@@ -186,6 +187,42 @@ enum Command {
         /// Also print the trace id of the records read (their `traceparent` header), or `no trace`.
         #[arg(long)]
         trace: bool,
+    },
+    /// Search accepted events in Kafka: one source's records (and type's) between two times whose JSON body
+    /// meets every --where, each MAC-checked, with its position, accepted time and each service's state.
+    Events {
+        #[arg(long)]
+        source: String,
+        #[arg(long = "type")]
+        event_type: Option<String>,
+        /// Records timestamped at or after this RFC 3339 time.
+        #[arg(long)]
+        since: String,
+        /// Records timestamped before this RFC 3339 time; default now.
+        #[arg(long)]
+        until: Option<String>,
+        /// '<json pointer> <op> <value>', op one of == != in exists prefix < <= > >= (repeatable: all must hold).
+        #[arg(long = "where")]
+        conditions: Vec<String>,
+        /// At most this many matches (default events.default_limit).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Stop after reading this many records (at most events.max_records).
+        #[arg(long)]
+        max_records: Option<u64>,
+        /// Stop after this many seconds (at most events.max_seconds).
+        #[arg(long)]
+        max_seconds: Option<u64>,
+        /// Hand the matches of the inbound topic to `reprocess` for this service: a dry run unless --apply.
+        #[arg(long)]
+        reprocess: Option<String>,
+        /// With --reprocess: record the request and re-drive.
+        #[arg(long, requires = "reprocess")]
+        apply: bool,
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
     },
     /// Pause one route of a consumer service (a downstream's maintenance): every instance stops calling its
     /// handler for that route within seconds; its events wait, none is lost, skipped or sent twice.
@@ -398,6 +435,46 @@ async fn run() -> anyhow::Result<Option<std::process::ExitCode>> {
                             pause.by,
                             printable(&pause.reason)
                         )?;
+                    }
+                }
+            }
+            Command::Events {
+                source,
+                event_type,
+                since,
+                until,
+                conditions,
+                limit,
+                max_records,
+                max_seconds,
+                reprocess,
+                apply,
+                by,
+                json,
+            } => {
+                let request =
+                    SearchRequest { source, event_type, since, until, conditions, limit, max_records, max_seconds };
+                let replayer = replayer(config)?;
+                let report = replayer
+                    .search_events(&request, |progress| eprintln!("{}", events::render::progress_line(progress)))
+                    .await?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+                } else {
+                    for found in &report.matches {
+                        writeln!(out, "{}", printable(&events::render::match_line(found)))?;
+                    }
+                    for line in events::render::summary_lines(&report) {
+                        writeln!(out, "{}", printable(&line))?;
+                    }
+                }
+                if let Some(service) = reprocess {
+                    let request = events::reprocess_request(&report, &request, service, apply, operator(by));
+                    if request.event_ids.is_empty() {
+                        writeln!(out, "nothing to re-process: no match in the inbound topic")?;
+                    } else {
+                        let report = replayer.reprocess(&request).await?;
+                        print_reprocess(&mut out, &report, json)?;
                     }
                 }
             }

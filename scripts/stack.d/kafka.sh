@@ -241,7 +241,7 @@ kill_kafka() {
 }
 # The DLQ topic never deletes by time or size: an entry nobody triaged must not expire unseen (nothing rots).
 # Its oldest untriaged entry's age is a gauge with an alert instead (docs/runbook.md, "DLQ entry untriaged").
-# max.message.bytes (docs/operations.md#topic-sizes): the inbound topic takes the broker's default, made explicit;
+# max.message.bytes (docs/deploy.md#topic-sizes): the inbound topic takes the broker's default, made explicit;
 # the topics that hold copies of its records (the DLQ, the retry topics) take 64 KiB more, for the headers a copy
 # adds (the consumer does the same when it creates a retry topic). Raise them together.
 INBOUND_TOPIC_CONFIG="max.message.bytes=1048588"

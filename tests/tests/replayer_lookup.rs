@@ -2,7 +2,8 @@
 //! (and delivered again: the copy was a duplicate), one waiting in its service's retry topic, one dead-lettered,
 //! and one replayed (with its replay's outcome); the API and the console's search box give the same answer; an
 //! unknown event is said to be unknown; a plain `done` written by an earlier consumer is still a duplicate; and
-//! every dedupe script takes both forms of the done marker.
+//! every dedupe script takes both forms of the done marker. A replayer that cannot read the dedupe state says why
+//! and how to fix it instead of "unknown event".
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -419,4 +420,35 @@ async fn every_dedupe_script_takes_both_forms_of_the_done_marker() {
     assert!(dedupe.mark_done(&token, &marker(42)).await.expect("done"), "a plain done counts as done");
     let stored = value(connection.clone()).await.expect("a marker");
     assert_eq!(redis_key::DoneMarker::decode(&stored).map(|m| m.offset), Some(42), "{stored}");
+}
+
+/// `lookup` without a readable dedupe state: no `lookup.redis`, or a key prefix under which no service is found.
+/// Either way the answer says so and how to fix it, instead of "unknown event ... services looked in: none".
+#[tokio::test]
+async fn lookup_without_dedupe_state_says_why_and_how_to_fix_it() {
+    let stack = TestStack::builder().build().await;
+    let config = ReplayerConfig { kafka: stack.kafka.clone(), ..ReplayerConfig::default() };
+    let answer =
+        Lookup::new(Replayer::new(config.clone()).expect("replayer")).lookup("github", "evt_1").await.expect("lookup");
+    let text = render_text(&answer, false);
+    assert_eq!(text.len(), 1, "{text:?}");
+    assert!(text[0].starts_with("not known: github evt_1"), "{text:?}");
+    assert!(text[0].contains("the replayer has no [lookup.redis]; set it to the consumers' Redis"), "{text:?}");
+    assert!(!text[0].contains("unknown event"), "{text:?}");
+
+    let wrong_prefix = ReplayerConfig {
+        lookup: LookupConfig {
+            redis: Some(hookline_common::config::RedisConfig {
+                key_prefix: "not-the-consumers".to_owned(),
+                ..stack.redis.clone()
+            }),
+            ..LookupConfig::default()
+        },
+        ..config
+    };
+    let answer =
+        Lookup::new(Replayer::new(wrong_prefix).expect("replayer")).lookup("github", "evt_1").await.expect("lookup");
+    let text = render_text(&answer, false).join("\n");
+    assert!(text.contains("no consumer service found"), "{text}");
+    assert!(text.contains("set lookup.redis.key_prefix to the consumers' redis.key_prefix"), "{text}");
 }

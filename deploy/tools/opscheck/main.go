@@ -26,6 +26,11 @@
 // consumer replicas; images are pinned; the gateway's memory limit holds
 // its body budget, its connections' request heads, the producer queue and a base.
 //
+//	opscheck equivalent [-what text] KUSTOMIZE.yaml HELM.yaml
+//
+// The Helm chart's rendering has the same objects as kustomize's, field for
+// field, but for each tool's bookkeeping (equivalent.go).
+//
 //	opscheck observability [flags]
 //
 // Alert rules (deploy/prometheus/alerts.yml): every alert has a severity, a
@@ -70,6 +75,7 @@ func (r *reporter) fail(format string, a ...any) {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: opscheck kubernetes -bin-dir dir [-prefix p] [-secret-example file] [-consumers-scaled] RENDERED.yaml")
+	fmt.Fprintln(os.Stderr, "       opscheck equivalent [-prefix p] [-what text] KUSTOMIZE.yaml HELM.yaml")
 	fmt.Fprintln(os.Stderr, "       opscheck observability [-prefix p] -metrics dir [-root dir] [-pending list] [-emit-rules file]")
 	os.Exit(2)
 }
@@ -92,6 +98,14 @@ func main() {
 		}
 		r.prefix = *prefix
 		checkKubernetes(r, fs.Arg(0), *secretExample, *consumersScaled)
+	case "equivalent":
+		what := fs.String("what", "helm", "what is compared, for the output lines")
+		_ = fs.Parse(os.Args[2:])
+		if fs.NArg() != 2 {
+			usage()
+		}
+		r.prefix = *prefix
+		checkEquivalent(r, *what, fs.Arg(0), fs.Arg(1))
 	case "observability":
 		root := fs.String("root", ".", "the tree holding deploy/prometheus, deploy/grafana and docs/runbook.md")
 		metricsDir := fs.String("metrics", "", "a directory of <binary>.json files, each the binary's --print-metrics output")

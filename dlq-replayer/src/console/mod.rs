@@ -22,6 +22,7 @@ mod lookup;
 mod pages;
 mod pauses;
 mod rejections;
+mod search;
 
 use std::{fmt::Write as _, sync::Arc, time::Duration};
 
@@ -37,6 +38,7 @@ use self::{
     pages::{entry_page, job_page, list, overview},
     pauses::{pause_route, pauses_page, resume_route},
     rejections::rejections_page,
+    search::search_page,
 };
 use crate::{
     api::{Api, decode_path_segment},
@@ -124,7 +126,7 @@ fn redirect(location: &str) -> Response<Body> {
 fn page(status: StatusCode, title: &str, csrf: Option<&str>, content: &str, refresh: bool) -> Response<Body> {
     let nav = match csrf {
         Some(csrf) => format!(
-            r#"<a class="brand" href="/ui/">hookline DLQ</a><a href="/ui/">Overview</a><a href="/ui/entries">Entries</a><a href="/ui/rejections">Rejections</a><a href="/ui/pauses">Routes</a><a href="/ui/events">Find event</a>
+            r#"<a class="brand" href="/ui/">hookline DLQ</a><a href="/ui/">Overview</a><a href="/ui/entries">Entries</a><a href="/ui/rejections">Rejections</a><a href="/ui/pauses">Routes</a><a href="/ui/events">Find event</a><a href="/ui/search">Search events</a>
 <form method="post" action="/ui/logout"><input type="hidden" name="csrf" value="{}"><button type="submit">Log out</button></form>"#,
             esc(csrf)
         ),
@@ -255,6 +257,7 @@ pub async fn handle(api: Arc<Api>, request: Request<Incoming>) -> Response<Body>
         "/ui/entries" => list(&api, &session, &query).await,
         "/ui/rejections" => rejections_page(&api, &session, &query).await,
         "/ui/events" => lookup_page(&api, &session, &query).await,
+        "/ui/search" => search_page(&api, &session, &query).await,
         "/ui/pauses" => pauses_page(&api, &session, None).await,
         other if other.starts_with("/ui/entries/") => {
             entry_page(&api, &session, &decode_path_segment(&other["/ui/entries/".len()..])).await

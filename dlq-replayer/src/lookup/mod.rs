@@ -30,11 +30,12 @@ use rdkafka::{Message, message::OwnedMessage};
 use serde::Serialize;
 
 pub use self::{
-    redis_state::DedupeState,
+    redis_state::{DedupeState, read as dedupe_state},
     render::{render_text, trace_id},
     retry_scan::{RetryScan, Waiting},
 };
 use crate::{
+    ReplayerConfig,
     filter::Filter,
     index::Entry,
     ops::{OpError, Replayer},
@@ -52,6 +53,38 @@ impl RecordPosition {
     fn of(message: &OwnedMessage) -> Self {
         Self { topic: message.topic().to_owned(), partition: message.partition(), offset: message.offset() }
     }
+}
+
+/// The consumer services whose dedupe state to read: `lookup.services`, or else every consumer group the brokers
+/// know that has a service key in Redis.
+pub async fn services(
+    config: &ReplayerConfig,
+    connection: &RedisConnection,
+    redis: &RedisConfig,
+) -> Result<Vec<String>, OpError> {
+    if !config.lookup.services.is_empty() {
+        return Ok(config.lookup.services.iter().map(|service| service.name.clone()).collect());
+    }
+    let kafka = config.kafka.clone();
+    let groups = tokio::task::spawn_blocking(move || retry_scan::consumer_groups(&kafka)).await??;
+    redis_state::services_among(connection, &redis.key_prefix, groups).await
+}
+
+/// What to say when `lookup.redis` cannot be reached, with what to check.
+pub fn redis_unreachable(error: &impl std::fmt::Display) -> String {
+    format!(
+        "dedupe state not read: lookup.redis refused or did not answer ({error}); check its url, TLS and user \
+         against the consumers' [redis]"
+    )
+}
+
+/// What to say when Redis answers but no service is found in it, with the fix.
+pub fn no_service_found(key_prefix: &str) -> String {
+    format!(
+        "no consumer service found: no consumer group the brokers know has a service key `{key_prefix}:svc=<group>` \
+         in lookup.redis; set lookup.redis.key_prefix to the consumers' redis.key_prefix, or list the services \
+         under [lookup] services"
+    )
 }
 
 /// When the gateway accepted the event, and where its inbound record is.
@@ -86,7 +119,15 @@ pub struct Answer {
     pub services: Vec<ServiceAnswer>,
     /// DLQ entries of the event that name no service (written before services had names).
     pub unattributed_dead_letters: Vec<Entry>,
+    /// Why no service's dedupe state could be read, and how to fix it, in one line (no `lookup.redis`, a Redis
+    /// that refuses the connection, no service found under its key prefix); `None` when it was read. An answer
+    /// with this set has not looked where a processed event is recorded: "not found" then means "not known".
+    pub dedupe_unread: Option<String>,
 }
+
+/// The fix for a replayer without `lookup.redis`, said wherever the missing dedupe state is.
+pub const NO_LOOKUP_REDIS: &str = "dedupe state not read: the replayer has no [lookup.redis]; set it to the \
+    consumers' Redis (their redis.url and redis.key_prefix) to see whether each service processed the event";
 
 /// Looks events up. Each lookup connects to Redis anew (when `lookup.redis` is configured; without it the
 /// answer has no dedupe state): an operator's question, not a hot path, and a Redis that is down at the
@@ -107,9 +148,19 @@ impl Lookup {
             return Err(OpError::BadRequest("a lookup names a source and an event id".to_owned()));
         }
         let config = self.replayer.config().clone();
+        let mut dedupe_unread = None;
         let redis: Option<(RedisConnection, &RedisConfig)> = match &config.lookup.redis {
-            Some(redis) => Some((RedisConnection::connect(redis).await.map_err(OpError::Redis)?, redis)),
-            None => None,
+            Some(redis) => match RedisConnection::connect(redis).await {
+                Ok(connection) => Some((connection, redis)),
+                Err(error) => {
+                    dedupe_unread = Some(redis_unreachable(&error));
+                    None
+                }
+            },
+            None => {
+                dedupe_unread = Some(NO_LOOKUP_REDIS.to_owned());
+                None
+            }
         };
         let filter = Filter { source: Some(source.to_owned()), ..Filter::default() };
         let entries: Vec<Entry> = self
@@ -121,14 +172,14 @@ impl Lookup {
             .collect();
 
         let mut services: BTreeSet<String> = BTreeSet::new();
-        if config.lookup.services.is_empty() {
-            let kafka = config.kafka.clone();
-            let groups = tokio::task::spawn_blocking(move || retry_scan::consumer_groups(&kafka)).await??;
-            if let Some((connection, redis)) = &redis {
-                services.extend(redis_state::services_among(connection, &redis.key_prefix, groups).await?);
+        match &redis {
+            Some((connection, redis)) => {
+                services.extend(self::services(&config, connection, redis).await?);
+                if services.is_empty() {
+                    dedupe_unread = Some(no_service_found(&redis.key_prefix));
+                }
             }
-        } else {
-            services.extend(config.lookup.services.iter().map(|service| service.name.clone()));
+            None => services.extend(config.lookup.services.iter().map(|service| service.name.clone())),
         }
         services.extend(entries.iter().filter_map(|entry| entry.entry.service.clone()));
 
@@ -163,6 +214,7 @@ impl Lookup {
             accepted,
             services: answers,
             unattributed_dead_letters,
+            dedupe_unread,
         })
     }
 

@@ -35,6 +35,12 @@ fn duration(ms: i64) -> String {
 /// trace id of each record read (or `no trace`).
 pub fn render_text(answer: &Answer, with_trace: bool) -> Vec<String> {
     if !answer.found {
+        if let Some(unread) = &answer.dedupe_unread {
+            return vec![format!(
+                "not known: {} {} (no dead letter, no waiting retry); {unread}",
+                answer.source, answer.event_id
+            )];
+        }
         let services: Vec<&str> = answer.services.iter().map(|service| service.service.as_str()).collect();
         return vec![format!(
             "unknown event: {} {} (no dead letter; no dedupe key and no waiting retry in the services looked in: {})",
@@ -62,6 +68,9 @@ pub fn render_text(answer: &Answer, with_trace: bool) -> Vec<String> {
     for service in &answer.services {
         summary.push(format!("{}: {}", service.service, service_summary(service)));
         details.extend(service_details(service, with_trace));
+    }
+    if let Some(unread) = &answer.dedupe_unread {
+        details.push(format!("  {unread}"));
     }
     for entry in &answer.unattributed_dead_letters {
         details.push(format!("  dead letter (no service) {}", dead_letter(entry)));
@@ -100,7 +109,7 @@ fn service_summary(service: &ServiceAnswer) -> String {
             Some(entry) => format!("dead-lettered {} ({})", entry.entry.id, entry.status.as_str()),
             None => "not processed (no dedupe key)".to_owned(),
         },
-        DedupeState::NotConfigured => "dedupe state not read (no lookup.redis)".to_owned(),
+        DedupeState::NotConfigured => "dedupe state not read (see below)".to_owned(),
         DedupeState::Unknown { value } => format!("dedupe key holds `{value}`"),
     }
 }

@@ -267,6 +267,11 @@ impl Replayer {
         }))
     }
 
+    /// The keys records are signed and checked with.
+    pub fn record_keys(&self) -> &hookline_common::record_auth::RecordKeys {
+        self.producer.record_keys()
+    }
+
     /// The DLQ record's MAC, checked at this replayer's clock.
     fn authenticate(&self, record: &OwnedMessage) -> Verdict {
         self.producer.record_keys().verify(record.topic(), record.key(), record.payload(), record.headers(), now_ms())
