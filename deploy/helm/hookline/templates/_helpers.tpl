@@ -46,13 +46,33 @@ capabilities:
   drop: ["ALL"]
 {{- end }}
 
-{{/* The environment every hookline service has: the record key, the log level and format. */}}
+{{/* The environment of every hookline service but the gateway: the services' record key, the gateway's (to verify
+its inbound records: inbound_only_keys), the log level and format. */}}
 {{- define "hookline.env" -}}
 - name: HOOKLINE_RECORD_KEY_K1
   valueFrom:
     secretKeyRef:
       name: {{ .Values.secrets.recordKeys }}
       key: k1
+- name: HOOKLINE_RECORD_KEY_GATEWAY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.secrets.recordKeys }}
+      key: gateway
+{{- include "hookline.logEnv" . }}
+{{- end }}
+
+{{/* The gateway's environment: its own record key, the only one it holds (it signs inbound records only). */}}
+{{- define "hookline.gatewayEnv" -}}
+- name: HOOKLINE_RECORD_KEY_GATEWAY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.secrets.recordKeys }}
+      key: gateway
+{{- include "hookline.logEnv" . }}
+{{- end }}
+
+{{- define "hookline.logEnv" }}
 - name: RUST_LOG
   value: info
 - name: HOOKLINE_LOG_FORMAT
