@@ -311,7 +311,8 @@ impl PostgresHandler {
                 }
             }
             Work::Statements(_) | Work::Custom(_) => {
-                for sql in [self.gate.acquire_sql(), self.gate.acquire_applied_sql(), self.gate.record_sql()] {
+                let gate = &self.gate;
+                for sql in [gate.acquire_sql(), gate.acquire_applied_sql(), gate.record_sql(), gate.committed_sql()] {
                     client.prepare(sql).await.map_err(|error| missing_table(&error, self.gate.name()))?;
                 }
             }

@@ -13,8 +13,8 @@
 //! committed as `applied`: when the dedupe row was new and the statement changed the rows it must. Anything else
 //! (a duplicate, zero rows, another count) makes the final cast fail (SQLSTATE 22P02, with a message that says why
 //! in the server's log), which aborts the transaction, so the COMMIT sent behind it rolls back, the statement's
-//! effect with it. The event then takes the two-round-trip path, which decides the duplicate, the skip, the retry or
-//! the poison exactly as before. Why these guarantees hold:
+//! effect with it. The event is then a duplicate if its row is committed; else it takes the two-round-trip path,
+//! which decides the skip, the retry or the poison exactly as before. Why these guarantees hold:
 //! - the dedupe row and the effect are one statement in one transaction: both or neither;
 //! - a duplicate applies nothing: the insert finds the committed row (or waits for the open transaction that
 //!   inserted it, as the two-round-trip insert does), the cast fails, everything rolls back;
@@ -44,7 +44,7 @@ pub struct OneTrip {
 }
 
 /// How the one round trip ended.
-pub enum Settled {
+pub(super) enum Settled {
     /// Committed: the dedupe row, `applied`, and the statement's effect.
     Applied,
     /// Rolled back because something was not as presumed (a duplicate, another row count): the connection, idle,
@@ -83,7 +83,7 @@ impl OneTrip {
 
     /// Sends BEGIN, the one statement and COMMIT at once, on `client` (idle, from the pool). If this future is
     /// dropped mid-way (the handler's timeout), the connection is closed, not returned to the pool.
-    pub async fn run(
+    pub(super) async fn run(
         &self,
         client: deadpool_postgres::Object,
         begin: &str,

@@ -186,7 +186,8 @@ impl Statements {
     }
 
     /// Runs the event's work on `client`: in one round trip when the work is one statement that could be wrapped
-    /// ([`OneTrip`]) and came out as configured, else (and for every event it did not) in two ([`Self::run`]).
+    /// ([`OneTrip`]) and came out as configured; else a duplicate if the event's row is committed, else (and for
+    /// work of several statements) in two round trips ([`Self::run`]), which decide the skip, retry or poison.
     #[allow(clippy::too_many_arguments)] // The same arguments as `run`, which it may call.
     pub async fn run_fastest(
         &self,
@@ -205,7 +206,23 @@ impl Statements {
         }
         match one_trip.run(client, begin, statement, key, event, json).await? {
             Settled::Applied => Ok(postgres_outcome::APPLIED),
-            Settled::NotAsPresumed(client) => self.run(*client, begin, gate, key, event, json).await,
+            Settled::NotAsPresumed(client) => {
+                // Most often a redelivery of an applied event: a look at its row settles it without running the
+                // work again (which for a slow statement would cost its time twice).
+                let committed = client
+                    .prepare_cached(gate.committed_sql())
+                    .await
+                    .map_err(|error| Failure::database("dedupe row", error))?;
+                let key_params: [&(dyn ToSql + Sync); 3] = [&key.service, &key.source, &key.event_id];
+                let found = client
+                    .query_opt(&committed, &key_params)
+                    .await
+                    .map_err(|error| Failure::database("dedupe row", error))?;
+                if found.is_some() {
+                    return Ok(postgres_outcome::DUPLICATE);
+                }
+                self.run(*client, begin, gate, key, event, json).await
+            }
         }
     }
 
