@@ -3,7 +3,9 @@
 //! (tests/tests/consumer_killed.rs bounds how often); here the dedupe row commits with the work, so a redelivered
 //! event finds it and does nothing. One test holds a consumer exactly in that window (its transaction committed,
 //! Redis stopped so the done marker cannot land) and kills it; the other kills consumers in a loop while events
-//! flow, each kill landing while transactions are open (checked in `pg_stat_activity`).
+//! flow, each kill landing while transactions are open (checked in `pg_stat_activity`). Each runs twice: with two
+//! statements (two round trips per event) and with the same work as one statement (the one-round-trip path, its
+//! dedupe row, work and outcome in one data-modifying statement).
 //!
 //! The window test stops the shared Redis: the tests of this binary run one at a time.
 
@@ -29,10 +31,42 @@ fn spawn(stack: &TestStack) -> ConsumerProcess {
     process::spawn_consumer_process(env!("CARGO_BIN_EXE_test-consumer").as_ref(), &stack.consumer_config, "router").0
 }
 
+/// How the work is configured: the same effect and the same sleep either way.
+#[derive(Debug, Clone, Copy)]
+enum WorkForm {
+    /// The upsert, then `SELECT pg_sleep(...)`: two statements, two round trips per event.
+    TwoStatements,
+    /// The upsert selecting from `pg_sleep(...)`: one statement, one round trip per event.
+    OneStatement,
+}
+
 /// A stack whose consumers run the `postgres` handler: a non-idempotent upsert into `<schema>.effects` (a second
-/// application shows as `applied = 2`), then `sleep` seconds inside the transaction (a downstream's worth of time).
-async fn effects_stack(schema: &str, sleep: f64) -> TestStack {
+/// application shows as `applied = 2`) and `sleep` seconds inside the transaction (a downstream's worth of time).
+async fn effects_stack(schema: &str, sleep: f64, form: WorkForm) -> TestStack {
     let for_config = schema.to_owned();
+    let upsert = |rows: &str| {
+        format!(
+            "INSERT INTO {schema}.effects (event_id, n, applied) {rows} \
+             ON CONFLICT (event_id) DO UPDATE SET applied = effects.applied + 1"
+        )
+    };
+    let statements = match form {
+        WorkForm::TwoStatements => vec![
+            StatementConfig {
+                sql: upsert("VALUES ($1, $2, 1)"),
+                params: vec!["event.id".into(), "/n".into()],
+                rows: Some(1),
+                on_zero_rows: ZeroRows::Poison,
+            },
+            StatementConfig { sql: format!("SELECT pg_sleep({sleep})"), rows: Some(1), ..StatementConfig::default() },
+        ],
+        WorkForm::OneStatement => vec![StatementConfig {
+            sql: upsert(&format!("SELECT $1::text, $2::int, 1 FROM pg_sleep({sleep})")),
+            params: vec!["event.id".into(), "/n".into()],
+            rows: Some(1),
+            on_zero_rows: ZeroRows::Poison,
+        }],
+    };
     let stack = TestStack::builder()
         .partitions(3)
         .consumer_config(move |config| {
@@ -45,22 +79,7 @@ async fn effects_stack(schema: &str, sleep: f64) -> TestStack {
                     statement_timeout_ms: 2_000,
                     lock_timeout_ms: 1_000,
                     pool_wait_ms: 1_000,
-                    statements: vec![
-                        StatementConfig {
-                            sql: format!(
-                                "INSERT INTO {for_config}.effects (event_id, n, applied) VALUES ($1, $2, 1) \
-                                 ON CONFLICT (event_id) DO UPDATE SET applied = effects.applied + 1"
-                            ),
-                            params: vec!["event.id".into(), "/n".into()],
-                            rows: Some(1),
-                            on_zero_rows: ZeroRows::Poison,
-                        },
-                        StatementConfig {
-                            sql: format!("SELECT pg_sleep({sleep})"),
-                            rows: Some(1),
-                            ..StatementConfig::default()
-                        },
-                    ],
+                    statements: statements.clone(),
                     ..postgres_handler_config(&for_config)
                 }),
                 ..HandlerConfig::default()
@@ -86,17 +105,26 @@ async fn effects_schema(db: &tokio_postgres::Client) -> String {
 
 #[tokio::test]
 async fn a_consumer_killed_after_commit_before_its_done_marker_applies_nothing_twice() {
+    killed_after_commit_before_its_done_marker(WorkForm::TwoStatements).await;
+}
+
+#[tokio::test]
+async fn a_consumer_killed_after_its_one_statement_committed_before_its_done_marker_applies_nothing_twice() {
+    killed_after_commit_before_its_done_marker(WorkForm::OneStatement).await;
+}
+
+async fn killed_after_commit_before_its_done_marker(form: WorkForm) {
     let _serial = SERIAL.lock().await;
     let (db, connection) = postgres_config().connect(NoTls).await.expect("connect");
     tokio::spawn(connection);
     let schema = effects_schema(&db).await;
-    let mut stack = effects_stack(&schema, 1.5).await;
+    let mut stack = effects_stack(&schema, 1.5, form).await;
     stack.produce_raw_batch(vec![(0, "window".into(), push_meta("window").to_headers(), br#"{"n":1}"#.to_vec())]).await;
     let mut consumer = spawn(&stack);
     eventually(Duration::from_secs(60), "the event's transaction is open", || async {
         db.query_one(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'hookline-consumer' \
-             AND query LIKE 'SELECT pg_sleep%' AND state = 'active'",
+             AND query LIKE '%pg_sleep%' AND state = 'active'",
             &[],
         )
         .await
@@ -140,11 +168,20 @@ async fn a_consumer_killed_after_commit_before_its_done_marker_applies_nothing_t
 
 #[tokio::test]
 async fn consumers_killed_in_a_loop_apply_every_event_exactly_once() {
+    killed_in_a_loop(WorkForm::TwoStatements).await;
+}
+
+#[tokio::test]
+async fn consumers_killed_in_a_loop_apply_every_one_statement_event_exactly_once() {
+    killed_in_a_loop(WorkForm::OneStatement).await;
+}
+
+async fn killed_in_a_loop(form: WorkForm) {
     let _serial = SERIAL.lock().await;
     let (db, connection) = postgres_config().connect(NoTls).await.expect("connect");
     tokio::spawn(connection);
     let schema = effects_schema(&db).await;
-    let stack = effects_stack(&schema, 0.03).await;
+    let stack = effects_stack(&schema, 0.03, form).await;
     let records = (0..N_EVENTS)
         .map(|n| {
             let id = format!("pg-kill-{n}");

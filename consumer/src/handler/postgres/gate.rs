@@ -64,6 +64,7 @@ pub struct DedupeTable {
     acquire: String,
     acquire_applied: String,
     record: String,
+    committed: String,
 }
 
 impl DedupeTable {
@@ -91,6 +92,7 @@ impl DedupeTable {
             record: format!(
                 "UPDATE {name} SET outcome = $4, row_counts = $5 WHERE service = $1 AND source = $2 AND event_id = $3"
             ),
+            committed: format!("SELECT 1 FROM {name} WHERE service = $1 AND source = $2 AND event_id = $3"),
         })
     }
 
@@ -132,6 +134,12 @@ CREATE INDEX IF NOT EXISTS {index} ON {name} (processed_at);"
     /// The outcome update: parameters service, source, event id, outcome, row counts.
     pub fn record_sql(&self) -> &str {
         &self.record
+    }
+
+    /// Whether the event's row is committed: parameters service, source, event id; a row back if it is. Run on its
+    /// own (outside a transaction), it sees only committed rows, so a row back means the effect happened.
+    pub fn committed_sql(&self) -> &str {
+        &self.committed
     }
 
     /// Inserts the event's row inside `transaction` (which must be open: the row and the work commit together),

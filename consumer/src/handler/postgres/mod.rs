@@ -9,6 +9,7 @@
 pub mod checks;
 pub mod gate;
 mod inbox;
+pub mod one_trip;
 pub mod params;
 mod pool;
 pub mod retention;
@@ -194,7 +195,10 @@ impl PostgresHandler {
     pub fn from_config(config: &PostgresConfig, config_dir: &Path) -> Result<Self, String> {
         let work = match &config.inbox {
             Some(inbox) => Work::Inbox(Inbox::new(inbox)?),
-            None => Work::Statements(Statements::new(&config.statements)?),
+            None => {
+                let gate = DedupeTable::new(&config.dedupe_table).map_err(|error| error.to_string())?;
+                Work::Statements(Statements::new(&config.statements, &gate)?)
+            }
         };
         Self::build(config, config_dir, work)
     }
@@ -307,7 +311,8 @@ impl PostgresHandler {
                 }
             }
             Work::Statements(_) | Work::Custom(_) => {
-                for sql in [self.gate.acquire_sql(), self.gate.acquire_applied_sql(), self.gate.record_sql()] {
+                let gate = &self.gate;
+                for sql in [gate.acquire_sql(), gate.acquire_applied_sql(), gate.record_sql(), gate.committed_sql()] {
                     client.prepare(sql).await.map_err(|error| missing_table(&error, self.gate.name()))?;
                 }
             }
@@ -356,7 +361,7 @@ impl PostgresHandler {
             let began = Instant::now();
             let result = match &self.work {
                 Work::Statements(statements) => {
-                    statements.run(client, &self.begin, &self.gate, &key, event, json).await
+                    statements.run_fastest(client, &self.begin, &self.gate, &key, event, json).await
                 }
                 Work::Custom(_) => {
                     let mut client = client;

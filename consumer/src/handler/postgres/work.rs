@@ -1,7 +1,10 @@
 //! What an event's work is, inside the transaction that inserted its dedupe row: the configured statements
 //! ([`Statements`]), or a Rust handler's code ([`TransactionalHandler`]).
 
-use std::fmt;
+use std::{
+    fmt,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use hookline_common::wire::InboundEvent;
 use serde_json::Value;
@@ -10,6 +13,7 @@ use tokio_postgres::types::ToSql;
 use super::{
     Failure,
     gate::{DedupeTable, EventKey, Outcome},
+    one_trip::{OneTrip, Settled},
     params::{Bound, ParamSource},
 };
 use crate::{
@@ -86,14 +90,18 @@ pub struct Statements {
     /// The row counts of an event applied as configured, when every statement names its `rows`: the dedupe row is
     /// inserted with them and `applied`, and written a second time only when the work did something else.
     presumed: Option<Vec<i64>>,
+    /// The one-statement form of a single statement ([`OneTrip`]), used once it prepared at start.
+    one_trip: Option<OneTrip>,
+    one_trip_ready: AtomicBool,
 }
 
 const SAVEPOINT: &str = "SAVEPOINT hookline_work";
 const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT hookline_work";
 
 impl Statements {
-    /// The statements of `configs`; their parameter sources were checked with the config.
-    pub fn new(configs: &[StatementConfig]) -> Result<Self, String> {
+    /// The statements of `configs`, their dedupe rows in `gate`; their parameter sources were checked with the
+    /// config.
+    pub fn new(configs: &[StatementConfig], gate: &DedupeTable) -> Result<Self, String> {
         let mut list = Vec::new();
         for (index, config) in configs.iter().enumerate() {
             let params = config
@@ -115,7 +123,11 @@ impl Statements {
             .iter()
             .map(|statement| statement.rows.map(|rows| i64::try_from(rows).unwrap_or(i64::MAX)))
             .collect::<Option<Vec<_>>>();
-        Ok(Self { list, needs_json, savepoint, presumed })
+        let one_trip = match &list[..] {
+            [statement] => Some(OneTrip::new(gate, statement)),
+            _ => None,
+        };
+        Ok(Self { list, needs_json, savepoint, presumed, one_trip, one_trip_ready: AtomicBool::new(false) })
     }
 
     /// Prepares every statement on `client` and checks its parameters against what the server infers: the start
@@ -148,7 +160,70 @@ impl Statements {
                 }
             }
         }
-        if problems.is_empty() { Ok(()) } else { Err(super::StartProblem::Refused(problems.join("; "))) }
+        if !problems.is_empty() {
+            return Err(super::StartProblem::Refused(problems.join("; ")));
+        }
+        if let Some(one_trip) = &self.one_trip {
+            let ready = match client.prepare(one_trip.sql()).await {
+                Ok(_) => true,
+                Err(error) => {
+                    if let lost @ super::StartProblem::Lost(_) =
+                        super::StartProblem::of(&error, super::describe(&error))
+                    {
+                        return Err(lost);
+                    }
+                    // Its own RETURNING, a rule, a SELECT: the statement cannot be wrapped, and runs as before.
+                    tracing::info!(
+                        error = %super::describe(&error),
+                        "statements[0] cannot share its dedupe row's statement; two round trips per event"
+                    );
+                    false
+                }
+            };
+            self.one_trip_ready.store(ready, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Runs the event's work on `client`: in one round trip when the work is one statement that could be wrapped
+    /// ([`OneTrip`]) and came out as configured; else a duplicate if the event's row is committed, else (and for
+    /// work of several statements) in two round trips ([`Self::run`]), which decide the skip, retry or poison.
+    #[allow(clippy::too_many_arguments)] // The same arguments as `run`, which it may call.
+    pub async fn run_fastest(
+        &self,
+        client: deadpool_postgres::Object,
+        begin: &str,
+        gate: &DedupeTable,
+        key: &EventKey<'_>,
+        event: &InboundEvent,
+        json: Option<&Value>,
+    ) -> Result<&'static str, Failure> {
+        let (Some(one_trip), [statement]) = (&self.one_trip, &self.list[..]) else {
+            return self.run(client, begin, gate, key, event, json).await;
+        };
+        if !self.one_trip_ready.load(Ordering::Relaxed) {
+            return self.run(client, begin, gate, key, event, json).await;
+        }
+        match one_trip.run(client, begin, statement, key, event, json).await? {
+            Settled::Applied => Ok(postgres_outcome::APPLIED),
+            Settled::NotAsPresumed(client) => {
+                // Most often a redelivery of an applied event: a look at its row settles it without running the
+                // work again (which for a slow statement would cost its time twice).
+                let committed = client
+                    .prepare_cached(gate.committed_sql())
+                    .await
+                    .map_err(|error| Failure::database("dedupe row", error))?;
+                let key_params: [&(dyn ToSql + Sync); 3] = [&key.service, &key.source, &key.event_id];
+                let found = client
+                    .query_opt(&committed, &key_params)
+                    .await
+                    .map_err(|error| Failure::database("dedupe row", error))?;
+                if found.is_some() {
+                    return Ok(postgres_outcome::DUPLICATE);
+                }
+                self.run(*client, begin, gate, key, event, json).await
+            }
+        }
     }
 
     /// Runs the event's transaction on `client` in two round trips: BEGIN, the dedupe insert (`acquire`, with its
@@ -191,7 +266,7 @@ impl Statements {
             prepared.push(ready);
             values.push(bound);
         }
-        let mut open = OpenTransaction(Some(client));
+        let mut open = OpenTransaction::new(client);
         let client = open.client();
 
         // Round trip 1: everything up to the last statement.
@@ -284,16 +359,25 @@ impl Statements {
 
 /// A pooled connection with a transaction open on it: back to the pool once it ended ([`Self::finish`]); closed
 /// if dropped before, so no other event ever gets a connection inside someone else's transaction.
-struct OpenTransaction(Option<deadpool_postgres::Object>);
+pub(super) struct OpenTransaction(Option<deadpool_postgres::Object>);
 
 impl OpenTransaction {
-    fn client(&self) -> &deadpool_postgres::Object {
+    pub(super) fn new(client: deadpool_postgres::Object) -> Self {
+        Self(Some(client))
+    }
+
+    pub(super) fn client(&self) -> &deadpool_postgres::Object {
         self.0.as_ref().expect("open until finished")
     }
 
     /// The transaction ended (COMMIT or ROLLBACK answered): the connection may serve the next event.
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         self.0.take();
+    }
+
+    /// The transaction ended: the connection, idle, for the same event's next transaction.
+    pub(super) fn into_idle(mut self) -> deadpool_postgres::Object {
+        self.0.take().expect("open until finished")
     }
 
     /// Rolls back after `failure` and returns it. If even the ROLLBACK fails, the connection is dropped.
