@@ -36,6 +36,9 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// `service`, in the topic's order (the latest record of a route is its state). Blocking: run it on its own
 /// thread (`spawn_blocking`). Creates the topic (compacted, one partition, the inbound topic's replication) when
 /// it does not exist.
+///
+/// `caught_up` is called once every record the topic held when it was first read has been applied: the consumer
+/// joins its group only then, so that an instance started while a route is paused never calls it.
 pub fn follow(
     kafka: &KafkaConfig,
     service: &str,
@@ -43,9 +46,11 @@ pub fn follow(
     metrics: &Metrics,
     shutdown: &CancellationToken,
     mut apply: impl FnMut(RoutePause),
+    caught_up: impl FnOnce(),
 ) {
+    let mut caught_up = Some(caught_up);
     while !shutdown.is_cancelled() {
-        match follow_once(kafka, service, keys, metrics, shutdown, &mut apply) {
+        match follow_once(kafka, service, keys, metrics, shutdown, &mut apply, &mut caught_up) {
             Ok(()) => return,
             Err(error) => {
                 tracing::warn!(error = %error, topic = %kafka.control_topic, "cannot read the control topic; route pauses are not followed until it can be read");
@@ -65,6 +70,7 @@ fn follow_once(
     metrics: &Metrics,
     shutdown: &CancellationToken,
     apply: &mut impl FnMut(RoutePause),
+    caught_up: &mut Option<impl FnOnce()>,
 ) -> Result<(), KafkaError> {
     let consumer: BaseConsumer<QuietContext> =
         assignment_reader_config(kafka, &[]).create_with_context(QuietContext::new("control"))?;
@@ -72,12 +78,36 @@ fn follow_once(
     ensure_control_topic(kafka)?;
     let partitions = partitions_of(&consumer, topic, METADATA_TIMEOUT)?;
     let mut assignment = TopicPartitionList::new();
-    for partition in partitions {
+    // Where the topic ends now, per partition: read up to there, the service knows every pause made before it.
+    let mut behind = Vec::new();
+    for &partition in &partitions {
         assignment.add_partition_offset(topic, partition, Offset::Beginning)?;
+        let (low, high) = consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT)?;
+        if high > low {
+            behind.push((partition, high));
+        }
     }
     consumer.assign(&assignment)?;
     while !shutdown.is_cancelled() {
-        let Some(message) = consumer.poll(POLL_INTERVAL) else { continue };
+        if behind.is_empty()
+            && let Some(caught_up) = caught_up.take()
+        {
+            caught_up();
+        }
+        let Some(message) = consumer.poll(POLL_INTERVAL) else {
+            // The end may be a record compaction removed, or a transaction marker: passed once the position is.
+            if !behind.is_empty()
+                && let Ok(positions) = consumer.position()
+            {
+                behind.retain(|&(partition, end)| {
+                    positions.find_partition(topic, partition).is_none_or(|element| match element.offset() {
+                        Offset::Offset(next) => next < end,
+                        _ => true,
+                    })
+                });
+            }
+            continue;
+        };
         let message = match message {
             Ok(message) => message,
             // Transient (a broker restarting): librdkafka reconnects by itself.
@@ -86,6 +116,7 @@ fn follow_once(
                 continue;
             }
         };
+        behind.retain(|&(partition, end)| partition != message.partition() || message.offset() + 1 < end);
         let verdict = keys.verify(topic, message.key(), message.payload(), message.headers(), now_ms());
         if !matches!(verdict, Verdict::Authentic { .. }) {
             metrics.control_refused.with_label_values(&["unauthenticated"]).inc();

@@ -176,17 +176,6 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         tasks.wait().await;
         return Ok(());
     };
-    // The retry topics are read like the inbound one: a parked event comes back through the same path when due.
-    consumer.subscribe(&topics.subscription())?;
-    tracing::info!(
-        service = %service,
-        group = %config.kafka.group_id,
-        topic = %topics.inbound,
-        retry_topic = %topics.retry,
-        shared_retry_topic = topics.shared_retry.as_deref().unwrap_or(""),
-        "consumer joined"
-    );
-
     let pipeline = Pipeline {
         dedupe: dedupe.clone(),
         dead_letters: DeadLetters::new(&config.kafka, &service, &topics.retry)?
@@ -221,6 +210,39 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         .in_current_span(),
     );
 
+    // Route pauses first: an instance started while a route is paused must know it before its first record.
+    let control_caught_up = Arc::new(Notify::new());
+    tasks.spawn_blocking({
+        let (kafka, service, keys) = (config.kafka.clone(), config.service_name().to_owned(), keys.clone());
+        let (shared, metrics, shutdown) = (shared.clone(), metrics.clone(), shutdown.clone());
+        let caught_up = control_caught_up.clone();
+        let span = tracing::Span::current();
+        move || {
+            let _entered = span.enter();
+            let apply = |pause| apply_pause(&shared, pause);
+            control::follow(&kafka, &service, &keys, &metrics, &shutdown, apply, move || caught_up.notify_one());
+        }
+    });
+    tokio::select! {
+        () = control_caught_up.notified() => {}
+        () = tokio::time::sleep(CONTROL_CATCH_UP_WAIT) => tracing::warn!(
+            topic = %config.kafka.control_topic,
+            wait_s = CONTROL_CATCH_UP_WAIT.as_secs(),
+            "the control topic could not be read up to its end: joining the group without knowing every route pause"
+        ),
+        () = shutdown.cancelled() => {}
+    }
+    // The retry topics are read like the inbound one: a parked event comes back through the same path when due.
+    consumer.subscribe(&topics.subscription())?;
+    tracing::info!(
+        service = %service,
+        group = %config.kafka.group_id,
+        topic = %topics.inbound,
+        retry_topic = %topics.retry,
+        shared_retry_topic = topics.shared_retry.as_deref().unwrap_or(""),
+        "consumer joined"
+    );
+
     let subscribed = topics.subscription().into_iter().map(str::to_owned).collect();
     tasks.spawn(memory::warn_if_unfit(config.processing.clone(), consumer.clone(), subscribed).in_current_span());
     let intake = Arc::new(Intake {
@@ -231,15 +253,6 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         topics,
         service,
         outage_log,
-    });
-    tasks.spawn_blocking({
-        let (kafka, service, keys) = (config.kafka.clone(), config.service_name().to_owned(), keys.clone());
-        let (shared, metrics, shutdown) = (shared.clone(), metrics.clone(), shutdown.clone());
-        let span = tracing::Span::current();
-        move || {
-            let _entered = span.enter();
-            control::follow(&kafka, &service, &keys, &metrics, &shutdown, |pause| apply_pause(&shared, pause));
-        }
     });
     let workers = TaskTracker::new();
     let mut routes_reported_at = Instant::now();
@@ -296,6 +309,10 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     tracing::info!("consumer stopped");
     Ok(())
 }
+
+/// How long the start waits to have read the control topic (route pauses) before it joins the group anyway: an
+/// unreadable control topic must not keep every event from being processed.
+const CONTROL_CATCH_UP_WAIT: Duration = Duration::from_secs(15);
 
 /// How long the fetch loop sleeps when nothing waits on time (it wakes on every record and completion anyway).
 const IDLE_WAKE: Duration = Duration::from_secs(1);
