@@ -155,7 +155,7 @@ self_test() {
     'admin port 9191 \(admin_addr\) is not a containerPort'
   case_ k8s-probe-path kubernetes deploy/kubernetes/replayer.yaml 's#path: /readyz#path: /ready#' \
     'readinessProbe GET /ready on port admin, want /readyz'
-  case_ k8s-no-limits kubernetes deploy/kubernetes/replayer.yaml '/^            limits:$/,/memory: 512Mi/d' \
+  case_ k8s-no-limits kubernetes deploy/kubernetes/replayer.yaml '/^            limits:$/,/memory: 1Gi/d' \
     'no resources.limits.cpu'
   case_ k8s-root kubernetes deploy/kubernetes/topics-job.yaml 's/runAsNonRoot: true/runAsNonRoot: false/' \
     'runAsNonRoot is not set'
@@ -231,8 +231,8 @@ self_test() {
     'helm lint: .*replayer.yaml'
   case_ helm-schema helm deploy/helm/hookline/templates/gateway.yaml 's/maxReplicas: {{ .Values.gateway.maxReplicas }}/maxReplicas: ten/' \
     "FAIL kubernetes .* \(helm\): .*'ten' is not of type 'integer'"
-  case_ helm-drift-base helm deploy/kubernetes/replayer.yaml 's/memory: 512Mi        # it reads/memory: 768Mi        # it reads/' \
-    'Deployment/hookline-replayer differs at .spec.template.spec.containers\[0\].resources.limits.memory: kustomize "768Mi", helm "512Mi"'
+  case_ helm-drift-base helm deploy/kubernetes/replayer.yaml 's/memory: 1Gi          # it reads/memory: 768Mi        # it reads/' \
+    'Deployment/hookline-replayer differs at .spec.template.spec.containers\[0\].resources.limits.memory: kustomize "768Mi", helm "1Gi"'
   case_ helm-drift-config helm deploy/helm/hookline/files/replayer.toml 's/^admin_addr = .*/admin_addr = "0.0.0.0:9192"/' \
     'ConfigMap/hookline-replayer-config differs at .data.replayer.toml'
   case_ helm-keda-drift helm deploy/kubernetes/components/keda/scaledobjects.yaml '0,/lagThreshold: "500"/s//lagThreshold: "800"/' \
