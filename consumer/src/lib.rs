@@ -68,7 +68,7 @@ use crate::{
     metrics::Metrics,
     pipeline::Pipeline,
     rebalance::{GroupConsumer, GroupContext, Shared},
-    schedule::Scheduler,
+    schedule::{Job, PartitionKey, Scheduler},
     start::{REDIS_CONNECT_BACKOFF, Start, take_over},
     watch::{Flags, Topics, watch},
 };
@@ -337,39 +337,81 @@ fn apply_pause(shared: &Shared, pause: hookline_common::control::RoutePause) {
     shared.notify.notify_one();
 }
 
-/// Starts every job the scheduler allows, each in its own task. A task reports back to the scheduler, which
-/// stores the partition's new prefix, and wakes the fetch loop to start the next jobs.
+/// Starts every job the scheduler allows: those that may run together ([`Pipeline::joins_together`]) in tasks of
+/// up to [`pipeline::TOGETHER_MAX`], one claim and one done call each, the others each in its own task. A task
+/// reports what ended to the scheduler, which stores the partitions' new prefixes, and wakes the fetch loop to
+/// start the next jobs.
 fn start_ready(shared: &Arc<Shared>, consumer: &Arc<GroupConsumer>, pipeline: &Pipeline, workers: &TaskTracker) {
     if pipeline.shutdown.is_cancelled() {
         // Not started: left for redelivery.
         return;
     }
+    let mut together = Vec::new();
     loop {
         let job = {
             let mut scheduler = shared.lock();
             scheduler.release_due(now_ms());
             scheduler.next_job(Instant::now(), now_ms())
         };
-        let Some(job) = job else { return };
+        let Some(job) = job else { break };
+        if pipeline.joins_together(&job) {
+            together.push(job);
+            if together.len() == pipeline::TOGETHER_MAX {
+                start_together(std::mem::take(&mut together), shared, consumer, pipeline, workers);
+            }
+            continue;
+        }
         let (shared, consumer, pipeline) = (shared.clone(), consumer.clone(), pipeline.clone());
         let task = async move {
             // Never panics: a panic on the record's path is its failure, so `complete` is always called.
             let (completion, downstream) = pipeline.run(&job).await;
-            let (topic, partition) = job.partition.clone();
-            let mut scheduler = shared.lock();
-            if let Some(prefix_end) = scheduler.complete(job, completion, downstream, now_ms()) {
-                // Under the lock, so prefixes are stored in order and never move backwards.
-                if let Err(error) = consumer.store_offset(&topic, partition, prefix_end) {
-                    // Expected after a revoke: the partition is no longer ours, and its new owner will see the
-                    // record again (and skip it as a duplicate if we got as far as marking it done).
-                    tracing::debug!(error = %error, partition, "cannot store offset");
-                }
-            }
-            drop(scheduler);
-            shared.notify.notify_one();
+            report(&shared, &consumer, vec![(job, completion, downstream)]);
         };
         // Boxed once here: the record's future is large (the whole pipeline, inlined), and spawning it by value
         // copied all of it at each of spawn's moves (callgrind: 15.8k instructions of `memcpy` per record).
         workers.spawn(Box::pin(task).in_current_span());
     }
+    if !together.is_empty() {
+        start_together(together, shared, consumer, pipeline, workers);
+    }
+}
+
+/// Starts one task for jobs that run together.
+fn start_together(
+    jobs: Vec<Job>,
+    shared: &Arc<Shared>,
+    consumer: &Arc<GroupConsumer>,
+    pipeline: &Pipeline,
+    workers: &TaskTracker,
+) {
+    let (shared, consumer, pipeline) = (shared.clone(), consumer.clone(), pipeline.clone());
+    let task = async move {
+        pipeline.run_together(jobs, |ended| report(&shared, &consumer, ended)).await;
+    };
+    workers.spawn(Box::pin(task).in_current_span());
+}
+
+/// Tells the scheduler that these jobs ended, under one lock, and stores each partition's new prefix there (so
+/// that prefixes are stored in order and never move backwards); then wakes the fetch loop.
+fn report(shared: &Shared, consumer: &GroupConsumer, ended: Vec<pipeline::Ended>) {
+    let mut scheduler = shared.lock();
+    let mut prefixes: Vec<(PartitionKey, i64)> = Vec::new();
+    for (job, completion, downstream) in ended {
+        let partition = job.partition.clone();
+        if let Some(prefix_end) = scheduler.complete(job, completion, downstream, now_ms()) {
+            match prefixes.iter_mut().find(|(stored, _)| *stored == partition) {
+                Some((_, end)) => *end = prefix_end,
+                None => prefixes.push((partition, prefix_end)),
+            }
+        }
+    }
+    for ((topic, partition), prefix_end) in prefixes {
+        if let Err(error) = consumer.store_offset(&topic, partition, prefix_end) {
+            // Expected after a revoke: the partition is no longer ours, and its new owner will see the record
+            // again (and skip it as a duplicate if we got as far as marking it done).
+            tracing::debug!(error = %error, partition, "cannot store offset");
+        }
+    }
+    drop(scheduler);
+    shared.notify.notify_one();
 }

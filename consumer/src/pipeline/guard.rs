@@ -71,7 +71,7 @@ impl Pipeline {
     /// budget it is dead-lettered; an unordered record written by hookline is parked in the retry topic; an
     /// ordered one (which must keep its key's turn), or one without a valid MAC (never copied into the retry
     /// topic), is retried in memory.
-    async fn recover(&self, job: &Job, panic: &str) -> Disposition {
+    pub(super) async fn recover(&self, job: &Job, panic: &str) -> Disposition {
         let message = &*job.record;
         let source = message.source_label().to_owned();
         let event_id = message.event_id().map(str::to_owned);
@@ -141,7 +141,7 @@ impl Pipeline {
 }
 
 /// What a panic said: its message when it is text (as `panic!` makes it), else a placeholder.
-fn panic_message(panic: &(dyn Any + Send)) -> String {
+pub(super) fn panic_message(panic: &(dyn Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|text| (*text).to_owned())

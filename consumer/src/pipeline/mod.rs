@@ -49,11 +49,14 @@ use tokio_util::sync::CancellationToken;
 mod by_reference;
 mod calls;
 mod guard;
+mod together;
+
+pub use together::{Ended, TOGETHER_MAX};
 
 use crate::{
     alert::Alerts,
     config::RetryConfig,
-    dedupe::{Claim, Dedupe},
+    dedupe::{Claim, ClaimToken, Dedupe},
     dlq::{DeadLetters, ErrorClass, Failure},
     handler::{Handler, HandlerError},
     metrics::{Metrics, event_outcome},
@@ -105,6 +108,38 @@ enum Outcome {
     },
     /// Parked in the retry topic (acknowledged): this record is done with.
     RetryScheduled,
+    /// The handler succeeded and the claim is held; the done marker is the caller's to write
+    /// ([`Prepared::done_later`]).
+    Unmarked(Box<Unmarked>),
+}
+
+/// What the path of a record started with others was given ([`Pipeline::run_together`]).
+#[derive(Debug, Default)]
+pub(crate) struct Prepared {
+    /// The first claim's answer, made together with the other records'.
+    claim: Option<Claim>,
+    /// Return a success unmarked, for its done marker to be written with the others'.
+    done_later: bool,
+}
+
+/// A record whose handler succeeded, waiting for its done marker.
+#[derive(Debug)]
+pub(crate) struct Unmarked {
+    token: ClaimToken,
+    marker: DoneMarker,
+}
+
+/// Where the path of a record started with others stands: ended, or processed and waiting for its done marker.
+#[derive(Debug)]
+pub(crate) enum Step {
+    End(Disposition, Downstream),
+    Unmarked(Box<Unmarked>),
+}
+
+impl From<(Disposition, Downstream)> for Step {
+    fn from((disposition, downstream): (Disposition, Downstream)) -> Self {
+        Step::End(disposition, downstream)
+    }
 }
 
 impl Outcome {
@@ -117,13 +152,17 @@ impl Outcome {
             Outcome::DeadLettered { .. } => event_outcome::DEAD_LETTERED,
             Outcome::RetryLater { .. } => event_outcome::RETRY_LATER,
             Outcome::RetryScheduled => event_outcome::RETRY_SCHEDULED,
+            // Counted once marked ([`Pipeline::finish_unmarked`]).
+            Outcome::Unmarked(_) => event_outcome::PROCESSED,
         }
     }
 
     /// What this outcome says of the route's downstream, for its circuit breaker.
     fn downstream(&self) -> Downstream {
         match self {
-            Outcome::Processed | Outcome::DeadLettered { exhausted: false, .. } => Downstream::Answered,
+            Outcome::Processed | Outcome::Unmarked(_) | Outcome::DeadLettered { exhausted: false, .. } => {
+                Downstream::Answered
+            }
             Outcome::Duplicate | Outcome::DeadLetteredBefore => Downstream::NotCalled,
             Outcome::DeadLettered { exhausted: true, .. } | Outcome::RetryLater { .. } | Outcome::RetryScheduled => {
                 Downstream::Failed
@@ -187,6 +226,21 @@ impl Pipeline {
         prior: Option<Attempts>,
         span: &TraceSpan,
     ) -> (Disposition, Downstream) {
+        match self.process_prepared(message, prior, span, Prepared::default()).await {
+            Step::End(disposition, downstream) => (disposition, downstream),
+            // Not returned without `done_later`; marked here all the same.
+            Step::Unmarked(unmarked) => self.mark_alone(message, *unmarked).await,
+        }
+    }
+
+    /// [`Self::process_record`], with what [`Prepared`] gives.
+    async fn process_prepared(
+        &self,
+        message: &Record,
+        prior: Option<Attempts>,
+        span: &TraceSpan,
+        prepared: Prepared,
+    ) -> Step {
         self.metrics.record_auth.with_label_values(&[message.verdict.label()]).inc();
         if let Verdict::Refused(refusal) = &message.verdict {
             let now = now_ms();
@@ -208,12 +262,12 @@ impl Pipeline {
             // Named in the DLQ entry as its headers claim it (not believed: it claims nothing).
             let event_id = header_str(message.headers(), header::EVENT_ID).and_then(Result::ok);
             if self.dead_letter(message, source, event_id.as_deref(), &failure).await.is_none() {
-                return (Interrupted, Downstream::NotCalled);
+                return (Interrupted, Downstream::NotCalled).into();
             }
             self.metrics.events.with_label_values(&[source, event_outcome::DEAD_LETTERED]).inc();
             span.set(attribute::OUTCOME, || event_outcome::DEAD_LETTERED);
             span.fail("unauthenticated_record", || error.clone());
-            return (Handled, Downstream::NotCalled);
+            return (Handled, Downstream::NotCalled).into();
         }
         let event = match &message.event {
             Ok(event) => event,
@@ -230,7 +284,7 @@ impl Pipeline {
                 // The source label of a record that names none: bounded, and visible on the dashboards.
                 let source = "unknown";
                 let Some(new_entry) = self.dead_letter(message, source, None, &failure).await else {
-                    return (Interrupted, Downstream::NotCalled);
+                    return (Interrupted, Downstream::NotCalled).into();
                 };
                 self.metrics.events.with_label_values(&[source, event_outcome::DEAD_LETTERED]).inc();
                 span.set(attribute::OUTCOME, || event_outcome::DEAD_LETTERED);
@@ -251,20 +305,21 @@ impl Pipeline {
                             .and_then(|n| n.parse().ok()),
                     };
                     if !self.record_status(&entry_id, &record).await {
-                        return (Interrupted, Downstream::NotCalled);
+                        return (Interrupted, Downstream::NotCalled).into();
                     }
                 }
-                return (Handled, Downstream::NotCalled);
+                return (Handled, Downstream::NotCalled).into();
             }
         };
         span.set(attribute::SOURCE, || event.meta.source.clone());
-        let outcome = match self.handle(message, event, prior, span).await {
+        let outcome = match self.handle(message, event, prior, span, prepared).await {
+            Some(Outcome::Unmarked(unmarked)) => return Step::Unmarked(unmarked),
             Some(Outcome::RetryLater { due_at_ms, attempts }) => {
                 span.set(attribute::OUTCOME, || event_outcome::RETRY_LATER);
-                return (RetryAt { due_at_ms, attempts }, Downstream::Failed);
+                return (RetryAt { due_at_ms, attempts }, Downstream::Failed).into();
             }
             Some(outcome) => outcome,
-            None => return (Interrupted, Downstream::NotCalled),
+            None => return (Interrupted, Downstream::NotCalled).into(),
         };
         span.set(attribute::OUTCOME, || outcome.label());
         let downstream = outcome.downstream();
@@ -282,9 +337,11 @@ impl Pipeline {
                 Outcome::Processed => (EntryStatus::Succeeded, None, None),
                 Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
                 // Not reached: a re-drive claims over the dead marker. Left as it was rather than called a success.
-                Outcome::DeadLetteredBefore => return (Handled, downstream),
+                Outcome::DeadLetteredBefore => return (Handled, downstream).into(),
                 Outcome::DeadLettered { new_entry, .. } => (EntryStatus::FailedAgain, Some(new_entry), None),
-                Outcome::RetryLater { .. } | Outcome::RetryScheduled => return (Handled, downstream),
+                Outcome::RetryLater { .. } | Outcome::RetryScheduled | Outcome::Unmarked(_) => {
+                    return (Handled, downstream).into();
+                }
             };
             let record = EntryStatusRecord {
                 status,
@@ -297,10 +354,10 @@ impl Pipeline {
                 replays: event.replay_count,
             };
             if !self.record_status(entry_id, &record).await {
-                return (Interrupted, downstream);
+                return (Interrupted, downstream).into();
             }
         }
-        (Handled, downstream)
+        (Handled, downstream).into()
     }
 
     /// Parks a record its route cannot take now (saturated, or its breaker open) in the retry topic until
@@ -358,13 +415,33 @@ impl Pipeline {
         )
     }
 
-    /// Dedupe, handler and retries for a well-formed event. `None` on shutdown.
+    /// The claim token of `event`: a re-processing request's run, a re-drive, or the event's own.
+    pub(crate) fn token_for(&self, event: &InboundEvent) -> ClaimToken {
+        let (source, event_id) = (event.meta.source.as_str(), event.meta.event_id.as_str());
+        // A re-processing request runs once per run, whatever the event's own done marker says.
+        let token = match (&event.reprocess_id, &event.replay_of) {
+            (Some(run_id), _) => self.dedupe.reprocess_token(run_id, source, event_id),
+            // The replayer's record (authenticated at the door): it may run an event whose dead marker stops
+            // re-sends.
+            (None, Some(_)) => self.dedupe.redrive_token(source, event_id),
+            (None, None) => self.dedupe.token(source, event_id),
+        };
+        // A copy of an allowlisted type may claim an event dead-lettered under another type (a forged first
+        // copy), once per type; its own dead marker records its type.
+        let token = token.recording_type(event.meta.event_type.as_deref());
+        if self.handler.allowlists_type(event) { token.allowlisted() } else { token }
+    }
+
+    /// Dedupe, handler and retries for a well-formed event. `None` on shutdown. With `prepared.claim`, the first
+    /// claim was made before (with other records'); with `prepared.done_later`, a success is returned unmarked
+    /// ([`Outcome::Unmarked`]) for the caller to mark done with others.
     async fn handle(
         &self,
         message: &Record,
         event: &InboundEvent,
         prior: Option<Attempts>,
         span: &TraceSpan,
+        prepared: Prepared,
     ) -> Option<Outcome> {
         let source = event.meta.source.as_str();
         let event_id = event.meta.event_id.as_str();
@@ -374,19 +451,13 @@ impl Pipeline {
         let mut attempts = prior.as_ref().map_or(0, |prior| prior.attempts);
         let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
+        let mut first_claim = prepared.claim;
         loop {
-            // A re-processing request runs once per run, whatever the event's own done marker says.
-            let token = match (&event.reprocess_id, &event.replay_of) {
-                (Some(run_id), _) => self.dedupe.reprocess_token(run_id, source, event_id),
-                // The replayer's record (authenticated above): it may run an event whose dead marker stops re-sends.
-                (None, Some(_)) => self.dedupe.redrive_token(source, event_id),
-                (None, None) => self.dedupe.token(source, event_id),
+            let claim = match first_claim.take() {
+                Some(claim) => claim,
+                None => self.claim(&self.token_for(event)).await?,
             };
-            // A copy of an allowlisted type may claim an event dead-lettered under another type (a forged first
-            // copy), once per type; its own dead marker records its type.
-            let token = token.recording_type(event.meta.event_type.as_deref());
-            let token = if self.handler.allowlists_type(event) { token.allowlisted() } else { token };
-            let token = match self.claim(&token).await? {
+            let token = match claim {
                 Claim::AlreadyDone => {
                     span.set(attribute::DEDUPE_OUTCOME, || "already_done");
                     tracing::info!(source = %source, event_id = %event_id, "duplicate skipped");
@@ -445,6 +516,9 @@ impl Pipeline {
                         partition: message.partition(),
                         offset: message.offset(),
                     };
+                    if prepared.done_later && event.reprocess_id.is_none() && event.replay_of.is_none() {
+                        return Some(Outcome::Unmarked(Box::new(Unmarked { token, marker })));
+                    }
                     self.renewing(&token, self.mark_done(&token, &marker, event)).await?;
                     if event.replay_of.is_none() && event.reprocess_id.is_none() {
                         let age_ms = now_ms().saturating_sub(event.meta.received_at_ms).max(0);

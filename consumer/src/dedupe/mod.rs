@@ -24,7 +24,10 @@
 //! A Redis error or timeout is never read as "not a duplicate": the caller fails closed and retries. Because
 //! claiming is one script that also accepts our own token, re-sending a claim whose reply was lost is safe.
 //!
-//! Round trips are coalesced on a single Redis: every script call (claim, done, release, renew) of any record goes
+//! Records started together are claimed by one script call and marked done by another ([`together`]): the
+//! one-key rule applied to each key, answered key by key.
+//!
+//! Other round trips are coalesced on a single Redis: every script call (claim, done, release, renew) of any record goes
 //! through one batching task, which sends whatever calls are waiting as one pipeline (up to [`MAX_BATCH`], a few
 //! pipelines in flight at once) and hands each caller its own reply. Each call is still the same single-key
 //! script with the same reply, so the rules above hold call by call; a failed pipeline fails every call in it,
@@ -45,6 +48,8 @@ use hookline_common::{
 };
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, aio::ConnectionManager};
 
+mod together;
+
 /// The outcome of trying to claim an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -57,6 +62,21 @@ pub enum Claim {
     /// The event was dead-lettered (within the done TTL) and this is not a re-drive: skip it; its DLQ entry is
     /// the way to run it again.
     DeadLettered,
+}
+
+impl Claim {
+    /// What [`CLAIM_SCRIPT`]'s reply for `token` means.
+    fn from_reply(token: &ClaimToken, reply: &str) -> Self {
+        match reply {
+            "acquired" => Claim::Acquired(token.clone()),
+            "done" => Claim::AlreadyDone,
+            "dead" => Claim::DeadLettered,
+            reply => match reply.strip_prefix("over:") {
+                Some(marker) => Claim::Acquired(ClaimToken { took_over: Some(marker.to_owned()), ..token.clone() }),
+                None => Claim::HeldByOther,
+            },
+        }
+    }
 }
 
 /// Proof of a claim: the key and the unique value we wrote into it.
@@ -234,6 +254,8 @@ pub struct Dedupe {
     release: std::sync::Arc<Script>,
     renew: std::sync::Arc<Script>,
     dead: std::sync::Arc<Script>,
+    /// The claim and done scripts over many keys, for records started together.
+    many: std::sync::Arc<together::ManyKeys>,
     /// The batching task's queue, on a single Redis.
     batcher: Option<tokio::sync::mpsc::UnboundedSender<Call>>,
 }
@@ -262,6 +284,7 @@ impl Dedupe {
             release: std::sync::Arc::new(Script::new(RELEASE_SCRIPT)),
             renew: std::sync::Arc::new(Script::new(RENEW_SCRIPT)),
             dead: std::sync::Arc::new(Script::new(DEAD_SCRIPT)),
+            many: std::sync::Arc::new(together::ManyKeys::new()),
             batcher: None,
         };
         if let RedisConnection::Single(connection) = &dedupe.connection {
@@ -300,6 +323,14 @@ impl Dedupe {
         let _: String =
             probe.invoke(&mut probe.invocation(&Op::Claim, &ClaimToken { redrive: true, ..token.clone() })).await?;
         let _: i64 = probe.invoke(&mut probe.invocation(&Op::Done(DEDUPE_DONE.to_owned()), &token)).await?;
+        if probe.can_claim_together(&token) {
+            // The same commands through the many-key scripts, which also loads them.
+            let token = ClaimToken { value: Self::claim_value(), ..token };
+            let _ = probe.claim_together(&[&token]).await?;
+            let marker =
+                DoneMarker { processed_at_ms: 0, handling_ms: 0, topic: String::new(), partition: 0, offset: 0 };
+            let _ = probe.done_together(&[(&token, &marker)]).await?;
+        }
         Ok(())
     }
 
@@ -433,15 +464,7 @@ impl Dedupe {
             }
         }
         let reply: String = self.call(Op::Claim, token).await?;
-        Ok(match reply.as_str() {
-            "acquired" => Claim::Acquired(token.clone()),
-            "done" => Claim::AlreadyDone,
-            "dead" => Claim::DeadLettered,
-            reply => match reply.strip_prefix("over:") {
-                Some(marker) => Claim::Acquired(ClaimToken { took_over: Some(marker.to_owned()), ..token.clone() }),
-                None => Claim::HeldByOther,
-            },
-        })
+        Ok(Claim::from_reply(token, &reply))
     }
 
     /// Records the event as dead-lettered (as DLQ entry `entry_id`) for the done TTL, in place of our claim: a
