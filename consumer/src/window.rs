@@ -14,7 +14,6 @@
 use std::collections::VecDeque;
 
 use hookline_common::wire::FetchedRecord;
-use rdkafka::message::Headers;
 
 /// The records of one partition between the stored offset and the newest fetched one.
 #[derive(Debug, Default)]
@@ -76,9 +75,7 @@ impl Window {
 
 /// What a fetched record weighs in a window: its payload, key, and header names and values.
 pub fn record_bytes(message: &FetchedRecord) -> usize {
-    let headers = message
-        .headers()
-        .map_or(0, |headers| headers.iter().map(|header| header.key.len() + header.value.map_or(0, <[u8]>::len)).sum());
+    let headers = message.headers().map_or(0, hookline_common::wire::OwnedHeaderTable::byte_len);
     message.payload().map_or(0, <[u8]>::len) + message.key().map_or(0, <[u8]>::len) + headers
 }
 

@@ -71,12 +71,17 @@ impl EventLine<'_> {
 
     /// `tracing-subscriber`'s default text layout without ANSI: `<time>  INFO <span>{<fields>}: <message> <k=v>...`.
     fn text(&self, line: &mut String, now: humantime::Rfc3339Timestamp) {
-        let _ = write!(line, "{now}  INFO {}{{", self.span.0);
+        let _ = write!(line, "{now}");
+        line.push_str("  INFO ");
+        line.push_str(self.span.0);
+        line.push('{');
         for (i, (name, value)) in self.span.1.iter().enumerate() {
             if i > 0 {
                 line.push(' ');
             }
-            let _ = write!(line, "{name}={value}");
+            line.push_str(name);
+            line.push('=');
+            line.push_str(value);
         }
         line.push_str("}: ");
         line.push_str(self.message);
@@ -86,12 +91,8 @@ impl EventLine<'_> {
             line.push('=');
             match value {
                 Value::Display(text) => line.push_str(text),
-                Value::Quoted(text) => {
-                    let _ = write!(line, "{text:?}");
-                }
-                Value::Int(number) => {
-                    let _ = write!(line, "{number}");
-                }
+                Value::Quoted(text) => debug_quoted(line, text),
+                Value::Int(number) => line.push_str(itoa::Buffer::new().format(*number)),
             }
         }
     }
@@ -106,9 +107,7 @@ impl EventLine<'_> {
             line.push(':');
             match value {
                 Value::Display(text) | Value::Quoted(text) => json_string(line, text),
-                Value::Int(number) => {
-                    let _ = write!(line, "{number}");
-                }
+                Value::Int(number) => line.push_str(itoa::Buffer::new().format(*number)),
             }
         }
         line.push_str("},\"span\":");
@@ -129,6 +128,18 @@ impl EventLine<'_> {
         line.push_str("\"name\":");
         json_string(line, self.span.0);
         line.push('}');
+    }
+}
+
+/// `text` as `{text:?}` writes it: quoted, and escaped where `Debug` escapes. Printable ASCII other than `"` and
+/// `\` (ids, event types: nearly every value) is copied as it is; anything else goes through `Debug` itself.
+fn debug_quoted(line: &mut String, text: &str) {
+    if text.bytes().all(|byte| (b' '..=b'~').contains(&byte) && byte != b'"' && byte != b'\\') {
+        line.push('"');
+        line.push_str(text);
+        line.push('"');
+    } else {
+        let _ = write!(line, "{text:?}");
     }
 }
 
@@ -154,6 +165,17 @@ fn json_string(line: &mut String, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quoted_value_is_written_as_debug_writes_it() {
+        for text in
+            ["", "push", "evt_1 A-b.c~", "pu\"sh", "a\\b", "tab\there", "é", "\u{7f}", "line\n", "\u{301}x", "it's"]
+        {
+            let mut line = String::new();
+            debug_quoted(&mut line, text);
+            assert_eq!(line, format!("{text:?}"), "{text:?}");
+        }
+    }
 
     fn line(json: bool) -> String {
         let fields =

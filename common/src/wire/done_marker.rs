@@ -26,11 +26,22 @@ pub struct DoneMarker {
 }
 
 impl DoneMarker {
+    /// `done:<processed at ms>:<handling ms>:<partition>:<offset>:<topic>`. Written once per processed event, so
+    /// without `format!`'s machinery (about 2k instructions per marker; this is a few hundred).
     pub fn encode(&self) -> String {
-        format!(
-            "{DEDUPE_DONE_DETAILED_PREFIX}{}:{}:{}:{}:{}",
-            self.processed_at_ms, self.handling_ms, self.partition, self.offset, self.topic
-        )
+        let mut numbers = itoa::Buffer::new();
+        let mut marker = String::with_capacity(DEDUPE_DONE_DETAILED_PREFIX.len() + 64 + self.topic.len());
+        marker.push_str(DEDUPE_DONE_DETAILED_PREFIX);
+        marker.push_str(numbers.format(self.processed_at_ms));
+        marker.push(':');
+        marker.push_str(numbers.format(self.handling_ms));
+        marker.push(':');
+        marker.push_str(numbers.format(self.partition));
+        marker.push(':');
+        marker.push_str(numbers.format(self.offset));
+        marker.push(':');
+        marker.push_str(&self.topic);
+        marker
     }
 
     /// The details of a done marker: `None` for the plain `done` (written before details were kept), for a

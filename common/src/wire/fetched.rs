@@ -46,6 +46,11 @@ impl OwnedHeaderTable {
         table
     }
 
+    /// The bytes of every name and value together (what a header costs a window), without a walk.
+    pub fn byte_len(&self) -> usize {
+        self.names.len() + self.values.len()
+    }
+
     /// Appends one header.
     pub fn push(&mut self, name: &str, value: Option<&[u8]>) {
         let name_start = offset(self.names.len());

@@ -83,24 +83,21 @@ impl Pipeline {
 
     /// The first claim of every job, in one call; `None` for each when it failed (each then claims alone).
     async fn claim_together(&self, jobs: &[Job]) -> Vec<Option<Claim>> {
-        let tokens: Vec<ClaimToken> = jobs
-            .iter()
-            .map(|job| match &job.record.event {
-                Ok(event) => self.token_for(event),
-                Err(_) => unreachable!("only well-formed events join"),
-            })
-            .collect();
-        let tokens: Vec<&ClaimToken> = tokens.iter().collect();
-        match self.timed_redis("claim", self.dedupe.claim_together(&tokens)).await {
+        let tokens: Vec<Option<ClaimToken>> =
+            jobs.iter().map(|job| job.record.event.as_ref().ok().map(|event| self.token_for(event))).collect();
+        let claimable: Vec<&ClaimToken> = tokens.iter().flatten().collect();
+        let mut claims = match self.timed_redis("claim", self.dedupe.claim_together(&claimable)).await {
             Ok(claims) => {
                 self.redis_recovered();
-                claims.into_iter().map(Some).collect()
+                claims.into_iter()
             }
             Err(error) => {
                 self.redis_failed("claim", &error);
-                jobs.iter().map(|_| None).collect()
+                return jobs.iter().map(|_| None).collect();
             }
-        }
+        };
+        // A job without a token (none joins without a well-formed event) makes its own way.
+        tokens.iter().map(|token| token.as_ref().and_then(|_| claims.next())).collect()
     }
 
     /// One job's own path from its claim, its success left unmarked; a panic anywhere on it ends it as a failure
