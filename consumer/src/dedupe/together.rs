@@ -21,17 +21,20 @@ const CLAIM_ARGS: usize = 5;
 /// Arguments per key of the many-key done script: what [`DONE_SCRIPT`] reads as `ARGV[1..=3]`.
 const DONE_ARGS: usize = 3;
 
-/// The many-key form of a one-key script taking `width` arguments: its body becomes `one(key, a)`, called for
-/// each key with that key's arguments, and the replies come back in key order.
+/// The many-key form of a one-key script taking `width` arguments: its body becomes `one(key, a1, ..., aN)`,
+/// called for each key with that key's arguments (as locals: no table per key), and the replies come back in key
+/// order.
 pub(super) fn many_keys(one_key: &str, width: usize) -> String {
     let mut body = one_key.replace("KEYS[1]", "key");
     for n in (1..=width).rev() {
-        body = body.replace(&format!("ARGV[{n}]"), &format!("a[{n}]"));
+        body = body.replace(&format!("ARGV[{n}]"), &format!("a{n}"));
     }
+    let params: Vec<String> = (1..=width).map(|n| format!("a{n}")).collect();
     let args: Vec<String> = (1..=width).map(|n| format!("ARGV[base + {n}]")).collect();
     format!(
-        "local function one(key, a)\n{body}\nend\nlocal replies = {{}}\nfor i, key in ipairs(KEYS) do\n  local base = \
-         (i - 1) * {width}\n  replies[i] = one(key, {{{}}})\nend\nreturn replies\n",
+        "local function one(key, {})\n{body}\nend\nlocal replies = {{}}\nfor i, key in ipairs(KEYS) do\n  local base = \
+         (i - 1) * {width}\n  replies[i] = one(key, {})\nend\nreturn replies\n",
+        params.join(", "),
         args.join(", ")
     )
 }
@@ -115,10 +118,11 @@ mod tests {
     fn the_many_key_script_calls_the_one_key_rule_per_key() {
         let script = many_keys(DONE_SCRIPT, DONE_ARGS);
         assert!(!script.contains("KEYS[1]") && !script.contains("ARGV[1]"), "{script}");
-        assert!(script.contains("redis.call('SET', key, a[2], 'PX', a[3])"), "{script}");
-        assert!(script.contains("replies[i] = one(key, {ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]})"), "{script}");
+        assert!(script.contains("local function one(key, a1, a2, a3)"), "{script}");
+        assert!(script.contains("redis.call('SET', key, a2, 'PX', a3)"), "{script}");
+        assert!(script.contains("replies[i] = one(key, ARGV[base + 1], ARGV[base + 2], ARGV[base + 3])"), "{script}");
         // `ARGV[10]` must not be read as `ARGV[1]` followed by `0`.
         let wide = many_keys("return ARGV[10] .. ARGV[1]", 10);
-        assert!(wide.contains("return a[10] .. a[1]"), "{wide}");
+        assert!(wide.contains("return a10 .. a1"), "{wide}");
     }
 }
