@@ -277,10 +277,7 @@ pub async fn check_all(
             .find(|source| source.name == name)
             .ok_or_else(|| ReconcileError::UnknownSource(name.to_owned()))?;
         if source.webhook_url.is_none() {
-            return Err(ReconcileError::Setup {
-                source_name: name.to_owned(),
-                error: "it has no webhook_url: nothing to check".to_owned(),
-            });
+            return Err(ReconcileError::NoWebhookUrl(name.to_owned()));
         }
     }
     for source in sources.iter().filter(|source| only.is_none_or(|name| source.name == name)) {
