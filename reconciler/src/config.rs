@@ -27,6 +27,9 @@ pub struct ReconcilerConfig {
     pub redis: RedisConfig,
     /// How often `serve` reconciles each source.
     pub interval_s: u64,
+    /// How often `serve` asks each provider whether a source's `webhook_url` is still registered, enabled and
+    /// subscribed ([`crate::registration`]); sources without a `webhook_url` are not asked.
+    pub registration_interval_s: u64,
     /// How long a run waits for the indexer to have indexed every record the inbound topic held once the
     /// provider's list was read; past it the run fails and does nothing.
     pub index_catch_up_timeout_ms: u64,
@@ -51,6 +54,7 @@ impl Default for ReconcilerConfig {
             index_group_id: "hookline-reconciler-index".to_owned(),
             redis: RedisConfig { key_prefix: "hookline:reconcile".to_owned(), ..RedisConfig::default() },
             interval_s: 3600,
+            registration_interval_s: 900,
             index_catch_up_timeout_ms: 60_000,
             run_lease_s: 900,
             index_complete_since: None,
@@ -137,6 +141,8 @@ pub struct SourceConfig {
     pub allow_custom_api_url: bool,
     /// The API key or token (Stripe: a restricted key with read access to events; GitHub: a token that can read
     /// and redeliver the hook's deliveries; Paddle: an API key with `notification.read` and `notification.write`).
+    /// With `webhook_url`, it must also read the webhook registrations (Stripe: webhook endpoints; GitHub: the
+    /// "Webhooks" permission, read; Paddle: `notification_setting.read`).
     pub credential: SecretRef,
     /// A PEM file of further CA certificates to trust for the API (a private CA or a proxy's).
     #[serde(default)]
@@ -183,6 +189,15 @@ pub struct SourceConfig {
     /// shape its webhook would have had (default: the account's).
     #[serde(default)]
     pub api_version: Option<String>,
+    /// The URL the provider sends this source's webhooks to: the gateway's public URL for the source
+    /// (`https://hooks.example.com/webhooks/<name>`). When set, `registrations` and `serve` check that the
+    /// provider still has it registered, enabled and subscribed to `webhook_event_types`.
+    #[serde(default)]
+    pub webhook_url: Option<String>,
+    /// The event types the consumers route for this source, which the registration at `webhook_url` must
+    /// deliver (default: Stripe's `event_types`; otherwise none, and only the URL and its state are checked).
+    #[serde(default)]
+    pub webhook_event_types: Vec<String>,
 }
 
 fn default_settle_s() -> u64 {
@@ -219,6 +234,18 @@ impl SourceConfig {
             notification_setting_id: None,
             event_types: Vec::new(),
             api_version: None,
+            webhook_url: None,
+            webhook_event_types: Vec::new(),
+        }
+    }
+
+    /// The event types the registration at `webhook_url` must deliver: `webhook_event_types`, or for Stripe
+    /// the endpoint's `event_types` the reconciler already reads.
+    pub fn expected_event_types(&self) -> &[String] {
+        if self.webhook_event_types.is_empty() && self.provider == Provider::Stripe {
+            &self.event_types
+        } else {
+            &self.webhook_event_types
         }
     }
 
@@ -299,6 +326,20 @@ impl SourceConfig {
             ),
             Provider::Stripe => {}
         }
+        if let Some(url) = &self.webhook_url {
+            let parsed = url.parse::<http::Uri>().ok();
+            let absolute = parsed.as_ref().is_some_and(|uri| {
+                matches!(uri.scheme_str(), Some("https" | "http")) && uri.host().is_some_and(|host| !host.is_empty())
+            });
+            problems.check(
+                absolute,
+                format!("source `{name}`: webhook_url must be an absolute http(s) URL (the gateway's public URL)"),
+            );
+        }
+        problems.check(
+            self.webhook_event_types.is_empty() || self.webhook_url.is_some(),
+            format!("source `{name}`: webhook_event_types needs webhook_url"),
+        );
         for (key, set) in [
             ("hook", self.hook.is_some() && self.provider != Provider::Github),
             ("notification_setting_id", self.notification_setting_id.is_some() && self.provider != Provider::Paddle),
@@ -343,6 +384,7 @@ impl ReconcilerConfig {
         problems.check(!self.index_group_id.is_empty(), "index_group_id is empty");
         problems.check(self.index_group_id != self.kafka.group_id, "index_group_id must differ from kafka.group_id");
         problems.check(self.interval_s >= 60, "interval_s must be at least 60");
+        problems.check(self.registration_interval_s >= 60, "registration_interval_s must be at least 60");
         problems.check(self.index_catch_up_timeout_ms >= 1_000, "index_catch_up_timeout_ms must be at least 1000");
         problems.check(self.run_lease_s >= 60, "run_lease_s must be at least 60");
         if let Err(problem) = self.index_complete_since_ms() {
@@ -433,8 +475,8 @@ mod tests {
             config::parse_str(block, "docs/configuration/reconciler.md").expect("the example parses");
         let defaults = ReconcilerConfig::default();
         assert_eq!(
-            (&config.admin_addr, &config.index_group_id, config.interval_s),
-            (&defaults.admin_addr, &defaults.index_group_id, defaults.interval_s)
+            (&config.admin_addr, &config.index_group_id, config.interval_s, config.registration_interval_s),
+            (&defaults.admin_addr, &defaults.index_group_id, defaults.interval_s, defaults.registration_interval_s)
         );
         assert_eq!(
             (config.index_catch_up_timeout_ms, config.run_lease_s, &config.index_complete_since),

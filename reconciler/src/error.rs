@@ -8,6 +8,8 @@ use std::time::Duration;
 pub enum ReconcileError {
     #[error("source `{0}` is not configured for reconciliation")]
     UnknownSource(String),
+    #[error("source `{0}` has no webhook_url: its registration is not checked")]
+    NoWebhookUrl(String),
     #[error("source `{source_name}`: cannot set up its API client: {error}")]
     Setup { source_name: String, error: String },
     /// The provider answered 401 or 403: the credential is wrong, revoked, or lacks a permission.
@@ -58,7 +60,7 @@ impl ReconcileError {
     /// Bounded label for the `hookline_reconciler_runs_total{outcome}` metric.
     pub fn outcome(&self) -> &'static str {
         match self {
-            Self::UnknownSource(_) | Self::Setup { .. } => "config",
+            Self::UnknownSource(_) | Self::NoWebhookUrl(_) | Self::Setup { .. } => "config",
             Self::CredentialsRefused { .. } => "credentials_refused",
             Self::RateLimited { .. } => "rate_limited",
             Self::Status { .. } | Self::Provider { .. } | Self::Decode { .. } | Self::Uncertain { .. } => {

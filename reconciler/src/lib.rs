@@ -9,7 +9,11 @@
 //! Every action goes through a ledger in Redis first ([`store`]), so no run asks twice; a source's first
 //! scheduled run, and every CLI run without `--apply`, is a dry run.
 //!
-//! [`run`] is the service (indexer, schedule, admin listener); the CLI calls [`Reconciler::run`] directly.
+//! Per source with a `webhook_url` it also checks that the provider still has the gateway's URL registered,
+//! enabled and subscribed to the expected event types ([`registration`]): it reports drift and changes nothing.
+//!
+//! [`run`] is the service (indexer, schedules, admin listener); the CLI calls [`Reconciler::run`] and
+//! [`registration::check_all`] directly.
 
 pub mod api;
 pub mod config;
@@ -19,6 +23,7 @@ pub mod load;
 pub mod metrics;
 pub mod provider;
 pub mod reconcile;
+pub mod registration;
 pub mod store;
 
 use std::{sync::Arc, time::Duration};
@@ -66,6 +71,13 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         shutdown.child_token(),
     ));
     let schedule = tracker.spawn(schedule(reconciler.clone(), redis_ready, shutdown.child_token()));
+    tracker.spawn(registration::schedule(
+        config.sources.clone(),
+        reconciler.providers(),
+        metrics.clone(),
+        Duration::from_secs(config.registration_interval_s),
+        shutdown.child_token(),
+    ));
     tracker.close();
     let result = match indexer.await {
         Ok(result) => result,

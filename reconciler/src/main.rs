@@ -3,7 +3,7 @@ use std::{io::Write, sync::Arc};
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand, error::ErrorKind};
 use hookline_common::{cli::ServiceArgs, config, telemetry, wire};
-use hookline_reconciler::{Loaded, Mode, Reconciler, ReconcilerConfig, RunRequest, metrics::Metrics};
+use hookline_reconciler::{Loaded, Mode, Reconciler, ReconcilerConfig, RunRequest, metrics::Metrics, registration};
 use tokio::net::TcpListener;
 
 /// Find the events a provider sent that never reached hookline, and bring them in exactly once.
@@ -38,7 +38,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run the indexer and the schedule, with /livez, /readyz and /metrics on `admin_addr`.
+    /// Ask each provider whether the source's `webhook_url` is registered, enabled and subscribed to the expected
+    /// event types. Reads only: nothing is changed at any provider. Exit status 0: as expected; 2: drift found;
+    /// 1: a source could not be checked.
+    Registrations {
+        /// Only this source (default: every source with a `webhook_url`).
+        #[arg(long)]
+        source: Option<String>,
+        /// The report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the indexer and the schedules, with /livez, /readyz and /metrics on `admin_addr`.
     Serve,
 }
 
@@ -53,10 +64,15 @@ fn time_arg(text: &str, now_ms: i64) -> anyhow::Result<i64> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    hookline_common::cli::exit_code(run().await)
+    match run().await {
+        // `registrations` found drift, or could not check a source: its report is printed, and says which.
+        Ok(Some(status)) => std::process::ExitCode::from(status),
+        result => hookline_common::cli::exit_code(result.map(drop)),
+    }
 }
 
-async fn run() -> anyhow::Result<()> {
+/// `Some(status)`: the command's own non-zero exit status.
+async fn run() -> anyhow::Result<Option<u8>> {
     let args = Args::parse();
     // The service logs like the others; a command keeps stdout for its output.
     if matches!(args.command, Some(Command::Serve)) {
@@ -71,12 +87,30 @@ async fn run() -> anyhow::Result<()> {
         problems.into_result().map(|()| config)
     };
     if args.service.print_requested(Metrics::describe, read_checked)? {
-        return Ok(());
+        return Ok(None);
     }
     let Some(command) = args.command else {
         Args::command().error(ErrorKind::MissingSubcommand, "a subcommand is required").exit()
     };
     let loaded = Loaded::load(args.service.config())?;
+    if let Command::Registrations { source, json } = &command {
+        // Only the providers' APIs are asked: no broker or Redis is needed to check a registration.
+        let metrics = Arc::new(Metrics::register(&prometheus::Registry::new())?);
+        let providers = hookline_reconciler::provider::clients(&loaded, &metrics)?;
+        let report = registration::check_all(&loaded.config.sources, &providers, source.as_deref(), &metrics).await?;
+        anyhow::ensure!(
+            !report.sources.is_empty(),
+            "no source has a webhook_url: nothing to check (see docs/operations.md#webhook-registrations)"
+        );
+        let mut out = std::io::stdout().lock();
+        if *json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        } else {
+            write!(out, "{}", report.to_text())?;
+        }
+        let status = report.exit_status();
+        return Ok((status != 0).then_some(status));
+    }
     let telemetry = loaded.config.telemetry.clone();
     // Every command's spans are flushed before the process exits, whatever the command returned.
     let done = async {
@@ -94,6 +128,7 @@ async fn run() -> anyhow::Result<()> {
                 );
                 hookline_reconciler::run(loaded, admin, hookline_common::signals::shutdown_on_signals()).await?;
             }
+            Command::Registrations { .. } => unreachable!("answered above"),
             Command::Run { source, since, until, apply, again_after_request, json } => {
                 // A broker that refuses our TLS or SASL settings: one clear line, not a run that times out.
                 hookline_common::kafka_security::check_broker_accepts(
@@ -144,5 +179,5 @@ async fn run() -> anyhow::Result<()> {
         }
         Ok::<(), anyhow::Error>(())
     };
-    telemetry::traces::with_traces("hookline-reconciler", &telemetry, done)?.await
+    telemetry::traces::with_traces("hookline-reconciler", &telemetry, done)?.await.map(|()| None)
 }

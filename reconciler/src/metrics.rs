@@ -26,6 +26,16 @@ pub struct Metrics {
     /// refused record (not written by hookline) is never indexed, so a forged record cannot hide a missed event.
     /// Outcomes as the consumer's ([`hookline_common::record_auth::outcome::ALL`]).
     pub record_auth: IntCounterVec,
+    /// `hookline_reconciler_registration_ok{source,check}`: 1 when the source's last registration check found
+    /// `check` (`registered`, `enabled`, `event_types`, `reconciled_endpoint`) as expected, 0 on drift; no series
+    /// for a check not judged (an earlier one failed, or it does not apply). The drift alert's signal.
+    pub registration_ok: IntGaugeVec,
+    /// `hookline_reconciler_registration_checks_total{source,outcome}`: registration checks by outcome (`ok`,
+    /// `drift`, `error`: the provider could not be asked).
+    pub registration_checks: IntCounterVec,
+    /// `hookline_reconciler_registration_last_check_timestamp_seconds{source}`: when the source's registration
+    /// was last judged (a check that could not ask the provider does not count).
+    pub registration_last_check: GaugeVec,
 }
 
 impl Metrics {
@@ -75,6 +85,27 @@ impl Metrics {
                 ),
                 &["outcome"],
             )?,
+            registration_ok: IntGaugeVec::new(
+                Opts::new(
+                    "hookline_reconciler_registration_ok",
+                    "Whether the source's webhook registration at the provider passed the check (1) or drifted (0).",
+                ),
+                &["source", "check"],
+            )?,
+            registration_checks: IntCounterVec::new(
+                Opts::new(
+                    "hookline_reconciler_registration_checks_total",
+                    "Webhook registration checks by source and outcome (ok, drift, error).",
+                ),
+                &["source", "outcome"],
+            )?,
+            registration_last_check: GaugeVec::new(
+                Opts::new(
+                    "hookline_reconciler_registration_last_check_timestamp_seconds",
+                    "When the source's webhook registration was last judged.",
+                ),
+                &["source"],
+            )?,
         };
         for collector in metrics.collectors() {
             registry.register(collector)?;
@@ -93,6 +124,9 @@ impl Metrics {
             Box::new(self.api_requests.clone()),
             Box::new(self.indexed.clone()),
             Box::new(self.record_auth.clone()),
+            Box::new(self.registration_ok.clone()),
+            Box::new(self.registration_checks.clone()),
+            Box::new(self.registration_last_check.clone()),
         ]
     }
 
@@ -121,8 +155,11 @@ mod tests {
         metrics.api_requests.with_label_values(&["s", "ok"]).inc();
         metrics.indexed.with_label_values(&["s"]).inc();
         metrics.record_auth.with_label_values(&["authentic"]).inc();
+        metrics.registration_ok.with_label_values(&["s", "registered"]).set(1);
+        metrics.registration_checks.with_label_values(&["s", "ok"]).inc();
+        metrics.registration_last_check.with_label_values(&["s"]).set(1.0);
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 8);
+        assert_eq!(described.len(), 11);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

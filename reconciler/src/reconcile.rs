@@ -115,7 +115,7 @@ pub struct Reconciler {
     store: Store,
     producer: AckedProducer,
     index: Arc<IndexCheck>,
-    providers: HashMap<String, ProviderClient>,
+    providers: Arc<HashMap<String, ProviderClient>>,
     metrics: Arc<Metrics>,
 }
 
@@ -130,14 +130,7 @@ impl std::fmt::Debug for Reconciler {
 impl Reconciler {
     /// Builds a client per source from `loaded`, then connects to Redis and Kafka.
     pub async fn connect(loaded: Loaded, metrics: Arc<Metrics>) -> Result<Self, ReconcileError> {
-        let mut providers = HashMap::new();
-        for source in &loaded.config.sources {
-            let credential = loaded.credential(&source.name).ok_or_else(|| ReconcileError::Setup {
-                source_name: source.name.clone(),
-                error: "no credential was loaded for it".to_owned(),
-            })?;
-            providers.insert(source.name.clone(), ProviderClient::new(source, credential, metrics.clone())?);
-        }
+        let providers = Arc::new(crate::provider::clients(&loaded, &metrics)?);
         let config = loaded.config;
         let store = Store::connect(&config.redis).await?;
         let producer = AckedProducer::new(&config.kafka, "reconciler")?;
@@ -151,6 +144,11 @@ impl Reconciler {
 
     pub fn config(&self) -> &ReconcilerConfig {
         &self.config
+    }
+
+    /// The API client of every source, shared with the registration check so both keep one pace per source.
+    pub fn providers(&self) -> Arc<HashMap<String, ProviderClient>> {
+        self.providers.clone()
     }
 
     /// Runs one reconciliation; the source's lock keeps two runs (two replicas, or the CLI beside the service)

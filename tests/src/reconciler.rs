@@ -124,3 +124,21 @@ pub fn outcomes(report: &Report) -> Vec<Outcome> {
 pub fn push_body(n: usize) -> Bytes {
     Bytes::from(format!(r#"{{"ref":"refs/heads/main","after":"{n:040}","repository":{{"full_name":"acme/widgets"}}}}"#))
 }
+
+/// `GET http://{addr}{path}` on a service's admin listener: the status and body (0 and empty if unreachable).
+pub async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let request = http::Request::get(format!("http://{addr}{path}"))
+        .body(http_body_util::Full::new(Bytes::new()))
+        .expect("request");
+    match client.request(request).await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+        Err(_) => (0, String::new()),
+    }
+}

@@ -19,7 +19,9 @@ use hookline_tests::{
     Delivery, TEST_SECRET, TestStack, TestStackBuilder, body_event_id, eventually,
     kafka_tls::KafkaSecurity,
     provider_fakes::{FakeGithub, FakePaddle, GITHUB_HOOK, StripeMock, TlsFront},
-    reconciler::{API_TOKEN, STRIPE_KEY, TestReconciler, github_source, outcomes, paddle_source, push_body, temp_file},
+    reconciler::{
+        API_TOKEN, STRIPE_KEY, TestReconciler, admin_get, github_source, outcomes, paddle_source, push_body, temp_file,
+    },
     redis_url,
 };
 use http::Request;
@@ -399,21 +401,6 @@ async fn a_redelivery_that_never_arrives_is_not_requested_again_until_an_operato
         .map(|delivery| delivery.guid)
         .collect();
     assert_eq!(guids, HashSet::from([dropped.guid]), "both requests were for the one missed event");
-}
-
-async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use http_body_util::BodyExt;
-    let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-    let request = Request::get(format!("http://{addr}{path}")).body(Full::new(Bytes::new())).expect("request");
-    match client.request(request).await {
-        Ok(response) => {
-            let status = response.status().as_u16();
-            let body = response.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
-            (status, String::from_utf8_lossy(&body).into_owned())
-        }
-        Err(_) => (0, String::new()),
-    }
 }
 
 #[tokio::test]

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::{ProviderEvent, decode, rfc3339_ms, stripe::form_encode};
+use super::{
+    Endpoint, MAX_ENDPOINT_PAGES, ProviderEvent, decode, rfc3339_ms, stripe::form_encode, too_many_endpoint_pages,
+};
 use crate::{api::ApiClient, config::SourceConfig, error::ReconcileError};
 
 const PER_PAGE: u32 = 100;
@@ -28,6 +30,23 @@ struct DeliveryItem {
     guid: String,
     delivered_at: String,
     event: Option<String>,
+}
+
+/// `GET /repos/{owner}/{repo}/hooks` or `/orgs/{org}/hooks`: `active`, `events` (`*` is every event) and
+/// `config.url` (its secret is never returned in clear, and not read).
+#[derive(Debug, Deserialize)]
+struct HookItem {
+    id: u64,
+    active: bool,
+    #[serde(default)]
+    events: Vec<String>,
+    config: HookConfig,
+}
+
+#[derive(Debug, Deserialize)]
+struct HookConfig {
+    #[serde(default)]
+    url: Option<String>,
 }
 
 impl Github {
@@ -77,6 +96,39 @@ impl Github {
             .collect();
         events.sort_by_key(|event| event.occurred_at_ms);
         Ok(events)
+    }
+
+    /// The configured hook's id (the last segment of `hook`).
+    pub fn hook_id(&self) -> &str {
+        self.hook.rsplit('/').next().unwrap_or_default()
+    }
+
+    /// Every hook of the configured hook's repository or organization (`per_page` 100, `Link: rel="next"`).
+    pub async fn endpoints(&self) -> Result<Vec<Endpoint>, ReconcileError> {
+        let hooks_path = self.hook.rsplit_once('/').map_or(self.hook.as_str(), |(hooks, _id)| hooks);
+        let mut next = Some(format!("/{hooks_path}?per_page={PER_PAGE}"));
+        let mut visited = std::collections::HashSet::new();
+        let mut endpoints = Vec::new();
+        while let Some(url) = next.take() {
+            if visited.len() >= MAX_ENDPOINT_PAGES {
+                return Err(too_many_endpoint_pages(&self.source));
+            }
+            if !visited.insert(url.clone()) {
+                tracing::warn!(source = %self.source, "GitHub's next link repeats a page already read; stopping");
+                break;
+            }
+            let response = self.client.get(&url).await?;
+            let page: Vec<HookItem> = decode(&self.source, &response.body)?;
+            endpoints.extend(page.into_iter().map(|hook| Endpoint {
+                id: hook.id.to_string(),
+                url: hook.config.url.unwrap_or_default(),
+                enabled: hook.active,
+                state: if hook.active { "active" } else { "inactive" }.to_owned(),
+                event_types: hook.events,
+            }));
+            next = next_link(response.headers.get(http::header::LINK).and_then(|value| value.to_str().ok()));
+        }
+        Ok(endpoints)
     }
 
     pub async fn redeliver(&self, event: &ProviderEvent) -> Result<(), ReconcileError> {

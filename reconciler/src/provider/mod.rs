@@ -2,6 +2,9 @@
 //!
 //! Every list is filtered again on our side by time, whatever the provider's own filters did, so a run never
 //! acts outside the window it was asked for.
+//!
+//! Each module also lists the provider's webhook registrations ([`Endpoint`]) for the registration check
+//! ([`crate::registration`]): only `GET`s, at most [`MAX_ENDPOINT_PAGES`] pages.
 
 pub mod github;
 pub mod paddle;
@@ -17,8 +20,25 @@ use crate::{
     api::ApiClient,
     config::{Provider, SourceConfig},
     error::ReconcileError,
+    load::Loaded,
     metrics::Metrics,
 };
+
+/// An API client per configured source, by source name, each with the credential [`Loaded`] read.
+pub fn clients(
+    loaded: &Loaded,
+    metrics: &Arc<Metrics>,
+) -> Result<std::collections::HashMap<String, ProviderClient>, ReconcileError> {
+    let mut providers = std::collections::HashMap::new();
+    for source in &loaded.config.sources {
+        let credential = loaded.credential(&source.name).ok_or_else(|| ReconcileError::Setup {
+            source_name: source.name.clone(),
+            error: "no credential was loaded for it".to_owned(),
+        })?;
+        providers.insert(source.name.clone(), ProviderClient::new(source, credential, metrics.clone())?);
+    }
+    Ok(providers)
+}
 
 /// One event of the provider's log, reduced to what a decision needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +53,34 @@ pub struct ProviderEvent {
     pub handle: String,
     /// The provider is still retrying it on its own (Paddle `needs_retry` / `not_attempted`): left alone.
     pub provider_still_retrying: bool,
+}
+
+/// The most pages of webhook registrations read for one check (Stripe allows 16 endpoints per account, Paddle 10
+/// active destinations, GitHub 20 hooks per event per repository: one page each). More is an error, not a loop.
+pub const MAX_ENDPOINT_PAGES: usize = 10;
+
+/// One webhook registration at the provider, reduced to what a registration check needs. Never holds the
+/// endpoint's signing secret (Paddle's list returns it; it is not read).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Endpoint {
+    /// Stripe `we_...`, GitHub's hook id, Paddle `ntfset_...`.
+    pub id: String,
+    pub url: String,
+    /// The provider sends to it: Stripe `status: enabled`, GitHub `active`, Paddle `active` (and not
+    /// simulation-only).
+    pub enabled: bool,
+    /// The provider's own word for its state (`enabled`, `disabled`, `active`, `inactive`, `simulation only`).
+    pub state: String,
+    /// The event types it is subscribed to; `*` is every type.
+    pub event_types: Vec<String>,
+}
+
+/// The error for a registration list longer than [`MAX_ENDPOINT_PAGES`].
+pub(crate) fn too_many_endpoint_pages(source: &str) -> ReconcileError {
+    ReconcileError::Provider {
+        source_name: source.to_owned(),
+        error: format!("more than {MAX_ENDPOINT_PAGES} pages of webhook registrations; not judged"),
+    }
 }
 
 /// How a missed event gets in.
@@ -106,6 +154,26 @@ impl ProviderClient {
         };
         events.retain(|event| (from_ms..to_ms).contains(&event.occurred_at_ms));
         Ok(events)
+    }
+
+    /// Every webhook registration the credential can see (Stripe: the account's endpoints; GitHub: the hooks of
+    /// the configured hook's repository or organization; Paddle: the notification destinations). Reads only.
+    pub async fn endpoints(&self) -> Result<Vec<Endpoint>, ReconcileError> {
+        match self {
+            Self::Stripe(client) => client.endpoints().await,
+            Self::Github(client) => client.endpoints().await,
+            Self::Paddle(client) => client.endpoints().await,
+        }
+    }
+
+    /// The endpoint whose log the reconciler reads, when it reads one endpoint's log: GitHub's hook id, Paddle's
+    /// notification destination (Stripe's events are the account's).
+    pub fn reconciled_endpoint(&self) -> Option<&str> {
+        match self {
+            Self::Stripe(_) => None,
+            Self::Github(client) => Some(client.hook_id()),
+            Self::Paddle(client) => Some(client.notification_setting_id()),
+        }
     }
 
     /// Gets one missed event in: asks the provider to redeliver it, or fetches it.

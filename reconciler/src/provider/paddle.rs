@@ -10,7 +10,10 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::{ProviderEvent, decode, rfc3339, rfc3339_ms, stripe::form_encode};
+use super::{
+    Endpoint, MAX_ENDPOINT_PAGES, ProviderEvent, decode, rfc3339, rfc3339_ms, stripe::form_encode,
+    too_many_endpoint_pages,
+};
 use crate::{api::ApiClient, config::SourceConfig, error::ReconcileError};
 
 const PER_PAGE: u32 = 200;
@@ -54,6 +57,31 @@ struct Notification {
 #[derive(Debug, Deserialize)]
 struct Payload {
     event_id: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct SettingList {
+    data: Vec<Setting>,
+    meta: Meta,
+}
+
+/// `GET /notification-settings`: `destination` (a URL, or an email address for `type: email`), `active`,
+/// `traffic_source` (`platform`, `simulation` or `all`) and `subscribed_events` (event type objects). Its
+/// `endpoint_secret_key` is deliberately not a field here: it is never read into memory we keep.
+#[derive(Debug, Deserialize)]
+struct Setting {
+    id: String,
+    destination: String,
+    active: bool,
+    #[serde(default)]
+    traffic_source: Option<String>,
+    #[serde(default)]
+    subscribed_events: Vec<SubscribedEvent>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SubscribedEvent {
+    name: String,
 }
 
 impl Paddle {
@@ -102,6 +130,45 @@ impl Paddle {
         let mut events: Vec<ProviderEvent> = by_event.into_values().collect();
         events.sort_by_key(|event| event.occurred_at_ms);
         Ok(events)
+    }
+
+    pub fn notification_setting_id(&self) -> &str {
+        &self.notification_setting_id
+    }
+
+    /// Every notification destination (`per_page` 200, `after` through `meta.pagination.next`).
+    pub async fn endpoints(&self) -> Result<Vec<Endpoint>, ReconcileError> {
+        let mut next = Some(format!("/notification-settings?per_page={PER_PAGE}"));
+        let mut visited = std::collections::HashSet::new();
+        let mut endpoints = Vec::new();
+        while let Some(url) = next.take() {
+            if visited.len() >= MAX_ENDPOINT_PAGES {
+                return Err(too_many_endpoint_pages(&self.source));
+            }
+            if !visited.insert(url.clone()) {
+                break;
+            }
+            let page: SettingList = decode(&self.source, &self.client.get(&url).await?.body)?;
+            endpoints.extend(page.data.into_iter().map(|setting| {
+                let simulation_only = setting.traffic_source.as_deref() == Some("simulation");
+                let state = match (setting.active, simulation_only) {
+                    (false, _) => "inactive",
+                    (true, true) => "simulation only",
+                    (true, false) => "active",
+                };
+                Endpoint {
+                    id: setting.id,
+                    url: setting.destination,
+                    enabled: setting.active && !simulation_only,
+                    state: state.to_owned(),
+                    event_types: setting.subscribed_events.into_iter().map(|event| event.name).collect(),
+                }
+            }));
+            if page.meta.pagination.has_more {
+                next = page.meta.pagination.next;
+            }
+        }
+        Ok(endpoints)
     }
 
     pub async fn replay(&self, event: &ProviderEvent) -> Result<(), ReconcileError> {

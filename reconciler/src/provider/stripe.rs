@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::{ProviderEvent, decode};
+use super::{Endpoint, MAX_ENDPOINT_PAGES, ProviderEvent, decode, too_many_endpoint_pages};
 use crate::{api::ApiClient, config::SourceConfig, error::ReconcileError};
 
 const PAGE_LIMIT: u32 = 100;
@@ -32,6 +32,22 @@ struct EventItem {
     created: i64,
     #[serde(rename = "type")]
     event_type: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct EndpointList {
+    data: Vec<EndpointItem>,
+    has_more: bool,
+}
+
+/// `GET /v1/webhook_endpoints`: `status` is `enabled` or `disabled`; `enabled_events` `["*"]` is every type.
+#[derive(Debug, Deserialize)]
+struct EndpointItem {
+    id: String,
+    url: String,
+    status: String,
+    #[serde(default)]
+    enabled_events: Vec<String>,
 }
 
 impl Stripe {
@@ -78,6 +94,32 @@ impl Stripe {
         events.sort_by(|a, b| a.id.cmp(&b.id));
         events.dedup_by(|a, b| a.id == b.id);
         Ok(events)
+    }
+
+    /// The account's webhook endpoints (`GET /v1/webhook_endpoints`, `limit` 100, `starting_after`).
+    pub async fn endpoints(&self) -> Result<Vec<Endpoint>, ReconcileError> {
+        let mut endpoints = Vec::new();
+        let mut starting_after: Option<String> = None;
+        for _ in 0..MAX_ENDPOINT_PAGES {
+            let path = match &starting_after {
+                Some(id) => format!("/v1/webhook_endpoints?limit={PAGE_LIMIT}&starting_after={}", form_encode(id)),
+                None => format!("/v1/webhook_endpoints?limit={PAGE_LIMIT}"),
+            };
+            let page: EndpointList = decode(&self.source, &self.client.get(&path).await?.body)?;
+            let last = page.data.last().map(|item| item.id.clone());
+            endpoints.extend(page.data.into_iter().map(|item| Endpoint {
+                enabled: item.status == "enabled",
+                id: item.id,
+                url: item.url,
+                state: item.status,
+                event_types: item.enabled_events,
+            }));
+            match (page.has_more, last) {
+                (true, Some(last)) if starting_after.as_ref() != Some(&last) => starting_after = Some(last),
+                _ => return Ok(endpoints),
+            }
+        }
+        Err(too_many_endpoint_pages(&self.source))
     }
 
     /// The event's bytes, exactly as the API returned them; refused unless they carry the id asked for.
