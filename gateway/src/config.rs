@@ -5,7 +5,7 @@ use std::path::Path;
 use hookline_common::{
     config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env},
     signature::{
-        FieldSource, GenericHmacOptions, body_fields::BodyFieldsOptions, handshake::Challenge,
+        FieldSource, GenericHmacOptions, body_fields::BodyFieldsOptions, handshake::Challenge, jwt::JwtOptions,
         structured::StructuredOptions, token::TokenOptions,
     },
     telemetry::traces::TelemetryConfig,
@@ -207,6 +207,8 @@ pub struct SourceConfig {
     pub body_fields: Option<BodyFieldsOptions>,
     /// Settings of the token family (`scheme = "token"`).
     pub token: Option<TokenOptions>,
+    /// Settings of the JWT family (`scheme = "jwt"`).
+    pub jwt: Option<JwtOptions>,
     /// Must be `true` for a token scheme (`token` and its presets: Okta, Postmark, Telegram, ...): a shared token
     /// proves who sent a request but not what it holds, and does not stop a replay (docs/security.md).
     pub allow_token: bool,
@@ -273,6 +275,7 @@ impl Default for SourceConfig {
             structured: None,
             body_fields: None,
             token: None,
+            jwt: None,
             allow_token: false,
             handshakes: Vec::new(),
             verify_tokens: Vec::new(),
