@@ -473,6 +473,8 @@ pub const SCHEME_NAMES: &[&str] = &[
     "sns",
     "paypal",
     "google_pubsub",
+    "plaid",
+    "plaid_sandbox",
     "hmac",
     "structured",
     "body_fields",
@@ -544,6 +546,14 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
         )),
         "google_pubsub" => Box::new(fetched::google_pubsub::GooglePubSub::new(
             tolerance.unwrap_or(support::Tolerance::seconds(fetched::google_pubsub::DEFAULT_TOLERANCE_S)),
+        )),
+        "plaid" | "plaid_sandbox" => Box::new(fetched::plaid::Plaid::new(
+            if name == "plaid" {
+                fetched::plaid::Environment::Production
+            } else {
+                fetched::plaid::Environment::Sandbox
+            },
+            tolerance.unwrap_or(support::Tolerance::seconds(fetched::plaid::DEFAULT_TOLERANCE_S)),
         )),
         "hmac" => {
             let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;
