@@ -379,6 +379,7 @@ mod tests {
                 "adyen" => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
                 "sns" => "arn:aws:sns:us-east-1:123456789012:orders",
                 "google_pubsub" => "pubsub-push@orders-project.iam.gserviceaccount.com",
+                "plaid" | "plaid_sandbox" => "60e3ee4019a2a0001a2b3c4d:a1b2c3d4e5f60718293a4b5c6d7e8f",
                 "sendgrid" => {
                     "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g=="
                 }
