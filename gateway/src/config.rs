@@ -5,7 +5,7 @@ use std::path::Path;
 use hookline_common::{
     config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env},
     signature::{
-        FieldSource, GenericHmacOptions, body_fields::BodyFieldsOptions, handshake::Challenge,
+        FieldSource, GenericHmacOptions, body_fields::BodyFieldsOptions, handshake::Challenge, jwt::JwtOptions,
         structured::StructuredOptions, token::TokenOptions,
     },
     telemetry::traces::TelemetryConfig,
@@ -207,6 +207,8 @@ pub struct SourceConfig {
     pub body_fields: Option<BodyFieldsOptions>,
     /// Settings of the token family (`scheme = "token"`).
     pub token: Option<TokenOptions>,
+    /// Settings of the JWT family (`scheme = "jwt"`).
+    pub jwt: Option<JwtOptions>,
     /// Must be `true` for a token scheme (`token` and its presets: Okta, Postmark, Telegram, ...): a shared token
     /// proves who sent a request but not what it holds, and does not stop a replay (docs/security.md).
     pub allow_token: bool,
@@ -273,6 +275,7 @@ impl Default for SourceConfig {
             structured: None,
             body_fields: None,
             token: None,
+            jwt: None,
             allow_token: false,
             handshakes: Vec::new(),
             verify_tokens: Vec::new(),
@@ -376,6 +379,7 @@ mod tests {
                 "adyen" => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
                 "sns" => "arn:aws:sns:us-east-1:123456789012:orders",
                 "google_pubsub" => "pubsub-push@orders-project.iam.gserviceaccount.com",
+                "plaid" | "plaid_sandbox" => "60e3ee4019a2a0001a2b3c4d:a1b2c3d4e5f60718293a4b5c6d7e8f",
                 "sendgrid" => {
                     "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g=="
                 }

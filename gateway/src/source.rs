@@ -65,6 +65,7 @@ impl Source {
             ("structured", config.structured.is_some()),
             ("body_fields", config.body_fields.is_some()),
             ("token", config.token.is_some()),
+            ("jwt", config.jwt.is_some()),
         ];
         for (table, given) in tables {
             if given && config.scheme != table {
@@ -195,6 +196,7 @@ fn scheme_options(config: &SourceConfig) -> SchemeOptions {
         structured: config.structured.clone(),
         body_fields: config.body_fields.clone(),
         token: config.token.clone(),
+        jwt: config.jwt.clone(),
     }
 }
 
@@ -324,7 +326,7 @@ pub const MIN_GENERIC_KEY_BYTES: usize = 16;
 
 /// Refuses a secret that is blank (a file or variable of only whitespace) or decodes to an empty key (hex or base64
 /// of whitespace), and a key under [`MIN_GENERIC_KEY_BYTES`] for a configurable family (`hmac`, `structured`,
-/// `body_fields`, `token`: a user-chosen secret, and a short token can be guessed online); warns about a short key for a
+/// `body_fields`, `token`, `jwt`: a user-chosen secret, and a short token can be guessed online); warns about a short key for a
 /// provider's scheme, whose secrets the provider issues (its test vectors use short ones) or the user chose.
 fn key_strength(scheme: &dyn Scheme, raw: &[u8], key: Vec<u8>, id: &str) -> Result<Vec<u8>, String> {
     if raw.iter().all(u8::is_ascii_whitespace) {
@@ -333,7 +335,7 @@ fn key_strength(scheme: &dyn Scheme, raw: &[u8], key: Vec<u8>, id: &str) -> Resu
     if key.is_empty() {
         return Err("decodes to an empty key".to_owned());
     }
-    let configurable = matches!(scheme.name(), "hmac" | "structured" | "body_fields" | "token");
+    let configurable = matches!(scheme.name(), "hmac" | "structured" | "body_fields" | "token" | "jwt");
     if key.len() < MIN_GENERIC_KEY_BYTES && configurable {
         return Err(format!(
             "decodes to a {}-byte key; scheme `{}` needs at least {MIN_GENERIC_KEY_BYTES} (e.g. `openssl rand -hex 32`)",

@@ -2,8 +2,8 @@
 //!
 //! A cheap scheme (one HMAC over the body) runs on the request's task. A costly one (public-key cryptography, a
 //! form to parse, URL variants to try) runs on the blocking pool under its source's budget, taken by the caller
-//! before the in-flight permit. A fetched-key scheme (SNS, PayPal, Google Pub/Sub) does its cheap checks first (timestamp, the key
-//! URL's pins: nothing is fetched for a stale or unpinned request), then awaits its certificate (or key set) from the
+//! before the in-flight permit. A fetched-key scheme (SNS, PayPal, Google Pub/Sub, Plaid) does its cheap checks first (timestamp,
+//! the key URL's pins: nothing is fetched for a stale or unpinned request), then awaits its certificate (or key set) from the
 //! [`KeyFetcher`] (cached; a key that cannot be had is a 503, never a 401), then checks the chain and the
 //! signature on the blocking pool, all under the same budget. A verified SNS subscription confirmation is
 //! confirmed (a `GET` of its pinned `SubscribeURL`) and answered as a handshake, never produced.
@@ -95,7 +95,8 @@ async fn verify_fetched(
     request: Presented,
     permit: Option<OwnedSemaphorePermit>,
 ) -> Result<Checked, Rejection> {
-    let key_url = scheme.locate(&request.unverified()).map_err(Rejection::Verify)?;
+    let active: Vec<&signature::Secret> = signature::active_secrets(&source.secrets, request.received_at_ms).collect();
+    let key_url = scheme.locate(&request.unverified(), &active).map_err(Rejection::Verify)?;
     let unavailable =
         |error: crate::key_fetch::KeyUnavailable| Rejection::KeyUnavailable { retry_after_s: error.retry_after_s };
     let provider = source.scheme.name();

@@ -1,11 +1,13 @@
-//! A provider's key host of the test's own, for the fetched-key schemes (SNS, PayPal, Google Pub/Sub): https on loopback with a
+//! A provider's key host of the test's own, for the fetched-key schemes (SNS, PayPal, Google Pub/Sub, Plaid): https on loopback with a
 //! CA of its own (rcgen), serving the pinned host names, which the gateway is told to resolve to it through
 //! `KeyFetchTestOnly` (a setting no config file can reach). It serves signing certificates (good, expired,
 //! issued by a CA the gateway does not trust), one that never answers and one of 10 MB, answers SNS's
-//! `ConfirmSubscription`, and records every request path it was asked for.
+//! `ConfirmSubscription`, answers Plaid's `POST /webhook_verification_key/get` (only with the right credentials),
+//! and records every request path it was asked for.
 //!
 //! Signing keys are RSA, made and used by the `openssl` command line (`genpkey`, `dgst -sign`): PKCS#1 v1.5 as the
-//! providers document it, by an implementation independent of the gateway's verifier (ring through webpki).
+//! providers document it, by an implementation independent of the gateway's verifier (ring through webpki); and
+//! Plaid's P-256 keys, made and used by `openssl` too (its DER signature turned into JWS's `r || s`).
 
 use std::{
     net::SocketAddr,
@@ -29,6 +31,8 @@ use tokio::net::TcpListener;
 pub const SNS_HOST: &str = "sns.us-east-1.amazonaws.com";
 pub const PAYPAL_HOST: &str = "api.sandbox.paypal.com";
 pub const GOOGLE_HOST: &str = "www.googleapis.com";
+pub const PLAID_HOST: &str = "production.plaid.com";
+const HOSTS: [&str; 4] = [SNS_HOST, PAYPAL_HOST, GOOGLE_HOST, PLAID_HOST];
 
 /// An RSA private key in a PEM file (PKCS#8), made by `openssl genpkey`.
 #[derive(Debug)]
@@ -87,6 +91,62 @@ impl RsaKey {
 
     fn key_pair(&self) -> KeyPair {
         KeyPair::from_pem(&self.pem).expect("an RSA PKCS#8 key rcgen can use")
+    }
+}
+
+/// A P-256 private key in a PEM file, made by `openssl genpkey` (Plaid signs its webhooks' JWTs with ES256).
+#[derive(Debug)]
+pub struct EcKey {
+    path: PathBuf,
+}
+
+impl EcKey {
+    pub fn generate(directory: &Path, name: &str) -> Self {
+        let path = directory.join(format!("{name}.ec.pem"));
+        let status = Command::new("openssl")
+            .args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"])
+            .arg(&path)
+            .stderr(Stdio::null())
+            .status()
+            .expect("run openssl genpkey");
+        assert!(status.success(), "openssl genpkey failed");
+        Self { path }
+    }
+
+    /// The ES256 signature of `message` as JWS writes it (`r || s`, 64 bytes), by `openssl dgst -sha256 -sign`.
+    pub fn sign(&self, message: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut child = Command::new("openssl")
+            .args(["dgst", "-sha256", "-sign"])
+            .arg(&self.path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run openssl dgst");
+        child.stdin.take().expect("stdin").write_all(message).expect("write the message");
+        let output = child.wait_with_output().expect("openssl dgst");
+        assert!(output.status.success(), "openssl dgst failed");
+        p256::ecdsa::Signature::from_der(&output.stdout).expect("a DER ECDSA signature").to_bytes().to_vec()
+    }
+
+    /// The public key as the JWK Plaid's key endpoint answers with (`x`, `y` from the key's SPKI DER).
+    pub fn jwk(&self, kid: &str, expired_at: Option<i64>) -> serde_json::Value {
+        let output = Command::new("openssl")
+            .args(["pkey", "-pubout", "-outform", "DER", "-in"])
+            .arg(&self.path)
+            .stderr(Stdio::null())
+            .output()
+            .expect("run openssl pkey");
+        assert!(output.status.success(), "openssl pkey failed");
+        // The SPKI ends with the uncompressed point: 0x04, x (32 bytes), y (32 bytes).
+        let point = &output.stdout[output.stdout.len() - 65..];
+        assert_eq!(point[0], 4, "an uncompressed point");
+        let base64url = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        serde_json::json!({
+            "alg": "ES256", "created_at": 1_560_466_143, "crv": "P-256", "expired_at": expired_at, "kid": kid,
+            "kty": "EC", "use": "sig", "x": base64url(&point[1..33]), "y": base64url(&point[33..]),
+        })
     }
 }
 
@@ -149,6 +209,14 @@ pub enum Served {
     Huge,
     /// 200 with a small body (SNS's `ConfirmSubscription`).
     Ok,
+    /// Plaid's `/webhook_verification_key/get`: a `POST` whose JSON names `client_id`, `secret` and `key_id`;
+    /// with these credentials and a known key id, 200 `{"key": <jwk>, "request_id": ..}`, else 400 with Plaid's
+    /// error shape.
+    PlaidKeys {
+        client_id: String,
+        secret: String,
+        keys: Vec<(String, serde_json::Value)>,
+    },
 }
 
 /// The key server.
@@ -163,7 +231,7 @@ pub struct KeyServer {
 impl KeyServer {
     /// Starts serving `routes` (path prefix → answer; anything else 404) for the pinned names.
     pub async fn start(ca: Arc<TestCa>) -> Self {
-        let (certificate, key) = ca.server_identity(&[SNS_HOST, PAYPAL_HOST, GOOGLE_HOST]);
+        let (certificate, key) = ca.server_identity(&HOSTS);
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
         let tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
@@ -184,7 +252,7 @@ impl KeyServer {
                     let Ok(tls) = acceptor.accept(stream).await else { return };
                     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                         let (served, seen) = (served.clone(), seen.clone());
-                        async move { Ok::<_, std::convert::Infallible>(answer(&served, &seen, &request).await) }
+                        async move { Ok::<_, std::convert::Infallible>(answer(&served, &seen, request).await) }
                     });
                     let _ =
                         hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
@@ -198,7 +266,7 @@ impl KeyServer {
         self.routes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((path.to_owned(), served));
     }
 
-    /// Every request target asked for so far, in order.
+    /// Every request target asked for so far, in order (a Plaid key request: the target, ` key_id=` and the id).
     pub fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
@@ -215,10 +283,7 @@ impl KeyServer {
             cache_max_entries: 4,
             test_only: Some(KeyFetchTestOnly {
                 roots_pem: self.ca.pem.clone().into_bytes(),
-                resolve: [SNS_HOST, PAYPAL_HOST, GOOGLE_HOST]
-                    .iter()
-                    .map(|host| ((*host).to_owned(), self.addr))
-                    .collect(),
+                resolve: HOSTS.iter().map(|host| ((*host).to_owned(), self.addr)).collect(),
             }),
             ..KeyFetchConfig::default()
         }
@@ -230,10 +295,17 @@ type Answer = Response<http_body_util::combinators::BoxBody<Bytes, std::convert:
 async fn answer(
     routes: &Mutex<Vec<(String, Served)>>,
     seen: &Mutex<Vec<String>>,
-    request: &Request<Incoming>,
+    request: Request<Incoming>,
 ) -> Answer {
     let target = request.uri().path_and_query().map(|target| target.as_str().to_owned()).unwrap_or_default();
-    seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(target.clone());
+    let method = request.method().clone();
+    let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
+    let asked: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let logged = match asked.get("key_id").and_then(serde_json::Value::as_str) {
+        Some(kid) => format!("{target} key_id={kid}"),
+        None => target.clone(),
+    };
+    seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(logged);
     let served = routes
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -249,6 +321,27 @@ async fn answer(
         None => full(StatusCode::NOT_FOUND, Bytes::from_static(b"not found")),
         Some(Served::Pem(pem) | Served::Json(pem)) => full(StatusCode::OK, Bytes::from(pem)),
         Some(Served::Ok) => full(StatusCode::OK, Bytes::from_static(b"<ConfirmSubscriptionResponse/>")),
+        Some(Served::PlaidKeys { client_id, secret, keys }) => {
+            let text = |name: &str| asked.get(name).and_then(serde_json::Value::as_str);
+            let plaid_error = |code: &str| {
+                let error =
+                    serde_json::json!({ "error_type": "INVALID_REQUEST", "error_code": code, "request_id": "t" });
+                full(StatusCode::BAD_REQUEST, Bytes::from(error.to_string()))
+            };
+            if method != http::Method::POST {
+                return plaid_error("INVALID_HTTP_METHOD");
+            }
+            if text("client_id") != Some(client_id.as_str()) || text("secret") != Some(secret.as_str()) {
+                return plaid_error("INVALID_API_KEYS");
+            }
+            match keys.iter().find(|(kid, _)| Some(kid.as_str()) == text("key_id")) {
+                Some((_, jwk)) => {
+                    let answer = serde_json::json!({ "key": jwk, "request_id": "t" });
+                    full(StatusCode::OK, Bytes::from(answer.to_string()))
+                }
+                None => plaid_error("INVALID_FIELD"),
+            }
+        }
         Some(Served::Hang) => {
             tokio::time::sleep(Duration::from_secs(3_600)).await;
             full(StatusCode::OK, Bytes::new())

@@ -56,6 +56,46 @@ def twilio_case(case):
     return sdk, validator.validate(case["url"], params, case["ours"])
 
 
+def jwt_case(case):
+    """An HS256 JWT signed by PyJWT with the case's claims, checked the way the providers document (PyJWT's decode
+    with the algorithm pinned, then the body digest claim); plus the refused twins, signed by PyJWT too."""
+    import hashlib
+
+    import jwt
+
+    claims, secret = case["claims"], case["secret"]
+    sdk = jwt.encode(claims, secret, algorithm="HS256")
+    try:
+        decoded = jwt.decode(case["ours"], secret, algorithms=["HS256"], issuer=case.get("issuer"),
+                             audience=case.get("audience"), options={"require": case.get("require", [])})
+        digest = hashlib.sha256(case["payload"].encode()).hexdigest()
+        accepts = case.get("body_claim") is None or decoded.get(case["body_claim"]) == digest
+    except jwt.InvalidTokenError:
+        accepts = False
+    past = dict(claims)
+    for name in ("iat", "exp"):
+        if name in past:
+            past[name] -= 3600
+    twins = {
+        "wrong_secret": jwt.encode(claims, "not-" + secret, algorithm="HS256"),
+        "hs512": jwt.encode(claims, secret, algorithm="HS512"),
+        "none": jwt.encode(claims, None, algorithm="none"),
+        "expired": jwt.encode(past, secret, algorithm="HS256"),
+    }
+    return sdk, accepts, twins
+
+
+def adyen_case(case):
+    """A standard notification whose `hmacSignature` Adyen's Python library computes (body-fields family)."""
+    from Adyen.util import generate_notification_sig, is_valid_hmac_notification
+
+    item = dict(case["item"])
+    item["additionalData"] = {"hmacSignature": generate_notification_sig(item, case["secret"]).decode()}
+    notification = {"live": "false", "notificationItems": [{"NotificationRequestItem": item}]}
+    body = json.dumps(notification, separators=(",", ":"))
+    return body, is_valid_hmac_notification(json.loads(body), case["secret"])
+
+
 def main():
     results = []
     for case in json.load(sys.stdin):
@@ -74,6 +114,12 @@ def main():
             sdk, accepts = slack_case(case)
         elif provider == "twilio":
             sdk, accepts = twilio_case(case)
+        elif provider == "adyen":
+            sdk, accepts = adyen_case(case)
+        elif provider == "jwt":
+            sdk, accepts, twins = jwt_case(case)
+            results.append({"sdk": sdk, "sdk_accepts_ours": bool(accepts), "twins": twins})
+            continue
         else:
             raise SystemExit(f"unknown provider {provider}")
         results.append({"sdk": sdk, "sdk_accepts_ours": bool(accepts)})

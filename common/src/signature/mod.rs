@@ -13,7 +13,7 @@
 //! a public-key verification costs 5 to 20 HMACs, and a forged flood should not get one for free.
 //!
 //! One module per provider or family; [`build`] maps a config name to a scheme. The configurable families
-//! (`hmac`, `structured`, `body_fields`, `token`) make most providers configuration, and [`presets`] names them
+//! (`hmac`, `structured`, `body_fields`, `token`, `jwt`) make most providers configuration, and [`presets`] names them
 //! with fixed settings (`scheme = "calendly"`); [`handshake`] holds the subscription checks several share.
 
 pub mod body_fields;
@@ -28,6 +28,7 @@ pub mod handshake;
 pub mod hubspot;
 pub mod identity;
 pub mod intercom;
+pub mod jwt;
 pub mod linear;
 pub mod paddle;
 pub mod pagerduty;
@@ -439,6 +440,8 @@ pub struct SchemeOptions {
     pub body_fields: Option<body_fields::BodyFieldsOptions>,
     /// The token family's settings (required for `scheme = "token"`).
     pub token: Option<token::TokenOptions>,
+    /// The JWT family's settings (required for `scheme = "jwt"`).
+    pub jwt: Option<jwt::JwtOptions>,
 }
 
 /// The schemes with modules of their own and the configurable families, for config validation messages and
@@ -470,10 +473,13 @@ pub const SCHEME_NAMES: &[&str] = &[
     "sns",
     "paypal",
     "google_pubsub",
+    "plaid",
+    "plaid_sandbox",
     "hmac",
     "structured",
     "body_fields",
     "token",
+    "jwt",
     "none",
 ];
 
@@ -541,6 +547,14 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
         "google_pubsub" => Box::new(fetched::google_pubsub::GooglePubSub::new(
             tolerance.unwrap_or(support::Tolerance::seconds(fetched::google_pubsub::DEFAULT_TOLERANCE_S)),
         )),
+        "plaid" | "plaid_sandbox" => Box::new(fetched::plaid::Plaid::new(
+            if name == "plaid" {
+                fetched::plaid::Environment::Production
+            } else {
+                fetched::plaid::Environment::Sandbox
+            },
+            tolerance.unwrap_or(support::Tolerance::seconds(fetched::plaid::DEFAULT_TOLERANCE_S)),
+        )),
         "hmac" => {
             let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;
             Box::new(generic::GenericHmac::new(hmac, tolerance)?)
@@ -557,6 +571,10 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
         "token" => {
             let table = options.token.as_ref().ok_or("scheme `token` needs a [sources.token] table")?;
             Box::new(token::Token::new(table)?)
+        }
+        "jwt" => {
+            let table = options.jwt.as_ref().ok_or("scheme `jwt` needs a [sources.jwt] table")?;
+            Box::new(jwt::JwtScheme::new(table, tolerance)?)
         }
         "none" => Box::new(unsigned::Unsigned),
         other => match presets::find(other) {

@@ -119,12 +119,15 @@ fn family_options(tolerance_s: Option<u64>) -> SchemeOptions {
     )
     .expect("body_fields options");
     let token = toml::from_str("header = \"authorization\"\nprefix = \"Bearer \"\n").expect("token options");
+    let jwt = toml::from_str("prefix = \"Bearer \"\nbody_sha256_claim = \"sha256\"\nrequire_iat = true\n")
+        .expect("jwt options");
     SchemeOptions {
         tolerance_s,
         hmac: Some(hmac),
         structured: Some(structured),
         body_fields: Some(body_fields),
         token: Some(token),
+        jwt: Some(jwt),
     }
 }
 
@@ -220,6 +223,7 @@ const HEADER_NAMES: &[&str] = &[
     "x-okta-verification-challenge",
     "aeg-event-type",
     "x-twitter-webhooks-signature",
+    "x-webhook-signature",
 ];
 
 fn all_schemes() -> Vec<Box<dyn Scheme>> {
@@ -242,6 +246,7 @@ fn header_value() -> impl Strategy<Value = String> {
         "((t|v1|ts|h1)=[0-9a-f]{0,66}[,; ]{1,2}){0,4}",
         "(v1,[A-Za-z0-9+/]{42,44}={0,2} ?){0,3}",
         "[0-9]{1,20}",
+        "(Bearer )?(eyJ[A-Za-z0-9_-]{0,40})?\\.[A-Za-z0-9_-]{0,60}\\.[A-Za-z0-9_-]{0,44}",
         "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?Z?",
         "application/(json|x-www-form-urlencoded)(; ?charset=[a-z0-9-]{0,8})?",
     ]

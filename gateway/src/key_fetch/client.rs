@@ -8,7 +8,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use bytes::Bytes;
 use hookline_common::signature::fetched::{KeyUrl, TrustRoots};
 use http::{Request, StatusCode, header};
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Either, Empty, Full, Limited};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
@@ -75,7 +75,8 @@ impl Client {
         Ok(Self { tls: Arc::new(tls), resolve, timeout, max_response_bytes })
     }
 
-    /// `GET url`, expecting a 200 of at most `max_response_bytes`.
+    /// `GET url` (or `POST` of its JSON body, for a key asked for with a credential: Plaid's), expecting a 200 of
+    /// at most `max_response_bytes`.
     pub async fn get(&self, url: &KeyUrl) -> Result<Fetched, FetchError> {
         tokio::time::timeout(self.timeout, self.exchange(url)).await.map_err(|_| FetchError::Timeout)?
     }
@@ -108,12 +109,19 @@ impl Client {
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|error| connect(&error))?;
         let driver = tokio::spawn(connection);
-        let request = Request::get(url.path())
+        let request = Request::builder()
+            .uri(url.path())
             .header(header::HOST, url.host())
             .header(header::USER_AGENT, concat!("hookline-gateway/", env!("CARGO_PKG_VERSION")))
-            .header(header::ACCEPT, "*/*")
-            .body(Empty::<Bytes>::new())
-            .map_err(|error| connect(&error))?;
+            .header(header::ACCEPT, "*/*");
+        let request = match url.post_body() {
+            None => request.method(http::Method::GET).body(Either::Left(Empty::<Bytes>::new())),
+            Some(body) => request
+                .method(http::Method::POST)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Either::Right(Full::new(Bytes::copy_from_slice(body)))),
+        }
+        .map_err(|error| connect(&error))?;
         let result = async {
             let response = sender.send_request(request).await.map_err(|error| connect(&error))?;
             if response.status() != StatusCode::OK {

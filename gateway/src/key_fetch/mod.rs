@@ -1,4 +1,5 @@
-//! Keys fetched from providers (SNS's and PayPal's signing certificates, Google's OIDC key set): only from URLs that passed the
+//! Keys fetched from providers (SNS's and PayPal's signing certificates, Google's OIDC key set, Plaid's keys by id, asked
+//! for by a `POST` with the source's API credentials): only from URLs that passed the
 //! scheme's pins (`hookline_common::signature::fetched::pin`), over https verified against the trust roots,
 //! within a timeout and a response size cap, cached with a TTL and bounded in count and bytes ([`cache`]).
 //!
@@ -29,7 +30,7 @@ use crate::metrics::Metrics;
 use cache::{Cache, Lookup};
 pub use client::FetchError;
 
-/// `[key_fetch]`: how the gateway fetches the keys of the SNS, PayPal and Google Pub/Sub sources.
+/// `[key_fetch]`: how the gateway fetches the keys of the SNS, PayPal, Google Pub/Sub and Plaid sources.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KeyFetchConfig {

@@ -94,8 +94,8 @@ impl Scheme for GooglePubSub {
     }
 
     /// Only reachable without the gateway's fetcher (`hookline-gateway verify` offline): the key is not at hand.
-    fn verify(&self, request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        self.locate(request)?;
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        self.locate(request, secrets)?;
         Err(VerifyError::KeyNotFetched)
     }
 
@@ -109,7 +109,7 @@ impl Scheme for GooglePubSub {
 }
 
 impl FetchedKeyScheme for GooglePubSub {
-    fn locate(&self, request: &UnverifiedRequest<'_>) -> Result<KeyUrl, VerifyError> {
+    fn locate(&self, request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<KeyUrl, VerifyError> {
         let token = Self::token(request)?;
         if token.algorithm != "RS256" {
             return Err(VerifyError::malformed(DISPLAY));

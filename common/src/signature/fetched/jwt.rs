@@ -2,6 +2,9 @@
 //! `header.claims.signature` (base64url, no padding), RS256 (RSA PKCS#1 v1.5 with SHA-256, keys of 2048 to 8192
 //! bits, by ring) and ES256 (ECDSA P-256, the signature as `r || s`, by p256). A key set is parsed once when
 //! fetched and kept; only keys for `use: sig` (or no `use`) with an algorithm this module knows are kept.
+//!
+//! [`Jwt`] is also the parser of the JWT family (`scheme = "jwt"`, [`crate::signature::jwt`]), whose tokens are
+//! HMACs under the source's secrets: one parser for every JWT the gateway reads.
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use p256::ecdsa::{Signature, VerifyingKey, signature::Verifier};
@@ -32,9 +35,16 @@ impl JwkSet {
         };
         let decode = |key: &serde_json::Value, name: &str| URL_SAFE_NO_PAD.decode(key.get(name)?.as_str()?).ok();
         let mut keys = Vec::new();
+        // A document whose only keys are retired is still the provider's answer (the key is refused, not missing).
+        let mut retired = false;
         for key in &listed {
             let Some(kid) = key.get("kid").and_then(serde_json::Value::as_str) else { continue };
             if key.get("use").and_then(serde_json::Value::as_str).is_some_and(|usage| usage != "sig") {
+                continue;
+            }
+            // Plaid marks a retired key with its `expired_at` (its documented check refuses such a key).
+            if key.get("expired_at").is_some_and(|at| !at.is_null()) {
+                retired = true;
                 continue;
             }
             let parsed = match key.get("kty").and_then(serde_json::Value::as_str) {
@@ -49,7 +59,7 @@ impl JwkSet {
             };
             keys.extend(parsed.map(|parsed| (kid.to_owned(), parsed)));
         }
-        (!keys.is_empty()).then_some(Self { keys, size_bytes: body.len() })
+        (!keys.is_empty() || retired).then_some(Self { keys, size_bytes: body.len() })
     }
 
     pub fn size_bytes(&self) -> usize {
@@ -65,7 +75,8 @@ impl JwkSet {
 #[derive(Debug)]
 pub struct Jwt {
     pub algorithm: String,
-    pub kid: String,
+    /// The header's `kid`, which a fetched key set needs (an HMAC-signed token may have none).
+    pub kid: Option<String>,
     pub claims: serde_json::Map<String, serde_json::Value>,
     signing_input: String,
     signature: Vec<u8>,
@@ -88,10 +99,14 @@ impl Jwt {
             }
         };
         let header_fields = json(header).ok_or_else(malformed)?;
+        // `crit` names extensions that must be understood (RFC 7515 4.1.11, RFC 7797's unencoded payload): none is.
+        if header_fields.contains_key("crit") {
+            return Err(malformed());
+        }
         let text = |name: &str| header_fields.get(name).and_then(serde_json::Value::as_str).map(str::to_owned);
         Ok(Self {
             algorithm: text("alg").ok_or_else(malformed)?,
-            kid: text("kid").ok_or_else(malformed)?,
+            kid: text("kid"),
             claims: json(claims).ok_or_else(malformed)?,
             signing_input: format!("{header}.{claims}"),
             signature: URL_SAFE_NO_PAD.decode(signature).map_err(|_| malformed())?,
@@ -101,7 +116,8 @@ impl Jwt {
     /// Whether the token's signature verifies with its `kid`'s key in `keys`, by the algorithm the key allows
     /// (never the one the token's header asks for: `alg` must match the key's).
     pub fn verifies_with(&self, keys: &JwkSet) -> bool {
-        match (keys.key(&self.kid), self.algorithm.as_str()) {
+        let Some(kid) = &self.kid else { return false };
+        match (keys.key(kid), self.algorithm.as_str()) {
             (Some(Key::Rs256 { n, e }), "RS256") => ring::signature::RsaPublicKeyComponents { n, e }
                 .verify(&ring::signature::RSA_PKCS1_2048_8192_SHA256, self.signing_input.as_bytes(), &self.signature)
                 .is_ok(),
@@ -109,6 +125,16 @@ impl Jwt {
                 .is_ok_and(|signature| key.verify(self.signing_input.as_bytes(), &signature).is_ok()),
             _ => false,
         }
+    }
+
+    /// `header.claims`, the bytes the signature covers.
+    pub(crate) fn signing_input(&self) -> &[u8] {
+        self.signing_input.as_bytes()
+    }
+
+    /// The signature, decoded.
+    pub(crate) fn signature(&self) -> &[u8] {
+        &self.signature
     }
 
     pub fn claim(&self, name: &str) -> Option<&str> {

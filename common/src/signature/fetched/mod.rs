@@ -1,6 +1,7 @@
 //! Public-key schemes whose key is fetched from the provider: AWS SNS (signature versions 1 and 2) and PayPal sign
 //! with the private key of an X.509 certificate that the request names by URL; Google Pub/Sub push sends an OIDC
-//! token signed with a key of Google's published key set ([`jwt`]).
+//! token signed with a key of Google's published key set ([`jwt`]); Plaid an ES256 JWT whose key is asked for by
+//! a `POST` with the source's API credentials ([`plaid`]).
 //!
 //! Verification is split in three so that the gateway can fetch between the steps without holding a blocking
 //! thread: [`FetchedKeyScheme::locate`] does the cheap checks (headers present, timestamp fresh) and returns the
@@ -16,13 +17,14 @@ pub mod google_pubsub;
 pub mod jwt;
 pub mod paypal;
 pub mod pin;
+pub mod plaid;
 pub mod sns;
 pub mod x509;
 
 use std::fmt;
 
 use super::{Secret, SignatureMatch, UnverifiedRequest, Verified, VerifyError, active_secrets};
-pub use pin::KeyUrl;
+pub use pin::{KeyPost, KeyUrl};
 pub use x509::{FetchedCertificate, TrustRoots};
 
 /// Verifies `request` with a fetched-key `scheme` and the key fetched from the URL its
@@ -49,8 +51,9 @@ pub fn verify_fetched(
 /// A scheme whose verification needs a certificate fetched from the provider.
 pub trait FetchedKeyScheme: Send + Sync + fmt::Debug {
     /// The cheap checks (signature headers present and well-formed, timestamp fresh), then the URL of the
-    /// certificate that signed the request, already checked against the scheme's pins.
-    fn locate(&self, request: &UnverifiedRequest<'_>) -> Result<KeyUrl, VerifyError>;
+    /// certificate that signed the request, already checked against the scheme's pins. `secrets` (the active
+    /// ones) are for a scheme whose key is asked for with a credential (Plaid's `POST` with its API keys).
+    fn locate(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<KeyUrl, VerifyError>;
 
     /// What the URL serves: a PEM certificate (the default) or a JSON Web Key Set.
     fn key_format(&self) -> KeyFormat {

@@ -80,8 +80,8 @@ impl Scheme for PayPal {
     }
 
     /// Only reachable without the gateway's fetcher (`hookline-gateway verify` offline): the key is not at hand.
-    fn verify(&self, request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        self.locate(request)?;
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        self.locate(request, secrets)?;
         Err(VerifyError::KeyNotFetched)
     }
 
@@ -99,7 +99,7 @@ impl Scheme for PayPal {
 }
 
 impl FetchedKeyScheme for PayPal {
-    fn locate(&self, request: &UnverifiedRequest<'_>) -> Result<KeyUrl, VerifyError> {
+    fn locate(&self, request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<KeyUrl, VerifyError> {
         required_header(request.headers, TRANSMISSION_SIG, TRANSMISSION_SIG)?;
         required_header(request.headers, TRANSMISSION_ID, TRANSMISSION_ID)?;
         if header(request.headers, AUTH_ALGO).is_some_and(|algorithm| algorithm != "SHA256withRSA") {

@@ -2,6 +2,10 @@
 //! (no user info, no port, no fragment, no `..`, ASCII only) before anything is fetched, so a request can only
 //! choose among the provider's own certificates, never another host and never a path outside the pinned one.
 
+use std::sync::Arc;
+
+use secrecy::{ExposeSecret, SecretSlice};
+
 use super::super::VerifyError;
 
 /// One host a provider's keys are served from.
@@ -40,11 +44,42 @@ pub struct Pins {
     pub path_suffix: &'static str,
 }
 
-/// An https URL that passed its [`Pins`]: the only kind the gateway fetches.
+/// An https URL that passed its [`Pins`]: the only kind the gateway fetches; with a [`KeyPost`], the key is asked
+/// for by a `POST` of that body instead of a `GET`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KeyUrl {
     host: String,
     path: String,
+    post: Option<KeyPost>,
+}
+
+/// The JSON body a key is asked for with (Plaid: the API credentials and the key id). It holds a credential, so it
+/// is never printed; the `label` (the key id and the credential's id, nothing secret) tells keys at one URL apart,
+/// and is what the cache compares.
+#[derive(Clone)]
+pub struct KeyPost {
+    label: String,
+    body: Arc<SecretSlice<u8>>,
+}
+
+impl PartialEq for KeyPost {
+    fn eq(&self, other: &Self) -> bool {
+        self.label == other.label
+    }
+}
+
+impl Eq for KeyPost {}
+
+impl std::hash::Hash for KeyPost {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.label.hash(state);
+    }
+}
+
+impl std::fmt::Debug for KeyPost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyPost").field("label", &self.label).finish_non_exhaustive()
+    }
 }
 
 /// At most this long; a certificate URL is a few dozen bytes, a confirmation URL a few hundred.
@@ -70,7 +105,18 @@ impl KeyUrl {
             && !path_only.contains("..")
             && !path_only.contains("//")
             && !path_only.contains('%');
-        if host_ok && path_ok { Ok(Self { host, path: path.to_owned() }) } else { Err(refused()) }
+        if host_ok && path_ok { Ok(Self { host, path: path.to_owned(), post: None }) } else { Err(refused()) }
+    }
+
+    /// The key is asked for by a `POST` of `body` (JSON); `label` names it among the keys of this URL (never a
+    /// secret: it is logged and compared).
+    pub fn posting(self, label: String, body: Vec<u8>) -> Self {
+        Self { post: Some(KeyPost { label, body: Arc::new(SecretSlice::from(body)) }), ..self }
+    }
+
+    /// The body to `POST`, if the key is asked for that way.
+    pub fn post_body(&self) -> Option<&[u8]> {
+        self.post.as_ref().map(|post| post.body.expose_secret())
     }
 
     /// The host, lowercase: the TLS name and the `Host` header.
@@ -86,7 +132,11 @@ impl KeyUrl {
 
 impl std::fmt::Display for KeyUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "https://{}{}", self.host, self.path)
+        write!(f, "https://{}{}", self.host, self.path)?;
+        match &self.post {
+            Some(post) => write!(f, " (POST, key {})", post.label),
+            None => Ok(()),
+        }
     }
 }
 
@@ -96,6 +146,20 @@ mod tests {
 
     const SNS: Pins =
         Pins { hosts: &[HostPin::SnsRegional], path_prefix: "/SimpleNotificationService-", path_suffix: ".pem" };
+
+    #[test]
+    fn a_posted_key_is_told_apart_by_its_label_and_never_prints_its_body() {
+        let pins = Pins { hosts: &[HostPin::Exact("production.plaid.com")], path_prefix: "/w", path_suffix: "" };
+        let url = KeyUrl::pinned("https://production.plaid.com/w", &pins, "u").expect("pinned");
+        let one = url.clone().posting("k1 by a".to_owned(), b"{\"secret\":\"s3cret\"}".to_vec());
+        let other = url.clone().posting("k2 by a".to_owned(), b"{\"secret\":\"s3cret\"}".to_vec());
+        assert_ne!(one, other);
+        assert_ne!(one, url);
+        assert_eq!(one.post_body(), Some(&b"{\"secret\":\"s3cret\"}"[..]));
+        for shown in [format!("{one:?}"), one.to_string()] {
+            assert!(!shown.contains("s3cret") && shown.contains("k1 by a"), "{shown}");
+        }
+    }
 
     #[test]
     fn only_https_on_a_pinned_host_under_the_pinned_path_passes() {

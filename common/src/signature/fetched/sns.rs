@@ -114,8 +114,8 @@ impl Scheme for Sns {
     }
 
     /// Only reachable without the gateway's fetcher (`hookline-gateway verify` offline): the key is not at hand.
-    fn verify(&self, request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        self.locate(request)?;
+    fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
+        self.locate(request, secrets)?;
         Err(VerifyError::KeyNotFetched)
     }
 
@@ -133,7 +133,7 @@ impl Scheme for Sns {
 }
 
 impl FetchedKeyScheme for Sns {
-    fn locate(&self, request: &UnverifiedRequest<'_>) -> Result<KeyUrl, VerifyError> {
+    fn locate(&self, request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<KeyUrl, VerifyError> {
         let message = Message::parse(request.body)?;
         message.required("Signature")?;
         match message.required("SignatureVersion")? {

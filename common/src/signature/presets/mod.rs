@@ -1,12 +1,14 @@
 //! Named providers that are a family with fixed settings (`scheme = "calendly"`): the provider's header, prefix,
 //! encoding, signed string, timestamp and window, where its event id and type come from, which handshakes it needs
-//! and the reply it expects. Each is one [`Preset`] in a family's table ([`body_hmac`], [`timed`], [`presented`]);
+//! and the reply it expects. Each is one [`Preset`] in a family's table ([`body_hmac`], [`timed`], [`presented`],
+//! [`jwt`]);
 //! docs/providers.md's table is generated from the same entries (its test says when they drift).
 //!
 //! A preset is only settings: the verification is the family's, written and tested once. What is a provider's own
 //! (DocuSign's numbered headers, X's JSON-only bodies) is a small scheme in the family's table module.
 
 mod body_hmac;
+mod jwt;
 mod presented;
 mod timed;
 
@@ -55,7 +57,7 @@ pub struct Reply {
 
 /// Every preset, in table order (the families' tables one after the other).
 pub fn all() -> impl Iterator<Item = &'static Preset> {
-    body_hmac::PRESETS.iter().chain(timed::PRESETS).chain(presented::PRESETS)
+    body_hmac::PRESETS.iter().chain(timed::PRESETS).chain(presented::PRESETS).chain(jwt::PRESETS)
 }
 
 /// The preset named `name`.

@@ -18,6 +18,8 @@ struct Case {
     wrong_secret: String,
     method: String,
     query: Option<String>,
+    /// The URL the provider sent to (the source's `public_url`), for the schemes that check it.
+    url: Option<String>,
     headers: Vec<(String, String)>,
     body: String,
     now_ms: i64,
@@ -58,7 +60,10 @@ impl Case {
         let secrets = [Secret::new("s", key)];
         let body = Bytes::copy_from_slice(body.as_bytes());
         let method = Method::from_bytes(self.method.as_bytes()).expect("method");
-        let request = UnverifiedRequest::new(headers, &body, now_ms).with_method(&method).with_query(query);
+        let mut request = UnverifiedRequest::new(headers, &body, now_ms).with_method(&method).with_query(query);
+        if let Some(url) = &self.url {
+            request = request.with_url(url);
+        }
         verify(scheme, &request, &secrets)
     }
 

@@ -40,7 +40,7 @@ cases = []
 
 
 def case(scheme, secret, headers, body, *, tampered=True, stale_ms=None, missing=None, missing_body=None,
-         query=None, missing_query=None, event_id=None, method="POST", key_text=None):
+         query=None, missing_query=None, event_id=None, method="POST", key_text=None, url=None):
     """`secret` is the configured secret's text; `tampered`: whether a changed body must be refused (a token covers
     no body); `stale_ms`: a clock at which the timestamp is too old; `missing`: the header whose absence is
     refused as a missing signature."""
@@ -52,6 +52,7 @@ def case(scheme, secret, headers, body, *, tampered=True, stale_ms=None, missing
         "wrong_secret": "not-the-" + (secret if key_text is None else "key"),
         "method": method,
         "query": query,
+        "url": url,
         "headers": headers,
         "body": body,
         "now_ms": NOW_MS,
@@ -241,5 +242,39 @@ case("microsoft_graph", "graph-client-state", [], graph_body, tampered=None,
 figma_body = '{"event_type":"FILE_UPDATE","passcode":"figma-passcode","file_key":"k"}'
 case("figma", "figma-passcode", [], figma_body, tampered=None,
      missing_body=figma_body.replace('"passcode":"figma-passcode",', ""))
+
+
+# JWT-signed webhooks: HS256 tokens assembled here from base64url, json and hmac, following RFC 7519 and each
+# provider's documented claims (the SDK cross-check signs them with PyJWT too).
+def b64url(raw):
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def hs256_jwt(secret, claims):
+    signing_input = b64url(b'{"alg":"HS256","typ":"JWT"}') + "." + b64url(json.dumps(claims).encode())
+    return signing_input + "." + b64url(mac(secret, signing_input))
+
+
+netlify_body = '{"id":"5ebc34bf4fea0b01f02efa3a","site_id":"fa4dd95a","state":"ready","context":"production"}'
+netlify_token = hs256_jwt("netlify-jws-secret-0123", {"iss": "netlify",
+                                                       "sha256": hashlib.sha256(netlify_body.encode()).hexdigest()})
+case("netlify", "netlify-jws-secret-0123", [["X-Webhook-Signature", netlify_token]], netlify_body,
+     missing="X-Webhook-Signature", event_id=sha256_id(netlify_body))
+
+vonage_body = '{"message_uuid":"aaaaaaaa-bbbb-cccc-dddd-0123456789ab","to":"447700900000","status":"delivered"}'
+vonage_token = hs256_jwt("vonage-signature-secret-0123", {
+    "iat": NOW_S, "jti": "c5ba8f24-1a14-4c10-bfdf-3fbe8ce511b5", "iss": "Vonage",
+    "payload_hash": hashlib.sha256(vonage_body.encode()).hexdigest(), "api_key": "a1b2c3d",
+    "application_id": "aaaaaaaa-bbbb-cccc-dddd-0123456789ab"})
+case("vonage", "vonage-signature-secret-0123", [["Authorization", "Bearer " + vonage_token]], vonage_body,
+     stale_ms=NOW_MS + 301_000, missing="Authorization", event_id=sha256_id(vonage_body))
+
+monday_url = "https://hooks.example.com/monday"
+monday_body = '{"event":{"type":"update_column_value","boardId":1,"pulseId":2}}'
+monday_token = hs256_jwt("monday-signing-secret-0123", {
+    "accountId": 1825529, "userId": 4012689, "aud": monday_url, "exp": NOW_S + 300,
+    "shortLivedToken": "short-lived", "iat": NOW_S})
+case("monday", "monday-signing-secret-0123", [["Authorization", monday_token]], monday_body, tampered=None,
+     stale_ms=NOW_MS + 301_000, missing="Authorization", url=monday_url)
 
 print(json.dumps(cases, indent=1))
