@@ -10,6 +10,9 @@
 //!   `kafka.record_auth.accept_unsigned_until` a record with no MAC at all is processed as before, and counted;
 //! - a record no gateway wrote (headers missing) is poison: dead-lettered at once;
 //! - a duplicate (key marked done) is skipped, and counted;
+//! - an event its route's filter skips ([`crate::filter`]) is claimed like any, then its key becomes the filtered
+//!   marker (a done marker naming the filter) instead of the handler running: counted, never poison, and its later
+//!   copies are duplicates; a re-drive or a re-processing run is never filtered;
 //! - a claim held by another consumer is waited on, never skipped;
 //! - Redis unreachable or uncertain: fail closed, pause and retry; never process without the dedupe gate;
 //! - a retryable handler failure releases the claim, backs off with jitter (at least the downstream's
@@ -48,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 mod by_reference;
 mod calls;
+mod filtered;
 mod guard;
 
 use crate::{
@@ -55,6 +59,7 @@ use crate::{
     config::RetryConfig,
     dedupe::{Claim, Dedupe},
     dlq::{DeadLetters, ErrorClass, Failure},
+    filter::Filters,
     handler::{Handler, HandlerError},
     metrics::{Metrics, event_outcome},
     record::Record,
@@ -76,6 +81,8 @@ pub struct Pipeline {
     pub dedupe: Dedupe,
     pub dead_letters: DeadLetters,
     pub handler: Arc<dyn Handler>,
+    /// Which events this service skips on purpose, whatever the handler.
+    pub filters: Arc<Filters>,
     pub handler_timeout: Duration,
     pub retry: RetryConfig,
     pub metrics: Metrics,
@@ -105,6 +112,8 @@ enum Outcome {
     },
     /// Parked in the retry topic (acknowledged): this record is done with.
     RetryScheduled,
+    /// Skipped by its route's filter, and recorded so in its dedupe key.
+    Filtered,
 }
 
 impl Outcome {
@@ -117,6 +126,7 @@ impl Outcome {
             Outcome::DeadLettered { .. } => event_outcome::DEAD_LETTERED,
             Outcome::RetryLater { .. } => event_outcome::RETRY_LATER,
             Outcome::RetryScheduled => event_outcome::RETRY_SCHEDULED,
+            Outcome::Filtered => event_outcome::FILTERED,
         }
     }
 
@@ -124,7 +134,7 @@ impl Outcome {
     fn downstream(&self) -> Downstream {
         match self {
             Outcome::Processed | Outcome::DeadLettered { exhausted: false, .. } => Downstream::Answered,
-            Outcome::Duplicate | Outcome::DeadLetteredBefore => Downstream::NotCalled,
+            Outcome::Duplicate | Outcome::DeadLetteredBefore | Outcome::Filtered => Downstream::NotCalled,
             Outcome::DeadLettered { exhausted: true, .. } | Outcome::RetryLater { .. } | Outcome::RetryScheduled => {
                 Downstream::Failed
             }
@@ -283,6 +293,8 @@ impl Pipeline {
                 Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
                 // Not reached: a re-drive claims over the dead marker. Left as it was rather than called a success.
                 Outcome::DeadLetteredBefore => return (Handled, downstream),
+                // Not reached: filters never skip a re-drive or a re-processing run.
+                Outcome::Filtered => return (Handled, downstream),
                 Outcome::DeadLettered { new_entry, .. } => (EntryStatus::FailedAgain, Some(new_entry), None),
                 Outcome::RetryLater { .. } | Outcome::RetryScheduled => return (Handled, downstream),
             };
@@ -374,6 +386,8 @@ impl Pipeline {
         let mut attempts = prior.as_ref().map_or(0, |prior| prior.attempts);
         let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
+        // Decided before the claim (no I/O), recorded once it is ours.
+        let skip = self.filters.skip(event);
         loop {
             // A re-processing request runs once per run, whatever the event's own done marker says.
             let token = match (&event.reprocess_id, &event.replay_of) {
@@ -411,6 +425,9 @@ impl Pipeline {
                 }
                 Claim::Acquired(token) => token,
             };
+            if let Some(skip) = skip {
+                return self.record_filtered(message, event, &token, skip, span).await;
+            }
 
             attempts += 1;
             span.set(attribute::DEDUPE_OUTCOME, || "claimed");
@@ -558,6 +575,7 @@ mod tests {
             Outcome::DeadLettered { new_entry: String::new(), exhausted: true },
             Outcome::RetryLater { due_at_ms: 0, attempts },
             Outcome::RetryScheduled,
+            Outcome::Filtered,
         ];
         let mut labels: Vec<&str> = outcomes.iter().map(Outcome::label).collect();
         // Skipped before the pipeline, in the fetch loop.
