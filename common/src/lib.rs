@@ -4,8 +4,9 @@
 //! ([`kafka_security`]), and the one producer every writer uses ([`producer`]), which signs every record
 //! ([`record_auth`]), one Redis connection type
 //! ([`redis_connection`]), configuration loading ([`config`]), HTTP/admin plumbing and logging ([`http`],
-//! [`telemetry`]), the key per-client limits count by ([`peer`]), and the description of a service's metrics
-//! ([`metrics_catalog`]).
+//! [`telemetry`]), the key per-client limits count by ([`peer`]), the description of a service's metrics
+//! ([`metrics_catalog`]), and the conditions on an event's JSON body that event search and the consumer's route
+//! filters share ([`predicate`]).
 //!
 //! This crate knows nothing about any one service or public route.
 
@@ -18,6 +19,7 @@ pub mod kafka;
 pub mod kafka_security;
 pub mod metrics_catalog;
 pub mod peer;
+pub mod predicate;
 pub mod producer;
 pub mod record_auth;
 pub mod redis_connection;

@@ -8,7 +8,8 @@
 //!    slot and its ordering key's turn has come, is held while its route is paused or its breaker is open, or is
 //!    deferred to the retry topic;
 //! 4. [`pipeline`]: claim in Redis (two-phase dedupe), the handler, the done marker; or a retry parked in the
-//!    retry topic ([`retry`]), or a dead letter ([`dlq`]) with its alert ([`alert`]);
+//!    retry topic ([`retry`]), or a dead letter ([`dlq`]) with its alert ([`alert`]); or, when its route's
+//!    [`filter`] skips it, the filtered marker instead of the handler;
 //! 5. back in [`schedule`]: the partition's offset is stored only up to the contiguous prefix of handled records
 //!    ([`window`]), and committed.
 //!
@@ -26,6 +27,7 @@ pub mod dedupe;
 pub mod dlq;
 mod fetch;
 mod fetch_stats;
+pub mod filter;
 pub mod handler;
 pub mod load;
 pub mod memory;
@@ -99,7 +101,7 @@ pub async fn run(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
 }
 
 async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken) -> Result<(), ConsumerError> {
-    let Loaded { config, handler, alerts } = loaded;
+    let Loaded { config, handler, filters, alerts } = loaded;
     // A broker that refuses our TLS or SASL settings is a configuration error, not an outage to wait out.
     hookline_common::kafka_security::check_broker_accepts(
         &config.kafka,
@@ -181,6 +183,7 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         dead_letters: DeadLetters::new(&config.kafka, &service, &topics.retry)?
             .keeping_dedupe_rows_for(crate::handler::postgres::shortest_retention_days(&config)),
         handler,
+        filters,
         handler_timeout: Duration::from_millis(config.handler.timeout_ms),
         retry: config.retry.clone(),
         metrics: metrics.clone(),

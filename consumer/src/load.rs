@@ -8,6 +8,7 @@ use hookline_common::config::{ConfigError, Problems};
 use crate::{
     alert::AlertTarget,
     config::ConsumerConfig,
+    filter::Filters,
     handler::{
         Handler,
         postgres::{PostgresHandler, checks, work::TransactionalHandler},
@@ -22,6 +23,9 @@ pub struct Loaded {
     /// What each event is handed to: the [`Router`] built from `[handler]`, `[[routes]]` and `[sources]`. Tests
     /// may put another handler here before running.
     pub handler: Arc<dyn Handler>,
+    /// The routes' filters ([`Filters`]): which events this service skips, and why. They apply whatever the
+    /// handler is.
+    pub filters: Arc<Filters>,
     pub alerts: Option<AlertTarget>,
 }
 
@@ -44,18 +48,24 @@ fn postgres_problems(config: &ConsumerConfig, problems: &mut Problems) {
     }
 }
 
-/// Checks `config` and builds its router and alert client, adding every problem to `problems`.
-fn build_parts(config: &ConsumerConfig, problems: &mut Problems) -> (Option<Router>, Option<Option<AlertTarget>>) {
+/// What [`build_parts`] builds: the router, the filters and the alert client, each when it built.
+type Parts = (Option<Router>, Option<Filters>, Option<Option<AlertTarget>>);
+
+/// Checks `config` and builds its router, filters and alert client, adding every problem to `problems`.
+fn build_parts(config: &ConsumerConfig, problems: &mut Problems) -> Parts {
     config.check(problems);
     hookline_common::redis_security::check(&config.redis, problems);
     postgres_problems(config, problems);
     let router = Router::new(&config.handler, &config.routes, &config.sources, &config.config_dir)
         .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
         .ok();
+    let filters = Filters::build(&config.routes)
+        .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
+        .ok();
     let alerts = AlertTarget::build(&config.alert, &config.config_dir)
         .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
         .ok();
-    (router, alerts)
+    (router, filters, alerts)
 }
 
 impl Loaded {
@@ -77,10 +87,11 @@ impl Loaded {
     /// Checks `config` and builds its handlers, schemas and alert client; on failure returns every problem at once.
     pub fn build(config: ConsumerConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();
-        let (router, alerts) = build_parts(&config, &mut problems);
+        let (router, filters, alerts) = build_parts(&config, &mut problems);
         problems.into_result()?;
         let router = router.expect("a build without problems has its router");
-        Ok(Self { config, handler: Arc::new(router), alerts: alerts.flatten() })
+        let filters = Arc::new(filters.expect("a build without problems has its filters"));
+        Ok(Self { config, handler: Arc::new(router), filters, alerts: alerts.flatten() })
     }
 
     /// [`Self::build`] for a consumer binary of your own whose `[handler]` runs Rust code in each event's
@@ -108,7 +119,7 @@ impl Loaded {
         let mut rest = config.clone();
         rest.handler.kind = "log".to_owned();
         rest.handler.postgres = None;
-        let (router, alerts) = build_parts(&rest, &mut problems);
+        let (router, filters, alerts) = build_parts(&rest, &mut problems);
         let handler = postgres.and_then(|postgres| {
             PostgresHandler::with_work(&postgres, &config.config_dir, work)
                 .map_err(|problem| problems.push(format!("[handler].postgres: {problem}")))
@@ -117,7 +128,8 @@ impl Loaded {
         problems.into_result()?;
         let mut router = router.expect("a build without problems has its router");
         router.set_default(Box::new(handler.expect("a build without problems has its handler")));
-        Ok(Self { config, handler: Arc::new(router), alerts: alerts.flatten() })
+        let filters = Arc::new(filters.expect("a build without problems has its filters"));
+        Ok(Self { config, handler: Arc::new(router), filters, alerts: alerts.flatten() })
     }
 
     /// This build, handing every event to `handler` instead of the configured routes.

@@ -8,8 +8,11 @@ use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    /// `hookline_consumer_events_total{source, outcome}`: outcome is `processed`, `duplicate` or `dead_lettered`.
+    /// `hookline_consumer_events_total{source, outcome}`: outcome is one of [`event_outcome::ALL`].
     pub events: IntCounterVec,
+    /// `hookline_consumer_filtered_total{route, filter}`: events a route's filter skipped for this service (each
+    /// recorded as filtered in its dedupe key; bounded labels: both come from the config).
+    pub filtered: IntCounterVec,
     /// `hookline_consumer_handler_failures_total{source, class}`: each failed handler attempt.
     pub handler_failures: IntCounterVec,
     /// `hookline_consumer_dead_lettered_total{source, error_class}`: the alerting signal for the DLQ.
@@ -104,6 +107,11 @@ impl Metrics {
                 "hookline_consumer_events_total",
                 "Events handled, by source and outcome.",
                 &["source", "outcome"],
+            )?,
+            filtered: counter_vec(
+                "hookline_consumer_filtered_total",
+                "Events a route's filter skipped for this service, by route and filter.",
+                &["route", "filter"],
             )?,
             handler_failures: counter_vec(
                 "hookline_consumer_handler_failures_total",
@@ -255,6 +263,7 @@ impl Metrics {
     pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
         vec![
             Box::new(self.events.clone()),
+            Box::new(self.filtered.clone()),
             Box::new(self.handler_failures.clone()),
             Box::new(self.dead_lettered.clone()),
             Box::new(self.handle_duration.clone()),
@@ -396,9 +405,19 @@ pub mod event_outcome {
     pub const RETRY_SCHEDULED: &str = "retry_scheduled";
     /// Addressed to another consumer service (its retry, replay or re-processing record): skipped, no effect.
     pub const OTHER_SERVICE: &str = "other_service";
+    /// Skipped by its route's filter, and recorded so (`hookline_consumer_filtered_total` says which filter).
+    pub const FILTERED: &str = "filtered";
     /// Every value, as `--print-metrics` lists them.
-    pub const ALL: &[&str] =
-        &[PROCESSED, DUPLICATE, DEAD_LETTERED_BEFORE, DEAD_LETTERED, RETRY_LATER, RETRY_SCHEDULED, OTHER_SERVICE];
+    pub const ALL: &[&str] = &[
+        PROCESSED,
+        DUPLICATE,
+        DEAD_LETTERED_BEFORE,
+        DEAD_LETTERED,
+        RETRY_LATER,
+        RETRY_SCHEDULED,
+        FILTERED,
+        OTHER_SERVICE,
+    ];
 }
 
 #[cfg(test)]
@@ -420,6 +439,7 @@ mod tests {
         let registry = service_registry("billing").unwrap();
         let metrics = Metrics::register(&registry).unwrap();
         metrics.events.with_label_values(&["s", "processed"]).inc();
+        metrics.filtered.with_label_values(&["r", "f"]).inc();
         metrics.handler_failures.with_label_values(&["s", "retryable"]).inc();
         metrics.dead_lettered.with_label_values(&["s", "poison"]).inc();
         metrics.handle_duration.with_label_values(&["s"]).observe(0.01);
@@ -455,7 +475,7 @@ mod tests {
         metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
         metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 35);
+        assert_eq!(described.len(), 36);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -125,6 +125,7 @@ async fn a_saturated_route_defers_records_of_paused_partitions_without_spending_
                 rate_per_s: None,
                 breaker_failures: None,
                 breaker_cooldown_ms: None,
+                filters: Vec::new(),
             });
         })
         .consumer()

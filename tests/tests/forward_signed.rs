@@ -65,6 +65,7 @@ fn route(event_type: &str, url: String, signing_secrets: Vec<SecretRef>) -> Rout
         rate_per_s: None,
         breaker_failures: None,
         breaker_cooldown_ms: None,
+        filters: Vec::new(),
     }
 }
 

@@ -1,6 +1,6 @@
-//! The done marker with details (see [`super::redis_key`]).
+//! The done marker with details, and the filtered marker (see [`super::redis_key`]).
 
-use super::redis_key::{DEDUPE_DONE, DEDUPE_DONE_DETAILED_PREFIX};
+use super::redis_key::{DEDUPE_DONE, DEDUPE_DONE_DETAILED_PREFIX, DEDUPE_FILTERED_PREFIX};
 
 /// Whether a dedupe key's value is a done marker, in either form: the plain [`DEDUPE_DONE`] or
 /// [`DEDUPE_DONE_DETAILED_PREFIX`] with details (read as done even when the details do not parse).
@@ -58,6 +58,45 @@ impl DoneMarker {
     }
 }
 
+/// What a filtered marker says: the service's route skipped the event by its filter `filter` (a
+/// `[[routes.filters]]` name), when, and the position of the record skipped. Written in place of the claim with
+/// the done TTL, so that every later copy of the event is skipped as a duplicate for as long as a processed one
+/// would be, and `lookup` and event search say *filtered*, not *processed*.
+///
+/// Encoded as `done:filtered:<filter>:<filtered at ms>:<partition>:<offset>:<topic>`: a done marker
+/// ([`is_done`]), so that every dedupe script and reader, those of the builds before filters included, takes it as
+/// done (a duplicate), never as a claim to wait on; its details do not parse as a [`DoneMarker`]'s. A filter's name
+/// holds no `:` (letters, digits, `.`, `-`, `_`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilteredMarker {
+    pub filter: String,
+    pub filtered_at_ms: i64,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl FilteredMarker {
+    pub fn encode(&self) -> String {
+        format!(
+            "{DEDUPE_FILTERED_PREFIX}{}:{}:{}:{}:{}",
+            self.filter, self.filtered_at_ms, self.partition, self.offset, self.topic
+        )
+    }
+
+    /// The details of a filtered marker; `None` for any other value and for one that does not parse.
+    pub fn decode(value: &str) -> Option<Self> {
+        let details = value.strip_prefix(DEDUPE_FILTERED_PREFIX)?;
+        let mut fields = details.splitn(5, ':');
+        let filter = fields.next().filter(|filter| !filter.is_empty())?.to_owned();
+        let filtered_at_ms = fields.next()?.parse().ok()?;
+        let partition = fields.next()?.parse().ok()?;
+        let offset = fields.next()?.parse().ok()?;
+        let topic = fields.next().filter(|topic| !topic.is_empty())?.to_owned();
+        Some(Self { filter, filtered_at_ms, topic, partition, offset })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +138,27 @@ mod tests {
         for value in ["claim:8f1c", "dead:webhooks.dlq:0:7", "donee", ""] {
             assert!(!is_done(value), "{value}");
             assert_eq!(DoneMarker::decode(value), None, "{value}");
+        }
+    }
+
+    #[test]
+    fn a_filtered_marker_round_trips_is_done_and_is_not_a_processed_one() {
+        let filtered = FilteredMarker {
+            filter: "test_mode".to_owned(),
+            filtered_at_ms: 1_767_000_001_230,
+            topic: "webhooks.inbound".to_owned(),
+            partition: 3,
+            offset: 18_233,
+        };
+        let encoded = filtered.encode();
+        assert_eq!(encoded, "done:filtered:test_mode:1767000001230:3:18233:webhooks.inbound");
+        assert!(is_done(&encoded), "every reader and script takes it as done");
+        assert_eq!(FilteredMarker::decode(&encoded), Some(filtered));
+        assert_eq!(DoneMarker::decode(&encoded), None, "not a processed event's details");
+        assert_eq!(FilteredMarker::decode(&marker().encode()), None);
+        for damaged in ["done:filtered:", "done:filtered::1:2:3:t", "done:filtered:f:x:2:3:t", "done:filtered:f:1:2:3:"]
+        {
+            assert_eq!(FilteredMarker::decode(damaged), None, "{damaged}");
         }
     }
 }

@@ -3,7 +3,7 @@
 //! Dedupe key: `<prefix>:svc=<service>:<source>:<event id>`, scoped to the consumer service, so that services
 //! sharing a Redis never see each other's claims or done markers. Its value is either a claim
 //! (`claim:<owner token>`, short lease), a done marker ([`DoneMarker`], or the plain [`DEDUPE_DONE`] written by
-//! earlier builds; long TTL), or a dead marker
+//! earlier builds, or a [`FilteredMarker`]: skipped by a route's filter; long TTL), or a dead marker
 //! (`dead:<DLQ entry id>`, with the event types dead-lettered when known: [`dead_marker`]; long TTL: the event was
 //! dead-lettered). `svc=<service>` cannot be
 //! mistaken for a source (source names are letters, digits, `-` and `_`). Every script touches one key, so Redis
@@ -14,6 +14,9 @@
 pub const DEDUPE_DONE: &str = "done";
 /// Prefix of a done marker with details: `done:<processed at ms>:<handling ms>:<partition>:<offset>:<topic>`.
 pub const DEDUPE_DONE_DETAILED_PREFIX: &str = "done:";
+/// Prefix of a filtered marker, a done marker that says a route's filter skipped the event:
+/// `done:filtered:<filter>:<filtered at ms>:<partition>:<offset>:<topic>` ([`FilteredMarker`]).
+pub const DEDUPE_FILTERED_PREFIX: &str = "done:filtered:";
 /// Prefix of a dedupe key's value while a consumer holds the claim.
 pub const DEDUPE_CLAIM_PREFIX: &str = "claim:";
 /// Prefix of a dead marker's value: `dead:<DLQ entry id>`, or `dead:<DLQ entry id>;types=,<hex>,<hex>,` when
@@ -56,7 +59,7 @@ pub const SERVICE_UPGRADED: &str = "upgraded";
 /// written by other services' work, never its own, so it never reads them.
 pub const SERVICE_NEW: &str = "new";
 
-pub use super::done_marker::{DoneMarker, is_done};
+pub use super::done_marker::{DoneMarker, FilteredMarker, is_done};
 
 pub fn dedupe(prefix: &str, service: &str, source: &str, event_id: &str) -> String {
     format!("{prefix}:svc={service}:{source}:{event_id}")

@@ -164,6 +164,39 @@ pub struct RouteConfig {
     /// How long an open breaker waits before letting one probe call through (default
     /// `processing.breaker_cooldown_ms`).
     pub breaker_cooldown_ms: Option<u64>,
+    /// Events this route skips: the first filter all of whose conditions hold skips the event for this service,
+    /// recorded as filtered with the filter's name (never handled, never poison; `reprocess` still runs it). See
+    /// [`crate::filter`] and docs/configuration/consumer.md, "Filters".
+    #[serde(default)]
+    pub filters: Vec<FilterConfig>,
+}
+
+impl RouteConfig {
+    /// The route's name in metrics and pauses: its source, and its event types (sorted) when it has some:
+    /// `github:issues,push`.
+    pub fn label(&self) -> String {
+        match &self.event_types {
+            Some(types) => {
+                let mut types: Vec<&str> = types.iter().map(String::as_str).collect();
+                types.sort_unstable();
+                types.dedup();
+                format!("{}:{}", self.source, types.join(","))
+            }
+            None => self.source.clone(),
+        }
+    }
+}
+
+/// One filter of a route (`[[routes.filters]]`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterConfig {
+    /// The reason recorded for what it skips (the dedupe marker, `hookline_consumer_filtered_total{filter}`,
+    /// `lookup`): letters, digits, `.`, `-`, `_`, unique within its route.
+    pub name: String,
+    /// Conditions on the event's verified JSON body (`'/livemode == false'`, the syntax of event search's
+    /// `--where`), all of which must hold for the event to be skipped.
+    pub skip_when: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

@@ -4,7 +4,8 @@
 //! SET. Instead, per event key `<prefix>:svc=<service>:<source>:<event id>` (scoped to the consumer service, so
 //! that services sharing a Redis never see each other's claims or done markers):
 //! 1. claim: `SET key claim:<token> NX PX <lease>` — a short lease, so a crashed consumer's claim expires;
-//! 2. done: after success, the key becomes the done marker with the long TTL; the marker carries when the event
+//! 2. done: after success (or once a route's filter skipped the event: the filtered marker, a done marker naming
+//!    the filter, [`FilteredMarker`]), the key becomes the done marker with the long TTL; the marker carries when the event
 //!    was processed, how long the handling took and the record's position ([`DoneMarker`]), in that same `SET`,
 //!    so the replayer's `lookup` can say where an event went at no cost on the hot path. Every script reads both
 //!    forms of done (the plain `done` of earlier builds and the detailed `done:...`);
@@ -44,7 +45,7 @@ use std::time::Duration;
 use hookline_common::{
     config::RedisConfig,
     redis_connection::RedisConnection,
-    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DONE, DoneMarker},
+    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DEDUPE_DONE, DoneMarker, FilteredMarker},
 };
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, aio::ConnectionManager};
 
@@ -490,6 +491,14 @@ impl Dedupe {
     /// Records the event as processed for the dedupe TTL, with what `marker` says about it. Returns false when our
     /// claim had expired (another consumer may have processed the event too: the handler ran longer than the lease).
     pub async fn mark_done(&self, token: &ClaimToken, marker: &DoneMarker) -> Result<bool, DedupeError> {
+        let still_ours: i64 = self.call(Op::Done(marker.encode()), token).await?;
+        Ok(still_ours == 1)
+    }
+
+    /// Records the event as skipped by a route's filter for the dedupe TTL, in place of our claim: the filtered
+    /// marker is a done marker, so every later copy is a duplicate (only a re-processing run, on its own key, runs
+    /// it). The same script as [`Self::mark_done`], with the same answer.
+    pub async fn mark_filtered(&self, token: &ClaimToken, marker: &FilteredMarker) -> Result<bool, DedupeError> {
         let still_ours: i64 = self.call(Op::Done(marker.encode()), token).await?;
         Ok(still_ours == 1)
     }

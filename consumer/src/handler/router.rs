@@ -281,6 +281,7 @@ mod tests {
             rate_per_s: None,
             breaker_failures: None,
             breaker_cooldown_ms: None,
+            filters: Vec::new(),
         }];
         let rules = HashMap::from([(
             "github".to_owned(),
@@ -308,6 +309,7 @@ mod tests {
             rate_per_s: None,
             breaker_failures: None,
             breaker_cooldown_ms: None,
+            filters: Vec::new(),
         }];
         let router = Router::new(&HandlerConfig::default(), &routes, &HashMap::new(), Path::new(".")).unwrap();
         assert_eq!(router.name_for(&event("github", Some("push"), b"{}")), "http");

@@ -10,6 +10,9 @@
 //!   `kafka.record_auth.accept_unsigned_until` a record with no MAC at all is processed as before, and counted;
 //! - a record no gateway wrote (headers missing) is poison: dead-lettered at once;
 //! - a duplicate (key marked done) is skipped, and counted;
+//! - an event its route's filter skips ([`crate::filter`]) is claimed like any, then its key becomes the filtered
+//!   marker (a done marker naming the filter) instead of the handler running: counted, never poison, and its later
+//!   copies are duplicates; a re-drive or a re-processing run is never filtered;
 //! - a claim held by another consumer is waited on, never skipped;
 //! - Redis unreachable or uncertain: fail closed, pause and retry; never process without the dedupe gate;
 //! - a retryable handler failure releases the claim, backs off with jitter (at least the downstream's
@@ -48,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 mod by_reference;
 mod calls;
+mod filtered;
 mod guard;
 mod together;
 
@@ -58,6 +62,7 @@ use crate::{
     config::RetryConfig,
     dedupe::{Claim, ClaimToken, Dedupe},
     dlq::{DeadLetters, ErrorClass, Failure},
+    filter::Filters,
     handler::{Handler, HandlerError},
     metrics::{Metrics, event_outcome},
     record::Record,
@@ -79,6 +84,8 @@ pub struct Pipeline {
     pub dedupe: Dedupe,
     pub dead_letters: DeadLetters,
     pub handler: Arc<dyn Handler>,
+    /// Which events this service skips on purpose, whatever the handler.
+    pub filters: Arc<Filters>,
     pub handler_timeout: Duration,
     pub retry: RetryConfig,
     pub metrics: Metrics,
@@ -108,6 +115,8 @@ enum Outcome {
     },
     /// Parked in the retry topic (acknowledged): this record is done with.
     RetryScheduled,
+    /// Skipped by its route's filter, and recorded so in its dedupe key.
+    Filtered,
     /// The handler succeeded and the claim is held; the done marker is the caller's to write
     /// ([`Prepared::done_later`]).
     Unmarked(Box<Unmarked>),
@@ -154,6 +163,7 @@ impl Outcome {
             Outcome::RetryScheduled => event_outcome::RETRY_SCHEDULED,
             // Counted once marked ([`Pipeline::finish_unmarked`]).
             Outcome::Unmarked(_) => event_outcome::PROCESSED,
+            Outcome::Filtered => event_outcome::FILTERED,
         }
     }
 
@@ -163,7 +173,7 @@ impl Outcome {
             Outcome::Processed | Outcome::Unmarked(_) | Outcome::DeadLettered { exhausted: false, .. } => {
                 Downstream::Answered
             }
-            Outcome::Duplicate | Outcome::DeadLetteredBefore => Downstream::NotCalled,
+            Outcome::Duplicate | Outcome::DeadLetteredBefore | Outcome::Filtered => Downstream::NotCalled,
             Outcome::DeadLettered { exhausted: true, .. } | Outcome::RetryLater { .. } | Outcome::RetryScheduled => {
                 Downstream::Failed
             }
@@ -338,6 +348,8 @@ impl Pipeline {
                 Outcome::Duplicate => (EntryStatus::Succeeded, None, Some("already processed".to_owned())),
                 // Not reached: a re-drive claims over the dead marker. Left as it was rather than called a success.
                 Outcome::DeadLetteredBefore => return (Handled, downstream).into(),
+                // Not reached: filters never skip a re-drive or a re-processing run.
+                Outcome::Filtered => return (Handled, downstream).into(),
                 Outcome::DeadLettered { new_entry, .. } => (EntryStatus::FailedAgain, Some(new_entry), None),
                 Outcome::RetryLater { .. } | Outcome::RetryScheduled | Outcome::Unmarked(_) => {
                     return (Handled, downstream).into();
@@ -452,6 +464,8 @@ impl Pipeline {
         let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
         let mut first_claim = prepared.claim;
+        // Decided before the claim (no I/O), recorded once it is ours.
+        let skip = self.filters.skip(event);
         loop {
             let claim = match first_claim.take() {
                 Some(claim) => claim,
@@ -482,6 +496,9 @@ impl Pipeline {
                 }
                 Claim::Acquired(token) => token,
             };
+            if let Some(skip) = skip {
+                return self.record_filtered(message, event, &token, skip, span).await;
+            }
 
             attempts += 1;
             span.set(attribute::DEDUPE_OUTCOME, || "claimed");
@@ -632,6 +649,7 @@ mod tests {
             Outcome::DeadLettered { new_entry: String::new(), exhausted: true },
             Outcome::RetryLater { due_at_ms: 0, attempts },
             Outcome::RetryScheduled,
+            Outcome::Filtered,
         ];
         let mut labels: Vec<&str> = outcomes.iter().map(Outcome::label).collect();
         // Skipped before the pipeline, in the fetch loop.

@@ -142,6 +142,7 @@ impl Scheduler {
             rules: routes
                 .iter()
                 .map(|route| RouteRule {
+                    label: route.label(),
                     source: route.source.clone(),
                     event_types: route.event_types.as_ref().map(|types| types.iter().cloned().collect()),
                     max_in_flight: route.max_in_flight.unwrap_or(default_route_max_in_flight),

@@ -17,6 +17,8 @@ pub(super) enum RouteKey {
 
 #[derive(Debug)]
 pub(super) struct RouteRule {
+    /// Its name in metrics and pauses ([`crate::config::RouteConfig::label`]).
+    pub(super) label: String,
     pub(super) source: String,
     pub(super) event_types: Option<HashSet<String>>,
     pub(super) max_in_flight: usize,
@@ -164,14 +166,7 @@ impl Scheduler {
         let (max_in_flight, rate_per_s, failures_to_open, cooldown_ms, label) = match configured {
             Some(index) => {
                 let rule = &self.rules[index];
-                let label = match &rule.event_types {
-                    Some(types) => {
-                        let mut types: Vec<&str> = types.iter().map(String::as_str).collect();
-                        types.sort_unstable();
-                        format!("{}:{}", rule.source, types.join(","))
-                    }
-                    None => rule.source.clone(),
-                };
+                let label = rule.label.clone();
                 (rule.max_in_flight, rule.rate_per_s, rule.breaker_failures, rule.breaker_cooldown_ms, label)
             }
             None => (

@@ -8,7 +8,6 @@
 //! in the inbound topic are counted and skipped: the accepted record is the original. The scan is bounded by
 //! records read and by time, and says what it left unread ([`scan`]).
 
-mod predicate;
 pub mod render;
 mod scan;
 
@@ -17,11 +16,11 @@ use std::{collections::BTreeMap, time::Duration};
 use hookline_common::redis_connection::RedisConnection;
 use serde::{Deserialize, Serialize};
 
-pub use self::predicate::Condition;
 use crate::{
     lookup::{DedupeState, NO_LOOKUP_REDIS, RecordPosition},
     ops::{OpError, Replayer, ReprocessRequest},
 };
+pub use hookline_common::predicate::Condition;
 
 /// What to search for.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

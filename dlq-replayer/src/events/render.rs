@@ -28,6 +28,9 @@ pub fn state(dedupe: &DedupeState) -> String {
         DedupeState::Claimed { .. } => "being processed".to_owned(),
         DedupeState::Processed { processed_at_ms: Some(at), .. } => format!("processed {}", timestamp(*at)),
         DedupeState::Processed { .. } => "processed".to_owned(),
+        DedupeState::Filtered { filter, filtered_at_ms, .. } => {
+            format!("filtered by {filter} {}", timestamp(*filtered_at_ms))
+        }
         DedupeState::DeadLettered { entry_id, .. } => format!("dead-lettered {entry_id}"),
         DedupeState::Unknown { value } => format!("dedupe key holds `{value}`"),
     }

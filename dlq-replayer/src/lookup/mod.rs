@@ -2,7 +2,8 @@
 //! keeps, at no cost on the hot path. Nothing here writes anything.
 //!
 //! - Per service, its dedupe key in Redis ([`redis_state`]): absent, claimed now, done (with when, how long and
-//!   the processed record's position, for markers the consumer wrote since they carry details) or dead-lettered.
+//!   the processed record's position, for markers the consumer wrote since they carry details), filtered (skipped
+//!   by one of its route's filters: which, when, and the record's position) or dead-lettered.
 //! - The DLQ index: the entries of that source and event id, with attempts, error and replay status; the status
 //!   topic's replay outcomes are part of each entry's fate.
 //! - Per service, its retry topic ([`retry_scan`]): the records waiting there with that event id, read from the
@@ -233,8 +234,11 @@ impl Lookup {
             }
         }
         for answer in answers {
-            if let DedupeState::Processed { position: Some(position), .. } = &answer.dedupe {
-                candidates.push(position.clone());
+            match &answer.dedupe {
+                DedupeState::Processed { position: Some(position), .. } | DedupeState::Filtered { position, .. } => {
+                    candidates.push(position.clone());
+                }
+                _ => {}
             }
             candidates.extend(answer.retry.waiting.iter().map(|waiting| waiting.position.clone()));
         }

@@ -3,7 +3,7 @@
 
 use hookline_common::{
     redis_connection::RedisConnection,
-    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DoneMarker},
+    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DoneMarker, FilteredMarker},
 };
 use serde::Serialize;
 
@@ -28,6 +28,9 @@ pub enum DedupeState {
         position: Option<RecordPosition>,
         expires_in_ms: Option<i64>,
     },
+    /// Skipped by the service's route filter `filter` (never handled): any later copy is skipped as a duplicate
+    /// for `expires_in_ms`; `reprocess` for the service runs it.
+    Filtered { filter: String, filtered_at_ms: i64, position: RecordPosition, expires_in_ms: Option<i64> },
     /// Dead-lettered as DLQ entry `entry_id`: a re-send is skipped, a re-drive of the entry runs it.
     DeadLettered { entry_id: String, expires_in_ms: Option<i64> },
     /// A value lookup does not know (a newer build's?), shown as it is.
@@ -43,6 +46,15 @@ impl DedupeState {
     /// Decodes a dedupe key's value (`None`: no key) with its remaining time to live.
     pub fn decode(value: Option<&str>, expires_in_ms: Option<i64>) -> Self {
         let Some(value) = value else { return Self::Absent };
+        // Before the done markers: a filtered marker is one, for the consumers' sake.
+        if let Some(marker) = FilteredMarker::decode(value) {
+            return Self::Filtered {
+                filter: marker.filter,
+                filtered_at_ms: marker.filtered_at_ms,
+                position: RecordPosition { topic: marker.topic, partition: marker.partition, offset: marker.offset },
+                expires_in_ms,
+            };
+        }
         if redis_key::is_done(value) {
             let marker = DoneMarker::decode(value);
             return Self::Processed {
@@ -137,6 +149,15 @@ mod tests {
         assert_eq!(
             DedupeState::decode(Some("dead:webhooks.dlq:0:7;types=,62,"), None),
             DedupeState::DeadLettered { entry_id: "webhooks.dlq:0:7".to_owned(), expires_in_ms: None }
+        );
+        assert_eq!(
+            DedupeState::decode(Some("done:filtered:test_mode:1767000001230:3:18233:webhooks.inbound"), Some(7)),
+            DedupeState::Filtered {
+                filter: "test_mode".to_owned(),
+                filtered_at_ms: 1_767_000_001_230,
+                position: RecordPosition { topic: "webhooks.inbound".to_owned(), partition: 3, offset: 18_233 },
+                expires_in_ms: Some(7),
+            }
         );
         assert_eq!(DedupeState::decode(Some("other"), None), DedupeState::Unknown { value: "other".to_owned() });
     }

@@ -67,7 +67,7 @@ pub fn render_text(answer: &Answer, with_trace: bool) -> Vec<String> {
     }
     for service in &answer.services {
         summary.push(format!("{}: {}", service.service, service_summary(service)));
-        details.extend(service_details(service, with_trace));
+        details.extend(service_details(service, &answer.event_id, with_trace));
     }
     if let Some(unread) = &answer.dedupe_unread {
         details.push(format!("  {unread}"));
@@ -98,6 +98,9 @@ fn service_summary(service: &ServiceAnswer) -> String {
             format!("processed {at}{took}{replayed}")
         }
         DedupeState::Claimed { .. } => "being processed now (claimed)".to_owned(),
+        DedupeState::Filtered { filter, filtered_at_ms, .. } => {
+            format!("filtered {} by `{filter}` (skipped, not processed)", time_of_day(*filtered_at_ms))
+        }
         DedupeState::DeadLettered { entry_id, .. } => {
             let status = service.dead_letters.iter().find(|entry| &entry.entry.id == entry_id);
             format!(
@@ -114,7 +117,7 @@ fn service_summary(service: &ServiceAnswer) -> String {
     }
 }
 
-fn service_details(service: &ServiceAnswer, with_trace: bool) -> Vec<String> {
+fn service_details(service: &ServiceAnswer, event_id: &str, with_trace: bool) -> Vec<String> {
     let name = &service.service;
     let mut lines = Vec::new();
     match &service.dedupe {
@@ -125,6 +128,16 @@ fn service_details(service: &ServiceAnswer, with_trace: bool) -> Vec<String> {
         DedupeState::Processed { position: None, .. } => {
             lines.push(format!("  {name}: processed (plain done marker of an earlier consumer: no details)"));
             lines.push(format!("  {name}: later copies are duplicates"));
+        }
+        DedupeState::Filtered { filter, position: at, expires_in_ms, .. } => {
+            let until = expires_in_ms.map_or_else(String::new, |ms| format!(" for {}", duration(ms)));
+            lines.push(format!(
+                "  {name}: record {} skipped by its route's filter `{filter}`; later copies are duplicates{until}",
+                position(at)
+            ));
+            lines.push(format!(
+                "  {name}: to run it: hookline-replayer reprocess --service {name} --event-id {event_id}"
+            ));
         }
         _ => {}
     }

@@ -1,7 +1,11 @@
-//! `--where '<json pointer> <op> <value>'`: one condition on an event's verified JSON body. Operators: `==`, `!=`,
-//! `in` (a JSON array), `exists` (no value), `prefix` (a string), and `<`, `<=`, `>`, `>=` on numbers. The value is
-//! JSON (`"cus_123"`, `42`, `true`, `["a","b"]`); a value that is not JSON is taken as a string (`== cus_123`).
-//! Numbers compare by value (`1 == 1.0`). A pointer the body lacks matches only `!=` (the value is not there).
+//! A condition on an event's verified JSON body, `'<json pointer> <op> <value>'`, shared by event search
+//! (`hookline-replayer events --where`) and the consumer's route filters (`[[routes.filters]] skip_when`), so that
+//! a filter skips exactly the events a search with the same conditions finds. Operators: `==`, `!=`, `in` (a JSON
+//! array), `exists` (no value), `prefix` (a string), and `<`, `<=`, `>`, `>=` on numbers. The value is JSON
+//! (`"cus_123"`, `42`, `true`, `["a","b"]`); a value that is not JSON is taken as a string (`== cus_123`). Numbers
+//! compare by value (`1 == 1.0`). A pointer the body lacks matches only `!=` (the value is not there). A body that
+//! is not JSON is for the caller to judge: no condition is asked about it (a search does not match it, a filter
+//! does not skip it).
 
 use std::{fmt, str::FromStr};
 
@@ -69,6 +73,9 @@ impl FromStr for Condition {
         if !pointer.starts_with('/') {
             return Err(format!("{}: the pointer starts with `/`", usage()));
         }
+        if !valid_escapes(pointer) {
+            return Err(format!("`{text}`: in a JSON pointer `~` is followed by 0 (`~`) or 1 (`/`)"));
+        }
         let rest = rest.trim_start();
         let (op_text, value_text) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
         let op = Op::parse(op_text)
@@ -103,6 +110,17 @@ impl fmt::Display for Condition {
             op => write!(f, "{} {} {}", self.pointer, op.as_str(), self.value),
         }
     }
+}
+
+/// Whether every `~` of `pointer` starts an escape RFC 6901 knows: `~0` or `~1`.
+fn valid_escapes(pointer: &str) -> bool {
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return false;
+        }
+    }
+    true
 }
 
 /// JSON equality with numbers compared by value.
@@ -171,12 +189,16 @@ mod tests {
         assert!(holds("/nested/n > 2", &body));
         assert!(!holds("/customer > 1", &body), "a string is not compared as a number");
         assert!(!holds("/missing < 1", &body) && !holds("/missing == 1", &body));
+        let escaped = json!({"a/b": 1, "m~n": 2});
+        assert!(holds("/a~1b == 1", &escaped) && holds("/m~0n == 2", &escaped), "escapes per RFC 6901");
     }
 
     #[test]
     fn malformed_conditions_say_why() {
         for (text, says) in [
             ("customer == 1", "starts with `/`"),
+            ("/a~2b == 1", "followed by 0"),
+            ("/a~ == 1", "followed by 0"),
             ("/a ~ 1", "is not one of"),
             ("/a ==", "needs a value"),
             ("/a exists 1", "takes no value"),
