@@ -363,8 +363,9 @@ pub async fn serve_admin(
     serve(listener, handler, limits, shutdown).await;
 }
 
-/// The answer to one admin request (`/livez`, `/readyz`, `/metrics`); services with more admin routes wrap it.
-pub fn admin_response(request: &Request<Incoming>, registry: &Registry, readiness: &Readiness) -> Response<Body> {
+/// The answer to one admin request (`/livez`, `/readyz`, `/metrics`); services with more admin routes wrap it. It
+/// reads only the method and path, so any body type will do (the replayer's router hands it its own).
+pub fn admin_response<B>(request: &Request<B>, registry: &Registry, readiness: &Readiness) -> Response<Body> {
     if request.method() != Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }

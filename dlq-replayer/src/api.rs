@@ -31,11 +31,19 @@
 
 use std::{sync::Arc, time::Instant};
 
-use bytes::Bytes;
-use hookline_common::http::{Body, PeerAddr, Readiness, admin_response};
-use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use axum::{
+    Router,
+    body::Body,
+    extract::{RawQuery, Request, State},
+    handler::Handler,
+    http::Uri,
+    middleware::Next,
+    response::Response,
+    routing::{MethodRouter, get, post},
+};
+use hookline_common::http::{PeerAddr, Readiness};
+use http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use prometheus::Registry;
 use secrecy::{ExposeSecret, SecretSlice};
 use serde::Serialize;
@@ -66,159 +74,227 @@ pub struct Api {
 }
 
 impl Api {
-    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
-        let path = request.uri().path().to_owned();
-        if !path.starts_with("/v1/") {
-            return admin_response(&request, &self.registry, &self.readiness);
-        }
-        // Wrong tokens go through the console login's throttle: an address that keeps guessing is refused for a
-        // while without its token being looked at, counted and logged.
-        let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0.ip());
-        if !self.console.logins.admits(peer, Instant::now()) {
-            let mut response = error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_wrong_tokens",
-                "too many wrong tokens from this address",
-            );
-            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
-            return response;
-        }
-        if !self.authorized(request.headers()) {
-            self.console.logins.failed("api", peer, Instant::now());
-            self.metrics.auth_failures.with_label_values(&["api"]).inc();
-            let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required");
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-            return response;
-        }
-        let method = request.method().clone();
-        let query = request.uri().query().unwrap_or("").to_owned();
-        let result = match (method, path.as_str()) {
-            (Method::GET, "/v1/entries") => match parse_query(&query) {
-                Ok(ListQuery { filter, cursor, limit }) => self
-                    .replayer
-                    .page(&filter, cursor.as_deref(), limit.unwrap_or(DEFAULT_PAGE))
-                    .await
-                    .map(|page| json(StatusCode::OK, &page)),
-                Err(problem) => Err(OpError::BadRequest(problem)),
-            },
-            (Method::GET, "/v1/stats") => match parse_query(&query) {
-                Ok(ListQuery { filter, cursor: None, limit: None }) => {
-                    self.replayer.stats(&filter).await.map(|stats| json(StatusCode::OK, &stats))
-                }
-                Ok(_) => Err(OpError::BadRequest("stats take no cursor or limit".to_owned())),
-                Err(problem) => Err(OpError::BadRequest(problem)),
-            },
-            (Method::GET, "/v1/rejections") => match rejections_query(&query) {
-                Ok(source) => Ok(json(StatusCode::OK, &self.rejections.gather(source.as_deref()).await)),
-                Err(problem) => Err(OpError::BadRequest(problem)),
-            },
-            (Method::GET, "/v1/events") => match crate::events::SearchRequest::from_query(&query) {
-                Ok(search) => {
-                    self.replayer.search_events(&search, |_| {}).await.map(|report| json(StatusCode::OK, &report))
-                }
-                Err(problem) => Err(OpError::BadRequest(problem)),
-            },
-            (Method::GET, path) if path.starts_with("/v1/events/") => {
-                match path["/v1/events/".len()..].split_once('/') {
-                    Some((source, event_id)) => {
-                        let (source, event_id) = (decode_path_segment(source), decode_path_segment(event_id));
-                        self.lookup.lookup(&source, &event_id).await.map(|answer| {
-                            json(if answer.found { StatusCode::OK } else { StatusCode::NOT_FOUND }, &answer)
-                        })
-                    }
-                    None => Err(OpError::BadRequest("the path is /v1/events/{source}/{event id}".to_owned())),
-                }
-            }
-            (Method::GET, path) if path.starts_with("/v1/entries/") => {
-                let id = decode_path_segment(&path["/v1/entries/".len()..]);
-                self.replayer.show(&id).await.map(|detail| match detail {
-                    Some(detail) => json(StatusCode::OK, &detail),
-                    None => error(StatusCode::NOT_FOUND, "no_such_entry", &format!("no entry `{id}`")),
-                })
-            }
-            (Method::POST, "/v1/replay") => match read_json::<ReplayRequest>(request).await {
-                Ok(mut replay) => {
-                    if replay.by.is_empty() {
-                        replay.by = "api".to_owned();
-                    }
-                    self.replayer.replay(&replay).await.map(|report| {
-                        if !report.dry_run {
-                            self.metrics.replays.inc_by(report.done.len() as u64);
-                        }
-                        json(StatusCode::OK, &report)
-                    })
-                }
-                Err(response) => return response,
-            },
-            (Method::POST, "/v1/reprocess") => match read_json::<ReprocessRequest>(request).await {
-                Ok(mut reprocess) => {
-                    if reprocess.by.is_empty() {
-                        reprocess.by = "api".to_owned();
-                    }
-                    self.replayer.reprocess(&reprocess).await.map(|report| json(StatusCode::OK, &report))
-                }
-                Err(response) => return response,
-            },
-            (Method::POST, "/v1/discard") => match read_json::<DiscardRequest>(request).await {
-                Ok(mut discard) => {
-                    if discard.by.is_empty() {
-                        discard.by = "api".to_owned();
-                    }
-                    self.replayer.discard(&discard).await.map(|report| {
-                        self.metrics.discards.inc_by(report.done.len() as u64);
-                        json(StatusCode::OK, &report)
-                    })
-                }
-                Err(response) => return response,
-            },
-            (Method::GET, "/v1/pauses") => self.replayer.pauses().await.map(|pauses| json(StatusCode::OK, &pauses)),
-            (Method::POST, action @ ("/v1/pause" | "/v1/resume")) => match read_json::<PauseRequest>(request).await {
-                Ok(mut pause) => {
-                    if pause.by.is_empty() {
-                        pause.by = "api".to_owned();
-                    }
-                    let written = if action == "/v1/pause" {
-                        self.replayer.pause(&pause).await
-                    } else {
-                        self.replayer.resume(&pause).await
-                    };
-                    written.map(|state| json(StatusCode::OK, &state))
-                }
-                Err(response) => return response,
-            },
-            _ => Ok(error(StatusCode::NOT_FOUND, "not_found", "no such API route")),
-        };
-        result.unwrap_or_else(|op_error| match op_error {
-            OpError::BadRequest(problem) => error(StatusCode::BAD_REQUEST, "bad_request", &problem),
-            OpError::NotReady => {
-                let mut response =
-                    error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "the dead-letter index is still being built");
-                response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-                response
-            }
-            OpError::Redis(redis_error) => {
-                tracing::warn!(error = %redis_error, "lookup could not read Redis");
-                error(StatusCode::SERVICE_UNAVAILABLE, "redis_unavailable", "Redis could not be read")
-            }
-            other => {
-                tracing::warn!(error = %other, cause = ?std::error::Error::source(&other), "admin API operation failed");
-                error(StatusCode::SERVICE_UNAVAILABLE, "kafka_unavailable", "Kafka could not be read or written")
-            }
-        })
-    }
-
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        // The scheme name is case-insensitive (RFC 9110): `bearer` and `BEARER` are accepted too.
-        self.token_matches(hookline_common::http::bearer_token(headers).unwrap_or(""))
-    }
-
     /// Whether `presented` is the API token (constant-time); the console's login form checks the same token.
     pub fn token_matches(&self, presented: &str) -> bool {
         hookline_common::http::token_matches(presented, self.token.expose_secret())
     }
 }
 
-async fn read_json<T: serde::de::DeserializeOwned>(request: Request<Incoming>) -> Result<T, Response<Body>> {
+/// The `/v1/` routes. A path that is not one of them, or a method a path does not take, is a JSON 404, as before the
+/// router (no 405): [`guard`] runs first for every `/v1/` path, so an unknown one still needs the token.
+pub(crate) fn routes() -> Router<Arc<Api>> {
+    Router::new()
+        .route("/v1/entries", only_get(list_entries))
+        .route("/v1/stats", only_get(stats))
+        .route("/v1/rejections", only_get(rejections))
+        .route("/v1/events", only_get(search_events))
+        // The event id may hold a `/`: the rest of the path after the source is the id, as the CLI's lookup takes it.
+        .route("/v1/events/", only_get(lookup_event))
+        .route("/v1/events/{*source_and_id}", only_get(lookup_event))
+        .route("/v1/entries/", only_get(show_entry))
+        .route("/v1/entries/{*id}", only_get(show_entry))
+        .route("/v1/pauses", only_get(pauses))
+        .route("/v1/replay", only_post(replay))
+        .route("/v1/reprocess", only_post(reprocess))
+        .route("/v1/discard", only_post(discard))
+        .route("/v1/pause", only_post(pause))
+        .route("/v1/resume", only_post(resume))
+}
+
+/// `GET` only; `HEAD` and every other method fall to [`not_found`] (axum would answer `HEAD` like `GET`).
+fn only_get<H: Handler<T, Arc<Api>>, T: 'static>(handler: H) -> MethodRouter<Arc<Api>> {
+    get(handler).head(not_found).fallback(not_found)
+}
+
+fn only_post<H: Handler<T, Arc<Api>>, T: 'static>(handler: H) -> MethodRouter<Arc<Api>> {
+    post(handler).fallback(not_found)
+}
+
+/// The answer for a `/v1/` path or method that does not exist.
+pub(crate) async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "not_found", "no such API route")
+}
+
+/// The bearer token check in front of every `/v1/` path (other paths pass untouched). Wrong tokens go through the
+/// console login's throttle: an address that keeps guessing is refused for a while without its token being looked
+/// at, counted and logged.
+pub(crate) async fn guard(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
+    if !request.uri().path().starts_with("/v1/") {
+        return next.run(request).await;
+    }
+    let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0.ip());
+    if !api.console.logins.admits(peer, Instant::now()) {
+        let mut response =
+            error(StatusCode::TOO_MANY_REQUESTS, "too_many_wrong_tokens", "too many wrong tokens from this address");
+        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
+        return response;
+    }
+    if !authorized(&api, request.headers()) {
+        api.console.logins.failed("api", peer, Instant::now());
+        api.metrics.auth_failures.with_label_values(&["api"]).inc();
+        let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required");
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        return response;
+    }
+    next.run(request).await
+}
+
+fn authorized(api: &Api, headers: &HeaderMap) -> bool {
+    // The scheme name is case-insensitive (RFC 9110): `bearer` and `BEARER` are accepted too.
+    api.token_matches(hookline_common::http::bearer_token(headers).unwrap_or(""))
+}
+
+type ApiState = State<Arc<Api>>;
+
+async fn list_entries(State(api): ApiState, RawQuery(query): RawQuery) -> Response {
+    match parse_query(query.as_deref().unwrap_or("")) {
+        Ok(ListQuery { filter, cursor, limit }) => {
+            answer(api.replayer.page(&filter, cursor.as_deref(), limit.unwrap_or(DEFAULT_PAGE)).await, |page| {
+                json(StatusCode::OK, &page)
+            })
+        }
+        Err(problem) => op_error(OpError::BadRequest(problem)),
+    }
+}
+
+async fn stats(State(api): ApiState, RawQuery(query): RawQuery) -> Response {
+    match parse_query(query.as_deref().unwrap_or("")) {
+        Ok(ListQuery { filter, cursor: None, limit: None }) => {
+            answer(api.replayer.stats(&filter).await, |stats| json(StatusCode::OK, &stats))
+        }
+        Ok(_) => op_error(OpError::BadRequest("stats take no cursor or limit".to_owned())),
+        Err(problem) => op_error(OpError::BadRequest(problem)),
+    }
+}
+
+async fn rejections(State(api): ApiState, RawQuery(query): RawQuery) -> Response {
+    match rejections_query(query.as_deref().unwrap_or("")) {
+        Ok(source) => json(StatusCode::OK, &api.rejections.gather(source.as_deref()).await),
+        Err(problem) => op_error(OpError::BadRequest(problem)),
+    }
+}
+
+async fn search_events(State(api): ApiState, RawQuery(query): RawQuery) -> Response {
+    match crate::events::SearchRequest::from_query(query.as_deref().unwrap_or("")) {
+        Ok(search) => answer(api.replayer.search_events(&search, |_| {}).await, |report| json(StatusCode::OK, &report)),
+        Err(problem) => op_error(OpError::BadRequest(problem)),
+    }
+}
+
+/// `GET /v1/events/{source}/{event id}`, split on the raw path's first `/` and then decoded (an encoded `%2F` stays
+/// part of its segment).
+async fn lookup_event(State(api): ApiState, uri: Uri) -> Response {
+    let rest = uri.path().strip_prefix("/v1/events/").unwrap_or("");
+    let Some((source, event_id)) = rest.split_once('/') else {
+        return op_error(OpError::BadRequest("the path is /v1/events/{source}/{event id}".to_owned()));
+    };
+    let (source, event_id) = (decode_path_segment(source), decode_path_segment(event_id));
+    answer(api.lookup.lookup(&source, &event_id).await, |answer| {
+        json(if answer.found { StatusCode::OK } else { StatusCode::NOT_FOUND }, &answer)
+    })
+}
+
+async fn show_entry(State(api): ApiState, uri: Uri) -> Response {
+    let id = decode_path_segment(uri.path().strip_prefix("/v1/entries/").unwrap_or(""));
+    answer(api.replayer.show(&id).await, |detail| match detail {
+        Some(detail) => json(StatusCode::OK, &detail),
+        None => error(StatusCode::NOT_FOUND, "no_such_entry", &format!("no entry `{id}`")),
+    })
+}
+
+async fn pauses(State(api): ApiState) -> Response {
+    answer(api.replayer.pauses().await, |pauses| json(StatusCode::OK, &pauses))
+}
+
+async fn replay(State(api): ApiState, request: Request) -> Response {
+    let mut replay = match read_json::<ReplayRequest>(request).await {
+        Ok(replay) => replay,
+        Err(response) => return response,
+    };
+    if replay.by.is_empty() {
+        replay.by = "api".to_owned();
+    }
+    answer(api.replayer.replay(&replay).await, |report| {
+        if !report.dry_run {
+            api.metrics.replays.inc_by(report.done.len() as u64);
+        }
+        json(StatusCode::OK, &report)
+    })
+}
+
+async fn reprocess(State(api): ApiState, request: Request) -> Response {
+    let mut reprocess = match read_json::<ReprocessRequest>(request).await {
+        Ok(reprocess) => reprocess,
+        Err(response) => return response,
+    };
+    if reprocess.by.is_empty() {
+        reprocess.by = "api".to_owned();
+    }
+    answer(api.replayer.reprocess(&reprocess).await, |report| json(StatusCode::OK, &report))
+}
+
+async fn discard(State(api): ApiState, request: Request) -> Response {
+    let mut discard = match read_json::<DiscardRequest>(request).await {
+        Ok(discard) => discard,
+        Err(response) => return response,
+    };
+    if discard.by.is_empty() {
+        discard.by = "api".to_owned();
+    }
+    answer(api.replayer.discard(&discard).await, |report| {
+        api.metrics.discards.inc_by(report.done.len() as u64);
+        json(StatusCode::OK, &report)
+    })
+}
+
+async fn pause(State(api): ApiState, request: Request) -> Response {
+    match read_json::<PauseRequest>(request).await {
+        Ok(pause) => answer(api.replayer.pause(&by_api(pause)).await, |state| json(StatusCode::OK, &state)),
+        Err(response) => response,
+    }
+}
+
+async fn resume(State(api): ApiState, request: Request) -> Response {
+    match read_json::<PauseRequest>(request).await {
+        Ok(resume) => answer(api.replayer.resume(&by_api(resume)).await, |state| json(StatusCode::OK, &state)),
+        Err(response) => response,
+    }
+}
+
+fn by_api(mut pause: PauseRequest) -> PauseRequest {
+    if pause.by.is_empty() {
+        pause.by = "api".to_owned();
+    }
+    pause
+}
+
+/// An operation's answer, or its error as the status and JSON every route answers it with.
+fn answer<T>(result: Result<T, OpError>, ok: impl FnOnce(T) -> Response) -> Response {
+    result.map_or_else(op_error, ok)
+}
+
+/// How the API answers a failed operation: one place, so every route says the same.
+fn op_error(op_error: OpError) -> Response {
+    match op_error {
+        OpError::BadRequest(problem) => error(StatusCode::BAD_REQUEST, "bad_request", &problem),
+        OpError::NotReady => {
+            let mut response =
+                error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "the dead-letter index is still being built");
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            response
+        }
+        OpError::Redis(redis_error) => {
+            tracing::warn!(error = %redis_error, "lookup could not read Redis");
+            error(StatusCode::SERVICE_UNAVAILABLE, "redis_unavailable", "Redis could not be read")
+        }
+        other => {
+            tracing::warn!(error = %other, cause = ?std::error::Error::source(&other), "admin API operation failed");
+            error(StatusCode::SERVICE_UNAVAILABLE, "kafka_unavailable", "Kafka could not be read or written")
+        }
+    }
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(request: Request) -> Result<T, Response> {
     let read = Limited::new(request.into_body(), MAX_REQUEST_BYTES).collect();
     let body = tokio::time::timeout(hookline_common::http::BODY_READ_TIMEOUT, read)
         .await
@@ -284,15 +360,15 @@ pub fn decode_path_segment(text: &str) -> String {
     percent_encoding::percent_decode_str(text).decode_utf8_lossy().into_owned()
 }
 
-fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
     let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
-    let mut response = Response::new(Body::new(Bytes::from(body)));
+    let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
     response
 }
 
-fn error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
     json(status, &serde_json::json!({ "error": { "code": code, "message": message } }))
 }
 

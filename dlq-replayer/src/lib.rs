@@ -9,6 +9,7 @@
 //! events a service already processed, from the inbound topic, to that one service ([`ops`]).
 
 pub mod api;
+pub mod app;
 pub mod config;
 pub mod console;
 pub mod events;
@@ -111,17 +112,8 @@ pub async fn serve_api(
         lookup: lookup::Lookup::new(replayer.clone()),
     });
     let tasks = TaskTracker::new();
-    let handler = move |request: Request<Incoming>| {
-        let api = api.clone();
-        async move {
-            let path = request.uri().path();
-            if path == "/ui" || path.starts_with("/ui/") {
-                console::handle(api, request).await
-            } else {
-                api.handle(request).await
-            }
-        }
-    };
+    let router = app::router(api);
+    let handler = move |request: Request<Incoming>| app::serve_on(router.clone(), request);
     tasks.spawn(serve(admin, handler, ServeLimits::default(), shutdown.child_token()));
 
     let interval = Duration::from_secs(config.refresh_interval_s);

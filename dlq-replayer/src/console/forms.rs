@@ -1,28 +1,32 @@
 //! The console's forms: the replay and discard actions (a dry-run preview, then the confirmed run in the
-//! background). Logging in is `login.rs`.
+//! background). Logging in is `login.rs`; the checks every state-changing form passes are `CheckedForm`.
 
-use std::{fmt::Write as _, sync::Arc};
+use std::sync::Arc;
 
-use hookline_common::{
-    http::{BODY_READ_TIMEOUT, Body},
-    wire::now_ms,
+use axum::{
+    extract::{Request, State},
+    response::Response,
 };
-use http::{Request, Response, StatusCode};
+use hookline_common::{http::BODY_READ_TIMEOUT, wire::now_ms};
+use http::StatusCode;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
+use maud::html;
 
-use super::{esc, filter_hidden, op_problem, page, problem_page, redirect, skipped_list};
+use super::{
+    CheckedForm,
+    layout::{Refresh, csrf_field, filter_hidden, op_problem, page, problem_page, redirect, skipped_list},
+};
 use crate::{
     api::Api,
     filter::Filter,
     ops::{DiscardRequest, OpError, ReplayRequest, Report},
-    session::{Action, Session},
+    session::Action,
 };
 
 pub(super) type Form = Vec<(String, String)>;
 
 /// The posted form, read up to `limit` bytes within [`BODY_READ_TIMEOUT`]; `None` if larger, slower or broken.
-pub(super) async fn read_form(request: Request<Incoming>, limit: usize) -> Option<Form> {
+pub(super) async fn read_form(request: Request, limit: usize) -> Option<Form> {
     let read = Limited::new(request.into_body(), limit).collect();
     let body = tokio::time::timeout(BODY_READ_TIMEOUT, read).await.ok()?.ok()?.to_bytes();
     Some(form_urlencoded::parse(&body).into_owned().collect())
@@ -109,77 +113,69 @@ async fn execute(api: &Api, ask: &Ask, dry_run: bool) -> Result<Report, OpError>
     }
 }
 
-pub(super) async fn preview(api: &Api, session: &Session, form: &Form) -> Response<Body> {
-    let ask = match ask_of(form) {
+/// `POST /ui/actions/preview`: the dry run, and the form that confirms it.
+pub(super) async fn preview(State(api): State<Arc<Api>>, CheckedForm { session, form, .. }: CheckedForm) -> Response {
+    let ask = match ask_of(&form) {
         Ok(ask) => ask,
         Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem),
     };
-    let report = match execute(api, &ask, true).await {
+    let report = match execute(&api, &ask, true).await {
         Ok(report) => report,
         Err(error) => return op_problem(&session.csrf, &error),
     };
     let n = report.done.len();
     let verb = if ask.action == Action::Replay { "replay" } else { "discard" };
-    let mut content = format!(
-        r#"<h1>Confirm: {verb} {n} entr{}</h1><p class="notice" id="preview-count">This will {verb} <strong>{n}</strong> entr{} (dry run: nothing has changed yet).</p>"#,
-        if n == 1 { "y" } else { "ies" },
-        if n == 1 { "y" } else { "ies" }
-    );
-    if ask.all {
-        content.push_str("<p class=\"muted\">The filter is applied again when you confirm: entries that arrive meanwhile and match are included.</p>");
-    }
-    if ask.action == Action::Replay {
-        let _ = write!(
-            content,
-            "<p>Rate: {}.</p>",
-            ask.rate
-                .map_or_else(|| "as fast as Kafka takes them".to_owned(), |rate| format!("at most {rate} per second"))
-        );
-    } else {
-        let _ = write!(content, "<p>Reason: {}</p>", esc(&ask.reason));
-    }
-    if !report.done.is_empty() {
-        content.push_str("<ul id=\"preview-ids\">");
-        for id in report.done.iter().take(20) {
-            let _ = write!(content, "<li><code>{}</code></li>", esc(id));
+    let entries = if n == 1 { "entry" } else { "entries" };
+    let content = html! {
+        h1 { "Confirm: " (verb) " " (n) " " (entries) }
+        p.notice #preview-count {
+            "This will " (verb) " " strong { (n) } " " (entries) " (dry run: nothing has changed yet)."
         }
-        if n > 20 {
-            let _ = write!(content, "<li>… and {} more</li>", n - 20);
+        @if ask.all {
+            p.muted { "The filter is applied again when you confirm: entries that arrive meanwhile and match are included." }
         }
-        content.push_str("</ul>");
-    }
-    content.push_str(&skipped_list(&report));
-    if n > 0 {
-        let mut hidden = format!(
-            r#"<input type="hidden" name="csrf" value="{}"><input type="hidden" name="action" value="{}"><input type="hidden" name="reason" value="{}">"#,
-            esc(&session.csrf),
-            ask.action.as_str(),
-            esc(&ask.reason)
-        );
-        if let Some(rate) = ask.rate {
-            let _ = write!(hidden, r#"<input type="hidden" name="rate" value="{rate}">"#);
+        @if ask.action == Action::Replay {
+            p { "Rate: " (ask.rate.map_or_else(|| "as fast as Kafka takes them".to_owned(), |rate| format!("at most {rate} per second"))) "." }
+        } @else {
+            p { "Reason: " (ask.reason) }
         }
-        if ask.all {
-            hidden.push_str(r#"<input type="hidden" name="all" value="1">"#);
-            hidden.push_str(&filter_hidden(&ask.filter));
-        } else {
-            for id in &ask.ids {
-                let _ = write!(hidden, r#"<input type="hidden" name="ids" value="{}">"#, esc(id));
+        @if !report.done.is_empty() {
+            ul #preview-ids {
+                @for id in report.done.iter().take(20) { li { code { (id) } } }
+                @if n > 20 { li { "… and " (n - 20) " more" } }
             }
         }
-        let _ = write!(
-            content,
-            r#"<form method="post" action="/ui/actions/run" id="confirm">{hidden}<div class="actions"><button type="submit" class="{}" id="confirm-button">Yes, {verb} {n}</button> <a href="/ui/entries">Cancel</a></div></form>"#,
-            if ask.action == Action::Replay { "primary" } else { "danger" }
-        );
-    } else {
-        content.push_str(r#"<p><a href="/ui/entries">Back to the entries</a></p>"#);
-    }
-    page(StatusCode::OK, "Confirm", Some(&session.csrf), &content, false)
+        (skipped_list(&report, report.skipped.len()))
+        @if n > 0 {
+            form method="post" action="/ui/actions/run" #confirm {
+                (csrf_field(&session.csrf))
+                input type="hidden" name="action" value=(ask.action.as_str());
+                input type="hidden" name="reason" value=(ask.reason);
+                @if let Some(rate) = ask.rate { input type="hidden" name="rate" value=(rate); }
+                @if ask.all {
+                    input type="hidden" name="all" value="1";
+                    (filter_hidden(&ask.filter))
+                } @else {
+                    @for id in &ask.ids { input type="hidden" name="ids" value=(id); }
+                }
+                div.actions {
+                    button type="submit" class=(if ask.action == Action::Replay { "primary" } else { "danger" }) #confirm-button {
+                        "Yes, " (verb) " " (n)
+                    }
+                    " "
+                    a href="/ui/entries" { "Cancel" }
+                }
+            }
+        } @else {
+            p { a href="/ui/entries" { "Back to the entries" } }
+        }
+    };
+    page(StatusCode::OK, "Confirm", Some(&session.csrf), content, Refresh::No)
 }
 
-pub(super) async fn run(api: &Arc<Api>, session: &Session, form: &Form) -> Response<Body> {
-    let ask = match ask_of(form) {
+/// `POST /ui/actions/run`: starts the confirmed action in the background and sends the browser to its page.
+pub(super) async fn run(State(api): State<Arc<Api>>, CheckedForm { session, form, .. }: CheckedForm) -> Response {
+    let ask = match ask_of(&form) {
         Ok(ask) => ask,
         Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem),
     };
@@ -188,7 +184,7 @@ pub(super) async fn run(api: &Arc<Api>, session: &Session, form: &Form) -> Respo
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
     api.console.start_job(&id, ask.action, now_ms());
-    let (api, job_id) = (api.clone(), id.clone());
+    let job_id = id.clone();
     // A bulk replay at a rate can take long: it runs on, and its page shows the report when it is done.
     tokio::spawn(async move {
         let outcome = execute(&api, &ask, false).await.map_err(|error| match error {

@@ -2,13 +2,20 @@
 //! and no more. Its body is read up to [`MAX_LOGIN_BYTES`] within the body timeout, and an address that keeps
 //! sending wrong tokens is refused (429) for a while without its token being looked at (`login_throttle.rs`).
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
-use hookline_common::http::{Body, PeerAddr};
-use http::{Request, Response, StatusCode, header};
-use hyper::body::Incoming;
+use axum::{
+    extract::{Request, State},
+    response::Response,
+};
+use hookline_common::http::PeerAddr;
+use http::{StatusCode, header};
+use maud::html;
 
-use super::{esc, forms::field, forms::read_form, page, redirect, same_origin};
+use super::{
+    forms::{field, read_form},
+    layout::{Refresh, page, redirect, same_origin},
+};
 use crate::{
     api::Api,
     session::{COOKIE, SESSION_TTL},
@@ -17,20 +24,24 @@ use crate::{
 /// The login form holds one token: a few KiB is plenty, and all an unauthenticated client may make us buffer.
 pub(super) const MAX_LOGIN_BYTES: usize = 4 * 1024;
 
-pub(super) fn login_page(status: StatusCode, problem: Option<&str>) -> Response<Body> {
-    let problem =
-        problem.map(|text| format!(r#"<p class="problem" id="login-problem">{}</p>"#, esc(text))).unwrap_or_default();
-    let content = format!(
-        r#"<div class="login"><h1>Log in</h1>{problem}
-<form method="post" action="/ui/login"><label for="token">Replayer API token</label>
-<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
-<button class="primary" type="submit">Log in</button></form>
-<p class="muted">The token is the replayer's <code>api_token</code>, the same one the JSON API takes.</p></div>"#
-    );
-    page(status, "Log in", None, &content, false)
+pub(super) fn login_page(status: StatusCode, problem: Option<&str>) -> Response {
+    let content = html! {
+        div.login {
+            h1 { "Log in" }
+            @if let Some(problem) = problem { p.problem #login-problem { (problem) } }
+            form method="post" action="/ui/login" {
+                label for="token" { "Replayer API token" }
+                input #token name="token" type="password" autocomplete="current-password" required autofocus;
+                button.primary type="submit" { "Log in" }
+            }
+            p.muted { "The token is the replayer's " code { "api_token" } ", the same one the JSON API takes." }
+        }
+    };
+    page(status, "Log in", None, content, Refresh::No)
 }
 
-pub(super) async fn login(api: &Api, request: Request<Incoming>) -> Response<Body> {
+/// `POST /ui/login`.
+pub(super) async fn login(State(api): State<Arc<Api>>, request: Request) -> Response {
     if !same_origin(request.headers()) {
         return login_page(StatusCode::FORBIDDEN, Some("this form was posted from another site"));
     }
