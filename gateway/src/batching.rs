@@ -15,9 +15,10 @@
 //! time the previous record is acknowledged, whichever producer carried it. Records in flight at the same time
 //! had no order to keep.
 //!
-//! It is opt-in (`batch_from_in_flight` > 0): measured so far, on two shared cores, the split gained nothing at 64
-//! connections (the machine, not the linger, bounded latency there) and cost throughput at 256, where in-flight
-//! counts hovering around the threshold split records between two half-full batch streams.
+//! The default splits at 64 produces in flight (issue 37, docs/benchmarks/gateway-linger.md): on a quiet machine,
+//! three rounds, it answered at 30 % of peak with a p50 of 1.9-2.6 ms where one 2 ms producer took 3.6-4.2 ms (as
+//! fast as `linger.ms = 0`), and at 256 connections did 0.85-1.04 of the one producer and 2.04-2.21x kprf.
+//! `batch_from_in_flight = 0` is one lingering producer, the gateway before.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -36,10 +37,9 @@ pub struct ProducerConfig {
 
 impl Default for ProducerConfig {
     fn default() -> Self {
-        // One lingering producer, as before issue 25, until a quiet machine shows the split pays: on two shared
-        // cores (docs/benchmarks/gateway-batching.md) the split (`batch_from_in_flight = 128`) gained nothing
-        // measurable at 64 connections and did 24,600/s against 28,200/s for one producer at 256 (12 runs, A B).
-        Self { batch_from_in_flight: 0, batch_linger_ms: 2.0 }
+        // The split from 64 in flight: at light load as fast as no linger, at 256 connections within the rounds'
+        // spread of one 2 ms producer (docs/benchmarks/gateway-linger.md, the quiet-machine run of issue 37).
+        Self { batch_from_in_flight: 64, batch_linger_ms: 2.0 }
     }
 }
 
