@@ -15,10 +15,11 @@
 //! time the previous record is acknowledged, whichever producer carried it. Records in flight at the same time
 //! had no order to keep.
 //!
-//! The default splits at 64 produces in flight (issue 37, docs/benchmarks/gateway-linger.md): on a quiet machine,
-//! three rounds, it answered at 30 % of peak with a p50 of 1.9-2.6 ms where one 2 ms producer took 3.6-4.2 ms (as
-//! fast as `linger.ms = 0`), and at 256 connections did 0.85-1.04 of the one producer and 2.04-2.21x kprf.
-//! `batch_from_in_flight = 0` is one lingering producer, the gateway before.
+//! It is opt-in (`batch_from_in_flight` > 0). Measured on a quiet machine (issue 37, docs/benchmarks/gateway-linger.md)
+//! the split at 64 answered at 30 % of peak as fast as `linger.ms = 0` (p50 1.9-2.6 ms, one 2 ms producer 3.6-4.2)
+//! and did 2.04-2.21x kprf at 256 connections; but with it as the default the broker-restart test
+//! (tests/tests/broker_restart.rs) failed 2 of 7 runs (the consumer not done within 60 s after the restart) against
+//! 0 of 4 with one producer, which is not explained yet, so one lingering producer stays the default.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -37,9 +38,9 @@ pub struct ProducerConfig {
 
 impl Default for ProducerConfig {
     fn default() -> Self {
-        // The split from 64 in flight: at light load as fast as no linger, at 256 connections within the rounds'
-        // spread of one 2 ms producer (docs/benchmarks/gateway-linger.md, the quiet-machine run of issue 37).
-        Self { batch_from_in_flight: 64, batch_linger_ms: 2.0 }
+        // One lingering producer: the split (64) measured well (docs/benchmarks/gateway-linger.md, run 3) but failed
+        // the broker-restart test 2 of 7 runs as the default, unexplained (see the module).
+        Self { batch_from_in_flight: 0, batch_linger_ms: 2.0 }
     }
 }
 
