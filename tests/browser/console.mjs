@@ -3,7 +3,8 @@
 // failed check; the Rust test then checks in Kafka what was processed and recorded.
 //
 // Env: CONSOLE_URL, CONSOLE_TOKEN, ENTRY_TO_REPLAY, ENTRY_TO_DISCARD, ENTRY_FILTER_TEXT, N_ENTRIES, SERVICE (the
-// consumer service that dead-lettered them), SCREENSHOTS (a directory), CHROMIUM (the browser binary).
+// consumer service that dead-lettered them), SEARCH_SOURCE and SEARCH_MATCH (the source of the accepted events and
+// the one event whose body has order id 1), SCREENSHOTS (a directory), CHROMIUM (the browser binary).
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
 import assert from "node:assert/strict";
@@ -20,6 +21,8 @@ const toDiscard = env("ENTRY_TO_DISCARD");
 const filterText = env("ENTRY_FILTER_TEXT");
 const nEntries = Number(env("N_ENTRIES"));
 const service = env("SERVICE");
+const searchSource = env("SEARCH_SOURCE");
+const searchMatch = env("SEARCH_MATCH");
 const shots = env("SCREENSHOTS");
 mkdirSync(shots, { recursive: true });
 
@@ -137,6 +140,18 @@ try {
   await page.click(`${row} button`);
   assert.match(await page.textContent("#pause-notice"), /resumed route github/);
   await page.waitForSelector("#no-pauses");
+
+  step("find an accepted event by its content and time on the Search page");
+  await page.goto(`${url}/ui/search`);
+  await page.fill("#event-search-form input[name=source]", searchSource);
+  const anHourAgo = new Date(Date.now() - 3600 * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+  await page.fill("#event-search-form input[name=since]", anHourAgo);
+  await page.fill("#event-search-form input[name=where]", "/order/id == 1");
+  await Promise.all([page.waitForURL(/\/ui\/search\?/), page.click("#event-search-form button")]);
+  assert.equal(await page.getAttribute("#event-matches", "data-matches"), "1", await page.textContent("main"));
+  const match = await page.textContent("#event-matches tbody");
+  assert.ok(match.includes(searchMatch), `the match is not ${searchMatch}: ${match}`);
+  await shot("event-search");
 
   step("a form without the CSRF token, or from another site, changes nothing");
   const noCsrf = await page.request.post(`${url}/ui/actions/run`, {

@@ -1,8 +1,8 @@
 //! The DLQ console in a real browser: Debian's chromium, driven by playwright-core (`tests/browser/console.mjs`),
 //! against the replayer service over the real broker, Redis and consumer. The browser logs in (and a wrong token
 //! gets nowhere), sees counts by service, filters (by service too), opens an entry, replays it after a fix and
-//! sees it become `succeeded`, and discards another with a reason; this test then checks in Kafka what was
-//! processed and recorded. The screenshots in `docs/console/` are this test's.
+//! sees it become `succeeded`, discards another with a reason, and finds an accepted event by its body on the Search
+//! page; this test then checks in Kafka what was processed and recorded. The screenshots in `docs/console/` are this test's.
 
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
@@ -71,6 +71,8 @@ async fn console_in_a_real_browser() {
         .env("ENTRY_FILTER_TEXT", &deliveries[0].delivery_id)
         .env("N_ENTRIES", "3")
         .env("SERVICE", stack.consumer_config.service_name())
+        .env("SEARCH_SOURCE", "github")
+        .env("SEARCH_MATCH", &deliveries[1].delivery_id)
         .env("SCREENSHOTS", &screenshots)
         .env("CHROMIUM", chromium())
         .stdin(Stdio::null())
