@@ -73,7 +73,7 @@ impl Dedupe {
     pub async fn claim_together(&self, tokens: &[&ClaimToken]) -> Result<Vec<Claim>, DedupeError> {
         if !tokens.iter().all(|token| self.can_claim_together(token)) {
             // The unscoped layout's window was open when the tokens were made: each claims alone.
-            return Err(DedupeError(redis::RedisError::from(std::io::Error::other("cannot claim together"))));
+            return Err(refused("cannot claim together"));
         }
         let mut invocation = self.many.claim.prepare_invoke();
         for token in tokens {
@@ -85,7 +85,7 @@ impl Dedupe {
         let replies: RedisResult<Vec<String>> = invocation.invoke_async(&mut self.connection.clone()).await;
         let replies = replies?;
         if replies.len() != tokens.len() {
-            return Err(DedupeError(redis::RedisError::from(std::io::Error::other("claim reply count mismatch"))));
+            return Err(refused("claim reply count mismatch"));
         }
         Ok(tokens.iter().zip(replies).map(|(token, reply)| Claim::from_reply(token, &reply)).collect())
     }
@@ -94,7 +94,7 @@ impl Dedupe {
     /// would have answered (whether the claim was still ours). Only for tokens [`Self::can_claim_together`] accepts.
     pub async fn done_together(&self, done: &[(&ClaimToken, &DoneMarker)]) -> Result<Vec<bool>, DedupeError> {
         if !done.iter().all(|(token, _)| self.can_claim_together(token)) {
-            return Err(DedupeError(redis::RedisError::from(std::io::Error::other("cannot mark done together"))));
+            return Err(refused("cannot mark done together"));
         }
         let mut invocation = self.many.done.prepare_invoke();
         for (token, marker) in done {
@@ -104,10 +104,15 @@ impl Dedupe {
         let replies: RedisResult<Vec<i64>> = invocation.invoke_async(&mut self.connection.clone()).await;
         let replies = replies?;
         if replies.len() != done.len() {
-            return Err(DedupeError(redis::RedisError::from(std::io::Error::other("done reply count mismatch"))));
+            return Err(refused("done reply count mismatch"));
         }
         Ok(replies.into_iter().map(|still_ours| still_ours == 1).collect())
     }
+}
+
+/// An error of ours, not Redis's, failing a many-key call (its callers then take the one-key calls).
+fn refused(why: &'static str) -> DedupeError {
+    DedupeError(redis::RedisError::from(std::io::Error::other(why)))
 }
 
 #[cfg(test)]

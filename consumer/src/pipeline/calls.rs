@@ -91,11 +91,7 @@ impl Pipeline {
     pub(super) async fn mark_done(&self, token: &ClaimToken, marker: &DoneMarker, event: &InboundEvent) -> Option<()> {
         let still_ours = self.redis_until_done("done", || self.dedupe.mark_done(token, marker)).await?;
         if !still_ours {
-            tracing::warn!(
-                source = %event.meta.source,
-                event_id = %event.meta.event_id,
-                "claim expired while processing: the handler ran longer than the lease"
-            );
+            claim_expired(event);
         }
         Some(())
     }
@@ -283,4 +279,13 @@ impl Pipeline {
             () = tokio::time::sleep(duration) => Some(()),
         }
     }
+}
+
+/// The done marker found the claim gone: another consumer may have processed the event too.
+pub(super) fn claim_expired(event: &InboundEvent) {
+    tracing::warn!(
+        source = %event.meta.source,
+        event_id = %event.meta.event_id,
+        "claim expired while processing: the handler ran longer than the lease"
+    );
 }

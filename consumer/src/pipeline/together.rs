@@ -183,11 +183,7 @@ impl Pipeline {
         let Ok(event) = &message.event else { return };
         let source = event.meta.source.as_str();
         if !still_ours {
-            tracing::warn!(
-                source = %source,
-                event_id = %event.meta.event_id,
-                "claim expired while processing: the handler ran longer than the lease"
-            );
+            super::calls::claim_expired(event);
         }
         let age_ms = hookline_common::wire::now_ms().saturating_sub(event.meta.received_at_ms).max(0);
         self.metrics.event_age.with_label_values(&[source]).observe(age_ms as f64 / 1000.0);
