@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use hookline_common::kafka::{producer_config, read_topic};
+use hookline_common::{
+    kafka::{producer_config, read_topic},
+    wire::redis_key::DEDUPE_CLAIM_PREFIX,
+};
 use http::Request;
 use http_body_util::Full;
 use rdkafka::{
@@ -86,14 +89,28 @@ impl TestStack {
     /// Forgets every dedupe marker of the stack in Redis: as if the done markers were lost (a Redis failover
     /// without persistence, an eviction), so only a handler's own record (the `postgres` handler's dedupe row) can
     /// tell that an event was applied.
+    ///
+    /// A handler's effect can be visible before its done marker is written (the `postgres` handler commits, then
+    /// the consumer marks the event done), so this first waits until no key holds a live claim: a done marker
+    /// written after the forgetting would make the next copy a Redis duplicate, not the re-delivery the caller means.
     pub async fn forget_dedupe_markers(&self) {
         let client = redis::Client::open(self.redis.url.as_str()).expect("redis url");
         let mut connection = client.get_multiplexed_async_connection().await.expect("redis");
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.redis.key_prefix))
-            .query_async(&mut connection)
-            .await
-            .expect("keys");
+        let pattern = format!("{}*", self.redis.key_prefix);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let keys = loop {
+            let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut connection).await.expect("keys");
+            let values: Vec<Option<String>> = if keys.is_empty() {
+                Vec::new()
+            } else {
+                redis::cmd("MGET").arg(&keys).query_async(&mut connection).await.expect("mget")
+            };
+            if !values.iter().flatten().any(|value| value.starts_with(DEDUPE_CLAIM_PREFIX)) {
+                break keys;
+            }
+            assert!(std::time::Instant::now() < deadline, "a dedupe key still holds a claim after 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
         assert!(!keys.is_empty(), "the stack's dedupe markers are under its prefix");
         let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut connection).await.expect("del");
     }
