@@ -3,7 +3,7 @@
 //! in memory. In a source topic (`service.source_topics`: one source's events) the partition where they wait is
 //! paused in librdkafka, so nothing more of it is fetched, copied or parsed; in shared partitions they wait while
 //! the window has room, then go to the retry topic so that the other routes move on, and those read back while the
-//! route is still held stay in memory (ARCHITECTURE.md, "Holding a route").
+//! route is still held stay in memory (docs/consumer-window.md, "Holding a route").
 
 use std::{
     collections::HashSet,

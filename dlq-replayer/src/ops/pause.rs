@@ -2,7 +2,7 @@
 //! downstream. The state lives in the compacted control topic ([`hookline_common::control`]), written here through
 //! the same signing producer as every other record, and every instance of the service follows it, including one
 //! started later. A paused route's records wait (in memory, or in its service's retry topic); nothing is called,
-//! lost, skipped or sent twice, and a resume lets them run at full speed (ARCHITECTURE.md, "Holding a route").
+//! lost, skipped or sent twice, and a resume lets them run at full speed (docs/consumer-window.md, "Holding a route").
 
 use std::time::Duration;
 
