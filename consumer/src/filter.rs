@@ -14,7 +14,7 @@ use std::collections::HashSet;
 
 use hookline_common::{predicate::Condition, wire::InboundEvent};
 
-use crate::config::RouteConfig;
+use crate::config::{RouteConfig, RouteMatch};
 
 /// Longest filter name: it is a metric label value and part of every marker it writes.
 const MAX_FILTER_NAME_BYTES: usize = 64;
@@ -28,8 +28,7 @@ pub struct Filters {
 
 #[derive(Debug)]
 struct RouteFilters {
-    source: String,
-    event_types: Option<HashSet<String>>,
+    matcher: RouteMatch,
     label: String,
     filters: Vec<Filter>,
 }
@@ -79,12 +78,7 @@ impl Filters {
                 }
                 filters.push(Filter { name: name.to_owned(), conditions });
             }
-            built.push(RouteFilters {
-                source: route.source.clone(),
-                event_types: route.event_types.as_ref().map(|types| types.iter().cloned().collect()),
-                label: route.label(),
-                filters,
-            });
+            built.push(RouteFilters { matcher: route.matcher(), label: route.label(), filters });
         }
         if problems.is_empty() { Ok(Self { routes: built }) } else { Err(problems) }
     }
@@ -97,10 +91,7 @@ impl Filters {
             return None;
         }
         let event_type = event.meta.event_type.as_deref();
-        let route = self.routes.iter().find(|route| {
-            route.source == event.meta.source
-                && route.event_types.as_ref().is_none_or(|types| event_type.is_some_and(|t| types.contains(t)))
-        })?;
+        let route = self.routes.iter().find(|route| route.matcher.takes(&event.meta.source, event_type))?;
         if route.filters.is_empty() {
             return None;
         }

@@ -185,6 +185,37 @@ impl RouteConfig {
             None => self.source.clone(),
         }
     }
+
+    /// Which events this route takes: the rule its handler, its scheduling and its filters all choose by.
+    pub fn matcher(&self) -> RouteMatch {
+        RouteMatch {
+            source: self.source.clone(),
+            event_types: self.event_types.as_ref().map(|types| types.iter().cloned().collect()),
+        }
+    }
+}
+
+/// Which events a `[[routes]]` entry takes: those of its source and, when it names event types, of one of them (an
+/// event without a type is then not taken). An event's route is the first entry that takes it, for its handler
+/// ([`crate::handler::router`]), its scheduling ([`crate::schedule`]) and its filters ([`crate::filter`]) alike:
+/// written once here so the three never disagree.
+#[derive(Debug, Clone)]
+pub struct RouteMatch {
+    source: String,
+    event_types: Option<std::collections::HashSet<String>>,
+}
+
+impl RouteMatch {
+    /// The source this route takes.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the route takes an event of `source` and `event_type`.
+    pub fn takes(&self, source: &str, event_type: Option<&str>) -> bool {
+        self.source == source
+            && self.event_types.as_ref().is_none_or(|types| event_type.is_some_and(|t| types.contains(t)))
+    }
 }
 
 /// One filter of a route (`[[routes.filters]]`).

@@ -13,7 +13,7 @@ use hookline_common::wire::InboundEvent;
 use super::{
     BoxFuture, Handler, HandlerError, StartContext, http::HttpHandler, log::LogHandler, postgres::PostgresHandler,
 };
-use crate::config::{HandlerConfig, RouteConfig, SourceRulesConfig};
+use crate::config::{HandlerConfig, RouteConfig, RouteMatch, SourceRulesConfig};
 
 /// Wildcard key in `schemas`: applies to every event type without a schema of its own.
 pub const ANY_EVENT_TYPE: &str = "*";
@@ -27,8 +27,7 @@ pub struct Router {
 
 #[derive(Debug)]
 struct Route {
-    source: String,
-    event_types: Option<HashSet<String>>,
+    matcher: RouteMatch,
     handler: Box<dyn Handler>,
 }
 
@@ -76,11 +75,7 @@ impl Router {
         let mut built_routes = Vec::new();
         for (index, route) in routes.iter().enumerate() {
             match build_handler(&route.handler, timeout, config_dir) {
-                Ok(handler) => built_routes.push(Route {
-                    source: route.source.clone(),
-                    event_types: route.event_types.as_ref().map(|types| types.iter().cloned().collect()),
-                    handler,
-                }),
+                Ok(handler) => built_routes.push(Route { matcher: route.matcher(), handler }),
                 Err(problem) => problems.push(format!("routes[{index}] (source `{}`): {problem}", route.source)),
             }
         }
@@ -124,10 +119,7 @@ impl Router {
         let event_type = event.meta.event_type.as_deref();
         self.routes
             .iter()
-            .find(|route| {
-                route.source == event.meta.source
-                    && route.event_types.as_ref().is_none_or(|types| event_type.is_some_and(|t| types.contains(t)))
-            })
+            .find(|route| route.matcher.takes(&event.meta.source, event_type))
             .map_or(self.default.as_ref(), |route| route.handler.as_ref())
     }
 
@@ -191,7 +183,7 @@ impl Handler for Router {
                     .handler
                     .start(context)
                     .await
-                    .map_err(|problem| format!("routes[{index}] (source `{}`): {problem}", route.source))?;
+                    .map_err(|problem| format!("routes[{index}] (source `{}`): {problem}", route.matcher.source()))?;
             }
             Ok(())
         })

@@ -143,8 +143,7 @@ impl Scheduler {
                 .iter()
                 .map(|route| RouteRule {
                     label: route.label(),
-                    source: route.source.clone(),
-                    event_types: route.event_types.as_ref().map(|types| types.iter().cloned().collect()),
+                    matcher: route.matcher(),
                     max_in_flight: route.max_in_flight.unwrap_or(default_route_max_in_flight),
                     rate_per_s: route.rate_per_s,
                     breaker_failures: route.breaker_failures.unwrap_or(processing.breaker_failures),

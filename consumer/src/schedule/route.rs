@@ -3,11 +3,12 @@
 //! route's capacity.
 
 use std::{
-    collections::{HashSet, VecDeque},
+    collections::VecDeque,
     time::{Duration, Instant},
 };
 
 use super::{Downstream, Job, Scheduler};
+use crate::config::RouteMatch;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum RouteKey {
@@ -19,8 +20,7 @@ pub(super) enum RouteKey {
 pub(super) struct RouteRule {
     /// Its name in metrics and pauses ([`crate::config::RouteConfig::label`]).
     pub(super) label: String,
-    pub(super) source: String,
-    pub(super) event_types: Option<HashSet<String>>,
+    pub(super) matcher: RouteMatch,
     pub(super) max_in_flight: usize,
     pub(super) rate_per_s: Option<f64>,
     pub(super) breaker_failures: u32,
@@ -152,10 +152,7 @@ impl Scheduler {
     /// The route of a record of `source` and `event_type`, made on first use.
     pub(super) fn route_for(&mut self, source: Option<&str>, event_type: Option<&str>) -> usize {
         let source = source.unwrap_or("unknown");
-        let configured = self.rules.iter().position(|rule| {
-            rule.source == source
-                && rule.event_types.as_ref().is_none_or(|types| event_type.is_some_and(|t| types.contains(t)))
-        });
+        let configured = self.rules.iter().position(|rule| rule.matcher.takes(source, event_type));
         let key = match configured {
             Some(index) => RouteKey::Configured(index),
             None => RouteKey::Source(source.to_owned()),
