@@ -34,6 +34,38 @@ pub const GOOGLE_HOST: &str = "www.googleapis.com";
 pub const PLAID_HOST: &str = "production.plaid.com";
 const HOSTS: [&str; 4] = [SNS_HOST, PAYPAL_HOST, GOOGLE_HOST, PLAID_HOST];
 
+/// `openssl genpkey -algorithm <algorithm...> -out path`: a new private key in a PEM file.
+fn openssl_genpkey(path: &Path, algorithm: &[&str]) {
+    let status = Command::new("openssl")
+        .arg("genpkey")
+        .arg("-algorithm")
+        .args(algorithm)
+        .arg("-out")
+        .arg(path)
+        .stderr(Stdio::null())
+        .status()
+        .expect("run openssl genpkey (is the openssl command installed?)");
+    assert!(status.success(), "openssl genpkey failed");
+}
+
+/// `openssl dgst -<digest> -sign key`: the signature of `message` as openssl writes it (PKCS#1 v1.5 for RSA, DER
+/// for ECDSA).
+fn openssl_sign(digest: &str, key: &Path, message: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new("openssl")
+        .args(["dgst", &format!("-{digest}"), "-sign"])
+        .arg(key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run openssl dgst");
+    child.stdin.take().expect("stdin").write_all(message).expect("write the message");
+    let output = child.wait_with_output().expect("openssl dgst");
+    assert!(output.status.success(), "openssl dgst failed");
+    output.stdout
+}
+
 /// An RSA private key in a PEM file (PKCS#8), made by `openssl genpkey`.
 #[derive(Debug)]
 pub struct RsaKey {
@@ -44,32 +76,14 @@ pub struct RsaKey {
 impl RsaKey {
     pub fn generate(directory: &Path, name: &str) -> Self {
         let path = directory.join(format!("{name}.key.pem"));
-        let status = Command::new("openssl")
-            .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out"])
-            .arg(&path)
-            .stderr(Stdio::null())
-            .status()
-            .expect("run openssl genpkey (is the openssl command installed?)");
-        assert!(status.success(), "openssl genpkey failed");
+        openssl_genpkey(&path, &["RSA", "-pkeyopt", "rsa_keygen_bits:2048"]);
         let pem = std::fs::read_to_string(&path).expect("read the key");
         Self { path, pem }
     }
 
     /// RSA PKCS#1 v1.5 signature of `message` with `digest` (`sha1`, `sha256`), by `openssl dgst -sign`.
     pub fn sign(&self, digest: &str, message: &[u8]) -> Vec<u8> {
-        use std::io::Write;
-        let mut child = Command::new("openssl")
-            .args(["dgst", &format!("-{digest}"), "-sign"])
-            .arg(&self.path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run openssl dgst");
-        child.stdin.take().expect("stdin").write_all(message).expect("write the message");
-        let output = child.wait_with_output().expect("openssl dgst");
-        assert!(output.status.success(), "openssl dgst failed");
-        output.stdout
+        openssl_sign(digest, &self.path, message)
     }
 
     /// The public key as a JSON Web Key (RS256) with key id `kid`.
@@ -103,31 +117,14 @@ pub struct EcKey {
 impl EcKey {
     pub fn generate(directory: &Path, name: &str) -> Self {
         let path = directory.join(format!("{name}.ec.pem"));
-        let status = Command::new("openssl")
-            .args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"])
-            .arg(&path)
-            .stderr(Stdio::null())
-            .status()
-            .expect("run openssl genpkey");
-        assert!(status.success(), "openssl genpkey failed");
+        openssl_genpkey(&path, &["EC", "-pkeyopt", "ec_paramgen_curve:P-256"]);
         Self { path }
     }
 
     /// The ES256 signature of `message` as JWS writes it (`r || s`, 64 bytes), by `openssl dgst -sha256 -sign`.
     pub fn sign(&self, message: &[u8]) -> Vec<u8> {
-        use std::io::Write;
-        let mut child = Command::new("openssl")
-            .args(["dgst", "-sha256", "-sign"])
-            .arg(&self.path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run openssl dgst");
-        child.stdin.take().expect("stdin").write_all(message).expect("write the message");
-        let output = child.wait_with_output().expect("openssl dgst");
-        assert!(output.status.success(), "openssl dgst failed");
-        p256::ecdsa::Signature::from_der(&output.stdout).expect("a DER ECDSA signature").to_bytes().to_vec()
+        let der = openssl_sign("sha256", &self.path, message);
+        p256::ecdsa::Signature::from_der(&der).expect("a DER ECDSA signature").to_bytes().to_vec()
     }
 
     /// The public key as the JWK Plaid's key endpoint answers with (`x`, `y` from the key's SPKI DER).

@@ -35,6 +35,7 @@ mod handler;
 pub mod jaeger;
 pub mod kafka_tls;
 pub mod key_server;
+pub mod loopback_tls;
 mod observe;
 pub mod postgres;
 pub mod process;

@@ -46,6 +46,50 @@ pub fn paddle_source(paddle: &FakePaddle) -> SourceConfig {
     }
 }
 
+/// A reconciler config for `stack`'s Kafka and Redis, with an index group and a Redis prefix of its own.
+pub fn test_config(stack: &TestStack, sources: Vec<SourceConfig>, complete_since: Option<&str>) -> ReconcilerConfig {
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let mut config = ReconcilerConfig {
+        kafka: stack.kafka.clone(),
+        index_group_id: format!("test-{run_id}-index"),
+        index_complete_since: complete_since.map(str::to_owned),
+        sources,
+        ..ReconcilerConfig::default()
+    };
+    config.redis.url = redis_url();
+    config.redis.key_prefix = format!("test:{run_id}:reconcile");
+    config
+}
+
+/// The reconciler service as `hookline-reconciler serve` runs it ([`hookline_reconciler::run`]), in-process, with
+/// its admin listener on a loopback port of its own.
+#[allow(missing_debug_implementations)]
+pub struct ReconcilerService {
+    pub admin_addr: std::net::SocketAddr,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), ReconcileError>>,
+}
+
+impl ReconcilerService {
+    /// Starts the service on `stack` with `sources`, its index complete since 2000 (the fakes' histories are older
+    /// than the indexer).
+    pub async fn start(stack: &TestStack, sources: Vec<SourceConfig>) -> Self {
+        let config = test_config(stack, sources, Some("2000-01-01T00:00:00Z"));
+        let loaded = hookline_reconciler::Loaded::build(config).expect("valid config");
+        let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let admin_addr = admin.local_addr().expect("addr");
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(hookline_reconciler::run(loaded, admin, shutdown.clone()));
+        Self { admin_addr, shutdown, task }
+    }
+
+    /// Shuts the service down and asserts it ended cleanly.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("service task").expect("service ran cleanly");
+    }
+}
+
 /// The reconciler for a [`TestStack`]: its indexer running in-process on the stack's inbound topic, with its own
 /// consumer group and Redis prefix.
 #[allow(missing_debug_implementations)]
@@ -63,17 +107,8 @@ impl TestReconciler {
     }
 
     pub async fn start_with(stack: &TestStack, sources: Vec<SourceConfig>, complete_since: Option<&str>) -> Self {
-        let run_id = uuid::Uuid::new_v4().simple().to_string();
-        let mut config = ReconcilerConfig {
-            kafka: stack.kafka.clone(),
-            index_group_id: format!("test-{run_id}-index"),
-            index_catch_up_timeout_ms: 30_000,
-            index_complete_since: complete_since.map(str::to_owned),
-            sources,
-            ..ReconcilerConfig::default()
-        };
-        config.redis.url = redis_url();
-        config.redis.key_prefix = format!("test:{run_id}:reconcile");
+        let config =
+            ReconcilerConfig { index_catch_up_timeout_ms: 30_000, ..test_config(stack, sources, complete_since) };
         let loaded = hookline_reconciler::Loaded::build(config.clone()).expect("valid reconciler config");
         let metrics = Arc::new(Metrics::register(&prometheus_registry()).expect("metrics"));
         let reconciler = Reconciler::connect(loaded, metrics.clone()).await.expect("connect");

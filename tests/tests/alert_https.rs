@@ -28,16 +28,7 @@ struct TlsEndpoint {
 
 impl TlsEndpoint {
     async fn start() -> Self {
-        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).expect("certificate");
-        let ca_pem = certified.cert.pem();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
-        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("protocols")
-            .with_no_client_auth()
-            .with_single_cert(vec![certified.cert.der().clone()], key)
-            .expect("server config");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let (acceptor, ca_pem) = hookline_tests::loopback_tls::self_signed_acceptor();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let bodies = Arc::new(Mutex::new(Vec::new()));

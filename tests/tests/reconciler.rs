@@ -20,14 +20,13 @@ use hookline_tests::{
     kafka_tls::KafkaSecurity,
     provider_fakes::{FakeGithub, FakePaddle, GITHUB_HOOK, StripeMock, TlsFront},
     reconciler::{
-        API_TOKEN, STRIPE_KEY, TestReconciler, admin_get, github_source, outcomes, paddle_source, push_body, temp_file,
+        API_TOKEN, ReconcilerService, STRIPE_KEY, TestReconciler, admin_get, github_source, outcomes, paddle_source,
+        push_body, temp_file,
     },
-    redis_url,
 };
 use http::Request;
 use http_body_util::Full;
 use rdkafka::Message;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
 async fn github_outage_window_is_found_dry_run_first_then_redelivered_once_and_processed_once() {
@@ -411,21 +410,8 @@ async fn the_service_indexes_reports_ready_and_its_first_scheduled_run_is_a_dry_
     let past = SystemTime::now() - Duration::from_secs(300);
     github.deliver(push_body(40), "push", past).await;
     github.drop_delivery(push_body(41), "push", past);
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let mut config = ReconcilerConfig {
-        kafka: stack.kafka.clone(),
-        index_group_id: format!("test-{run_id}-index"),
-        index_complete_since: Some("2000-01-01T00:00:00Z".to_owned()),
-        sources: vec![github_source(&github, API_TOKEN)],
-        ..ReconcilerConfig::default()
-    };
-    config.redis.url = redis_url();
-    config.redis.key_prefix = format!("test:{run_id}:reconcile");
-    let loaded = hookline_reconciler::Loaded::build(config).expect("valid config");
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let admin_addr = admin.local_addr().expect("addr");
-    let shutdown = CancellationToken::new();
-    let service = tokio::spawn(hookline_reconciler::run(loaded, admin, shutdown.clone()));
+    let service = ReconcilerService::start(&stack, vec![github_source(&github, API_TOKEN)]).await;
+    let admin_addr = service.admin_addr;
 
     eventually(Duration::from_secs(30), "the first scheduled run reported as a dry run", || async {
         let (_, metrics) = admin_get(admin_addr, "/metrics").await;
@@ -443,8 +429,7 @@ async fn the_service_indexes_reports_ready_and_its_first_scheduled_run_is_a_dry_
     }
     assert_eq!(admin_get(admin_addr, "/readyz").await.0, 200);
     assert!(github.redelivery_requests().is_empty(), "the first run only reports");
-    shutdown.cancel();
-    service.await.expect("service task").expect("service ran cleanly");
+    service.stop().await;
 }
 
 /// A measurement, not a test of behaviour beyond its one check: how long the indexer takes to index a topic, and

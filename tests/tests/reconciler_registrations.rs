@@ -18,12 +18,10 @@ use hookline_reconciler::{
 use hookline_tests::{
     TestStack, eventually,
     provider_fakes::{FakeGithub, FakePaddle, GithubHook, PADDLE_SETTING, PaddleSetting, StripeMock},
-    reconciler::{API_TOKEN, STRIPE_KEY, admin_get, github_source, paddle_source, temp_file},
+    reconciler::{API_TOKEN, ReconcilerService, STRIPE_KEY, admin_get, github_source, paddle_source, temp_file},
     record_auth::test_record_auth,
-    redis_url,
 };
 use prometheus::core::Collector;
-use tokio_util::sync::CancellationToken;
 
 const GITHUB_URL: &str = "https://hooks.example.com/webhooks/github";
 const PADDLE_URL: &str = "https://hooks.example.com/webhooks/paddle";
@@ -283,25 +281,13 @@ async fn the_service_checks_registrations_on_its_own_and_exports_the_verdicts() 
     let stack = TestStack::builder().build().await;
     let github_fake = FakeGithub::start(API_TOKEN, "http://127.0.0.1:9/webhooks/github", "unused", 100).await;
     github_fake.set_hooks(vec![hook(1, GITHUB_URL, true, &["push"])]);
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let mut config = ReconcilerConfig {
-        kafka: stack.kafka.clone(),
-        index_group_id: format!("test-{run_id}-index"),
-        index_complete_since: Some("2000-01-01T00:00:00Z".to_owned()),
-        sources: vec![SourceConfig {
-            webhook_url: Some(GITHUB_URL.to_owned()),
-            webhook_event_types: strings(&["push", "issues"]),
-            ..github_source(&github_fake, API_TOKEN)
-        }],
-        ..ReconcilerConfig::default()
+    let source = SourceConfig {
+        webhook_url: Some(GITHUB_URL.to_owned()),
+        webhook_event_types: strings(&["push", "issues"]),
+        ..github_source(&github_fake, API_TOKEN)
     };
-    config.redis.url = redis_url();
-    config.redis.key_prefix = format!("test:{run_id}:reconcile");
-    let loaded = hookline_reconciler::Loaded::build(config).expect("valid config");
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let admin_addr = admin.local_addr().expect("addr");
-    let shutdown = CancellationToken::new();
-    let service = tokio::spawn(hookline_reconciler::run(loaded, admin, shutdown.clone()));
+    let service = ReconcilerService::start(&stack, vec![source]).await;
+    let admin_addr = service.admin_addr;
 
     eventually(Duration::from_secs(30), "the first registration check exported", || async {
         let (_, metrics) = admin_get(admin_addr, "/metrics").await;
@@ -318,8 +304,7 @@ async fn the_service_checks_registrations_on_its_own_and_exports_the_verdicts() 
     ] {
         assert!(metrics.contains(line), "{line} not in\n{metrics}");
     }
-    shutdown.cancel();
-    service.await.expect("service task").expect("service ran cleanly");
+    service.stop().await;
     let hooks_lists =
         github_fake.calls().iter().filter(|call| call.target.starts_with("/repos/acme/widgets/hooks?")).count();
     assert_eq!(hooks_lists, 1, "one check per registration_interval_s");

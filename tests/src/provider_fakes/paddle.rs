@@ -6,7 +6,8 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::StatusCode;
+use http::{Response, StatusCode};
+use http_body_util::Full;
 
 use super::{ApiCall, Control, json, query_param, rfc3339, send_webhook, serve_fake};
 
@@ -114,16 +115,7 @@ impl FakePaddle {
                     .collect();
                 let last = page.last().map(|setting| setting.id.clone()).unwrap_or_default();
                 let next = format!("http://{addr}/notification-settings?per_page={per_page}&after={last}");
-                return json(
-                    StatusCode::OK,
-                    &serde_json::json!({
-                        "data": data,
-                        "meta": {
-                            "request_id": uuid::Uuid::new_v4().to_string(),
-                            "pagination": {"per_page": page_size, "next": next, "has_more": has_more, "estimated_total": listed.len()}
-                        }
-                    }),
-                );
+                return page_reply(&data, page_size, &next, has_more, listed.len());
             }
             if route == "GET /notifications" {
                 let per_page: usize =
@@ -159,16 +151,7 @@ impl FakePaddle {
                 let base_query: String =
                     query.split('&').filter(|pair| !pair.starts_with("after=")).collect::<Vec<_>>().join("&");
                 let next = format!("http://{addr}/notifications?{base_query}&after={last}");
-                return json(
-                    StatusCode::OK,
-                    &serde_json::json!({
-                        "data": data,
-                        "meta": {
-                            "request_id": uuid::Uuid::new_v4().to_string(),
-                            "pagination": {"per_page": page_size, "next": next, "has_more": has_more, "estimated_total": listed.len()}
-                        }
-                    }),
-                );
+                return page_reply(&data, page_size, &next, has_more, listed.len());
             }
             if let Some(id) = route.strip_prefix("POST /notifications/").and_then(|rest| rest.strip_suffix("/replay")) {
                 let mut state = handler_state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -262,4 +245,24 @@ async fn post_paddle(gateway_url: &str, secret: &str, notification: &PaddleNotif
         ("paddle-signature".to_owned(), hookline_common::signature::paddle::sign(secret.as_bytes(), &body, now_s)),
     ];
     send_webhook(gateway_url, headers, body).await
+}
+
+/// A page of a Paddle list endpoint: the items and Paddle's `meta.pagination`.
+fn page_reply(
+    data: &[serde_json::Value],
+    per_page: usize,
+    next: &str,
+    has_more: bool,
+    estimated_total: usize,
+) -> Response<Full<Bytes>> {
+    json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "data": data,
+            "meta": {
+                "request_id": uuid::Uuid::new_v4().to_string(),
+                "pagination": {"per_page": per_page, "next": next, "has_more": has_more, "estimated_total": estimated_total}
+            }
+        }),
+    )
 }
