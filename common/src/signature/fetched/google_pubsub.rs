@@ -86,17 +86,15 @@ impl Scheme for GooglePubSub {
 
     /// A service account's email address.
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "the service account is not UTF-8".to_owned())?.trim();
+        let text = super::secret_text(raw, "the service account")?;
         if !text.contains('@') || text.contains(char::is_whitespace) {
             return Err("a google_pubsub source's secrets are service account emails".to_owned());
         }
         Ok(text.as_bytes().to_vec())
     }
 
-    /// Only reachable without the gateway's fetcher (`hookline-gateway verify` offline): the key is not at hand.
     fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        self.locate(request, secrets)?;
-        Err(VerifyError::KeyNotFetched)
+        super::verify_offline(self, request, secrets)
     }
 
     fn identity(&self) -> IdentityRule {

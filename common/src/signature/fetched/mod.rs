@@ -48,6 +48,23 @@ pub fn verify_fetched(
     Ok(Verified::signed(matched, request.body.clone()))
 }
 
+/// `Scheme::verify` of a fetched-key scheme, reached only without the gateway's fetcher (`hookline-gateway verify`
+/// offline): the request is checked as far as it can be without the key, which is not at hand.
+pub(crate) fn verify_offline(
+    scheme: &dyn FetchedKeyScheme,
+    request: &UnverifiedRequest<'_>,
+    secrets: &[&Secret],
+) -> Result<SignatureMatch, VerifyError> {
+    scheme.locate(request, secrets)?;
+    Err(VerifyError::KeyNotFetched)
+}
+
+/// A secret that is text (an account, an ARN, credentials): UTF-8, surrounding whitespace trimmed; `what` names it
+/// in the error.
+pub(crate) fn secret_text<'a>(raw: &'a [u8], what: &str) -> Result<&'a str, String> {
+    Ok(std::str::from_utf8(raw).map_err(|_| format!("{what} is not UTF-8"))?.trim())
+}
+
 /// A scheme whose verification needs a certificate fetched from the provider.
 pub trait FetchedKeyScheme: Send + Sync + fmt::Debug {
     /// The cheap checks (signature headers present and well-formed, timestamp fresh), then the URL of the

@@ -79,10 +79,8 @@ impl Scheme for PayPal {
         true
     }
 
-    /// Only reachable without the gateway's fetcher (`hookline-gateway verify` offline): the key is not at hand.
     fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        self.locate(request, secrets)?;
-        Err(VerifyError::KeyNotFetched)
+        super::verify_offline(self, request, secrets)
     }
 
     fn identity(&self) -> IdentityRule {

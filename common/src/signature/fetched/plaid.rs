@@ -101,17 +101,15 @@ impl Scheme for Plaid {
 
     /// The API credentials, `client_id:secret`.
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "the Plaid credentials are not UTF-8".to_owned())?.trim();
+        let text = super::secret_text(raw, "the Plaid credentials")?;
         if credentials(text.as_bytes()).is_none() || text.contains(char::is_whitespace) {
             return Err("a plaid source's secrets are its API credentials, `client_id:secret`".to_owned());
         }
         Ok(text.as_bytes().to_vec())
     }
 
-    /// Only reachable without the gateway's fetcher (`hookline-gateway verify` offline): the key is not at hand.
     fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        self.locate(request, secrets)?;
-        Err(VerifyError::KeyNotFetched)
+        super::verify_offline(self, request, secrets)
     }
 
     fn identity(&self) -> IdentityRule {

@@ -105,7 +105,7 @@ impl Scheme for Sns {
 
     /// A topic ARN (`arn:aws:sns:<region>:<account>:<topic>`).
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "the topic ARN is not UTF-8".to_owned())?.trim();
+        let text = super::secret_text(raw, "the topic ARN")?;
         let parts: Vec<&str> = text.split(':').collect();
         if parts.len() != 6 || parts[0] != "arn" || !parts[1].starts_with("aws") || parts[2] != "sns" {
             return Err("an sns source's secrets are topic ARNs (arn:aws:sns:<region>:<account>:<topic>)".to_owned());
@@ -113,10 +113,8 @@ impl Scheme for Sns {
         Ok(text.as_bytes().to_vec())
     }
 
-    /// Only reachable without the gateway's fetcher (`hookline-gateway verify` offline): the key is not at hand.
     fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        self.locate(request, secrets)?;
-        Err(VerifyError::KeyNotFetched)
+        super::verify_offline(self, request, secrets)
     }
 
     fn identity(&self) -> IdentityRule {
