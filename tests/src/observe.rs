@@ -156,16 +156,31 @@ impl TestStack {
         total as u64
     }
 
-    /// Waits until the running consumers have handled (processed, skipped or dead-lettered) `n_records` records.
+    /// Waits until the running consumers have handled (processed, skipped or dead-lettered) `n_records` records;
+    /// after 60 s, panics with every outcome the consumers counted, so a failure says where the records went.
     pub async fn wait_until_handled(&self, n_records: u64) {
-        eventually(Duration::from_secs(60), &format!("{n_records} records handled by the consumers"), || async {
-            self.consumer_events("processed").await
-                + self.consumer_events("duplicate").await
-                + self.consumer_events("dead_lettered_before").await
-                + self.consumer_events("dead_lettered").await
-                >= n_records
-        })
-        .await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut handled = 0;
+            for outcome in ["processed", "duplicate", "dead_lettered_before", "dead_lettered"] {
+                handled += self.consumer_events(outcome).await;
+            }
+            if handled >= n_records {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                let mut counted = Vec::new();
+                for outcome in hookline_consumer::metrics::event_outcome::ALL {
+                    counted.push(format!("{outcome} {}", self.consumer_events(outcome).await));
+                }
+                panic!(
+                    "timed out after 60s waiting for {n_records} records handled by the consumers: {handled} handled; \
+                     the consumers counted {}",
+                    counted.join(", ")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Waits until every running consumer has at least one partition assigned.
