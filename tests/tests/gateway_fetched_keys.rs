@@ -91,16 +91,12 @@ async fn stack(keys: &Keys) -> TestStack {
 }
 
 fn rfc3339(offset_s: i64) -> String {
-    let now = std::time::SystemTime::now() + Duration::from_secs(offset_s.max(0) as u64)
-        - Duration::from_secs((-offset_s).max(0) as u64);
-    humantime::format_rfc3339_millis(now).to_string()
+    hookline_common::time::format_rfc3339_millis(hookline_common::wire::now_ms() + offset_s * 1000)
 }
 
 /// PayPal's form: whole seconds.
 fn rfc3339_seconds(offset_s: i64) -> String {
-    let now = std::time::SystemTime::now() + Duration::from_secs(offset_s.max(0) as u64)
-        - Duration::from_secs((-offset_s).max(0) as u64);
-    humantime::format_rfc3339_seconds(now).to_string()
+    hookline_common::time::format_rfc3339_seconds(hookline_common::wire::now_ms() + offset_s * 1000)
 }
 
 /// An SNS message of `kind` (`Notification` or `SubscriptionConfirmation`), signed with `key` as `version`

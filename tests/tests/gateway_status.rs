@@ -2,6 +2,7 @@
 //! Kafka has it, each kind of bad request gets its own 4xx with a stable JSON code and changes nothing, our own
 //! trouble is a 503 with `Retry-After`, and provider handshakes are answered without producing anything.
 
+use hookline_common::time::{Precision, Rfc3339};
 use std::{
     collections::HashMap,
     net::SocketAddr,
@@ -478,7 +479,7 @@ async fn handshakes_are_answered_after_verification_and_never_produced() {
     assert_eq!(answer["encryptedToken"].as_str().map(str::len), Some(64));
 
     let twitch_body = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"type":"channel.follow"}}"#;
-    let timestamp = rfc3339_now();
+    let timestamp = Rfc3339::of_time(SystemTime::now(), Precision::Nanos).to_string();
     let signature = twitch::sign(TWITCH_SECRET.as_bytes(), "twitch-msg-1", &timestamp, twitch_body);
     let post_twitch = |message_type: &'static str| {
         let headers = [
@@ -505,29 +506,6 @@ async fn handshakes_are_answered_after_verification_and_never_produced() {
         metric(&metrics, "hookline_gateway_requests_total", &[("source", "zoom"), ("outcome", "handshake")]);
     assert_eq!(handshakes, Some(1.0), "{metrics}");
     stack.shutdown().await;
-}
-
-/// The current UTC time as RFC 3339 with nanoseconds, as Twitch writes it.
-fn rfc3339_now() -> String {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
-    let (days, seconds) = (since.as_secs() / 86_400, since.as_secs() % 86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = i64::try_from(days).expect("days") + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
-        seconds / 3600,
-        seconds % 3600 / 60,
-        seconds % 60,
-        since.subsec_nanos()
-    )
 }
 
 /// A metric name, some of its labels, and the value expected.

@@ -3,6 +3,7 @@
 //! the records asked for with the headers that address one service, and the index is not fooled by the
 //! re-processing records that share its status topic.
 
+use hookline_common::time::format_rfc3339_millis;
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -197,10 +198,6 @@ async fn posted(stack: &TestStack, bodies: &[String]) -> Vec<OwnedMessage> {
     records
 }
 
-fn rfc3339(ms: i64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
-}
-
 #[tokio::test]
 async fn reprocess_dry_run_changes_nothing_and_apply_redrives_exactly_the_range_to_one_service() {
     let stack = TestStack::builder().build().await;
@@ -233,8 +230,8 @@ async fn reprocess_dry_run_changes_nothing_and_apply_redrives_exactly_the_range_
     expected.sort();
     let request = ReprocessRequest {
         service: "billing".into(),
-        from: Some(rfc3339(from_ms)),
-        to: Some(rfc3339(to_ms)),
+        from: Some(format_rfc3339_millis(from_ms)),
+        to: Some(format_rfc3339_millis(to_ms)),
         by: "test".into(),
         ..ReprocessRequest::default()
     };

@@ -4,6 +4,7 @@
 //! both; a body that is not JSON and a body without the field are processed, never poison; and `reprocess` for
 //! billing runs the filtered event exactly once, although the run re-drives both of the provider's deliveries.
 
+use hookline_common::time::format_rfc3339_millis;
 use std::{sync::Arc, time::Duration};
 
 use hookline_common::wire::{header, header_str, now_ms, redis_key};
@@ -19,10 +20,6 @@ use hookline_tests::{Delivery, TestHandler, TestStack, eventually};
 use rdkafka::Message;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn rfc3339(ms: i64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
-}
 
 /// Billing's one route: every github event, skipping a bot's push.
 fn billing_route() -> RouteConfig {
@@ -144,7 +141,7 @@ async fn a_filtered_event_is_skipped_with_its_reason_for_one_service_processed_b
     // accepted), filtered for billing and processed for the other service.
     let search = SearchRequest {
         source: "github".to_owned(),
-        since: rfc3339(since_ms),
+        since: format_rfc3339_millis(since_ms),
         conditions: vec![r#"/sender/type == "Bot""#.to_owned()],
         ..SearchRequest::default()
     };

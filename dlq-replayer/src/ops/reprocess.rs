@@ -257,10 +257,8 @@ impl Replayer {
 }
 
 fn parse_rfc3339_ms(text: &str) -> Result<i64, OpError> {
-    let time = humantime::parse_rfc3339_weak(text)
-        .map_err(|_| OpError::BadRequest(format!("`{text}` is not an RFC 3339 time")))?;
-    let since_epoch = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
+    hookline_common::time::parse_rfc3339_weak_ms(text)
+        .map_err(|_| OpError::BadRequest(format!("`{text}` is not an RFC 3339 time")))
 }
 
 /// Per partition of `topic`, the offsets `[start, end)` of the records timestamped in `[from, to)`: the broker's
