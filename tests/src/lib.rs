@@ -38,6 +38,7 @@ pub mod key_server;
 mod observe;
 pub mod postgres;
 pub mod process;
+pub mod prometheus;
 pub mod provider_fakes;
 pub mod reconciler;
 pub mod record_auth;

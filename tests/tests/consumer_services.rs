@@ -40,7 +40,7 @@ async fn post_all(stack: &TestStack, deliveries: &[Delivery]) {
 
 /// `hookline_consumer_events_total{outcome}` of one consumer.
 async fn events(stack: &TestStack, index: usize, outcome: &str) -> u64 {
-    stack.consumer_metric(index, "hookline_consumer_events_total", &format!("outcome=\"{outcome}\"")).await as u64
+    stack.consumer_metric(index, "hookline_consumer_events_total", &[("outcome", outcome)]).await as u64
 }
 
 fn assert_each_processed_once(handler: &TestHandler, deliveries: &[Delivery], service: &str) {

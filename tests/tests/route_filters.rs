@@ -60,13 +60,17 @@ async fn a_filtered_event_is_skipped_with_its_reason_for_one_service_processed_b
     eventually(WAIT, "the other service processed all four, billing all but the bot's", || async {
         [&bot, &human, &no_sender, &not_json].iter().all(|d| stack.handler.count(&d.delivery_id) == 1)
             && everything_else.iter().all(|d| billing.count(&d.delivery_id) == 1)
-            && stack.consumer_metric(billing_index, "hookline_consumer_events_total", "outcome=\"filtered\"").await
+            && stack.consumer_metric(billing_index, "hookline_consumer_events_total", &[("outcome", "filtered")]).await
                 == 1.0
     })
     .await;
     assert_eq!(billing.count(&bot.delivery_id), 0, "skipped by billing's filter");
     let filtered = stack
-        .consumer_metric(billing_index, "hookline_consumer_filtered_total", r#"filter="bot_push",route="github""#)
+        .consumer_metric(
+            billing_index,
+            "hookline_consumer_filtered_total",
+            &[("filter", "bot_push"), ("route", "github")],
+        )
         .await;
     assert_eq!(filtered, 1.0, "counted with its route and filter");
     assert_eq!(stack.consumer_events("filtered").await, 1, "only billing filters");
@@ -161,7 +165,7 @@ async fn a_filtered_event_is_skipped_with_its_reason_for_one_service_processed_b
     // the run re-drives both of the provider's deliveries (two records, one run: the second is a duplicate of the
     // run's own key); the other service does not run it again.
     let duplicates = || async {
-        stack.consumer_metric(billing_index, "hookline_consumer_events_total", "outcome=\"duplicate\"").await
+        stack.consumer_metric(billing_index, "hookline_consumer_events_total", &[("outcome", "duplicate")]).await
     };
     let duplicates_before = duplicates().await;
     let request = ReprocessRequest {
