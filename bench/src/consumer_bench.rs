@@ -229,7 +229,7 @@ kind = "log"
             merge_overlay(&mut consumer_config, overlay);
         }
         if config.unsigned {
-            let until = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(3600));
+            let until = hookline_common::time::format_rfc3339_seconds(hookline_common::wire::now_ms() + 3_600_000);
             let overlay: Table = format!("[kafka.record_auth]\naccept_unsigned_until = \"{until}\"\n").parse()?;
             merge_overlay(&mut consumer_config, &overlay);
         }

@@ -118,7 +118,7 @@ fn cases() -> Vec<Case> {
 
 /// `2026-12-02T14:00:00Z`-style UTC time for Twitch, from seconds since the epoch.
 fn rfc3339(unix_s: i64) -> String {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_s as u64)).to_string()
+    hookline_common::time::format_rfc3339_seconds(unix_s.saturating_mul(1000))
 }
 
 fn body(size: usize) -> Vec<u8> {

@@ -265,6 +265,46 @@ pub fn partitions_of<C: ConsumerContext>(
     Ok(partitions)
 }
 
+/// Per partition of `topic`, the offsets `(partition, start, end)` of the records timestamped in `[from, to)`:
+/// the broker's offset for each time (the first at or after it, within the partition's watermarks; the end of the
+/// partition when no record is that late), the partition's start without `from` and its end as it is now without
+/// `to`. A partition with nothing in that range is left out. Blocking: call off the runtime.
+pub fn offset_ranges_for_times<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    from_ms: Option<i64>,
+    to_ms: Option<i64>,
+    timeout: Duration,
+) -> Result<Vec<(i32, i64, i64)>, KafkaError> {
+    let partitions = partitions_of(consumer, topic, timeout)?;
+    let offsets_for = |ms: i64| -> Result<HashMap<i32, Offset>, KafkaError> {
+        let mut times = TopicPartitionList::new();
+        for &partition in &partitions {
+            times.add_partition_offset(topic, partition, Offset::Offset(ms))?;
+        }
+        let found = consumer.offsets_for_times(times, timeout)?;
+        Ok(found.elements().iter().map(|element| (element.partition(), element.offset())).collect())
+    };
+    let starts = from_ms.map(offsets_for).transpose()?;
+    let ends = to_ms.map(offsets_for).transpose()?;
+    let mut ranges = Vec::new();
+    for &partition in &partitions {
+        let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
+        let at = |offsets: &Option<HashMap<i32, Offset>>, default: i64| match offsets {
+            None => default,
+            Some(offsets) => match offsets.get(&partition) {
+                Some(Offset::Offset(offset)) => (*offset).clamp(low, high),
+                _ => high,
+            },
+        };
+        let (start, end) = (at(&starts, low), at(&ends, high));
+        if start < end {
+            ranges.push((partition, start, end));
+        }
+    }
+    Ok(ranges)
+}
+
 /// Calls `visit` with every record of `topic` up to each partition's high watermark at the moment of the call
 /// (in offset order within a partition), without keeping them: for topics too large to hold in memory.
 /// Reads by assignment: joins no group and commits nothing. Blocking: call off the runtime.

@@ -6,7 +6,7 @@
 //! ([`redis_connection`]), configuration loading ([`config`]), HTTP/admin plumbing and logging ([`http`],
 //! [`telemetry`]), the key per-client limits count by ([`peer`]), the description of a service's metrics
 //! ([`metrics_catalog`]), and the conditions on an event's JSON body that event search and the consumer's route
-//! filters share ([`predicate`]).
+//! filters share ([`predicate`]); RFC 3339 times read and written one way ([`time`]).
 //!
 //! This crate knows nothing about any one service or public route.
 
@@ -27,4 +27,5 @@ pub mod redis_security;
 pub mod signals;
 pub mod signature;
 pub mod telemetry;
+pub mod time;
 pub mod wire;

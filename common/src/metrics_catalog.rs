@@ -30,6 +30,18 @@ pub fn set_label_values(described: &mut [MetricDescription], name: &str, label: 
     }
 }
 
+/// Registers every one of `collectors` (a service's `Metrics::collectors()`) in `registry`: what a service exports
+/// and what [`describe`] prints are then the one list.
+pub fn register_all(
+    registry: &prometheus::Registry,
+    collectors: Vec<Box<dyn Collector>>,
+) -> Result<(), prometheus::Error> {
+    for collector in collectors {
+        registry.register(collector)?;
+    }
+    Ok(())
+}
+
 /// The families of these collectors, sorted by name. A labelled metric with no series yet is described too: its
 /// `collect()` still returns its (empty) family, with name, help and type.
 pub fn describe(collectors: &[Box<dyn Collector>]) -> Vec<MetricDescription> {

@@ -253,9 +253,7 @@ impl Metrics {
                 &["table"],
             )?,
         };
-        for collector in metrics.collectors() {
-            registry.register(collector)?;
-        }
+        metrics_catalog::register_all(registry, metrics.collectors())?;
         Ok(metrics)
     }
 

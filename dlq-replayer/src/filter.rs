@@ -62,8 +62,8 @@ fn parse_time_ms(text: &str) -> Result<i64, String> {
     let to_ms = |time: SystemTime| {
         time.duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
     };
-    if let Ok(time) = humantime::parse_rfc3339_weak(text) {
-        return Ok(to_ms(time));
+    if let Ok(ms) = hookline_common::time::parse_rfc3339_weak_ms(text) {
+        return Ok(ms);
     }
     if let Ok(age) = humantime::parse_duration(text) {
         return Ok(to_ms(SystemTime::now().checked_sub(age).unwrap_or(UNIX_EPOCH)));

@@ -2,6 +2,7 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::{Args as ClapArgs, CommandFactory, Parser, Subcommand, error::ErrorKind};
+use hookline_common::time::format_rfc3339_millis;
 use hookline_common::{cli::ServiceArgs, telemetry};
 use hookline_dlq_replayer::{
     ReplayerConfig,
@@ -364,7 +365,13 @@ async fn run() -> anyhow::Result<Option<std::process::ExitCode>> {
                     writeln!(out, "replays    {}   failed again: {}", entry.replays, entry.failed_again)?;
                     writeln!(out, "record mac {}", detail.authenticity)?;
                     if let Some(last) = &entry.last_status {
-                        writeln!(out, "last       {:?} at {} by {}", last.status, format_ms(last.at_ms), last.by)?;
+                        writeln!(
+                            out,
+                            "last       {:?} at {} by {}",
+                            last.status,
+                            format_rfc3339_millis(last.at_ms),
+                            last.by
+                        )?;
                     }
                     writeln!(out, "headers")?;
                     for (key, value) in &detail.headers {
@@ -431,7 +438,7 @@ async fn run() -> anyhow::Result<Option<std::process::ExitCode>> {
                             "{:<20} {:<32} {:<22} {:<12} {}",
                             pause.service,
                             pause.route,
-                            format_ms(pause.at_ms),
+                            format_rfc3339_millis(pause.at_ms),
                             pause.by,
                             printable(&pause.reason)
                         )?;
@@ -518,7 +525,7 @@ fn print_table(out: &mut impl Write, entries: &[Entry], total_matching: usize) -
             e.event_type.clone().unwrap_or_else(dash),
             e.error_class.clone().unwrap_or_else(dash),
             e.attempts.map_or_else(dash, |n| n.to_string()),
-            e.last_failure_at_ms.map_or_else(dash, format_ms),
+            e.last_failure_at_ms.map_or_else(dash, format_rfc3339_millis),
             printable(e.error.as_deref().unwrap_or("-")),
         )?;
     }
@@ -564,7 +571,7 @@ fn print_reprocess(out: &mut impl Write, report: &ReprocessReport, json: bool) -
             record.position,
             printable(record.source.as_deref().unwrap_or("-")),
             printable(record.event_id.as_deref().unwrap_or("-")),
-            record.received_at_ms.map_or_else(dash, format_ms),
+            record.received_at_ms.map_or_else(dash, format_rfc3339_millis),
         )?;
     }
     Ok(())
@@ -575,9 +582,4 @@ fn printable(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() && c != '\n' && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
         .collect()
-}
-
-fn format_ms(ms: i64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_millis(time).to_string()
 }

@@ -75,9 +75,7 @@ impl Metrics {
                 &["surface"],
             )?,
         };
-        for collector in metrics.collectors() {
-            registry.register(collector)?;
-        }
+        metrics_catalog::register_all(registry, metrics.collectors())?;
         Ok(metrics)
     }
 

@@ -86,10 +86,7 @@ fn verify_offline(
         None => hookline_common::wire::now_ms(),
         Some(text) => match text.parse::<i64>() {
             Ok(seconds) => seconds.saturating_mul(1000),
-            Err(_) => {
-                let time = humantime::parse_rfc3339(text).with_context(|| format!("--at `{text}`"))?;
-                i64::try_from(time.duration_since(std::time::UNIX_EPOCH)?.as_millis())?
-            }
+            Err(_) => hookline_common::time::parse_rfc3339_ms(text).with_context(|| format!("--at `{text}`"))?,
         },
     };
     let report = offline_verify::check(&config, source, &captured, at_ms);

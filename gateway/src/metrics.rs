@@ -101,9 +101,7 @@ impl Metrics {
             )?,
             key_cache_bytes: IntGauge::new("hookline_gateway_key_cache_bytes", "Bytes of fetched certificates held.")?,
         };
-        for collector in metrics.collectors() {
-            registry.register(collector)?;
-        }
+        metrics_catalog::register_all(registry, metrics.collectors())?;
         Ok(metrics)
     }
 

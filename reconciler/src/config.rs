@@ -400,10 +400,9 @@ impl ReconcilerConfig {
     /// [`Self::index_complete_since`] in ms since the epoch.
     pub fn index_complete_since_ms(&self) -> Result<Option<i64>, String> {
         let Some(text) = &self.index_complete_since else { return Ok(None) };
-        let time = humantime::parse_rfc3339_weak(text.trim())
+        let ms = hookline_common::time::parse_rfc3339_weak_ms(text.trim())
             .map_err(|_| format!("index_complete_since `{text}` is not an RFC 3339 time like 2026-06-01T00:00:00Z"))?;
-        let since = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Ok(Some(i64::try_from(since.as_millis()).unwrap_or(i64::MAX)))
+        Ok(Some(ms))
     }
 
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {

@@ -57,9 +57,8 @@ fn time_arg(text: &str, now_ms: i64) -> anyhow::Result<i64> {
     if let Ok(age) = humantime::parse_duration(text) {
         return Ok(now_ms - i64::try_from(age.as_millis())?);
     }
-    let time = humantime::parse_rfc3339_weak(text)
-        .with_context(|| format!("`{text}` is neither an age nor an RFC 3339 time"))?;
-    Ok(i64::try_from(time.duration_since(std::time::UNIX_EPOCH)?.as_millis())?)
+    hookline_common::time::parse_rfc3339_weak_ms(text)
+        .with_context(|| format!("`{text}` is neither an age nor an RFC 3339 time"))
 }
 
 #[tokio::main]

@@ -107,9 +107,7 @@ impl Metrics {
                 &["source"],
             )?,
         };
-        for collector in metrics.collectors() {
-            registry.register(collector)?;
-        }
+        metrics_catalog::register_all(registry, metrics.collectors())?;
         Ok(metrics)
     }
 

@@ -39,6 +39,7 @@ pub mod loopback_tls;
 mod observe;
 pub mod postgres;
 pub mod process;
+pub mod prometheus;
 pub mod provider_fakes;
 pub mod reconciler;
 pub mod record_auth;

@@ -14,7 +14,7 @@ use rdkafka::{
     producer::{FutureProducer, FutureRecord},
 };
 
-use crate::{TestStack, eventually};
+use crate::{TestStack, eventually, prometheus::Scrape};
 
 impl TestStack {
     /// Every record now in `topic`. Just after a broker died, metadata may name no leader for a while (a leader
@@ -115,42 +115,38 @@ impl TestStack {
         let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut connection).await.expect("del");
     }
 
-    /// Scrapes one consumer's `/metrics` and sums the samples of `metric` whose labels contain `label`.
-    pub async fn consumer_metric(&self, index: usize, metric: &str, label: &str) -> f64 {
-        let addr = self.consumers[index].admin_addr;
-        let request = Request::get(format!("http://{addr}/metrics")).body(Full::default()).expect("request");
-        let reply = self.send(request).await;
-        let text = String::from_utf8_lossy(&reply.body).into_owned();
-        text.lines()
-            .filter(|line| {
-                line.strip_prefix(metric).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                    && line.contains(label)
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+    /// One consumer's `/metrics`, read.
+    pub async fn consumer_scrape(&self, index: usize) -> Scrape {
+        self.scrape(self.consumers[index].admin_addr).await
     }
 
-    /// Scrapes the gateway's `/metrics` and sums the samples of `metric` whose labels contain `label`.
-    pub async fn gateway_metric(&self, metric: &str, label: &str) -> f64 {
-        let request =
-            Request::get(format!("http://{}/metrics", self.gateway_admin_addr)).body(Full::default()).expect("request");
-        let text = String::from_utf8_lossy(&self.send(request).await.body).into_owned();
-        text.lines()
-            .filter(|line| {
-                line.strip_prefix(metric).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                    && line.contains(label)
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+    /// The gateway's `/metrics`, read.
+    pub async fn gateway_scrape(&self) -> Scrape {
+        self.scrape(self.gateway_admin_addr).await
+    }
+
+    /// The `/metrics` of the admin listener at `addr` (a service the test runs beside the stack), read.
+    pub async fn scrape(&self, addr: std::net::SocketAddr) -> Scrape {
+        let request = Request::get(format!("http://{addr}/metrics")).body(Full::default()).expect("request");
+        Scrape::parse(&String::from_utf8_lossy(&self.send(request).await.body))
+    }
+
+    /// The sum of one consumer's samples of `metric` carrying every one of `labels`.
+    pub async fn consumer_metric(&self, index: usize, metric: &str, labels: &[(&str, &str)]) -> f64 {
+        self.consumer_scrape(index).await.sum(metric, labels)
+    }
+
+    /// The sum of the gateway's samples of `metric` carrying every one of `labels`.
+    pub async fn gateway_metric(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
+        self.gateway_scrape().await.sum(metric, labels)
     }
 
     /// `hookline_consumer_events_total` with this outcome, summed over the running consumers.
     pub async fn consumer_events(&self, outcome: &str) -> u64 {
-        let label = format!("outcome=\"{outcome}\"");
         let mut total = 0.0;
         for index in 0..self.consumers.len() {
             if self.consumers[index].task.is_some() {
-                total += self.consumer_metric(index, "hookline_consumer_events_total", &label).await;
+                total += self.consumer_metric(index, "hookline_consumer_events_total", &[("outcome", outcome)]).await;
             }
         }
         total as u64
@@ -188,7 +184,7 @@ impl TestStack {
         eventually(Duration::from_secs(60), "every consumer has partitions", || async {
             for index in 0..self.consumers.len() {
                 if self.consumers[index].task.is_some()
-                    && self.consumer_metric(index, "hookline_consumer_assigned_partitions", "").await < 1.0
+                    && self.consumer_metric(index, "hookline_consumer_assigned_partitions", &[]).await < 1.0
                 {
                     return false;
                 }

@@ -30,10 +30,7 @@ pub fn test_record_auth() -> RecordAuthConfig {
 /// The current time as RFC 3339 with a shift of `seconds` (negative: in the past), for `not_after` and
 /// `accept_unsigned_until`.
 pub fn rfc3339_in(seconds: i64) -> String {
-    let now = std::time::SystemTime::now();
-    let shift = std::time::Duration::from_secs(seconds.unsigned_abs());
-    let at = if seconds >= 0 { now + shift } else { now - shift };
-    humantime::format_rfc3339_seconds(at).to_string()
+    hookline_common::time::format_rfc3339_seconds(hookline_common::wire::now_ms() + seconds * 1000)
 }
 
 /// A key set of these keys (as a service configured with them loads it), to sign a record a test writes itself

@@ -29,10 +29,10 @@ async fn retryable_failure_then_success_is_processed_once() {
     assert_eq!(stack.handler.attempts(&delivery.delivery_id), 3);
     assert_eq!(stack.handler.count(&delivery.delivery_id), 1);
     assert_eq!(stack.consumer_events("processed").await, 1);
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_retries_total", "").await, 2.0);
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_retries_total", &[]).await, 2.0);
     // Its age when processed, from the gateway's acceptance: observed once, after both retries' backoff.
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_count", "").await, 1.0);
-    assert!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_sum", "").await > 0.0);
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_count", &[]).await, 1.0);
+    assert!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_sum", &[]).await > 0.0);
     assert!(stack.records(&stack.kafka.dlq_topic).await.is_empty(), "nothing dead-lettered");
     stack.shutdown().await;
 }
@@ -95,7 +95,10 @@ async fn poison_event_lands_in_the_dlq_with_its_metadata_and_the_alert_fires() {
     for name in [header::dlq::FIRST_FAILURE_AT_MS, header::dlq::LAST_FAILURE_AT_MS, header::dlq::CONSUMER_VERSION] {
         assert!(header_of(entry, name).is_some(), "{name}");
     }
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_dead_lettered_total", "error_class=\"poison\"").await, 1.0);
+    assert_eq!(
+        stack.consumer_metric(0, "hookline_consumer_dead_lettered_total", &[("error_class", "poison")]).await,
+        1.0
+    );
 
     let text = first_alert_text(&alert).await;
     assert!(text.contains("1 event(s) dead-lettered") && text.contains("github: 1 poison"), "{text}");
@@ -183,7 +186,8 @@ async fn two_consumers_split_the_partitions_and_together_process_every_event_onc
         assert_eq!(stack.handler.count(&delivery.delivery_id), 1, "{}", delivery.delivery_id);
     }
     for index in 0..2 {
-        let processed = stack.consumer_metric(index, "hookline_consumer_events_total", "outcome=\"processed\"").await;
+        let processed =
+            stack.consumer_metric(index, "hookline_consumer_events_total", &[("outcome", "processed")]).await;
         assert!(processed > 0.0, "consumer {index} processed its share");
     }
     stack.shutdown().await;
@@ -215,7 +219,7 @@ async fn rebalance_during_processing_neither_loses_nor_double_processes() {
         assert_eq!(stack.handler.count(&delivery.delivery_id), 1, "{}", delivery.delivery_id);
     }
     eventually(Duration::from_secs(30), "the remaining member owns the partitions", || async {
-        stack.consumer_metric(second, "hookline_consumer_assigned_partitions", "").await >= 4.0
+        stack.consumer_metric(second, "hookline_consumer_assigned_partitions", &[]).await >= 4.0
     })
     .await;
     stack.shutdown().await;
@@ -235,7 +239,7 @@ async fn replayed_event_takes_the_same_path_and_its_entry_is_recorded() {
     assert_eq!(stack.handler.count("replayed-1"), 1);
     assert_eq!(stack.handler.calls()[0].replay_of.as_deref(), Some("dlq:0:7"));
     // A replay is old by nature: it is not counted in the age the lateness alert watches.
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_count", "").await, 0.0);
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_count", &[]).await, 0.0);
 
     let statuses: Vec<(String, EntryStatusRecord)> = stack
         .records(&stack.kafka.dlq_status_topic)

@@ -38,11 +38,11 @@ fn record(partition: i32, meta: &EventMeta) -> (i32, String, OwnedHeaders, Vec<u
 
 /// The route's breaker gauge on consumer 0.
 async fn breaker_open(stack: &TestStack, route: &str) -> f64 {
-    stack.consumer_metric(0, "hookline_consumer_route_breaker_open", &format!("route=\"{route}\"")).await
+    stack.consumer_metric(0, "hookline_consumer_route_breaker_open", &[("route", route)]).await
 }
 
 async fn deferred(stack: &TestStack, source: &str) -> f64 {
-    stack.consumer_metric(0, "hookline_consumer_deferred_total", &format!("source=\"{source}\"")).await
+    stack.consumer_metric(0, "hookline_consumer_deferred_total", &[("source", source)]).await
 }
 
 #[tokio::test]

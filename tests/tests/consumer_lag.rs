@@ -10,16 +10,10 @@ const N_PARTITIONS: usize = 3;
 
 /// The lag series of one `/metrics` scrape of consumer `index`: partition → records.
 async fn lag_series(stack: &TestStack, index: usize) -> BTreeMap<String, f64> {
-    let addr = stack.consumers[index].admin_addr;
-    let request =
-        http::Request::get(format!("http://{addr}/metrics")).body(http_body_util::Full::default()).expect("request");
-    let text = String::from_utf8_lossy(&stack.send(request).await.body).into_owned();
-    text.lines()
-        .filter_map(|line| line.strip_prefix("hookline_consumer_lag_records{partition=\""))
-        .filter_map(|rest| {
-            let (partition, value) = rest.split_once("\"} ")?;
-            Some((partition.to_owned(), value.parse().ok()?))
-        })
+    let scrape = stack.consumer_scrape(index).await;
+    scrape
+        .samples("hookline_consumer_lag_records", &[])
+        .filter_map(|sample| Some((sample.labels.get("partition")?.clone(), sample.value)))
         .collect()
 }
 

@@ -24,7 +24,7 @@ async fn a_consumer_started_during_a_broker_outage_joins_within_seconds_of_the_b
     // The outage itself is the fault under test, so its length is fixed, not waited for.
     tokio::time::sleep(OUTAGE).await;
     assert_eq!(stack.handler.count(&before.delivery_id), 0, "nothing is processed without a broker");
-    let fetch_errors = stack.consumer_metric(consumer, "hookline_consumer_fetch_errors_total", "").await;
+    let fetch_errors = stack.consumer_metric(consumer, "hookline_consumer_fetch_errors_total", &[]).await;
     assert!(fetch_errors > 0.0, "the consumer saw the outage (and counted it instead of logging each error)");
     drop(guard); // start-kafka returns once the broker answers metadata requests.
 
@@ -36,7 +36,7 @@ async fn a_consumer_started_during_a_broker_outage_joins_within_seconds_of_the_b
     eprintln!("processed {:?} after the broker answered again", back.elapsed());
     // The gauge is sampled every 2 s: it may lag the first record by that much.
     eventually(Duration::from_secs(10), "the consumer reports its partitions", || async {
-        stack.consumer_metric(consumer, "hookline_consumer_assigned_partitions", "").await >= 1.0
+        stack.consumer_metric(consumer, "hookline_consumer_assigned_partitions", &[]).await >= 1.0
     })
     .await;
 

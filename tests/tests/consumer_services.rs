@@ -3,6 +3,7 @@
 //! is told; a consumer upgraded from the unscoped key layout processes nothing twice; a SIGKILLed consumer of one
 //! service changes nothing for the others; a re-processing request runs its events once more, for one service.
 
+use hookline_common::time::format_rfc3339_millis;
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use hookline_common::{
@@ -39,7 +40,7 @@ async fn post_all(stack: &TestStack, deliveries: &[Delivery]) {
 
 /// `hookline_consumer_events_total{outcome}` of one consumer.
 async fn events(stack: &TestStack, index: usize, outcome: &str) -> u64 {
-    stack.consumer_metric(index, "hookline_consumer_events_total", &format!("outcome=\"{outcome}\"")).await as u64
+    stack.consumer_metric(index, "hookline_consumer_events_total", &[("outcome", outcome)]).await as u64
 }
 
 fn assert_each_processed_once(handler: &TestHandler, deliveries: &[Delivery], service: &str) {
@@ -331,10 +332,6 @@ async fn a_sigkill_of_one_services_consumer_changes_nothing_for_the_others() {
     stack.shutdown().await;
 }
 
-fn rfc3339(ms: i64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
-}
-
 #[tokio::test]
 async fn reprocessing_a_time_range_runs_exactly_those_events_once_for_that_service_only() {
     let mut stack = TestStack::builder().build().await;
@@ -364,8 +361,8 @@ async fn reprocessing_a_time_range_runs_exactly_those_events_once_for_that_servi
         Replayer::new(ReplayerConfig { kafka: stack.kafka.clone(), ..ReplayerConfig::default() }).expect("replayer");
     let request = ReprocessRequest {
         service: "billing".into(),
-        from: Some(rfc3339(from_ms)),
-        to: Some(rfc3339(to_ms)),
+        from: Some(format_rfc3339_millis(from_ms)),
+        to: Some(format_rfc3339_millis(to_ms)),
         apply: true,
         by: "test".into(),
         ..ReprocessRequest::default()

@@ -208,7 +208,8 @@ async fn during_a_rotation_both_secrets_sign_and_a_downstream_knowing_either_one
     let node = Downstream::start(Verifier::Node, &[&new]).await;
     let mut stack = stack().await;
     let now = std::time::SystemTime::now();
-    let rfc3339 = |time| humantime::format_rfc3339_seconds(time).to_string();
+    let rfc3339 =
+        |time| hookline_common::time::Rfc3339::of_time(time, hookline_common::time::Precision::Seconds).to_string();
     let rotating = || {
         vec![
             SecretRef { not_after: Some(rfc3339(now + Duration::from_secs(3600))), ..secret_file("forward-old", &old) },

@@ -100,7 +100,7 @@ async fn slow_clients_leave_valid_deliveries_accepted() {
     }
     let n_slow = (N_SLOW_HTTP1 + N_H2_CONNECTIONS * N_STREAMS) as f64;
     eventually(Duration::from_secs(30), "every slow request is being read", || async {
-        stack.gateway_metric("hookline_gateway_in_flight_requests", "").await >= n_slow
+        stack.gateway_metric("hookline_gateway_in_flight_requests", &[]).await >= n_slow
     })
     .await;
 
@@ -109,7 +109,7 @@ async fn slow_clients_leave_valid_deliveries_accepted() {
         assert_eq!(reply.status, StatusCode::ACCEPTED, "a valid delivery beside slow clients: {:?}", reply.body);
     }
     assert!(
-        stack.gateway_metric("hookline_gateway_in_flight_requests", "").await >= n_slow,
+        stack.gateway_metric("hookline_gateway_in_flight_requests", &[]).await >= n_slow,
         "the slow requests were still open while the valid ones were accepted"
     );
     assert_eq!(stack.inbound_records().await.len(), N_VALID);

@@ -91,16 +91,12 @@ async fn stack(keys: &Keys) -> TestStack {
 }
 
 fn rfc3339(offset_s: i64) -> String {
-    let now = std::time::SystemTime::now() + Duration::from_secs(offset_s.max(0) as u64)
-        - Duration::from_secs((-offset_s).max(0) as u64);
-    humantime::format_rfc3339_millis(now).to_string()
+    hookline_common::time::format_rfc3339_millis(hookline_common::wire::now_ms() + offset_s * 1000)
 }
 
 /// PayPal's form: whole seconds.
 fn rfc3339_seconds(offset_s: i64) -> String {
-    let now = std::time::SystemTime::now() + Duration::from_secs(offset_s.max(0) as u64)
-        - Duration::from_secs((-offset_s).max(0) as u64);
-    humantime::format_rfc3339_seconds(now).to_string()
+    hookline_common::time::format_rfc3339_seconds(hookline_common::wire::now_ms() + offset_s * 1000)
 }
 
 /// An SNS message of `kind` (`Notification` or `SubscriptionConfirmation`), signed with `key` as `version`
@@ -243,14 +239,14 @@ async fn sns_messages_verify_with_a_fetched_certificate_and_every_forgery_is_ref
     assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
     assert_eq!(keys.server.requests_for("/?Action=ConfirmSubscription&TopicArn="), 1, "the SubscribeURL was visited");
     assert_eq!(stack.inbound_records().await.len(), 2, "neither refusals nor the handshake were produced");
-    assert_eq!(stack.gateway_metric("hookline_gateway_requests_total", "outcome=\"handshake\"").await, 1.0);
+    assert_eq!(stack.gateway_metric("hookline_gateway_requests_total", &[("outcome", "handshake")]).await, 1.0);
 
     // The cache holds at most cache_max_entries (4): six certificates later, the first is fetched again.
     for n in 0..6 {
         let message = notification(&keys.signer, "2", &certificate_url(&format!("many{n}")), "m-many", &rfc3339(0));
         assert_eq!(post_sns(&stack, &message).await.status, StatusCode::ACCEPTED);
     }
-    assert!(stack.gateway_metric("hookline_gateway_key_cache_entries", "").await <= 4.0);
+    assert!(stack.gateway_metric("hookline_gateway_key_cache_entries", &[]).await <= 4.0);
     let again = notification(&keys.signer, "2", &certificate_url("many0"), "m-many", &rfc3339(0));
     assert_eq!(post_sns(&stack, &again).await.status, StatusCode::ACCEPTED);
     assert_eq!(keys.server.requests_for("/SimpleNotificationService-many0.pem"), 2, "evicted, then fetched again");
@@ -290,8 +286,8 @@ async fn a_key_host_that_hangs_or_answers_10_mb_costs_a_503_and_other_sources_ke
     let huge = notification(&keys.signer, "2", &certificate_url("huge"), "m-huge", &rfc3339(0));
     let reply = post_sns(&stack, &huge).await;
     assert_eq!(refused(&reply), (StatusCode::SERVICE_UNAVAILABLE, Some("key_unavailable".to_owned())));
-    assert_eq!(stack.gateway_metric("hookline_gateway_key_fetches_total", "outcome=\"timeout\"").await, 1.0);
-    assert_eq!(stack.gateway_metric("hookline_gateway_key_fetches_total", "outcome=\"too_large\"").await, 1.0);
+    assert_eq!(stack.gateway_metric("hookline_gateway_key_fetches_total", &[("outcome", "timeout")]).await, 1.0);
+    assert_eq!(stack.gateway_metric("hookline_gateway_key_fetches_total", &[("outcome", "too_large")]).await, 1.0);
 
     stack.post_accepted(&Delivery::new(r#"{"zen":"afterwards"}"#)).await;
     assert_eq!(stack.inbound_records().await.len(), 6, "only the github deliveries were produced");

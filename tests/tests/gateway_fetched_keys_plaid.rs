@@ -190,7 +190,7 @@ async fn wrong_credentials_or_a_key_host_that_is_down_cost_a_503_never_a_401() {
     let reply = post(&stack, Some(&token), BODY).await;
     assert_eq!(refused(&reply), (StatusCode::SERVICE_UNAVAILABLE, Some("key_unavailable".to_owned())));
     assert!(reply.headers.get("retry-after").is_some());
-    assert_eq!(stack.gateway_metric("hookline_gateway_key_fetches_total", "outcome=\"unreachable\"").await, 1.0);
+    assert_eq!(stack.gateway_metric("hookline_gateway_key_fetches_total", &[("outcome", "unreachable")]).await, 1.0);
     assert!(stack.inbound_records().await.is_empty());
     stack.shutdown().await;
 }

@@ -15,8 +15,7 @@ use std::{
 use hookline_bench::h2_flood::{FloodConnection, FloodRequest, Outcomes, rss_bytes};
 use hookline_gateway::config::Limits;
 use hookline_tests::{Delivery, TEST_SECRET, TestStack, eventually};
-use http::{Request, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 
 /// The gateway as a process of its own.
 struct GatewayProcess(hookline_tests::gateway_process::GatewayProcess);
@@ -44,21 +43,13 @@ impl GatewayProcess {
         rss_bytes(self.id()).expect("the gateway process is running")
     }
 
-    /// The sum of the samples of `metric` on the gateway's `/metrics` whose labels contain `label`.
-    async fn metric(&self, stack: &TestStack, metric: &str, label: &str) -> f64 {
-        let request = Request::get(format!("http://{}/metrics", self.admin)).body(Full::default()).expect("request");
-        let text = String::from_utf8_lossy(&stack.send(request).await.body).into_owned();
-        text.lines()
-            .filter(|line| {
-                line.strip_prefix(metric).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-                    && line.contains(label)
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+    /// The sum of the samples of `metric` on the gateway's `/metrics` carrying every one of `labels`.
+    async fn metric(&self, stack: &TestStack, metric: &str, labels: &[(&str, &str)]) -> f64 {
+        stack.scrape(self.admin).await.sum(metric, labels)
     }
 
     async fn in_progress(&self, stack: &TestStack) -> f64 {
-        self.metric(stack, "hookline_gateway_in_flight_requests", "").await
+        self.metric(stack, "hookline_gateway_in_flight_requests", &[]).await
     }
 
     /// A correctly signed GitHub delivery, over HTTP/1.1 from 127.0.0.1.
@@ -153,7 +144,7 @@ async fn an_h2_stream_flood_is_held_to_the_stream_and_request_caps_within_the_me
     }
     // Streams are refused for as long as the flood goes on: wait until the gateway has refused a good many and
     // the flood's clients have heard every refusal the gateway counted.
-    let too_many = "outcome=\"too_many_requests_in_progress\"";
+    let too_many = &[("outcome", "too_many_requests_in_progress")];
     let enough = MAX_REQUESTS_IN_PROGRESS;
     eventually(Duration::from_secs(60), "streams past the cap are refused, and the clients heard it", || async {
         let counted = gateway.metric(&stack, "hookline_gateway_requests_total", too_many).await;
@@ -215,13 +206,13 @@ async fn heads_held_by_streams_are_charged_to_the_body_budget() {
             FloodConnection::open(stack.gateway_addr, loopback(2), &request, 2 * MAX_STREAMS, outcomes.clone());
         flood.push(connection.await.expect("connect"));
     }
-    let buffer_full = "outcome=\"body_buffer_full\"";
+    let buffer_full = &[("outcome", "body_buffer_full")];
     eventually(Duration::from_secs(30), "heads past the budget are refused, and the clients heard it", || async {
         let counted = stack.gateway_metric("hookline_gateway_requests_total", buffer_full).await;
         let (n_503, _) = outcomes.answered(StatusCode::SERVICE_UNAVAILABLE);
         counted > 0.0
             && counted == n_503 as f64
-            && stack.gateway_metric("hookline_gateway_in_flight_requests", "").await == n_fit as f64
+            && stack.gateway_metric("hookline_gateway_in_flight_requests", &[]).await == n_fit as f64
     })
     .await;
     let (n_503, n_retry_after) = outcomes.answered(StatusCode::SERVICE_UNAVAILABLE);
@@ -229,7 +220,7 @@ async fn heads_held_by_streams_are_charged_to_the_body_budget() {
     // What the held heads leave of the budget is less than one more flood head, and more than a delivery needs.
     let reply = stack.post(&Delivery::new(r#"{"small":"enough"}"#)).await;
     assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
-    let held = stack.gateway_metric("hookline_gateway_in_flight_requests", "").await;
+    let held = stack.gateway_metric("hookline_gateway_in_flight_requests", &[]).await;
     assert_eq!(held, n_fit as f64, "the budget holds {n_fit} heads of {charged} bytes");
     drop(flood);
     stack.shutdown().await;
@@ -257,7 +248,7 @@ async fn one_address_holds_at_most_its_share_of_the_requests_in_progress() {
             FloodConnection::open(stack.gateway_addr, loopback(2), &request, MAX_STREAMS, outcomes.clone());
         flood.push(connection.await.expect("connect"));
     }
-    let too_many = "outcome=\"too_many_requests_in_progress\"";
+    let too_many = &[("outcome", "too_many_requests_in_progress")];
     eventually(
         Duration::from_secs(30),
         "the address's streams past its share are refused, and it heard it",
@@ -270,7 +261,7 @@ async fn one_address_holds_at_most_its_share_of_the_requests_in_progress() {
     .await;
     let (n_503, n_retry_after) = outcomes.answered(StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!((n_503, n_retry_after), (outcomes.n_answered(), n_503), "only 503s, each with Retry-After");
-    assert_eq!(stack.gateway_metric("hookline_gateway_in_flight_requests", "").await, SHARE as f64, "its share, held");
+    assert_eq!(stack.gateway_metric("hookline_gateway_in_flight_requests", &[]).await, SHARE as f64, "its share, held");
     let reply = stack.post(&Delivery::new(r#"{"beside":"one address's flood"}"#)).await;
     assert_eq!(reply.status, StatusCode::ACCEPTED, "another address is answered: {:?}", reply.body);
     drop(flood);

@@ -87,17 +87,10 @@ async fn secrets_rotate_without_restart_and_a_bad_reload_keeps_the_old_config() 
     .await;
     assert_eq!(post_signed(&stack, "second-secret", "d-6").await.status, StatusCode::UNAUTHORIZED);
 
-    let metrics =
-        Request::get(format!("http://{}/metrics", stack.gateway_admin_addr)).body(Full::default()).expect("get");
-    let text = String::from_utf8_lossy(&stack.send(metrics).await.body).into_owned();
-    assert!(
-        text.lines().any(|l| l.starts_with("hookline_gateway_config_reloads_total{outcome=\"applied\"} 2")),
-        "{text}"
-    );
-    assert!(
-        text.lines().any(|l| l.starts_with("hookline_gateway_config_reloads_total{outcome=\"rejected\"} 2")),
-        "{text}"
-    );
+    let metrics = stack.gateway_scrape().await;
+    let reloads = |outcome| metrics.value("hookline_gateway_config_reloads_total", &[("outcome", outcome)]);
+    assert_eq!(reloads("applied"), Some(2.0), "{metrics}");
+    assert_eq!(reloads("rejected"), Some(2.0), "{metrics}");
 
     // Every acknowledged delivery is in Kafka; none of the refused ones are.
     let keys: Vec<String> = stack

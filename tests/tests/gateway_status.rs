@@ -2,6 +2,7 @@
 //! Kafka has it, each kind of bad request gets its own 4xx with a stable JSON code and changes nothing, our own
 //! trouble is a 503 with `Retry-After`, and provider handshakes are answered without producing anything.
 
+use hookline_common::time::{Precision, Rfc3339};
 use std::{
     collections::HashMap,
     net::SocketAddr,
@@ -418,7 +419,7 @@ async fn past_the_concurrency_limit_the_answer_is_503_at_once() {
         tokio::spawn(async move { stack.post(&hookline_tests::Delivery::new(&b"{\"holds\":1}"[..])).await })
     };
     hookline_tests::eventually(Duration::from_secs(10), "the first request holds the only permit", || async {
-        stack.gateway_metric("hookline_gateway_producer_queue_depth", "").await >= 1.0
+        stack.gateway_metric("hookline_gateway_producer_queue_depth", &[]).await >= 1.0
     })
     .await;
 
@@ -478,7 +479,7 @@ async fn handshakes_are_answered_after_verification_and_never_produced() {
     assert_eq!(answer["encryptedToken"].as_str().map(str::len), Some(64));
 
     let twitch_body = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"type":"channel.follow"}}"#;
-    let timestamp = rfc3339_now();
+    let timestamp = Rfc3339::of_time(SystemTime::now(), Precision::Nanos).to_string();
     let signature = twitch::sign(TWITCH_SECRET.as_bytes(), "twitch-msg-1", &timestamp, twitch_body);
     let post_twitch = |message_type: &'static str| {
         let headers = [
@@ -500,52 +501,14 @@ async fn handshakes_are_answered_after_verification_and_never_produced() {
     assert_eq!((reply.status, &reply.body[..]), (StatusCode::OK, &b"pogchamp-kappa-360noscope-vohiyo"[..]));
 
     assert!(stack.inbound_records().await.is_empty(), "handshakes are not events");
-    let metrics = scrape(&stack).await;
-    let handshakes =
-        metric(&metrics, "hookline_gateway_requests_total", &[("source", "zoom"), ("outcome", "handshake")]);
+    let metrics = stack.gateway_scrape().await;
+    let handshakes = metrics.value("hookline_gateway_requests_total", &[("source", "zoom"), ("outcome", "handshake")]);
     assert_eq!(handshakes, Some(1.0), "{metrics}");
     stack.shutdown().await;
 }
 
-/// The current UTC time as RFC 3339 with nanoseconds, as Twitch writes it.
-fn rfc3339_now() -> String {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
-    let (days, seconds) = (since.as_secs() / 86_400, since.as_secs() % 86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = i64::try_from(days).expect("days") + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
-        seconds / 3600,
-        seconds % 3600 / 60,
-        seconds % 60,
-        since.subsec_nanos()
-    )
-}
-
 /// A metric name, some of its labels, and the value expected.
 type Expected = (&'static str, &'static [(&'static str, &'static str)], f64);
-
-/// The value of the sample of `name` whose labels include every one of `labels`.
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|line| line.starts_with(name) && line[name.len()..].starts_with(['{', ' ']))
-        .filter(|line| labels.iter().all(|(key, value)| line.contains(&format!("{key}=\"{value}\""))))
-        .find_map(|line| line.rsplit(' ').next()?.parse().ok())
-}
-
-async fn scrape(stack: &TestStack) -> String {
-    let request =
-        Request::get(format!("http://{}/metrics", stack.gateway_admin_addr)).body(Full::default()).expect("get");
-    String::from_utf8_lossy(&stack.send(request).await.body).into_owned()
-}
 
 #[tokio::test]
 async fn metrics_show_outcomes_failure_reasons_secret_ids_and_sizes() {
@@ -566,7 +529,7 @@ async fn metrics_show_outcomes_failure_reasons_secret_ids_and_sizes() {
     );
     assert_eq!(post(&stack, "/webhooks/whatever", &[], &body[..]).await.status, StatusCode::NOT_FOUND);
 
-    let metrics = scrape(&stack).await;
+    let metrics = stack.gateway_scrape().await;
     let expectations: [Expected; 8] = [
         ("hookline_gateway_requests_total", &[("source", "stripe"), ("outcome", "accepted")], 1.0),
         ("hookline_gateway_requests_total", &[("source", "stripe"), ("outcome", "timestamp_stale")], 1.0),
@@ -578,9 +541,9 @@ async fn metrics_show_outcomes_failure_reasons_secret_ids_and_sizes() {
         ("hookline_gateway_in_flight_requests", &[], 0.0),
     ];
     for (name, labels, value) in expectations {
-        assert_eq!(metric(&metrics, name, labels), Some(value), "{name} {labels:?} in:\n{metrics}");
+        assert_eq!(metrics.value(name, labels), Some(value), "{name} {labels:?} in:\n{metrics}");
     }
-    assert!(metric(&metrics, "hookline_gateway_producer_queue_depth", &[]).is_some());
+    assert!(metrics.value("hookline_gateway_producer_queue_depth", &[]).is_some());
     let readyz = format!("http://{}/readyz", stack.gateway_admin_addr);
     hookline_tests::eventually(Duration::from_secs(10), "gateway ready with the broker up", || async {
         let request = Request::get(&readyz).body(Full::default()).expect("get");

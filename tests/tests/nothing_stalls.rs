@@ -61,9 +61,9 @@ fn small_deliveries(n: usize) -> Vec<Delivery> {
 /// Waits until the group's committed offset of every inbound partition is its high watermark.
 async fn wait_until_committed_to_the_end(stack: &TestStack) {
     eventually(Duration::from_secs(30), "the committed offset reaches the end of the partition", || async {
-        stack.consumer_metric(0, "hookline_consumer_assigned_partitions", "").await >= 1.0
-            && stack.consumer_metric(0, "hookline_consumer_lag_records", "partition=").await == 0.0
-            && stack.consumer_metric(0, "hookline_consumer_in_flight_records", "").await == 0.0
+        stack.consumer_metric(0, "hookline_consumer_assigned_partitions", &[]).await >= 1.0
+            && stack.consumer_metric(0, "hookline_consumer_lag_records", &[]).await == 0.0
+            && stack.consumer_metric(0, "hookline_consumer_in_flight_records", &[]).await == 0.0
     })
     .await;
 }
@@ -124,8 +124,8 @@ async fn a_handler_that_panics_on_one_event_is_dead_lettered_after_its_retries_a
         let error = header_of(entry, header::dlq::ERROR).unwrap_or_default();
         assert!(error.contains(said), "{error}");
     }
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_panics_total", "source=\"github\"").await, 6.0);
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_retries_total", "").await, 4.0, "two retries each");
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_panics_total", &[("source", "github")]).await, 6.0);
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_retries_total", &[]).await, 4.0, "two retries each");
     // The slots are back and the prefix moved past both: nothing is in flight and nothing is left uncommitted.
     wait_until_committed_to_the_end(&stack).await;
     eventually(Duration::from_secs(10), "the dead letters alerted", || async {

@@ -85,7 +85,7 @@ async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_do
     // transactions are in flight, waiting, when the server restarts under them, however fast the consumer is.
     start_configured_consumer(&mut stack).await;
     eventually(Duration::from_secs(60), "the consumer started and joined its group", || async {
-        stack.consumer_metric(0, "hookline_consumer_assigned_partitions", "").await >= 1.0
+        stack.consumer_metric(0, "hookline_consumer_assigned_partitions", &[]).await >= 1.0
     })
     .await;
     db.batch_execute(&format!("BEGIN; LOCK TABLE {schema}.effects IN EXCLUSIVE MODE")).await.expect("lock");
@@ -122,9 +122,7 @@ async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_do
     let metric = |outcome: &'static str| {
         let stack = &stack;
         async move {
-            stack
-                .consumer_metric(0, "hookline_consumer_postgres_transactions_total", &format!("outcome=\"{outcome}\""))
-                .await
+            stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", &[("outcome", outcome)]).await
         }
     };
     println!(
@@ -197,7 +195,8 @@ async fn a_dead_letter_is_applied_exactly_once_when_re_driven() {
     stack.forget_dedupe_markers().await;
     stack.post_accepted(&payment).await;
     eventually(Duration::from_secs(30), "the retries found the dedupe row", || async {
-        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await >= 1.0
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", &[("outcome", "duplicate")]).await
+            >= 1.0
     })
     .await;
     let paid: i32 =
@@ -262,17 +261,18 @@ async fn a_handler_timeout_during_commit_applies_the_event_once() {
     let delivery = Delivery::new(&br#"{"slow":"commit"}"#[..]);
     stack.post_accepted(&delivery).await;
     eventually(Duration::from_secs(60), "the event processed after its timed-out attempt", || async {
-        stack.consumer_metric(0, "hookline_consumer_events_total", "outcome=\"processed\"").await >= 1.0
+        stack.consumer_metric(0, "hookline_consumer_events_total", &[("outcome", "processed")]).await >= 1.0
     })
     .await;
-    let timeouts = stack.consumer_metric(0, "hookline_consumer_handler_failures_total", "class=\"retryable\"").await;
+    let timeouts =
+        stack.consumer_metric(0, "hookline_consumer_handler_failures_total", &[("class", "retryable")]).await;
     let applied: i32 = db
         .query_one(&format!("SELECT applied FROM {schema}.effects WHERE event_id = $1"), &[&delivery.delivery_id])
         .await
         .expect("the effect")
         .get(0);
     let duplicates =
-        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await;
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", &[("outcome", "duplicate")]).await;
     println!("timed-out attempts {timeouts}, applied {applied}, found applied by the next attempt {duplicates}");
     assert!(timeouts >= 1.0, "the first attempt timed out during its COMMIT");
     assert_eq!(applied, 1, "applied exactly once");

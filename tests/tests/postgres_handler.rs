@@ -170,7 +170,8 @@ async fn statements_apply_each_event_once_and_each_zero_rows_mode_does_what_it_s
     }
     // The refund came before its payment: retried until the payment lands.
     eventually(Duration::from_secs(30), "the early refund was retried", || async {
-        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"retryable\"").await >= 1.0
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", &[("outcome", "retryable")]).await
+            >= 1.0
     })
     .await;
     db.batch_execute(&format!("UPDATE {schema}.orders SET status = 'paid', paid = 5 WHERE id = 'o3'"))
@@ -194,7 +195,8 @@ async fn statements_apply_each_event_once_and_each_zero_rows_mode_does_what_it_s
     stack.forget_dedupe_markers().await;
     stack.post_accepted(&paid).await;
     eventually(Duration::from_secs(30), "the re-delivery is found in the database", || async {
-        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await >= 1.0
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", &[("outcome", "duplicate")]).await
+            >= 1.0
     })
     .await;
 
@@ -393,7 +395,7 @@ async fn dedupe_rows_past_retention_are_deleted_and_the_rest_kept() {
     start_configured_consumer(&mut stack).await;
     let table = format!("{schema}.processed");
     eventually(Duration::from_secs(30), "the rows past retention deleted", || async {
-        stack.consumer_metric(0, "hookline_consumer_postgres_rows_deleted_total", &table).await >= 12.0
+        stack.consumer_metric(0, "hookline_consumer_postgres_rows_deleted_total", &[("table", &table)]).await >= 12.0
     })
     .await;
     let left: Vec<String> = db
@@ -404,9 +406,13 @@ async fn dedupe_rows_past_retention_are_deleted_and_the_rest_kept() {
         .map(|row| row.get(0))
         .collect();
     assert_eq!(left, vec!["recent-1", "recent-2", "recent-3"]);
-    let oldest = stack.consumer_metric(0, "hookline_consumer_postgres_oldest_row_age_seconds", &table).await;
+    let oldest =
+        stack.consumer_metric(0, "hookline_consumer_postgres_oldest_row_age_seconds", &[("table", &table)]).await;
     assert!((9.0 * 86_400.0..9.1 * 86_400.0).contains(&oldest), "the oldest row is the 9-day one: {oldest}");
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_postgres_rows_deleted_total", &table).await, 12.0);
+    assert_eq!(
+        stack.consumer_metric(0, "hookline_consumer_postgres_rows_deleted_total", &[("table", &table)]).await,
+        12.0
+    );
 
     // A retention shorter than the Redis TTL plus the replay horizon is refused with the config.
     let mut config = stack.consumer_config.clone();

@@ -55,7 +55,8 @@ async fn the_inbox_stores_each_event_once() {
     stack.forget_dedupe_markers().await;
     stack.post_accepted(&first).await;
     eventually(Duration::from_secs(30), "the re-delivery found in the inbox", || async {
-        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await >= 1.0
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", &[("outcome", "duplicate")]).await
+            >= 1.0
     })
     .await;
     let rows = db
@@ -124,8 +125,8 @@ async fn waiting_rows_go_in_together_and_a_refused_row_fails_alone() {
         .unwrap_or_default();
     assert!(error.contains("23514"), "the CHECK's SQLSTATE says why: {error}");
 
-    let statements = stack.consumer_metric(0, "hookline_consumer_postgres_batch_rows_count", "").await;
-    let rows = stack.consumer_metric(0, "hookline_consumer_postgres_batch_rows_sum", "").await;
+    let statements = stack.consumer_metric(0, "hookline_consumer_postgres_batch_rows_count", &[]).await;
+    let rows = stack.consumer_metric(0, "hookline_consumer_postgres_batch_rows_sum", &[]).await;
     assert!(rows >= 200.0, "every event's row was sent at least once: {rows} rows in {statements} statements");
     assert!(statements < 100.0, "a backlog is stored in batches: {rows} rows in {statements} statements");
     stack.shutdown().await;

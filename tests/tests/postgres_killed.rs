@@ -153,12 +153,13 @@ async fn killed_after_commit_before_its_done_marker(form: WorkForm) {
     let handler = hookline_consumer::Loaded::build(config.clone()).expect("valid config").handler;
     stack.start_consumer_with(config, handler).await;
     eventually(Duration::from_secs(60), "the redelivery found the committed dedupe row", || async {
-        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", "outcome=\"duplicate\"").await >= 1.0
+        stack.consumer_metric(0, "hookline_consumer_postgres_transactions_total", &[("outcome", "duplicate")]).await
+            >= 1.0
     })
     .await;
     assert_eq!(committed().await, Some(1), "the effect happened once");
     assert_eq!(
-        stack.consumer_metric(0, "hookline_consumer_events_total", "outcome=\"processed\"").await,
+        stack.consumer_metric(0, "hookline_consumer_events_total", &[("outcome", "processed")]).await,
         1.0,
         "the survivor processed the redelivery (as a no-op)"
     );

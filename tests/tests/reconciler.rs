@@ -18,6 +18,7 @@ use hookline_reconciler::{
 use hookline_tests::{
     Delivery, TEST_SECRET, TestStack, TestStackBuilder, body_event_id, eventually,
     kafka_tls::KafkaSecurity,
+    prometheus::Scrape,
     provider_fakes::{FakeGithub, FakePaddle, GITHUB_HOOK, StripeMock, TlsFront},
     reconciler::{
         API_TOKEN, ReconcilerService, STRIPE_KEY, TestReconciler, admin_get, github_source, outcomes, paddle_source,
@@ -285,7 +286,7 @@ async fn a_forged_record_does_not_hide_a_missed_event_from_a_reconciler_running_
     })
     .await;
     eventually(Duration::from_secs(30), "the consumer dead-letters every forged record", || async {
-        stack.consumer_metric(0, "hookline_consumer_record_auth_total", "outcome=\"unsigned\"").await
+        stack.consumer_metric(0, "hookline_consumer_record_auth_total", &[("outcome", "unsigned")]).await
             >= missed.len() as f64
     })
     .await;
@@ -415,17 +416,20 @@ async fn the_service_indexes_reports_ready_and_its_first_scheduled_run_is_a_dry_
 
     eventually(Duration::from_secs(30), "the first scheduled run reported as a dry run", || async {
         let (_, metrics) = admin_get(admin_addr, "/metrics").await;
-        metrics.contains(r#"hookline_reconciler_runs_total{outcome="dry_run",source="github"} 1"#)
+        let runs = Scrape::parse(&metrics)
+            .value("hookline_reconciler_runs_total", &[("outcome", "dry_run"), ("source", "github")]);
+        runs == Some(1.0)
     })
     .await;
     let (status, metrics) = admin_get(admin_addr, "/metrics").await;
     assert_eq!(status, 200);
-    for line in [
-        r#"hookline_reconciler_missed_events_total{source="github"} 1"#,
-        r#"hookline_reconciler_unrecovered_events{source="github"} 1"#,
-        r#"hookline_reconciler_indexed_records_total{source="github"} 1"#,
+    let metrics = Scrape::parse(&metrics);
+    for name in [
+        "hookline_reconciler_missed_events_total",
+        "hookline_reconciler_unrecovered_events",
+        "hookline_reconciler_indexed_records_total",
     ] {
-        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+        assert_eq!(metrics.value(name, &[("source", "github")]), Some(1.0), "{name} in\n{metrics}");
     }
     assert_eq!(admin_get(admin_addr, "/readyz").await.0, 200);
     assert!(github.redelivery_requests().is_empty(), "the first run only reports");

@@ -17,6 +17,7 @@ use hookline_reconciler::{
 };
 use hookline_tests::{
     TestStack, eventually,
+    prometheus::Scrape,
     provider_fakes::{FakeGithub, FakePaddle, GithubHook, PADDLE_SETTING, PaddleSetting, StripeMock},
     reconciler::{API_TOKEN, ReconcilerService, STRIPE_KEY, admin_get, github_source, paddle_source, temp_file},
     record_auth::test_record_auth,
@@ -291,19 +292,22 @@ async fn the_service_checks_registrations_on_its_own_and_exports_the_verdicts() 
 
     eventually(Duration::from_secs(30), "the first registration check exported", || async {
         let (_, metrics) = admin_get(admin_addr, "/metrics").await;
-        metrics.contains(r#"hookline_reconciler_registration_ok{check="event_types",source="github"} 0"#)
+        let check = &[("check", "event_types"), ("source", "github")];
+        Scrape::parse(&metrics).value("hookline_reconciler_registration_ok", check) == Some(0.0)
     })
     .await;
     let (_, metrics) = admin_get(admin_addr, "/metrics").await;
-    for line in [
-        r#"hookline_reconciler_registration_ok{check="registered",source="github"} 1"#,
-        r#"hookline_reconciler_registration_ok{check="enabled",source="github"} 1"#,
-        r#"hookline_reconciler_registration_ok{check="reconciled_endpoint",source="github"} 1"#,
-        r#"hookline_reconciler_registration_checks_total{outcome="drift",source="github"} 1"#,
-        r#"hookline_reconciler_registration_last_check_timestamp_seconds{source="github"} "#,
+    let metrics = Scrape::parse(&metrics);
+    for (name, labels) in [
+        ("hookline_reconciler_registration_ok", &[("check", "registered"), ("source", "github")][..]),
+        ("hookline_reconciler_registration_ok", &[("check", "enabled"), ("source", "github")]),
+        ("hookline_reconciler_registration_ok", &[("check", "reconciled_endpoint"), ("source", "github")]),
+        ("hookline_reconciler_registration_checks_total", &[("outcome", "drift"), ("source", "github")]),
     ] {
-        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+        assert_eq!(metrics.value(name, labels), Some(1.0), "{name} {labels:?} in\n{metrics}");
     }
+    let last_check = &[("source", "github")];
+    assert!(metrics.value("hookline_reconciler_registration_last_check_timestamp_seconds", last_check).is_some());
     service.stop().await;
     let hooks_lists =
         github_fake.calls().iter().filter(|call| call.target.starts_with("/repos/acme/widgets/hooks?")).count();

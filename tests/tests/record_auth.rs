@@ -15,6 +15,7 @@ use hookline_dlq_replayer::{
 };
 use hookline_tests::{
     Delivery, TestStack, eventually,
+    prometheus::Sample,
     record_auth::{key_file, keys_of, rfc3339_in},
 };
 use http::StatusCode;
@@ -65,8 +66,8 @@ async fn records_hookline_did_not_write_are_dead_lettered_unprocessed_and_not_re
 
     stack.wait_until_handled(4).await;
     eventually(Duration::from_secs(30), "three unauthenticated records counted", || async {
-        stack.consumer_metric(0, "hookline_consumer_record_auth_total", "outcome=\"unsigned\"").await == 1.0
-            && stack.consumer_metric(0, "hookline_consumer_record_auth_total", "outcome=\"bad_mac\"").await == 2.0
+        stack.consumer_metric(0, "hookline_consumer_record_auth_total", &[("outcome", "unsigned")]).await == 1.0
+            && stack.consumer_metric(0, "hookline_consumer_record_auth_total", &[("outcome", "bad_mac")]).await == 2.0
     })
     .await;
     assert_eq!(stack.handler.calls().len(), 1, "only the real record reached the handler");
@@ -78,7 +79,7 @@ async fn records_hookline_did_not_write_are_dead_lettered_unprocessed_and_not_re
     }
     assert_eq!(
         stack
-            .consumer_metric(0, "hookline_consumer_dead_lettered_total", "error_class=\"unauthenticated_record\"")
+            .consumer_metric(0, "hookline_consumer_dead_lettered_total", &[("error_class", "unauthenticated_record")])
             .await,
         3.0
     );
@@ -217,7 +218,7 @@ async fn a_key_rotation_loses_and_doubles_nothing_and_the_old_key_is_refused_aft
     assert_eq!(keys.iter().filter(|id| *id == "test-k1").count(), 6, "{keys:?}");
     assert_eq!(keys.iter().filter(|id| *id == "k2").count(), 3, "{keys:?}");
     assert_eq!(
-        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", "outcome=\"authentic\"").await,
+        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", &[("outcome", "authentic")]).await,
         6.0,
         "the restarted consumer verified the 3 k1 records it found and the 3 k2 ones"
     );
@@ -252,7 +253,7 @@ async fn a_key_rotation_loses_and_doubles_nothing_and_the_old_key_is_refused_aft
     .await;
     assert_eq!(dead_letter_classes(&stack).await, vec![UNAUTHENTICATED_RECORD_CLASS.as_bytes().to_vec()]);
     assert_eq!(
-        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", "outcome=\"expired_key\"").await,
+        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", &[("outcome", "expired_key")]).await,
         1.0
     );
     assert_eq!(stack.handler.count(&late.delivery_id), 0);
@@ -275,7 +276,9 @@ async fn unsigned_records_are_processed_inside_the_transition_window_and_dead_le
     stack.wait_until_handled(1).await;
     assert_eq!(stack.handler.count(old), 1);
     assert_eq!(
-        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", "outcome=\"unsigned_accepted\"").await,
+        stack
+            .consumer_metric(consumer, "hookline_consumer_record_auth_total", &[("outcome", "unsigned_accepted")])
+            .await,
         1.0
     );
     stack.stop_consumer(consumer).await;
@@ -291,7 +294,7 @@ async fn unsigned_records_are_processed_inside_the_transition_window_and_dead_le
     .await;
     assert_eq!(dead_letter_classes(&stack).await, vec![UNAUTHENTICATED_RECORD_CLASS.as_bytes().to_vec()]);
     assert_eq!(
-        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", "outcome=\"unsigned\"").await,
+        stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", &[("outcome", "unsigned")]).await,
         1.0
     );
     assert_eq!(stack.handler.count(late), 0);
@@ -314,14 +317,16 @@ async fn records_for_another_service_without_a_mac_add_no_source_series() {
     }
     // Written by hookline (a re-drive addressed to another service): its source is believed.
     stack.produce_raw(0, "signed", addressed("github"), b"{}").await;
-    let other = "outcome=\"other_service\"";
+    let other = [("outcome", "other_service")];
     eventually(Duration::from_secs(30), "every record passed", || async {
-        stack.consumer_metric(0, "hookline_consumer_events_total", other).await == 21.0
+        stack.consumer_metric(0, "hookline_consumer_events_total", &other).await == 21.0
     })
     .await;
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_events_total", "source=\"made-up-").await, 0.0);
-    let unknown = stack.consumer_metric(0, "hookline_consumer_events_total", "source=\"unknown\"").await;
+    let scrape = stack.consumer_scrape(0).await;
+    let made_up = |sample: &&Sample| sample.labels.get("source").is_some_and(|source| source.starts_with("made-up-"));
+    assert!(!scrape.samples("hookline_consumer_events_total", &[]).any(|sample| made_up(&sample)), "{scrape}");
+    let unknown = stack.consumer_metric(0, "hookline_consumer_events_total", &[("source", "unknown")]).await;
     assert_eq!(unknown, 20.0);
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_events_total", "source=\"github\"").await, 1.0);
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_events_total", &[("source", "github")]).await, 1.0);
     stack.shutdown().await;
 }

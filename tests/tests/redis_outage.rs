@@ -21,8 +21,8 @@ async fn redis_stopped_mid_stream_processes_nothing_without_dedupe_then_resumes(
     }
     // The consumer has fetched them and tried to claim: it is paused, failing closed.
     eventually(Duration::from_secs(30), "consumer paused on Redis errors", || async {
-        stack.consumer_metric(0, "hookline_consumer_paused", "").await == 1.0
-            && stack.consumer_metric(0, "hookline_consumer_dedupe_errors_total", "").await >= 2.0
+        stack.consumer_metric(0, "hookline_consumer_paused", &[]).await == 1.0
+            && stack.consumer_metric(0, "hookline_consumer_dedupe_errors_total", &[]).await >= 2.0
     })
     .await;
     for delivery in &during {
@@ -38,6 +38,6 @@ async fn redis_stopped_mid_stream_processes_nothing_without_dedupe_then_resumes(
     for delivery in during.iter().chain([&first]) {
         assert_eq!(stack.handler.count(&delivery.delivery_id), 1);
     }
-    assert_eq!(stack.consumer_metric(0, "hookline_consumer_paused", "").await, 0.0);
+    assert_eq!(stack.consumer_metric(0, "hookline_consumer_paused", &[]).await, 0.0);
     stack.shutdown().await;
 }

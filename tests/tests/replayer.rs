@@ -11,7 +11,7 @@ use hookline_dlq_replayer::{
     index::{Entry, Status},
     ops::{DiscardRequest, ReplayRequest, Replayer},
 };
-use hookline_tests::{Delivery, TestStack, eventually};
+use hookline_tests::{Delivery, TestStack, eventually, prometheus::Scrape};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use rdkafka::{
@@ -285,11 +285,9 @@ async fn admin_api_requires_the_token_and_has_the_cli_semantics() {
     assert_eq!(stack.send(request("GET", "/livez", None, "")).await.status, StatusCode::OK);
     eventually(Duration::from_secs(15), "metrics show the discarded entry", || async {
         let reply = stack.send(request("GET", "/metrics", None, "")).await;
-        let text = String::from_utf8_lossy(&reply.body).into_owned();
-        text.contains("hookline_dlq_discards_total 1")
-            && text.lines().any(|l| {
-                l.starts_with("hookline_dlq_entries{") && l.contains("status=\"discarded\"") && l.ends_with(" 1")
-            })
+        let scrape = Scrape::parse(&String::from_utf8_lossy(&reply.body));
+        scrape.value("hookline_dlq_discards_total", &[]) == Some(1.0)
+            && scrape.samples("hookline_dlq_entries", &[("status", "discarded")]).any(|sample| sample.value == 1.0)
     })
     .await;
     api.stop().await;
@@ -432,9 +430,9 @@ async fn service_index_follows_both_topics_pages_with_a_stable_cursor_and_gauges
     assert_eq!(stack.send(get("/v1/entries/no-such-topic:0:0".into())).await.status, StatusCode::NOT_FOUND);
 
     let metric = |text: &str| {
-        text.lines()
-            .find(|l| l.starts_with("hookline_dlq_oldest_untriaged_age_seconds{") && l.contains("source=\"github\""))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        Scrape::parse(text)
+            .value("hookline_dlq_oldest_untriaged_age_seconds", &[("source", "github")])
+            .map(|age| age as i64)
     };
     eventually(Duration::from_secs(15), "the untriaged gauge shows github", || async {
         let reply = stack.send(get("/metrics".into())).await;

@@ -6,6 +6,7 @@
 //! Records are produced straight to the topics with the stack's record key (the gateway's path is tested
 //! elsewhere; 200,000 requests through it would cost this test a minute for nothing it checks).
 
+use hookline_common::time::format_rfc3339_millis;
 use std::{collections::BTreeSet, time::Duration};
 
 use bytes::Bytes;
@@ -131,11 +132,6 @@ fn config_for(stack: &TestStack, own_topic: &str) -> ReplayerConfig {
     }
 }
 
-fn rfc3339(ms: i64) -> String {
-    let time = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).expect("ms"));
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
 fn ids(report: &SearchReport) -> BTreeSet<String> {
     report.matches.iter().filter_map(|found| found.event_id.clone()).collect()
 }
@@ -154,8 +150,8 @@ impl World {
         self.search_with(SearchRequest {
             source: source.to_owned(),
             event_type: event_type.map(str::to_owned),
-            since: rfc3339(self.base_ms),
-            until: Some(rfc3339(self.end_ms)),
+            since: format_rfc3339_millis(self.base_ms),
+            until: Some(format_rfc3339_millis(self.end_ms)),
             conditions: conditions.iter().map(|c| (*c).to_owned()).collect(),
             limit: Some(10_000),
             ..SearchRequest::default()
@@ -328,8 +324,8 @@ async fn event_search_finds_exactly_the_matching_accepted_events_and_refuses_tam
     let bounded = world
         .search_with(SearchRequest {
             source: "github".to_owned(),
-            since: rfc3339(since),
-            until: Some(rfc3339(until)),
+            since: format_rfc3339_millis(since),
+            until: Some(format_rfc3339_millis(until)),
             limit: Some(10_000),
             ..SearchRequest::default()
         })
@@ -367,8 +363,8 @@ async fn event_search_finds_exactly_the_matching_accepted_events_and_refuses_tam
     let api = ApiServer::start(&world).await;
     let query = format!(
         "source=github&since={}&until={}&where={}&limit=10000",
-        enc(&rfc3339(world.base_ms)),
-        enc(&rfc3339(world.end_ms)),
+        enc(&format_rfc3339_millis(world.base_ms)),
+        enc(&format_rfc3339_millis(world.end_ms)),
         enc("/customer == \"cus_7\"")
     );
     let reply = api.get(stack, &format!("/v1/events?{query}"), None).await;
@@ -405,8 +401,8 @@ fn expected_cus_7(world: &World) -> BTreeSet<String> {
 fn request_all(world: &World, source: &str) -> SearchRequest {
     SearchRequest {
         source: source.to_owned(),
-        since: rfc3339(world.base_ms),
-        until: Some(rfc3339(world.end_ms)),
+        since: format_rfc3339_millis(world.base_ms),
+        until: Some(format_rfc3339_millis(world.end_ms)),
         limit: Some(10_000),
         ..SearchRequest::default()
     }

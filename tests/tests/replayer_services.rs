@@ -3,6 +3,7 @@
 //! the records asked for with the headers that address one service, and the index is not fooled by the
 //! re-processing records that share its status topic.
 
+use hookline_common::time::format_rfc3339_millis;
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -13,7 +14,7 @@ use hookline_dlq_replayer::{
     index::{Entry, Status},
     ops::{ReplayRequest, Replayer, ReprocessRequest},
 };
-use hookline_tests::{Delivery, TestHandler, TestStack, eventually};
+use hookline_tests::{Delivery, TestHandler, TestStack, eventually, prometheus::Scrape};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use rdkafka::{
@@ -116,13 +117,11 @@ async fn entries_are_listed_filtered_and_counted_by_the_service_that_dead_letter
     assert!(page["entries"].as_array().expect("entries").iter().all(|e| e["service"] == "billing"));
     eventually(Duration::from_secs(15), "the untriaged gauge has a series per service", || async {
         let reply = stack.send(get("/metrics")).await;
-        let metrics = String::from_utf8_lossy(&reply.body).into_owned();
+        let metrics = Scrape::parse(&String::from_utf8_lossy(&reply.body));
         let series = |service: &str| {
-            metrics.lines().any(|l| {
-                l.starts_with("hookline_dlq_oldest_untriaged_age_seconds{")
-                    && l.contains(&format!("service=\"{service}\""))
-                    && l.contains("source=\"github\"")
-            })
+            metrics
+                .value("hookline_dlq_oldest_untriaged_age_seconds", &[("service", service), ("source", "github")])
+                .is_some()
         };
         series("billing") && series(&default_service)
     })
@@ -169,7 +168,7 @@ async fn replay_redrives_an_entry_to_the_service_that_dead_lettered_it_only() {
     let other = entry_of(&replayer, &default_service, &delivery.delivery_id).await;
     assert_eq!(other.status, Status::New, "the other service's entry is left alone");
     eventually(Duration::from_secs(30), "the other service skipped the replay as addressed elsewhere", || async {
-        stack.consumer_metric(0, "hookline_consumer_events_total", "outcome=\"other_service\"").await >= 1.0
+        stack.consumer_metric(0, "hookline_consumer_events_total", &[("outcome", "other_service")]).await >= 1.0
     })
     .await;
     assert_eq!(stack.handler.attempts(&delivery.delivery_id), 1, "the other service never handled the replay");
@@ -195,10 +194,6 @@ async fn posted(stack: &TestStack, bodies: &[String]) -> Vec<OwnedMessage> {
     eventually(Duration::from_secs(5), "the clock passed the last record's timestamp", || async { now_ms() > latest })
         .await;
     records
-}
-
-fn rfc3339(ms: i64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
 }
 
 #[tokio::test]
@@ -233,8 +228,8 @@ async fn reprocess_dry_run_changes_nothing_and_apply_redrives_exactly_the_range_
     expected.sort();
     let request = ReprocessRequest {
         service: "billing".into(),
-        from: Some(rfc3339(from_ms)),
-        to: Some(rfc3339(to_ms)),
+        from: Some(format_rfc3339_millis(from_ms)),
+        to: Some(format_rfc3339_millis(to_ms)),
         by: "test".into(),
         ..ReprocessRequest::default()
     };

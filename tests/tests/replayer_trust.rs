@@ -223,11 +223,8 @@ async fn wrong_api_tokens_are_throttled_counted_and_share_the_console_logins_bud
     assert_eq!(statuses[11], http::StatusCode::TOO_MANY_REQUESTS, "{statuses:?}");
     // Refused without its token looked at: even the right one, from this address, for the window.
     assert_eq!(stack.send(get(token.to_owned())).await.status, http::StatusCode::TOO_MANY_REQUESTS);
-    let metrics = stack
-        .send(http::Request::get(format!("http://{}/metrics", api.addr)).body(Default::default()).expect("request"))
-        .await;
-    let text = String::from_utf8_lossy(&metrics.body).into_owned();
-    assert!(text.contains("hookline_replayer_auth_failures_total{surface=\"api\"} 10"), "{text}");
+    let metrics = stack.scrape(api.addr).await;
+    assert_eq!(metrics.value("hookline_replayer_auth_failures_total", &[("surface", "api")]), Some(10.0), "{metrics}");
     api.stop().await;
     stack.shutdown().await;
 }

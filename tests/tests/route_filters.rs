@@ -4,6 +4,7 @@
 //! both; a body that is not JSON and a body without the field are processed, never poison; and `reprocess` for
 //! billing runs the filtered event exactly once, although the run re-drives both of the provider's deliveries.
 
+use hookline_common::time::format_rfc3339_millis;
 use std::{sync::Arc, time::Duration};
 
 use hookline_common::wire::{header, header_str, now_ms, redis_key};
@@ -19,10 +20,6 @@ use hookline_tests::{Delivery, TestHandler, TestStack, eventually};
 use rdkafka::Message;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn rfc3339(ms: i64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
-}
 
 /// Billing's one route: every github event, skipping a bot's push.
 fn billing_route() -> RouteConfig {
@@ -63,13 +60,17 @@ async fn a_filtered_event_is_skipped_with_its_reason_for_one_service_processed_b
     eventually(WAIT, "the other service processed all four, billing all but the bot's", || async {
         [&bot, &human, &no_sender, &not_json].iter().all(|d| stack.handler.count(&d.delivery_id) == 1)
             && everything_else.iter().all(|d| billing.count(&d.delivery_id) == 1)
-            && stack.consumer_metric(billing_index, "hookline_consumer_events_total", "outcome=\"filtered\"").await
+            && stack.consumer_metric(billing_index, "hookline_consumer_events_total", &[("outcome", "filtered")]).await
                 == 1.0
     })
     .await;
     assert_eq!(billing.count(&bot.delivery_id), 0, "skipped by billing's filter");
     let filtered = stack
-        .consumer_metric(billing_index, "hookline_consumer_filtered_total", r#"filter="bot_push",route="github""#)
+        .consumer_metric(
+            billing_index,
+            "hookline_consumer_filtered_total",
+            &[("filter", "bot_push"), ("route", "github")],
+        )
         .await;
     assert_eq!(filtered, 1.0, "counted with its route and filter");
     assert_eq!(stack.consumer_events("filtered").await, 1, "only billing filters");
@@ -144,7 +145,7 @@ async fn a_filtered_event_is_skipped_with_its_reason_for_one_service_processed_b
     // accepted), filtered for billing and processed for the other service.
     let search = SearchRequest {
         source: "github".to_owned(),
-        since: rfc3339(since_ms),
+        since: format_rfc3339_millis(since_ms),
         conditions: vec![r#"/sender/type == "Bot""#.to_owned()],
         ..SearchRequest::default()
     };
@@ -164,7 +165,7 @@ async fn a_filtered_event_is_skipped_with_its_reason_for_one_service_processed_b
     // the run re-drives both of the provider's deliveries (two records, one run: the second is a duplicate of the
     // run's own key); the other service does not run it again.
     let duplicates = || async {
-        stack.consumer_metric(billing_index, "hookline_consumer_events_total", "outcome=\"duplicate\"").await
+        stack.consumer_metric(billing_index, "hookline_consumer_events_total", &[("outcome", "duplicate")]).await
     };
     let duplicates_before = duplicates().await;
     let request = ReprocessRequest {

@@ -37,7 +37,7 @@ fn events(source: &str, prefix: &str, n: usize) -> Vec<(i32, String, OwnedHeader
 }
 
 async fn paused_gauge(stack: &TestStack, index: usize, route: &str) -> f64 {
-    stack.consumer_metric(index, "hookline_consumer_route_paused", &format!("route=\"{route}\"")).await
+    stack.consumer_metric(index, "hookline_consumer_route_paused", &[("route", route)]).await
 }
 
 fn replayer(stack: &TestStack) -> Replayer {
@@ -154,24 +154,24 @@ async fn a_failing_source_in_its_own_topic_is_held_without_copies_through_a_rest
     })
     .await;
     eventually(Duration::from_secs(30), "the failing route's breaker opens", || async {
-        stack.consumer_metric(first, "hookline_consumer_route_breaker_open", "route=\"failing\"").await == 1.0
+        stack.consumer_metric(first, "hookline_consumer_route_breaker_open", &[("route", "failing")]).await == 1.0
     })
     .await;
-    let copies = stack.consumer_metric(first, "hookline_consumer_deferred_total", "reason=\"breaker_open\"").await;
+    let copies = stack.consumer_metric(first, "hookline_consumer_deferred_total", &[("reason", "breaker_open")]).await;
     assert_eq!(copies, 0.0, "records of a source topic wait in memory: none is copied to the retry topic");
 
     // A restart in the middle of the outage: the new instance holds them too.
     stack.stop_consumer(first).await;
     let second = stack.start_consumer().await;
     eventually(Duration::from_secs(60), "the restarted consumer's breaker opens again", || async {
-        stack.consumer_metric(second, "hookline_consumer_route_breaker_open", "route=\"failing\"").await == 1.0
+        stack.consumer_metric(second, "hookline_consumer_route_breaker_open", &[("route", "failing")]).await == 1.0
     })
     .await;
     eventually(Duration::from_secs(10), "its records wait in memory", || async {
-        stack.consumer_metric(second, "hookline_consumer_route_waiting_records", "route=\"failing\"").await > 0.0
+        stack.consumer_metric(second, "hookline_consumer_route_waiting_records", &[("route", "failing")]).await > 0.0
     })
     .await;
-    let copies = stack.consumer_metric(second, "hookline_consumer_deferred_total", "reason=\"breaker_open\"").await;
+    let copies = stack.consumer_metric(second, "hookline_consumer_deferred_total", &[("reason", "breaker_open")]).await;
     assert_eq!(copies, 0.0);
 
     for i in 0..N_FAILING {
@@ -255,7 +255,9 @@ async fn a_control_record_without_a_valid_mac_is_never_applied() {
     let record = FutureRecord::to(&stack.kafka.control_topic).key(&key).payload(&value);
     producer.send(record, Duration::from_secs(10)).await.expect("produced");
     eventually(Duration::from_secs(30), "the forged record is read and refused", || async {
-        stack.consumer_metric(0, "hookline_consumer_control_records_refused_total", "reason=\"unauthenticated\"").await
+        stack
+            .consumer_metric(0, "hookline_consumer_control_records_refused_total", &[("reason", "unauthenticated")])
+            .await
             >= 1.0
     })
     .await;
@@ -304,7 +306,7 @@ async fn a_held_source_topic_survives_a_rebalance_with_no_copies_and_each_event_
     }
     stack.produce_raw_batch_to(&topic, events("failing", "failing", N)).await;
     eventually(Duration::from_secs(30), "the breaker opens", || async {
-        stack.consumer_metric(first, "hookline_consumer_route_breaker_open", "route=\"failing\"").await == 1.0
+        stack.consumer_metric(first, "hookline_consumer_route_breaker_open", &[("route", "failing")]).await == 1.0
     })
     .await;
     // A second member joins in the middle of the outage: the partitions are shared out again.
@@ -316,7 +318,8 @@ async fn a_held_source_topic_survives_a_rebalance_with_no_copies_and_each_event_
     })
     .await;
     for index in [first, second] {
-        let copies = stack.consumer_metric(index, "hookline_consumer_deferred_total", "reason=\"breaker_open\"").await;
+        let copies =
+            stack.consumer_metric(index, "hookline_consumer_deferred_total", &[("reason", "breaker_open")]).await;
         assert_eq!(copies, 0.0, "consumer {index} copied held records");
     }
     for i in 0..N {
@@ -374,7 +377,8 @@ async fn a_record_held_in_a_source_topic_past_its_retry_budget_is_dead_lettered_
         expected
     };
     assert_eq!(ids, expected, "each doomed event dead-lettered exactly once");
-    let copies = stack.consumer_metric(consumer, "hookline_consumer_deferred_total", "reason=\"breaker_open\"").await;
+    let copies =
+        stack.consumer_metric(consumer, "hookline_consumer_deferred_total", &[("reason", "breaker_open")]).await;
     assert_eq!(copies, 0.0);
     stack.shutdown().await;
 }

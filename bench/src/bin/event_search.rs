@@ -7,6 +7,7 @@
 //!
 //!   cargo run --release -p hookline-bench --bin event-search-bench -- --brokers 127.0.0.1:19092 --records 3600000
 
+use hookline_common::time::format_rfc3339_millis;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -81,8 +82,8 @@ async fn main() -> anyhow::Result<()> {
     let request = SearchRequest {
         source: "stripe".to_owned(),
         event_type: Some("invoice.paid".to_owned()),
-        since: stamp(base_ms),
-        until: Some(stamp(base_ms + span_ms + 1)),
+        since: format_rfc3339_millis(base_ms),
+        until: Some(format_rfc3339_millis(base_ms + span_ms + 1)),
         conditions: vec!["/data/object/customer == \"cus_42\"".to_owned()],
         limit: Some(10_000),
         ..SearchRequest::default()
@@ -119,11 +120,6 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn stamp(ms: i64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
-        .to_string()
-}
-
 /// A replayer config for the filled topic, with a copy of the run's record key, and the command to time.
 fn write_cli_config(
     path: &std::path::Path,
@@ -151,8 +147,8 @@ fn write_cli_config(
     eprintln!(
         "hookline-replayer --config {} events --source stripe --type invoice.paid --since {} --until {} --where '/data/object/customer == \"cus_42\"' --limit 10000",
         path.display(),
-        stamp(base_ms),
-        stamp(base_ms + span_ms + 1)
+        format_rfc3339_millis(base_ms),
+        format_rfc3339_millis(base_ms + span_ms + 1)
     );
     Ok(())
 }

@@ -93,13 +93,12 @@ impl RecordAuthConfig {
     /// be read.
     pub fn accept_unsigned_until_ms(&self) -> Result<Option<i64>, String> {
         let Some(text) = &self.accept_unsigned_until else { return Ok(None) };
-        let time = humantime::parse_rfc3339(text.trim()).map_err(|_| {
+        let ms = crate::time::parse_rfc3339_ms(text.trim()).map_err(|_| {
             format!(
                 "kafka.record_auth.accept_unsigned_until `{text}` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z"
             )
         })?;
-        let since_epoch = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Ok(Some(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)))
+        Ok(Some(ms))
     }
 }
 
@@ -118,9 +117,8 @@ mod tests {
         problems.into_lines()
     }
 
-    fn in_days(days: u64) -> String {
-        let at = std::time::SystemTime::now() + std::time::Duration::from_secs(days * 86_400);
-        humantime::format_rfc3339_seconds(at).to_string()
+    fn in_days(days: i64) -> String {
+        crate::time::format_rfc3339_seconds(crate::wire::now_ms() + days * 86_400_000)
     }
 
     #[test]

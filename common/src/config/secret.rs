@@ -36,11 +36,10 @@ impl SecretRef {
     pub fn validity_ms(&self) -> Result<(Option<i64>, Option<i64>), String> {
         let parse = |key: &str, value: &Option<String>| -> Result<Option<i64>, String> {
             let Some(text) = value else { return Ok(None) };
-            let time = humantime::parse_rfc3339(text.trim()).map_err(|_| {
+            let ms = crate::time::parse_rfc3339_ms(text.trim()).map_err(|_| {
                 format!("secret `{}`: {key} `{text}` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z", self.id)
             })?;
-            let since_epoch = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            Ok(Some(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)))
+            Ok(Some(ms))
         };
         let not_before = parse("not_before", &self.not_before)?;
         let not_after = parse("not_after", &self.not_after)?;

@@ -198,9 +198,7 @@ pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<i64> {
     if !text.ends_with('Z') {
         return None;
     }
-    let time = humantime::parse_rfc3339(text).ok()?;
-    let since = time.duration_since(std::time::UNIX_EPOCH).ok()?;
-    i64::try_from(since.as_millis()).ok()
+    crate::time::parse_rfc3339_ms(text).ok()
 }
 
 /// Constant-time equality of two secrets of any length: their SHA-256 digests are compared, so neither the

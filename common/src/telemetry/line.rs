@@ -15,6 +15,8 @@ use std::{
     time::SystemTime,
 };
 
+use crate::time::{Precision, Rfc3339};
+
 /// The layout [`super::init_tracing`] chose: 0 not initialised, 1 text, 2 JSON.
 static LAYOUT: AtomicU8 = AtomicU8::new(0);
 
@@ -56,7 +58,7 @@ impl EventLine<'_> {
         BUFFER.with(|buffer| {
             let Ok(mut line) = buffer.try_borrow_mut() else { return false };
             line.clear();
-            let now = humantime::format_rfc3339_micros(SystemTime::now());
+            let now = Rfc3339::of_time(SystemTime::now(), Precision::Micros);
             if json {
                 self.json(&mut line, now);
             } else {
@@ -70,7 +72,7 @@ impl EventLine<'_> {
     }
 
     /// `tracing-subscriber`'s default text layout without ANSI: `<time>  INFO <span>{<fields>}: <message> <k=v>...`.
-    fn text(&self, line: &mut String, now: humantime::Rfc3339Timestamp) {
+    fn text(&self, line: &mut String, now: Rfc3339) {
         let _ = write!(line, "{now}");
         line.push_str("  INFO ");
         line.push_str(self.span.0);
@@ -98,7 +100,7 @@ impl EventLine<'_> {
     }
 
     /// `tracing-subscriber`'s JSON layout: timestamp, level, fields (message first), target-less, span and spans.
-    fn json(&self, line: &mut String, now: humantime::Rfc3339Timestamp) {
+    fn json(&self, line: &mut String, now: Rfc3339) {
         let _ = write!(line, "{{\"timestamp\":\"{now}\",\"level\":\"INFO\",\"fields\":{{\"message\":");
         json_string(line, self.message);
         for (name, value) in self.fields {
@@ -183,7 +185,7 @@ mod tests {
         let event =
             EventLine { span: ("consumer", &[("service", "billing")]), message: "event processed", fields: &fields };
         let mut line = String::new();
-        let now = humantime::format_rfc3339_micros(SystemTime::UNIX_EPOCH);
+        let now = Rfc3339::of_time(SystemTime::UNIX_EPOCH, Precision::Micros);
         if json {
             event.json(&mut line, now)
         } else {

@@ -2,8 +2,6 @@
 //! carries (CSP and friends), and the fragments several pages use. All markup is `maud`: a value spliced into a
 //! template is escaped by construction.
 
-use std::time::Duration;
-
 use axum::{body::Body, response::Response};
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
@@ -28,10 +26,8 @@ pub(super) fn enc(text: &str) -> String {
 }
 
 pub(super) fn time(ms: Option<i64>) -> String {
-    match ms.and_then(|ms| u64::try_from(ms).ok()) {
-        Some(ms) if ms > 0 => {
-            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-        }
+    match ms {
+        Some(ms) if ms > 0 => hookline_common::time::format_rfc3339_seconds(ms),
         _ => "–".to_owned(),
     }
 }

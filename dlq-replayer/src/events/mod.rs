@@ -303,7 +303,7 @@ pub fn reprocess_request(
         service,
         event_ids,
         from: Some(search.since.clone()),
-        to: Some(search.until.clone().unwrap_or_else(|| timestamp_rfc3339(report.until_ms))),
+        to: Some(search.until.clone().unwrap_or_else(|| hookline_common::time::format_rfc3339_millis(report.until_ms))),
         source: Some(report.source.clone()),
         apply,
         rate_per_s: None,
@@ -311,14 +311,7 @@ pub fn reprocess_request(
     }
 }
 
-fn timestamp_rfc3339(ms: i64) -> String {
-    let time = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
 fn rfc3339_ms(text: &str) -> Result<i64, OpError> {
-    let time = humantime::parse_rfc3339_weak(text.trim())
-        .map_err(|_| OpError::BadRequest(format!("`{text}` is not an RFC 3339 time")))?;
-    let since_epoch = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
+    hookline_common::time::parse_rfc3339_weak_ms(text.trim())
+        .map_err(|_| OpError::BadRequest(format!("`{text}` is not an RFC 3339 time")))
 }

@@ -2,11 +2,7 @@
 
 use super::{Match, Progress, SearchReport};
 use crate::lookup::DedupeState;
-
-fn timestamp(ms: i64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_millis(time).to_string()
-}
+use hookline_common::time::format_rfc3339_millis;
 
 /// `read 1200000 of 3600000 records (310000/s), 12 matches, 0 refused`: what the CLI prints to stderr each second.
 pub fn progress_line(progress: &Progress) -> String {
@@ -26,10 +22,10 @@ pub fn state(dedupe: &DedupeState) -> String {
         DedupeState::NotConfigured => "not read".to_owned(),
         DedupeState::Absent => "not processed".to_owned(),
         DedupeState::Claimed { .. } => "being processed".to_owned(),
-        DedupeState::Processed { processed_at_ms: Some(at), .. } => format!("processed {}", timestamp(*at)),
+        DedupeState::Processed { processed_at_ms: Some(at), .. } => format!("processed {}", format_rfc3339_millis(*at)),
         DedupeState::Processed { .. } => "processed".to_owned(),
         DedupeState::Filtered { filter, filtered_at_ms, .. } => {
-            format!("filtered by {filter} {}", timestamp(*filtered_at_ms))
+            format!("filtered by {filter} {}", format_rfc3339_millis(*filtered_at_ms))
         }
         DedupeState::DeadLettered { entry_id, .. } => format!("dead-lettered {entry_id}"),
         DedupeState::Unknown { value } => format!("dedupe key holds `{value}`"),
@@ -45,7 +41,7 @@ pub fn match_line(found: &Match) -> String {
         found.position.topic,
         found.position.partition,
         found.position.offset,
-        found.accepted_at_ms.map_or_else(|| "?".to_owned(), timestamp),
+        found.accepted_at_ms.map_or_else(|| "?".to_owned(), format_rfc3339_millis),
         found.event_type.as_deref().unwrap_or("-"),
         found.event_id.as_deref().unwrap_or("-"),
         if services.is_empty() { String::new() } else { format!(": {}", services.join(", ")) }

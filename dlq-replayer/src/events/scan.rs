@@ -12,7 +12,7 @@ use std::{
 
 use hookline_common::{
     config::KafkaConfig,
-    kafka::{QuietContext, assignment_reader_config, partitions_of},
+    kafka::{QuietContext, assignment_reader_config, offset_ranges_for_times},
     record_auth::RecordKeys,
     wire::{header, now_ms},
 };
@@ -225,27 +225,9 @@ fn ranges_of(
     since_ms: i64,
     until_ms: i64,
 ) -> Result<Vec<Range>, KafkaError> {
-    let partitions = partitions_of(consumer, topic, METADATA_TIMEOUT)?;
-    let offsets_for = |ms: i64| -> Result<BTreeMap<i32, Offset>, KafkaError> {
-        let mut times = TopicPartitionList::new();
-        for &partition in &partitions {
-            times.add_partition_offset(topic, partition, Offset::Offset(ms))?;
-        }
-        let found = consumer.offsets_for_times(times, METADATA_TIMEOUT)?;
-        Ok(found.elements().iter().map(|element| (element.partition(), element.offset())).collect())
-    };
-    let (starts, ends) = (offsets_for(since_ms)?, offsets_for(until_ms)?);
-    let mut ranges = Vec::new();
-    for &partition in &partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT)?;
-        let at = |offsets: &BTreeMap<i32, Offset>| match offsets.get(&partition) {
-            Some(Offset::Offset(offset)) => (*offset).clamp(low, high),
-            _ => high,
-        };
-        let (start, end) = (at(&starts), at(&ends));
-        if start < end {
-            ranges.push(Range { topic: topic.to_owned(), partition, start, end });
-        }
-    }
-    Ok(ranges)
+    let ranges = offset_ranges_for_times(consumer, topic, Some(since_ms), Some(until_ms), METADATA_TIMEOUT)?;
+    Ok(ranges
+        .into_iter()
+        .map(|(partition, start, end)| Range { topic: topic.to_owned(), partition, start, end })
+        .collect())
 }

@@ -3,6 +3,7 @@
 
 use super::{Answer, DedupeState, RecordPosition, ServiceAnswer};
 use crate::index::Entry;
+use hookline_common::time::format_rfc3339_millis;
 
 /// The trace id of a `traceparent` value (`00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`); `None` when it
 /// is not one (or its trace id is all zeros, which W3C calls invalid).
@@ -11,15 +12,9 @@ pub fn trace_id(traceparent: &str) -> Option<String> {
         .map(|context| context.trace_id().to_string())
 }
 
-/// `2026-12-06T12:00:01.204Z`.
-fn timestamp(ms: i64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
 /// `12:00:01.204` (UTC).
 fn time_of_day(ms: i64) -> String {
-    let stamp = timestamp(ms);
+    let stamp = format_rfc3339_millis(ms);
     stamp.get(11..23).map_or(stamp.clone(), str::to_owned)
 }
 
@@ -53,7 +48,7 @@ pub fn render_text(answer: &Answer, with_trace: bool) -> Vec<String> {
     let mut details = Vec::new();
     match &answer.accepted {
         Some(accepted) => {
-            let at = accepted.received_at_ms.map_or_else(|| "?".to_owned(), timestamp);
+            let at = accepted.received_at_ms.map_or_else(|| "?".to_owned(), format_rfc3339_millis);
             let inbound = accepted
                 .inbound
                 .as_ref()
@@ -142,7 +137,7 @@ fn service_details(service: &ServiceAnswer, event_id: &str, with_trace: bool) ->
         _ => {}
     }
     for waiting in &service.retry.waiting {
-        let first = waiting.first_failure_at_ms.map_or_else(|| "?".to_owned(), timestamp);
+        let first = waiting.first_failure_at_ms.map_or_else(|| "?".to_owned(), format_rfc3339_millis);
         lines.push(format!("  {name}: waiting in retry {} (first failure {first})", position(&waiting.position)));
         if with_trace {
             lines.push(format!("    trace: {}", waiting.trace_id.as_deref().unwrap_or("no trace")));
@@ -171,7 +166,7 @@ fn dead_letter(entry: &Entry) -> String {
     );
     text.push_str(&format!("; status {}", entry.status.as_str()));
     if let Some(last) = &entry.last_status {
-        text.push_str(&format!(" at {} by {}", timestamp(last.at_ms), last.by));
+        text.push_str(&format!(" at {} by {}", format_rfc3339_millis(last.at_ms), last.by));
         if let Some(note) = &last.note {
             text.push_str(&format!(" ({note})"));
         }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hookline_common::{
     config::KafkaConfig,
-    kafka::QuietContext,
+    kafka::{QuietContext, partitions_of},
     wire::{header, header_str},
 };
 use rdkafka::{
@@ -70,20 +70,12 @@ pub fn scan(
     let mut scan = RetryScan { topic: topic.clone(), ..RetryScan::default() };
     let reader: BaseConsumer<QuietContext> =
         reader_config(kafka).create_with_context(QuietContext::new("lookup-retry"))?;
-    let metadata = match reader.fetch_metadata(Some(&topic), REQUEST_TIMEOUT) {
-        Ok(metadata) => metadata,
+    // No such topic (or none of its partitions listed): nothing waits in retry.
+    let partitions = match partitions_of(&reader, &topic, REQUEST_TIMEOUT) {
+        Ok(partitions) => partitions,
         Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition)) => return Ok(scan),
         Err(error) => return Err(error),
     };
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic && t.error().is_none())
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        return Ok(scan);
-    }
     // The group's committed offsets, asked with the group's id; this client never joins or commits.
     let group_client: BaseConsumer<QuietContext> =
         reader_config(kafka).set("group.id", group).create_with_context(QuietContext::new("lookup-committed"))?;

@@ -257,10 +257,8 @@ impl Replayer {
 }
 
 fn parse_rfc3339_ms(text: &str) -> Result<i64, OpError> {
-    let time = humantime::parse_rfc3339_weak(text)
-        .map_err(|_| OpError::BadRequest(format!("`{text}` is not an RFC 3339 time")))?;
-    let since_epoch = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
+    hookline_common::time::parse_rfc3339_weak_ms(text)
+        .map_err(|_| OpError::BadRequest(format!("`{text}` is not an RFC 3339 time")))
 }
 
 /// Per partition of `topic`, the offsets `[start, end)` of the records timestamped in `[from, to)`: the broker's
@@ -273,33 +271,7 @@ fn ranges_of(
     to_ms: Option<i64>,
 ) -> Result<Vec<Range>, KafkaError> {
     let consumer = reader(kafka, "reprocess-select")?;
-    let partitions = hookline_common::kafka::partitions_of(&consumer, topic, METADATA_TIMEOUT)?;
-    let offsets_for = |ms: i64| -> Result<BTreeMap<i32, Offset>, KafkaError> {
-        let mut times = TopicPartitionList::new();
-        for &partition in &partitions {
-            times.add_partition_offset(topic, partition, Offset::Offset(ms))?;
-        }
-        let found = consumer.offsets_for_times(times, METADATA_TIMEOUT)?;
-        Ok(found.elements().iter().map(|element| (element.partition(), element.offset())).collect())
-    };
-    let starts = from_ms.map(offsets_for).transpose()?;
-    let ends = to_ms.map(offsets_for).transpose()?;
-    let mut ranges = Vec::new();
-    for &partition in &partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT)?;
-        let at = |offsets: &Option<BTreeMap<i32, Offset>>, default: i64| match offsets {
-            None => default,
-            Some(offsets) => match offsets.get(&partition) {
-                Some(Offset::Offset(offset)) => (*offset).clamp(low, high),
-                _ => high,
-            },
-        };
-        let (start, end) = (at(&starts, low), at(&ends, high));
-        if start < end {
-            ranges.push((partition, start, end));
-        }
-    }
-    Ok(ranges)
+    hookline_common::kafka::offset_ranges_for_times(&consumer, topic, from_ms, to_ms, METADATA_TIMEOUT)
 }
 
 /// Reads every record of `ranges` and sends it on; stops early when the receiver is gone.

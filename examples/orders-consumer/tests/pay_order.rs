@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use hookline_consumer::config::{HandlerConfig, postgres::PostgresConfig};
 use hookline_example_orders_consumer::{PayOrder, SCHEMA_SQL};
-use hookline_tests::{Delivery, TestStack, eventually, postgres_config, postgres_handler_config};
+use hookline_tests::{Delivery, TestStack, eventually, postgres_config, postgres_handler_config, prometheus::Scrape};
 use tokio_postgres::NoTls;
 
 /// `hookline_consumer_postgres_transactions_total{outcome="duplicate"}` from the consumer's admin listener.
@@ -18,12 +18,8 @@ async fn duplicates(admin: std::net::SocketAddr) -> u64 {
     stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: test\r\n\r\n").await.expect("request");
     let mut text = String::new();
     stream.read_to_string(&mut text).await.expect("response");
-    text.lines()
-        .filter(|line| {
-            line.starts_with("hookline_consumer_postgres_transactions_total") && line.contains("outcome=\"duplicate\"")
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    let scrape = Scrape::parse(&text);
+    scrape.sum("hookline_consumer_postgres_transactions_total", &[("outcome", "duplicate")]) as u64
 }
 
 #[tokio::test]

@@ -189,16 +189,12 @@ impl ProviderClient {
 /// Milliseconds since the epoch of an RFC 3339 time.
 pub(crate) fn rfc3339_ms(text: &str) -> Option<i64> {
     // Providers here send UTC (`Z`) times, with or without fractions.
-    let text = text.trim();
-    let time = humantime::parse_rfc3339(text).or_else(|_| humantime::parse_rfc3339_weak(text)).ok()?;
-    let since = time.duration_since(std::time::UNIX_EPOCH).ok()?;
-    i64::try_from(since.as_millis()).ok()
+    hookline_common::time::parse_rfc3339_weak_ms(text.trim()).ok()
 }
 
 /// An RFC 3339 UTC time (seconds precision) for `ms`.
 pub(crate) fn rfc3339(ms: i64) -> String {
-    let time = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_seconds(time).to_string()
+    hookline_common::time::format_rfc3339_seconds(ms)
 }
 
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(source: &str, body: &[u8]) -> Result<T, ReconcileError> {

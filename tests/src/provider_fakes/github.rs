@@ -1,5 +1,6 @@
 //! GitHub's repository hook deliveries API for one hook, and its hooks list.
 
+use hookline_common::time::{Precision, Rfc3339};
 use std::{
     net::SocketAddr,
     sync::{Arc, Mutex},
@@ -8,7 +9,7 @@ use std::{
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 
-use super::{ApiCall, Control, json, query_param, rfc3339, send_webhook, serve_fake};
+use super::{ApiCall, Control, json, query_param, send_webhook, serve_fake};
 
 /// One delivery of a GitHub hook, as `GET .../deliveries` lists it.
 #[derive(Debug, Clone)]
@@ -155,7 +156,7 @@ impl FakeGithub {
                     id: new_id,
                     redelivery: true,
                     status_code: 0,
-                    delivered_at: rfc3339(std::time::SystemTime::now()),
+                    delivered_at: Rfc3339::of_time(std::time::SystemTime::now(), Precision::Millis).to_string(),
                     ..original.clone()
                 });
                 drop(state);
@@ -189,7 +190,7 @@ impl FakeGithub {
         let delivery = GithubDelivery {
             id: state.next_id,
             guid: uuid::Uuid::new_v4().to_string(),
-            delivered_at: rfc3339(delivered_at),
+            delivered_at: Rfc3339::of_time(delivered_at, Precision::Millis).to_string(),
             event: event.to_owned(),
             redelivery: false,
             status_code: 502,

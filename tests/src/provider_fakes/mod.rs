@@ -56,33 +56,7 @@ fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
 }
 
 /// RFC 3339 with milliseconds, UTC, as GitHub and Paddle write times.
-pub fn rfc3339(at: std::time::SystemTime) -> String {
-    let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let (days, rest) = (since.as_secs() / 86_400, since.as_secs() % 86_400);
-    let (year, month, day) = civil_from_days(i64::try_from(days).unwrap_or(0));
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        (rest % 3600) / 60,
-        rest % 60,
-        since.subsec_millis()
-    )
-}
-
-/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
-    let month = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
-    (yoe + era * 400 + i64::from(month <= 2), month, day)
-}
-
-fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+pub fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     query.split('&').find_map(|pair| pair.split_once('=').filter(|(key, _)| *key == name).map(|(_, value)| value))
 }
 

@@ -1,5 +1,6 @@
 //! Paddle Billing's notifications API for one notification destination, and its destinations list.
 
+use hookline_common::time::{Precision, Rfc3339};
 use std::{
     net::SocketAddr,
     sync::{Arc, Mutex},
@@ -9,7 +10,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::Full;
 
-use super::{ApiCall, Control, json, query_param, rfc3339, send_webhook, serve_fake};
+use super::{ApiCall, Control, json, query_param, send_webhook, serve_fake};
 
 /// One Paddle notification, as `GET /notifications` lists it.
 #[derive(Debug, Clone)]
@@ -203,7 +204,7 @@ impl FakePaddle {
                 event_id: format!("evt_{}", uuid::Uuid::new_v4().simple()),
                 event_type: event_type.to_owned(),
                 status: status.to_owned(),
-                occurred_at: rfc3339(occurred_at),
+                occurred_at: Rfc3339::of_time(occurred_at, Precision::Millis).to_string(),
                 origin: "event".to_owned(),
                 notification_setting_id: PADDLE_SETTING.to_owned(),
             };

@@ -159,8 +159,8 @@ fn from_json(value: &Value, ty: &Type) -> Result<Bound, String> {
         Type::TIMESTAMPTZ => match value {
             // Unix seconds, as Stripe's `created` and most providers' integer timestamps.
             Value::Number(_) => Ok(Bound::Time(epoch_ms(integer()?.saturating_mul(1000)))),
-            Value::String(text) => humantime::parse_rfc3339_weak(text.trim())
-                .map(Bound::Time)
+            Value::String(text) => hookline_common::time::parse_rfc3339_weak_ms(text.trim())
+                .map(|ms| Bound::Time(epoch_ms(ms)))
                 .map_err(|_| format!("(\"{text}\") is not an RFC 3339 time")),
             _ => Err("is not a time (RFC 3339 text or Unix seconds)".to_owned()),
         },
