@@ -255,6 +255,7 @@ async fn fake_consumer_metrics() -> (String, tokio_util::sync::CancellationToken
             "hookline_consumer_events_total{{outcome=\"processed\",source=\"github\"}} {}\n\
              hookline_consumer_events_total{{outcome=\"retry_scheduled\",source=\"github\"}} {n}\n\
              hookline_consumer_route_breaker_open{{route=\"github\"}} 1\n\
+             hookline_consumer_route_waiting_records{{route=\"github\"}} 4\n\
              hookline_consumer_route_oldest_waiting_age_seconds{{route=\"github\"}} 75\n",
             10 * n
         );
@@ -297,7 +298,7 @@ async fn the_overview_charts_what_was_sampled_and_names_what_could_not_be_read()
     assert!(card.contains(r#"class="outcome retrying" data-count="1""#), "{card}");
     assert!(card.contains(r#"class="outcome dead-lettered" data-count="0""#), "{card}");
     assert!(card.contains("open: github"), "the open breaker: {card}");
-    assert!(card.contains("the oldest 75 s old"), "{card}");
+    assert!(card.contains("4 records, the oldest 75 s old"), "{card}");
     assert!(card.contains(r#"class="lag problem""#) && card.contains("unknown: Kafka"), "unread lag is no 0: {card}");
     assert!(card.contains(r#"href="/ui/entries?service=billing""#), "{card}");
     assert!(card.contains(r#"action="/ui/pauses/pause""#), "the Pause form of the Routes page: {card}");

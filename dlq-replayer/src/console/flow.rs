@@ -149,9 +149,7 @@ fn service_card(
                     }
                 }
                 @if service.replicas_answered > 0 {
-                    tr { th { "Waiting" } td.waiting {
-                        (service.waiting_records) " records, the oldest " (format_age(service.oldest_waiting_age_s))
-                    } }
+                    tr { th { "Waiting" } td.waiting { (waiting(service.waiting_records, service.oldest_waiting_age_s)) } }
                     tr { th { "Breaker" } td.breaker data-open=(service.breaker_open.len()) {
                         @if service.breaker_open.is_empty() { "closed" } @else { "open: " (service.breaker_open.join(", ")) }
                     } }
@@ -181,11 +179,17 @@ fn service_card(
     }
 }
 
-fn format_age(seconds: f64) -> String {
-    match seconds {
-        s if s <= 0.0 => "none waiting".to_owned(),
+/// The records waiting for a route and the age of the oldest.
+fn waiting(records: f64, oldest_s: f64) -> String {
+    let age = match oldest_s {
+        s if s < 1.0 => "under 1 s old".to_owned(),
         s if s < 120.0 => format!("{s:.0} s old"),
         s => format!("{:.0} min old", s / 60.0),
+    };
+    match records {
+        r if r < 1.0 => "none".to_owned(),
+        r if r < 2.0 => format!("1 record, {age}"),
+        r => format!("{r:.0} records, the oldest {age}"),
     }
 }
 

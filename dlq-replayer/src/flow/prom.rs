@@ -25,8 +25,8 @@ pub type SourceOutcome = (String, String);
 pub enum Outcome {
     /// `processed`.
     Processed,
-    /// `retry_scheduled`, `retry_later`, and records deferred to the retry topic without an attempt (saturated
-    /// route, open breaker).
+    /// `retry_scheduled`, `retry_later`, and records deferred to the retry topic without an attempt because their
+    /// route was saturated or its breaker open (not those of a paused route).
     Retrying,
     /// `dead_lettered`.
     DeadLettered,
@@ -147,7 +147,8 @@ pub fn consumer(text: &str) -> ConsumerReading {
                 "dead_lettered" => Some(Outcome::DeadLettered),
                 _ => None,
             },
-            "hookline_consumer_deferred_total" => Some(Outcome::Retrying),
+            // A paused route's deferrals are no failure: the pause is shown apart.
+            "hookline_consumer_deferred_total" if label(&labels, "reason") != "paused" => Some(Outcome::Retrying),
             "hookline_consumer_route_breaker_open" if value >= 1.0 => {
                 reading.breaker_open.push(label(&labels, "route").to_owned());
                 None
@@ -205,6 +206,7 @@ mod tests {
                     hookline_consumer_events_total{outcome=\"retry_scheduled\",source=\"github\"} 4\n\
                     hookline_consumer_events_total{outcome=\"duplicate\",source=\"github\"} 7\n\
                     hookline_consumer_deferred_total{reason=\"breaker_open\",source=\"github\"} 2\n\
+                    hookline_consumer_deferred_total{reason=\"paused\",source=\"github\"} 9\n\
                     hookline_consumer_events_total{outcome=\"dead_lettered\",source=\"github\"} 1\n\
                     hookline_consumer_route_breaker_open{route=\"github\"} 1\n\
                     hookline_consumer_route_breaker_open{route=\"stripe\"} 0\n\
@@ -215,7 +217,7 @@ mod tests {
                     hookline_consumer_route_oldest_waiting_age_seconds{route=\"stripe\"} 7\n";
         let reading = consumer(text);
         assert_eq!(reading.events[&Outcome::Processed], 15.0);
-        assert_eq!(reading.events[&Outcome::Retrying], 6.0, "retries and deferrals");
+        assert_eq!(reading.events[&Outcome::Retrying], 6.0, "retries and deferrals, not a pause's");
         assert_eq!(reading.events[&Outcome::DeadLettered], 1.0);
         assert_eq!(reading.breaker_open, ["github"]);
         assert_eq!(reading.paused_routes, ["stripe"]);
