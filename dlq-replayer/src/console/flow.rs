@@ -125,7 +125,7 @@ fn service_card(
     html! {
         div.card.flow data-service=(service.name) {
             h3 { (service.name) }
-            @if service.replicas_configured == 0 {
+            @if !service.admin_urls_configured {
                 p.muted { "No admin URL is configured for its replicas: only its lag (from Kafka) is shown." }
             } @else {
                 p {
@@ -135,7 +135,7 @@ fn service_card(
                         }
                         @if outcome != Outcome::DeadLettered { ", " }
                     }
-                    " in the hour (" (service.replicas_answered) " of " (service.replicas_configured) " replicas answered)"
+                    " in the hour (" (service.replicas_answered) " of " (service.replicas_asked) " replicas answered)"
                 }
                 (unreachable_line(None, "replica", &service.unreachable))
                 (minute_chart(&format!("{} events per minute", service.name), &series, first_minute_ms))

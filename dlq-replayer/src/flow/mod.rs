@@ -14,7 +14,8 @@ pub mod minutes;
 pub mod prom;
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, VecDeque},
+    net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -50,17 +51,20 @@ struct ServiceSource {
     admin_urls: Vec<String>,
 }
 
-/// One round of readings, in configured order.
+/// What each endpoint answered, by the URL asked: a configured URL, or one address its host name resolved to.
+type Readings<T> = BTreeMap<String, Result<T, String>>;
+
+/// One round of readings (services in configured order).
 #[derive(Debug)]
 struct Sample {
     at_ms: i64,
-    gateways: Vec<Result<GatewayReading, String>>,
+    gateways: Readings<GatewayReading>,
     services: Vec<ServiceSample>,
 }
 
 #[derive(Debug)]
 struct ServiceSample {
-    replicas: Vec<Result<ConsumerReading, String>>,
+    replicas: Readings<ConsumerReading>,
     lag: Result<i64, String>,
 }
 
@@ -98,9 +102,11 @@ pub struct ServiceFlow {
     pub lag: Vec<Option<i64>>,
     /// The group's lag at the last sample, or why it could not be read.
     pub lag_now: Result<i64, String>,
-    /// The replicas that answered at the last sample, of `replicas_configured`.
+    /// Whether any admin URL is configured for its replicas.
+    pub admin_urls_configured: bool,
+    /// The replicas that answered at the last sample, of `replicas_asked`.
     pub replicas_answered: usize,
-    pub replicas_configured: usize,
+    pub replicas_asked: usize,
     /// The replicas that did not.
     pub unreachable: Vec<Unreachable>,
     /// Records waiting for a route, over the replicas that answered.
@@ -123,7 +129,7 @@ pub struct FlowView {
     /// When the last sample was taken; `None` before the first.
     pub last_sample_ms: Option<i64>,
     pub interval_s: u64,
-    /// Whether any gateway is configured.
+    /// How many gateway URLs are configured.
     pub gateways_configured: usize,
     /// The gateways that did not answer at the last sample.
     pub unreachable_gateways: Vec<Unreachable>,
@@ -182,18 +188,12 @@ impl Flow {
     /// One round: every endpoint and group at once.
     async fn sample(&self) -> Sample {
         let at_ms = now_ms();
-        let gateways = self.gateway_urls.iter().map(|url| async {
-            let text = fetch_metrics(&self.client, url).await?;
-            Ok(prom::gateway(&text))
-        });
+        let gateways = read_all(&self.client, &self.gateway_urls, prom::gateway);
         let services = self.services.iter().map(|service| async {
-            let replicas = service.admin_urls.iter().map(|url| async {
-                let text = fetch_metrics(&self.client, url).await?;
-                Ok(prom::consumer(&text))
-            });
+            let replicas = read_all(&self.client, &service.admin_urls, prom::consumer);
             let (kafka, name, group) = (self.kafka.clone(), service.name.clone(), service.group.clone());
             let lag = tokio::task::spawn_blocking(move || lag::group_lag(&kafka, &name, &group));
-            let (replicas, lag) = tokio::join!(join_all(replicas), lag);
+            let (replicas, lag) = tokio::join!(replicas, lag);
             let lag = match lag {
                 Ok(Ok(lag)) => Ok(lag),
                 Ok(Err(error)) => Err(format!("Kafka: {error}")),
@@ -201,7 +201,7 @@ impl Flow {
             };
             ServiceSample { replicas, lag }
         });
-        let (gateways, services) = tokio::join!(join_all(gateways), join_all(services));
+        let (gateways, services) = tokio::join!(gateways, join_all(services));
         Sample { at_ms, gateways, services }
     }
 
@@ -222,10 +222,11 @@ impl Flow {
         let first = minutes::first_minute_ms(now_ms);
         let last = samples.back();
         let mut requests: BTreeMap<SourceOutcome, Vec<u64>> = BTreeMap::new();
-        for position in 0..self.gateway_urls.len() {
+        let endpoints: BTreeSet<&String> = samples.iter().flat_map(|sample| sample.gateways.keys()).collect();
+        for endpoint in endpoints {
             let readings: Vec<(i64, &BTreeMap<SourceOutcome, f64>)> = samples
                 .iter()
-                .filter_map(|sample| match sample.gateways.get(position) {
+                .filter_map(|sample| match sample.gateways.get(endpoint) {
                     Some(Ok(reading)) => Some((sample.at_ms, &reading.requests)),
                     _ => None,
                 })
@@ -242,9 +243,7 @@ impl Flow {
             last_sample_ms: last.map(|sample| sample.at_ms),
             interval_s: self.interval.as_secs(),
             gateways_configured: self.gateway_urls.len(),
-            unreachable_gateways: last
-                .map(|sample| unreachable(&self.gateway_urls, &sample.gateways))
-                .unwrap_or_default(),
+            unreachable_gateways: last.map(|sample| unreachable(&sample.gateways)).unwrap_or_default(),
             sources: source_flows(requests),
             services: services.collect(),
         }
@@ -284,10 +283,11 @@ fn source_flows(requests: BTreeMap<SourceOutcome, Vec<u64>>) -> Vec<SourceFlow> 
 fn service_flow(source: &ServiceSource, samples: &[(i64, &ServiceSample)], first: i64) -> ServiceFlow {
     let mut events: BTreeMap<Outcome, Vec<u64>> =
         Outcome::ALL.iter().map(|outcome| (*outcome, vec![0; MINUTES])).collect();
-    for position in 0..source.admin_urls.len() {
+    let endpoints: BTreeSet<&String> = samples.iter().flat_map(|(_, sample)| sample.replicas.keys()).collect();
+    for endpoint in endpoints {
         let readings: Vec<(i64, &BTreeMap<Outcome, f64>)> = samples
             .iter()
-            .filter_map(|(at_ms, sample)| match sample.replicas.get(position) {
+            .filter_map(|(at_ms, sample)| match sample.replicas.get(endpoint) {
                 Some(Ok(reading)) => Some((*at_ms, &reading.events)),
                 _ => None,
             })
@@ -302,8 +302,9 @@ fn service_flow(source: &ServiceSource, samples: &[(i64, &ServiceSample)], first
         events,
         lag: minutes::highest_per_minute(&lag_points, first),
         lag_now: Err("not sampled yet".to_owned()),
+        admin_urls_configured: !source.admin_urls.is_empty(),
         replicas_answered: 0,
-        replicas_configured: source.admin_urls.len(),
+        replicas_asked: 0,
         unreachable: Vec::new(),
         waiting_records: 0.0,
         oldest_waiting_age_s: 0.0,
@@ -313,8 +314,9 @@ fn service_flow(source: &ServiceSource, samples: &[(i64, &ServiceSample)], first
     };
     if let Some((_, last)) = samples.last() {
         flow.lag_now = last.lag.clone();
-        flow.unreachable = unreachable(&source.admin_urls, &last.replicas);
-        for reading in last.replicas.iter().flatten() {
+        flow.unreachable = unreachable(&last.replicas);
+        flow.replicas_asked = last.replicas.len();
+        for reading in last.replicas.values().flatten() {
             flow.replicas_answered += 1;
             flow.waiting_records += reading.waiting_records;
             flow.oldest_waiting_age_s = flow.oldest_waiting_age_s.max(reading.oldest_waiting_age_s);
@@ -330,13 +332,57 @@ fn service_flow(source: &ServiceSource, samples: &[(i64, &ServiceSample)], first
     flow
 }
 
-fn unreachable<T>(urls: &[String], readings: &[Result<T, String>]) -> Vec<Unreachable> {
-    urls.iter()
-        .zip(readings)
+fn unreachable<T>(readings: &Readings<T>) -> Vec<Unreachable> {
+    readings
+        .iter()
         .filter_map(|(url, reading)| {
             reading.as_ref().err().map(|reason| Unreachable { url: url.clone(), reason: reason.clone() })
         })
         .collect()
+}
+
+/// Every endpoint behind `urls` asked for its `/metrics` at once, each answer parsed by `parse`.
+async fn read_all<T>(client: &HttpsClient, urls: &[String], parse: fn(&str) -> T) -> Readings<T> {
+    let mut readings = BTreeMap::new();
+    let mut endpoints = Vec::new();
+    for (url, found) in urls.iter().zip(join_all(urls.iter().map(|url| endpoints_of(url))).await) {
+        match found {
+            Ok(found) => endpoints.extend(found),
+            Err(reason) => {
+                readings.insert(url.clone(), Err(reason));
+            }
+        }
+    }
+    let answers = join_all(endpoints.iter().map(|endpoint| fetch_metrics(client, endpoint))).await;
+    for (endpoint, answer) in endpoints.into_iter().zip(answers) {
+        readings.insert(endpoint, answer.map(|text| parse(&text)));
+    }
+    readings
+}
+
+/// The endpoints behind a configured admin URL. An `http://` URL whose host name resolves to several addresses
+/// (a Compose service's replicas, a Kubernetes headless Service's pods) is each address, as Prometheus's DNS service
+/// discovery finds them: each replica's counters are its own, and one name balancing over them would mix them.
+/// Any other URL is itself: an address, a name with one address (or only loopback ones), an `https://` URL (whose
+/// certificate names the host, not its addresses).
+async fn endpoints_of(url: &str) -> Result<Vec<String>, String> {
+    let uri: http::Uri = url.parse().map_err(|error| format!("not a URL: {error}"))?;
+    let itself = Ok(vec![url.to_owned()]);
+    let Some(host) = uri.host() else { return itself };
+    if uri.scheme_str() != Some("http") || host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
+        return itself;
+    }
+    let port = uri.port_u16().unwrap_or(80);
+    let resolved = tokio::time::timeout(FETCH_TIMEOUT, tokio::net::lookup_host((host, port)))
+        .await
+        .map_err(|_| format!("no DNS answer for `{host}` within {} s", FETCH_TIMEOUT.as_secs()))?
+        .map_err(|error| format!("DNS: {error}"))?;
+    let addresses: BTreeSet<SocketAddr> = resolved.collect();
+    if addresses.len() <= 1 || addresses.iter().all(|address| address.ip().is_loopback()) {
+        return itself;
+    }
+    let path = uri.path().trim_end_matches('/');
+    Ok(addresses.into_iter().map(|address| format!("http://{address}{path}")).collect())
 }
 
 /// A process's `/metrics` text, or why there is none; the whole exchange within [`FETCH_TIMEOUT`].
@@ -363,4 +409,20 @@ async fn fetch_metrics(client: &HttpsClient, url: &str) -> Result<String, String
     tokio::time::timeout(FETCH_TIMEOUT, exchange)
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {} s", FETCH_TIMEOUT.as_secs())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_address_a_loopback_name_and_an_https_url_are_asked_as_configured() {
+        for url in
+            ["http://127.0.0.1:9091", "http://localhost:9091", "https://gateway-0.example:9091", "http://[::1]:9091"]
+        {
+            assert_eq!(endpoints_of(url).await, Ok(vec![url.to_owned()]), "{url}");
+        }
+        let unknown = endpoints_of("http://no-such-host.invalid:9091").await;
+        assert!(unknown.is_err(), "a name that does not resolve is named as such: {unknown:?}");
+    }
 }
