@@ -71,6 +71,8 @@ pub struct Api {
     pub rejections: Gatherer,
     /// Answers "where is event X?" (`GET /v1/events/...`, the console's search box).
     pub lookup: Lookup,
+    /// The flow of the last hour (the console's overview), sampled in the background by `serve`.
+    pub flow: Arc<crate::flow::Flow>,
 }
 
 impl Api {

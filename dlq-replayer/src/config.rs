@@ -32,6 +32,39 @@ pub struct ReplayerConfig {
     pub lookup: LookupConfig,
     /// Event search (`events`, `GET /v1/events`, the console's Events page).
     pub events: EventsConfig,
+    /// The console overview's flow of the last hour: what `serve` samples, and from where.
+    pub flow: FlowConfig,
+}
+
+/// What the console overview's flow samples: the gateways of `[gateways] admin_urls` (their `/metrics`), and the
+/// consumer services listed here (their replicas' `/metrics`, and their consumer group's offsets in Kafka).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FlowConfig {
+    /// How often `serve` samples every gateway, consumer and consumer group; the charts are per minute.
+    pub sample_interval_s: u64,
+    /// The consumer services shown. Empty: the overview shows the sources only.
+    pub services: Vec<FlowService>,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        Self { sample_interval_s: 15, services: Vec::new() }
+    }
+}
+
+/// One consumer service of the flow.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowService {
+    /// The service's name (its `service.name`, or else its `kafka.group_id`).
+    pub name: String,
+    /// Its consumer group, when it is not the name (as in `[lookup] services`, which is asked when this is absent).
+    pub group_id: Option<String>,
+    /// Base URLs of every replica's admin listener (`http://consumer-0.consumer:9091`), each asked for `/metrics`.
+    /// Empty: only the group's lag (from Kafka) is shown.
+    #[serde(default)]
+    pub admin_urls: Vec<String>,
 }
 
 /// Event search's topics and bounds. A request may ask for less than a bound, never more.
@@ -112,7 +145,7 @@ impl LookupConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct GatewaysConfig {
     /// Base URLs of every gateway replica's admin listener (`http://gateway-0.gateway:9091`), each asked for
-    /// `/admin/rejections`. Empty: the replayer gathers nothing.
+    /// `/admin/rejections`, and by the flow sampler for `/metrics`. Empty: the replayer gathers nothing.
     pub admin_urls: Vec<String>,
     /// The gateways' `reload_token`, sent as a bearer token. Without it the gateways answer only a caller on
     /// their own loopback, so set it whenever the replayer runs elsewhere.
@@ -132,6 +165,7 @@ impl Default for ReplayerConfig {
             gateways: GatewaysConfig::default(),
             lookup: LookupConfig::default(),
             events: EventsConfig::default(),
+            flow: FlowConfig::default(),
         }
     }
 }
@@ -161,6 +195,18 @@ impl ReplayerConfig {
         }
         if let Some(redis) = &config.lookup.redis {
             redis.validate(&mut problems);
+        }
+        problems.check(config.flow.sample_interval_s >= 1, "flow.sample_interval_s must be at least 1");
+        for (position, service) in config.flow.services.iter().enumerate() {
+            problems.check(!service.name.is_empty(), "flow.services: every service has a name");
+            if config.flow.services[..position].iter().any(|earlier| earlier.name == service.name) {
+                problems.push(format!("flow.services: `{}` is listed twice", service.name));
+            }
+            for url in &service.admin_urls {
+                if let Err(problem) = hookline_common::http_client::check_url(url) {
+                    problems.push(format!("flow.services.admin_urls: `{url}` {problem}"));
+                }
+            }
         }
         problems.check(config.lookup.retry_scan_max_records >= 1, "lookup.retry_scan_max_records must be at least 1");
         problems.check(config.events.max_records >= 1, "events.max_records must be at least 1");

@@ -15,6 +15,7 @@ pub mod console;
 pub mod events;
 pub mod fetch;
 pub mod filter;
+pub mod flow;
 pub mod index;
 mod login_throttle;
 pub mod lookup;
@@ -101,6 +102,7 @@ pub async fn serve_api(
     };
     let rejections = rejections::Gatherer::new(&config.gateways).map_err(ServeError::Config)?;
     let replayer = Replayer::live(config.clone(), index.clone())?;
+    let flow = Arc::new(flow::Flow::new(&config).map_err(ServeError::Config)?);
     let api = Arc::new(Api {
         replayer: replayer.clone(),
         token: SecretSlice::from(token),
@@ -110,8 +112,10 @@ pub async fn serve_api(
         console: session::Console::default(),
         rejections,
         lookup: lookup::Lookup::new(replayer.clone()),
+        flow: flow.clone(),
     });
     let tasks = TaskTracker::new();
+    tasks.spawn(flow.run(shutdown.child_token()));
     let router = app::router(api);
     let handler = move |request: Request<Incoming>| app::serve_on(router.clone(), request);
     tasks.spawn(serve(admin, handler, ServeLimits::default(), shutdown.child_token()));

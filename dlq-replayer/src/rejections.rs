@@ -197,7 +197,7 @@ async fn fetch(client: HttpsClient, request: Result<Request<Full<Bytes>>, String
 }
 
 /// A client error with its cause (hyper's own message is only "client error (Connect)").
-fn describe_client_error(error: &hyper_util::client::legacy::Error) -> String {
+pub(crate) fn describe_client_error(error: &hyper_util::client::legacy::Error) -> String {
     let mut text = error.to_string();
     let mut cause = std::error::Error::source(error);
     while let Some(inner) = cause {

@@ -176,14 +176,24 @@ impl TestStack {
 
     /// Starts the replayer's API and console on the stack's topics, taking `token` (index refresh every second).
     pub async fn start_replayer_api(&self, token: &str) -> ReplayerApi {
+        self.start_replayer_api_with(token, |_| {}).await
+    }
+
+    /// [`TestStack::start_replayer_api`] with `tweak` applied to its config (the gateways and services it samples).
+    pub async fn start_replayer_api_with(
+        &self,
+        token: &str,
+        tweak: impl FnOnce(&mut hookline_dlq_replayer::ReplayerConfig),
+    ) -> ReplayerApi {
         let token_file = std::env::temp_dir().join(format!("hookline-api-token-{}", uuid::Uuid::new_v4()));
         std::fs::write(&token_file, token).expect("token file");
-        let config = hookline_dlq_replayer::ReplayerConfig {
+        let mut config = hookline_dlq_replayer::ReplayerConfig {
             kafka: self.kafka.clone(),
             api_token: Some(SecretRef::from_file("api", token_file.display().to_string())),
             refresh_interval_s: 1,
             ..hookline_dlq_replayer::ReplayerConfig::default()
         };
+        tweak(&mut config);
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = admin.local_addr().expect("addr");
         let shutdown = CancellationToken::new();

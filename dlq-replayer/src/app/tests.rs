@@ -18,6 +18,7 @@ use tower::ServiceExt as _;
 use crate::{
     api::Api,
     config::ReplayerConfig,
+    flow::Flow,
     lookup::Lookup,
     metrics::Metrics,
     ops::Replayer,
@@ -28,7 +29,11 @@ use crate::{
 const TOKEN: &str = "an-in-process-test-token-of-forty-chars-x";
 
 fn router() -> Router {
-    let mut config = ReplayerConfig::default();
+    router_with(ReplayerConfig::default()).0
+}
+
+/// The router over `config`, and its flow sampler (which nothing runs: a test samples it itself).
+fn router_with(mut config: ReplayerConfig) -> (Router, Arc<Flow>) {
     // Reading the index checks status records with the record keys: the index needs one to be made (it is never
     // read here).
     let key = std::env::temp_dir().join(format!("hookline-replayer-app-test-key-{}", uuid::Uuid::new_v4().simple()));
@@ -39,7 +44,8 @@ fn router() -> Router {
     let index = Arc::new(Replayer::empty_index(&config).expect("index"));
     let replayer = Replayer::live(config.clone(), index).expect("replayer");
     let _ = std::fs::remove_file(&key);
-    super::router(Arc::new(Api {
+    let flow = Arc::new(Flow::new(&config).expect("flow"));
+    let router = super::router(Arc::new(Api {
         replayer: replayer.clone(),
         token: SecretSlice::from(TOKEN.as_bytes().to_vec()),
         registry,
@@ -48,7 +54,9 @@ fn router() -> Router {
         console: Console::default(),
         rejections: Gatherer::new(&config.gateways).expect("gatherer"),
         lookup: Lookup::new(replayer),
-    }))
+        flow: flow.clone(),
+    }));
+    (router, flow)
 }
 
 /// A request as the listener hands it on: with the peer's address.
@@ -233,4 +241,77 @@ async fn api_routes_answer_json_and_their_errors_with_statuses() {
     assert_eq!((response.status(), body.as_str()), (StatusCode::OK, "ok\n"));
     let (response, _) = call(&router, get("/nothing-here", None)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
+}
+
+/// A consumer's admin listener on loopback whose `/metrics` says `processed` is 10 more at each scrape, and that
+/// the `github` route's breaker is open.
+async fn fake_consumer_metrics() -> (String, tokio_util::sync::CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let scrapes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let handler = move |_request: Request<hyper::body::Incoming>| {
+        let n = scrapes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let text = format!(
+            "hookline_consumer_events_total{{outcome=\"processed\",source=\"github\"}} {}\n\
+             hookline_consumer_events_total{{outcome=\"retry_scheduled\",source=\"github\"}} {n}\n\
+             hookline_consumer_route_breaker_open{{route=\"github\"}} 1\n\
+             hookline_consumer_route_waiting_records{{route=\"github\"}} 4\n\
+             hookline_consumer_route_oldest_waiting_age_seconds{{route=\"github\"}} 75\n",
+            10 * n
+        );
+        async move { Response::new(hookline_common::http::Body::from(text)) }
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(hookline_common::http::serve(
+        listener,
+        handler,
+        hookline_common::http::ServeLimits::default(),
+        shutdown.clone(),
+    ));
+    (url, shutdown)
+}
+
+#[test]
+fn the_overview_charts_what_was_sampled_and_names_what_could_not_be_read() {
+    // Reads of the unreachable broker go on in blocking tasks after the pages gave up on them: the runtime is left
+    // without waiting for them.
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    runtime.block_on(overview_with_unreadable_sources());
+    runtime.shutdown_background();
+}
+
+async fn overview_with_unreadable_sources() {
+    let (consumer_url, consumer_stop) = fake_consumer_metrics().await;
+    let mut config = ReplayerConfig::default();
+    // No broker listens there: the service's lag cannot be read, and the page must say so rather than show 0.
+    config.kafka.brokers = "127.0.0.1:9".to_owned();
+    config.gateways.admin_urls = vec!["http://127.0.0.1:9".to_owned()];
+    config.flow.services =
+        vec![crate::config::FlowService { name: "billing".to_owned(), group_id: None, admin_urls: vec![consumer_url] }];
+    let (router, flow) = router_with(config);
+    let (cookie, _) = log_in(&router).await;
+    let overview = || request("GET", "/ui/", "127.0.0.1").header(header::COOKIE, &cookie).body(Body::empty());
+
+    let (response, html) = call(&router, overview().expect("request")).await;
+    assert_eq!(response.status(), StatusCode::OK, "the flow does not wait for the index: {html}");
+    assert!(html.contains("No sample yet"), "{html}");
+    assert!(html.contains(r#"id="index-not-ready""#), "{html}");
+    assert!(html.contains(r#"data-refresh-s="30""#), "the overview refreshes itself: {html}");
+
+    flow.sample_now().await;
+    flow.sample_now().await;
+    let (_, html) = call(&router, overview().expect("request")).await;
+    let card = html.split(r#"<div class="card flow" data-service="billing">"#).nth(1).expect("the billing card");
+    assert!(card.contains(r#"class="outcome processed" data-count="10""#), "10 processed between scrapes: {card}");
+    assert!(card.contains(r#"class="outcome retrying" data-count="1""#), "{card}");
+    assert!(card.contains(r#"class="outcome dead-lettered" data-count="0""#), "{card}");
+    assert!(card.contains("open: github"), "the open breaker: {card}");
+    assert!(card.contains("4 records, the oldest 75 s old"), "{card}");
+    assert!(card.contains(r#"class="lag problem""#) && card.contains("unknown: Kafka"), "unread lag is no 0: {card}");
+    assert!(card.contains(r#"href="/ui/entries?service=billing""#), "{card}");
+    assert!(card.contains(r#"action="/ui/pauses/pause""#), "the Pause form of the Routes page: {card}");
+    let unreachable = html.split(r#"id="gateways-unreachable""#).nth(1).expect("the unreachable gateway is named");
+    assert!(unreachable.contains("http://127.0.0.1:9"), "{unreachable}");
+    assert!(html.contains(r#"aria-label="billing events per minute""#), "{html}");
+    consumer_stop.cancel();
 }

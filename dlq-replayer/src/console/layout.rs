@@ -63,11 +63,13 @@ pub(super) fn redirect(location: &str) -> Response {
     response
 }
 
-/// Whether a page reloads itself every second (a running job's).
+/// Whether a page reloads itself: every second (a running job's, a meta refresh), or every `every_s` seconds as
+/// long as nothing was typed in it (the overview's; by the console's script, so a half-typed form is not lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Refresh {
     No,
     EverySecond,
+    UnlessEditing { every_s: u32 },
 }
 
 /// The page layout: navigation, a logout form (with the CSRF token), and the content.
@@ -84,7 +86,7 @@ pub(super) fn page(status: StatusCode, title: &str, csrf: Option<&str>, content:
                 link rel="stylesheet" href="/ui/assets/console.css";
                 script src="/ui/assets/console.js" defer {}
             }
-            body {
+            body data-refresh-s=[match refresh { Refresh::UnlessEditing { every_s } => Some(every_s), _ => None }] {
                 header {
                     @if let Some(csrf) = csrf {
                         a.brand href="/ui/" { "hookline DLQ" }

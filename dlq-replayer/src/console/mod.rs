@@ -12,13 +12,15 @@
 //! - Actions (replay, discard) always go through a dry-run preview that says how many entries they will touch,
 //!   then a confirmation; the confirmed action runs in the background and its page shows the report.
 //!
-//! `pages` renders what a GET shows (overview, entries, one entry, a job); `pauses` the paused routes with their
+//! `pages` renders what a GET shows (overview, entries, one entry, a job); `flow` the overview's flow of the last
+//! hour per source and per service ([`crate::flow`]); `pauses` the paused routes with their
 //! Resume and Pause forms; `rejections` the gateways' recent refusals, gathered from them on request; `lookup` the
 //! search box "where is event X?"; `search` the event search; `forms` handles what a POST asks (preview an action,
 //! run it); `login` the login form; `layout` the page frame, headers and shared fragments; this module routes.
 //!
 //! Pages read the same index as the JSON API and call the same operations ([`crate::ops`]).
 
+mod flow;
 mod forms;
 mod layout;
 mod login;

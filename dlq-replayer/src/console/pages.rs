@@ -24,26 +24,55 @@ use crate::{
     api::{Api, decode_path_segment, parse_query},
     filter::Filter,
     index::Status,
+    ops::OpError,
     session::Action,
 };
 
-/// `GET /ui/`.
+/// How long the overview waits for the paused routes: with Kafka unreachable, the flow is still worth showing.
+const PAUSES_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `GET /ui/`: the flow of the last hour, then the dead letters. The flow does not wait for the index: during an
+/// incident it is what an operator opens the console for, and the index may still be catching up.
 pub(super) async fn overview(State(api): State<Arc<Api>>, LoggedIn(session): LoggedIn) -> Response {
-    let stats = match api.replayer.stats(&Filter::default()).await {
-        Ok(stats) => stats,
-        Err(error) => return op_problem(&session.csrf, &error),
+    let view = api.flow.view(now_ms());
+    let pauses = match tokio::time::timeout(PAUSES_WAIT, api.replayer.pauses()).await {
+        Ok(Ok(pauses)) => Ok(pauses),
+        Ok(Err(error)) => {
+            tracing::warn!(error = %error, "the overview could not read the paused routes");
+            Err("Kafka could not be read; reload in a moment".to_owned())
+        }
+        Err(_) => Err(format!("no answer from Kafka within {} s", PAUSES_WAIT.as_secs())),
     };
-    let index = match api.replayer.index().await {
-        Ok(index) => index,
-        Err(error) => return op_problem(&session.csrf, &error),
+    let flow = super::flow::flow_section(&view, pauses.as_deref().map_err(String::as_str), &session.csrf);
+    let dead_letters = match dead_letters(&api).await {
+        Ok(markup) => markup,
+        Err(OpError::NotReady) => {
+            html! { p.muted #index-not-ready { "The dead-letter index is still being built: its counts appear in a moment." } }
+        }
+        Err(error) => {
+            tracing::warn!(error = %error, "the overview could not read the dead-letter index");
+            html! { p.problem #index-unreadable { "The dead-letter index could not be read: " (error) } }
+        }
     };
+    let content = html! {
+        h1 { "Overview" }
+        (super::lookup::search_form("", ""))
+        (flow)
+        h2 { "Dead letters" }
+        (dead_letters)
+    };
+    page(StatusCode::OK, "Overview", Some(&session.csrf), content, Refresh::UnlessEditing { every_s: 30 })
+}
+
+/// The dead letters' counts and their chart of the last 24 hours.
+async fn dead_letters(api: &Api) -> Result<Markup, OpError> {
+    let stats = api.replayer.stats(&Filter::default()).await?;
+    let index = api.replayer.index().await?;
     // Dead letters per hour over the last 24 hours, stacked by source.
     let hour = 3_600_000_i64;
     let since = (now_ms() / hour - 23) * hour;
     let series = index.histogram(since, hour, 24);
-    let content = html! {
-        h1 { "Overview" }
-        (super::lookup::search_form("", ""))
+    Ok(html! {
         p { (stats.total) " dead-letter entries in all." }
         div.cards {
             @for (title, key, counts) in [
@@ -53,7 +82,7 @@ pub(super) async fn overview(State(api): State<Arc<Api>>, LoggedIn(session): Log
                 ("By status", "status", &stats.by_status),
             ] {
                 div.card {
-                    h2 { (title) }
+                    h3 { (title) }
                     table id=(format!("by-{key}")) {
                         @for (name, count) in counts {
                             tr {
@@ -65,10 +94,9 @@ pub(super) async fn overview(State(api): State<Arc<Api>>, LoggedIn(session): Log
                 }
             }
         }
-        h2 { "Dead letters per hour, last 24 hours" }
+        h3 { "Dead letters per hour, last 24 hours" }
         (chart(&series, since, hour))
-    };
-    page(StatusCode::OK, "Overview", Some(&session.csrf), content, Refresh::No)
+    })
 }
 
 /// A stacked bar chart as inline SVG (presentation attributes only: the CSP forbids inline styles).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::{extract::State, response::Response};
 use http::StatusCode;
-use maud::html;
+use maud::{Markup, html};
 
 use super::{
     CheckedForm, LoggedIn,
@@ -42,29 +42,46 @@ async fn render(api: &Api, session: &Session, notice: Option<&str>) -> Response 
                     tr data-service=(pause.service) data-route=(pause.route) {
                         td { (pause.service) } td { code { (pause.route) } } td { (time(Some(pause.at_ms))) }
                         td { (pause.by) } td { (pause.reason) }
-                        td {
-                            form method="post" action="/ui/pauses/resume" {
-                                (csrf_field(&session.csrf))
-                                input type="hidden" name="service" value=(pause.service);
-                                input type="hidden" name="route" value=(pause.route);
-                                input name="reason" placeholder="why resume" required;
-                                button type="submit" class="primary" { "Resume" }
-                            }
-                        }
+                        td { (resume_form(&session.csrf, &pause.service, &pause.route)) }
                     }
                 }
             }
         }
         h2 { "Pause a route" }
-        form.filters method="post" action="/ui/pauses/pause" #pause-form {
-            (csrf_field(&session.csrf))
-            label { "Service" input name="service" required; }
+        (pause_form(&session.csrf, None))
+    };
+    page(StatusCode::OK, "Paused routes", Some(&session.csrf), content, Refresh::No)
+}
+
+/// The Resume button of a paused route (with the reason it asks for): posts to `/ui/pauses/resume`.
+pub(super) fn resume_form(csrf: &str, service: &str, route: &str) -> Markup {
+    html! {
+        form.resume method="post" action="/ui/pauses/resume" data-service=(service) data-route=(route) {
+            (csrf_field(csrf))
+            input type="hidden" name="service" value=(service);
+            input type="hidden" name="route" value=(route);
+            input name="reason" placeholder="why resume" aria-label="why resume" required;
+            button type="submit" class="primary" { "Resume" }
+        }
+    }
+}
+
+/// The form that pauses a route: of any service, or of `service` (then a hidden field). Posts to `/ui/pauses/pause`.
+pub(super) fn pause_form(csrf: &str, service: Option<&str>) -> Markup {
+    html! {
+        form.filters.pause method="post" action="/ui/pauses/pause" id=[service.is_none().then_some("pause-form")]
+            data-service=[service] {
+            (csrf_field(csrf))
+            @if let Some(service) = service {
+                input type="hidden" name="service" value=(service);
+            } @else {
+                label { "Service" input name="service" required; }
+            }
             label { "Route" input name="route" placeholder="source or source:type,type" required; }
             label { "Why" input name="reason" required; }
             button type="submit" class="primary" { "Pause" }
         }
-    };
-    page(StatusCode::OK, "Paused routes", Some(&session.csrf), content, Refresh::No)
+    }
 }
 
 /// `POST /ui/pauses/pause`.
