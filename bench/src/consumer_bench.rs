@@ -15,6 +15,7 @@ use std::{
 use hookline_common::{
     config::{KafkaConfig, Table},
     kafka::{QuietContext, consumer_config},
+    prometheus_text::Scrape,
 };
 use rdkafka::{
     Message,
@@ -325,21 +326,21 @@ impl Totals {
 
 /// `hookline_consumer_events_total` by outcome, from one instance's `/metrics`; `None` while it is not up.
 fn scrape(admin: SocketAddr) -> Option<Totals> {
+    let scrape = scrape_metrics(admin)?;
+    let events = |outcome| scrape.sum("hookline_consumer_events_total", &[("outcome", outcome)]) as u64;
+    Some(Totals {
+        processed: events("processed"),
+        duplicates: events("duplicate"),
+        dead_lettered: events("dead_lettered"),
+    })
+}
+
+/// One instance's `/metrics`, read; `None` while it is not up.
+pub(crate) fn scrape_metrics(admin: SocketAddr) -> Option<Scrape> {
     let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(200)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
     let mut text = String::new();
     stream.read_to_string(&mut text).ok()?;
-    let mut totals = Totals::default();
-    for line in text.lines().filter(|line| line.starts_with("hookline_consumer_events_total{")) {
-        let value = line.rsplit(' ').next()?.parse::<f64>().ok()? as u64;
-        if line.contains("outcome=\"processed\"") {
-            totals.processed += value;
-        } else if line.contains("outcome=\"duplicate\"") {
-            totals.duplicates += value;
-        } else if line.contains("outcome=\"dead_lettered\"") {
-            totals.dead_lettered += value;
-        }
-    }
-    Some(totals)
+    Some(Scrape::parse(&text))
 }

@@ -3,8 +3,7 @@
 //! and one consumer instance per run. The naive peer (`naive_consumer.rs`) reads the same sink.
 
 use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
+    net::SocketAddr,
     path::PathBuf,
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -355,9 +354,9 @@ handler = {{ kind = "http", url = "http://{sink_addr}/failing" }}
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let peak_rss_kib = peak_rss_kib(instance.child.id());
-    let failing_copies = scrape_counter(instance.admin, "hookline_consumer_deferred_total{", "bench-failing")
+    let failing_copies = scrape_counter(instance.admin, "hookline_consumer_deferred_total", "bench-failing")
         .unwrap_or(0)
-        + scrape_counter(instance.admin, "hookline_consumer_retries_total{", "bench-failing").unwrap_or(0);
+        + scrape_counter(instance.admin, "hookline_consumer_retries_total", "bench-failing").unwrap_or(0);
     drop(instance);
     let duration_s = done_at.duration_since(first_at).as_secs_f64().max(1e-3);
     Ok(Measured {
@@ -375,33 +374,13 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// One instance's `/metrics` text.
-fn scrape(admin: SocketAddr) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(200)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    Some(text)
-}
-
-/// The sum of the samples of a counter (`prefix` is its name and `{`) of one source, from one instance.
-fn scrape_counter(admin: SocketAddr, prefix: &str, source: &str) -> Option<u64> {
-    let text = scrape(admin)?;
-    let source_label = format!("source=\"{source}\"");
-    let lines = text.lines().filter(|line| line.starts_with(prefix) && line.contains(&source_label));
-    Some(lines.filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>() as u64)
+/// The sum of counter `name` of one source, from one instance.
+fn scrape_counter(admin: SocketAddr, name: &str, source: &str) -> Option<u64> {
+    Some(crate::consumer_bench::scrape_metrics(admin)?.sum(name, &[("source", source)]) as u64)
 }
 
 /// `hookline_consumer_events_total{source, outcome="processed"}` of one source, from one instance.
 fn scrape_processed(admin: SocketAddr, source: &str) -> Option<u64> {
-    let text = scrape(admin)?;
-    let source_label = format!("source=\"{source}\"");
-    let mut total = 0;
-    for line in text.lines().filter(|line| line.starts_with("hookline_consumer_events_total{")) {
-        if line.contains(&source_label) && line.contains("outcome=\"processed\"") {
-            total += line.rsplit(' ').next()?.parse::<f64>().ok()? as u64;
-        }
-    }
-    Some(total)
+    let scrape = crate::consumer_bench::scrape_metrics(admin)?;
+    Some(scrape.sum("hookline_consumer_events_total", &[("source", source), ("outcome", "processed")]) as u64)
 }

@@ -21,6 +21,7 @@ pub mod metrics_catalog;
 pub mod peer;
 pub mod predicate;
 pub mod producer;
+pub mod prometheus_text;
 pub mod record_auth;
 pub mod redis_connection;
 pub mod redis_security;

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use hookline_common::prometheus_text;
+
 /// The gateway's `hookline_gateway_requests_total{source, outcome}` outcome of an accepted request; every other
 /// outcome but [`HANDSHAKE`] is a refusal, named by its code (`signature_mismatch`, `rate_limited`, …).
 const ACCEPTED: &str = "accepted";
@@ -61,71 +63,19 @@ pub struct ConsumerReading {
     pub oldest_waiting_age_s: f64,
 }
 
-/// A sample's labels, as (name, value) pairs.
-type Labels = Vec<(String, String)>;
-
-/// One sample line: its name, labels and value; `None` for comments, blank and unreadable lines.
-fn sample_line(line: &str) -> Option<(&str, Labels, f64)> {
-    let line = line.trim();
-    if line.is_empty() || line.starts_with('#') {
-        return None;
-    }
-    let name_end = line.find(['{', ' '])?;
-    let name = &line[..name_end];
-    let mut rest = &line[name_end..];
-    let mut labels = Vec::new();
-    if let Some(inner) = rest.strip_prefix('{') {
-        let mut chars = inner.char_indices();
-        let mut key = String::new();
-        loop {
-            let (_, c) = chars.next()?;
-            match c {
-                '}' => break,
-                ',' | ' ' => {}
-                '=' => {
-                    let (_, quote) = chars.next()?;
-                    if quote != '"' {
-                        return None;
-                    }
-                    let mut value = String::new();
-                    loop {
-                        match chars.next()?.1 {
-                            '"' => break,
-                            '\\' => match chars.next()?.1 {
-                                'n' => value.push('\n'),
-                                other => value.push(other),
-                            },
-                            other => value.push(other),
-                        }
-                    }
-                    labels.push((std::mem::take(&mut key), value));
-                }
-                other => key.push(other),
-            }
-        }
-        let consumed = chars.next().map_or(inner.len(), |(at, _)| at);
-        rest = &inner[consumed..];
-    }
-    let value = rest.split_whitespace().next()?.parse::<f64>().ok()?;
-    Some((name, labels, value))
-}
-
-fn label<'a>(labels: &'a [(String, String)], key: &str) -> &'a str {
-    labels.iter().find(|(name, _)| name == key).map_or("", |(_, value)| value.as_str())
-}
-
 /// A gateway's `/metrics` answer.
 pub fn gateway(text: &str) -> GatewayReading {
     let mut reading = GatewayReading::default();
-    for (name, labels, value) in text.lines().filter_map(sample_line) {
+    for sample in prometheus_text::samples(text) {
+        let (name, value) = (sample.name.as_str(), sample.value);
         if name != "hookline_gateway_requests_total" {
             continue;
         }
-        let outcome = label(&labels, "outcome");
+        let outcome = sample.label("outcome");
         if outcome == HANDSHAKE {
             continue;
         }
-        let key = (label(&labels, "source").to_owned(), outcome.to_owned());
+        let key = (sample.label("source").to_owned(), outcome.to_owned());
         *reading.requests.entry(key).or_default() += value;
     }
     reading
@@ -139,22 +89,23 @@ pub fn is_accepted(outcome: &str) -> bool {
 /// A consumer's `/metrics` answer.
 pub fn consumer(text: &str) -> ConsumerReading {
     let mut reading = ConsumerReading::default();
-    for (name, labels, value) in text.lines().filter_map(sample_line) {
+    for sample in prometheus_text::samples(text) {
+        let (name, value) = (sample.name.as_str(), sample.value);
         let outcome = match name {
-            "hookline_consumer_events_total" => match label(&labels, "outcome") {
+            "hookline_consumer_events_total" => match sample.label("outcome") {
                 "processed" => Some(Outcome::Processed),
                 "retry_scheduled" | "retry_later" => Some(Outcome::Retrying),
                 "dead_lettered" => Some(Outcome::DeadLettered),
                 _ => None,
             },
             // A paused route's deferrals are no failure: the pause is shown apart.
-            "hookline_consumer_deferred_total" if label(&labels, "reason") != "paused" => Some(Outcome::Retrying),
+            "hookline_consumer_deferred_total" if sample.label("reason") != "paused" => Some(Outcome::Retrying),
             "hookline_consumer_route_breaker_open" if value >= 1.0 => {
-                reading.breaker_open.push(label(&labels, "route").to_owned());
+                reading.breaker_open.push(sample.label("route").to_owned());
                 None
             }
             "hookline_consumer_route_paused" if value >= 1.0 => {
-                reading.paused_routes.push(label(&labels, "route").to_owned());
+                reading.paused_routes.push(sample.label("route").to_owned());
                 None
             }
             "hookline_consumer_paused" => {
