@@ -332,23 +332,33 @@ async fn a_sigkill_of_one_services_consumer_changes_nothing_for_the_others() {
     stack.shutdown().await;
 }
 
+/// Waits until the clock has passed the timestamp of every record in the inbound topic; the time then.
+async fn clock_past_last_record(stack: &TestStack) -> i64 {
+    let last = stack.inbound_records().await.iter().filter_map(|record| record.timestamp().to_millis()).max();
+    eventually(WAIT, "the clock passed the last record", || async {
+        last.is_some_and(|last| hookline_common::wire::now_ms() > last)
+    })
+    .await;
+    hookline_common::wire::now_ms()
+}
+
 #[tokio::test]
 async fn reprocessing_a_time_range_runs_exactly_those_events_once_for_that_service_only() {
     let mut stack = TestStack::builder().build().await;
     let (billing, analytics) = (Arc::new(TestHandler::default()), Arc::new(TestHandler::default()));
     let billing_index = stack.start_consumer_with(stack.service_config("billing"), billing.clone()).await;
     let analytics_index = stack.start_consumer_with(stack.service_config("analytics"), analytics.clone()).await;
+    // The range is [from, to) in record timestamps, which are milliseconds: an acknowledgement can come back within
+    // the millisecond its record was stamped, so each bound is taken only once the clock has passed every record
+    // before it, and the records after the range are sent only once the clock has passed `to`.
     let before = deliveries("before-range", 8);
     post_all(&stack, &before).await;
-    let from_ms = hookline_common::wire::now_ms();
+    let from_ms = clock_past_last_record(&stack).await;
     let inside = deliveries("in-range", 10);
     post_all(&stack, &inside).await;
-    let last_inside = stack.inbound_records().await.iter().filter_map(|record| record.timestamp().to_millis()).max();
-    eventually(WAIT, "the clock passed the range", || async {
-        last_inside.is_some_and(|last| hookline_common::wire::now_ms() > last)
-    })
-    .await;
-    let to_ms = hookline_common::wire::now_ms();
+    let to_ms = clock_past_last_record(&stack).await;
+    eventually(WAIT, "the clock passed the end of the range", || async { hookline_common::wire::now_ms() > to_ms })
+        .await;
     let after = deliveries("after-range", 5);
     post_all(&stack, &after).await;
     eventually(WAIT, "both services processed the stream", || async {
