@@ -15,7 +15,7 @@
 //! components `{"type":6}` (DEFERRED_UPDATE_MESSAGE), autocomplete `{"type":8,"data":{"choices":[]}}` (it cannot
 //! be deferred: no suggestions).
 
-use ed25519_dalek::{Signature, VerifyingKey};
+use ed25519_dalek::VerifyingKey;
 
 use super::{
     AcceptedReply, FieldSource, Handshake, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest,
@@ -48,10 +48,6 @@ impl Default for Discord {
     }
 }
 
-fn verifying_key(bytes: &[u8]) -> Option<VerifyingKey> {
-    VerifyingKey::from_bytes(bytes.try_into().ok()?).ok()
-}
-
 impl Scheme for Discord {
     fn name(&self) -> &'static str {
         "discord"
@@ -63,21 +59,11 @@ impl Scheme for Discord {
 
     /// The public key, hex as shown in the developer portal.
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
-        let bytes = hex_of_len(text.trim(), 32).ok_or("the public key must be 64 hex digits")?;
-        let key = verifying_key(&bytes).ok_or("the public key is not a valid Ed25519 point")?;
-        self.signed.keys.remember(&bytes, key);
-        Ok(bytes)
+        self.signed.decode_ed25519_key(raw, hex_of_len, "the public key must be 64 hex digits")
     }
 
     fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        self.signed.verify(
-            request,
-            secrets,
-            verifying_key,
-            |value| Signature::from_slice(&hex_of_len(value, 64)?).ok(),
-            |key, message, signature| key.verify_strict(message, signature).is_ok(),
-        )
+        self.signed.verify_ed25519(request, secrets, hex_of_len)
     }
 
     fn identity(&self) -> IdentityRule {
@@ -142,8 +128,9 @@ mod tests {
         // RFC 8032 section 7.1, TEST 1: the empty message (empty timestamp header and body).
         let public = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
         let signature = "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b";
-        let key = verifying_key(&Discord::default().decode_secret(public.as_bytes()).unwrap()).unwrap();
-        let signature = Signature::from_slice(&hex::decode(signature).unwrap()).unwrap();
+        let bytes: [u8; 32] = Discord::default().decode_secret(public.as_bytes()).unwrap().try_into().unwrap();
+        let key = VerifyingKey::from_bytes(&bytes).unwrap();
+        let signature = ed25519_dalek::Signature::from_slice(&hex::decode(signature).unwrap()).unwrap();
         assert!(key.verify_strict(b"", &signature).is_ok());
         // Through the scheme, the empty timestamp header of that vector is not a time.
         let headers = headers(&[(SIGNATURE, "00".repeat(64).as_str()), (TIMESTAMP, "")]);

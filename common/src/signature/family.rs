@@ -293,3 +293,43 @@ impl<K: Clone> TimestampedPublicKey<K> {
             .ok_or(VerifyError::Mismatch)
     }
 }
+
+/// Ed25519 over `timestamp [separator] body` (Discord, Telnyx): keys and signatures in the provider's text encoding
+/// (`decode(text, length)`: hex for Discord, base64 for Telnyx), verified strictly (no malleable or small-order
+/// signatures).
+impl TimestampedPublicKey<ed25519_dalek::VerifyingKey> {
+    /// A configured public key (32 bytes in the provider's encoding; `expected` says how it must look), parsed and
+    /// remembered; its bytes.
+    pub(crate) fn decode_ed25519_key(
+        &self,
+        raw: &[u8],
+        decode: fn(&str, usize) -> Option<Vec<u8>>,
+        expected: &str,
+    ) -> Result<Vec<u8>, String> {
+        let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
+        let bytes = decode(text.trim(), 32).ok_or(expected)?;
+        let key = ed25519_key(&bytes).ok_or("the public key is not a valid Ed25519 point")?;
+        self.keys.remember(&bytes, key);
+        Ok(bytes)
+    }
+
+    /// The first of `secrets` whose key verifies the signature (64 bytes in the provider's encoding).
+    pub(crate) fn verify_ed25519(
+        &self,
+        request: &UnverifiedRequest<'_>,
+        secrets: &[&Secret],
+        decode: fn(&str, usize) -> Option<Vec<u8>>,
+    ) -> Result<SignatureMatch, VerifyError> {
+        self.verify(
+            request,
+            secrets,
+            ed25519_key,
+            |value| ed25519_dalek::Signature::from_slice(&decode(value, 64)?).ok(),
+            |key, message, signature| key.verify_strict(message, signature).is_ok(),
+        )
+    }
+}
+
+fn ed25519_key(bytes: &[u8]) -> Option<ed25519_dalek::VerifyingKey> {
+    ed25519_dalek::VerifyingKey::from_bytes(bytes.try_into().ok()?).ok()
+}

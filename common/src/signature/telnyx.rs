@@ -3,7 +3,7 @@
 //! Mission Control portal shows). Strict verification. The timestamp (Unix seconds) is judged before the signature,
 //! within 300 s as Telnyx's SDKs do. Event id and type from the body (`/data/id`, `/data/event_type`).
 
-use ed25519_dalek::{Signature, VerifyingKey};
+use ed25519_dalek::VerifyingKey;
 
 use super::{
     FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
@@ -35,10 +35,6 @@ impl Default for Telnyx {
     }
 }
 
-fn verifying_key(bytes: &[u8]) -> Option<VerifyingKey> {
-    VerifyingKey::from_bytes(bytes.try_into().ok()?).ok()
-}
-
 impl Scheme for Telnyx {
     fn name(&self) -> &'static str {
         "telnyx"
@@ -50,21 +46,11 @@ impl Scheme for Telnyx {
 
     /// The public key, base64 as the portal shows it.
     fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
-        let bytes = base64_of_len(text, 32).ok_or("the public key must be 32 bytes in base64")?;
-        let key = verifying_key(&bytes).ok_or("the public key is not a valid Ed25519 point")?;
-        self.signed.keys.remember(&bytes, key);
-        Ok(bytes)
+        self.signed.decode_ed25519_key(raw, base64_of_len, "the public key must be 32 bytes in base64")
     }
 
     fn verify(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<SignatureMatch, VerifyError> {
-        self.signed.verify(
-            request,
-            secrets,
-            verifying_key,
-            |value| Signature::from_slice(&base64_of_len(value, 64)?).ok(),
-            |key, message, signature| key.verify_strict(message, signature).is_ok(),
-        )
+        self.signed.verify_ed25519(request, secrets, base64_of_len)
     }
 
     fn identity(&self) -> IdentityRule {
