@@ -84,6 +84,9 @@ wait_cluster_node() {
   port=$(cluster_port "$CLUSTER_BROKER_PORTS" "$n")
   while :; do
     if ! pid=$(pid_ours "$dir/kafka.pid" "$(cluster_pattern "$n")"); then
+      if pid_file_alive "$dir/kafka.pid" && (($(now_ms) <= t0 + STACK_TIMEOUT_S * 1000)); then
+        sleep 0.1; continue # forked, not yet java
+      fi
       tail -n 30 "$dir/logs/server.log" >&2 2>/dev/null || true
       die "kafka-cluster: node $n exited during start-up"
     fi

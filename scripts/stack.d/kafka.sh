@@ -164,6 +164,9 @@ wait_kafka_ready() {
   deadline=$((t0 + STACK_TIMEOUT_S * 1000))
   while :; do
     if ! pid=$(pid_ours "$KAFKA_PID" "$KAFKA_PATTERN"); then
+      if pid_file_alive "$KAFKA_PID" && (($(now_ms) <= deadline)); then
+        sleep 0.1; continue # forked, not yet java
+      fi
       print_kafka_log_tail
       rm -f "$KAFKA_PID"
       die "kafka: the broker exited during start-up"
