@@ -31,7 +31,7 @@ pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 /// The gateway route gathered from (`gateway::rejection_ring::REJECTIONS_PATH`).
 const REJECTIONS_PATH: &str = "/admin/rejections";
 
-/// One refused request as a gateway reports it (its `RejectionEntry`), plus which gateway.
+/// One refused request (or answered handshake) as a gateway reports it (its `RejectionEntry`), plus which gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 pub struct GatheredEntry {
     /// The name the gateway gave itself (its host name, the pod's name under Kubernetes).
@@ -54,6 +54,9 @@ pub struct GatheredEntry {
     /// The event id, when it was known before the refusal.
     #[serde(default)]
     pub event_id: Option<String>,
+    /// For a handshake the gateway answered (code `handshake`): its kind. Absent for a rejection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake: Option<String>,
 }
 
 /// A configured gateway that gave no usable answer.
@@ -97,6 +100,8 @@ struct AnswerEntry {
     peer: Option<String>,
     #[serde(default)]
     event_id: Option<String>,
+    #[serde(default)]
+    handshake: Option<String>,
 }
 
 /// Asks the configured gateways for their rejections.
@@ -240,6 +245,7 @@ fn merge(gathered: &mut Gathered, answer: GatewayAnswer) {
             skew_ms: entry.skew_ms,
             peer: entry.peer,
             event_id: entry.event_id,
+            handshake: entry.handshake,
         }));
     }
     gathered.gateways.push(gateway);

@@ -5,7 +5,8 @@
 //!
 //! A source with a `GET` handshake (Meta, Okta, X, Dropbox, Nylas) also answers `GET /webhooks/{source}` when it
 //! is that handshake, from its query and headers alone (no body is read); any other `GET`, and any other method,
-//! is 405. A handshake produces nothing; it is counted (`outcome="handshake"`) and logged with its kind.
+//! is 405. A handshake produces nothing; it is counted (`outcome="handshake"`), logged with its kind and kept in
+//! the source's ring beside its rejections (`GET /admin/rejections`, code `handshake`).
 //!
 //! The in-flight permit is taken only once the body is complete, so clients that send slowly (or, over HTTP/2,
 //! declare a body and never send it) hold no permit and cannot starve fast ones; what they can hold is bounded
@@ -124,7 +125,8 @@ impl From<Rejection> for Failure {
 /// How a request ended well.
 enum Answer {
     Accepted(Response<Body>),
-    Handshake(Response<Body>),
+    /// A provider's handshake answered (its kind: the scheme or the challenge), never produced.
+    Handshake(Response<Body>, &'static str),
 }
 
 impl Ingest {
@@ -213,7 +215,12 @@ impl Ingest {
         };
         let (outcome, response) = match result {
             Ok(Answer::Accepted(response)) => (outcome::ACCEPTED, response),
-            Ok(Answer::Handshake(response)) => (outcome::HANDSHAKE, response),
+            Ok(Answer::Handshake(response, kind)) => {
+                // Kept beside the source's rejections, so an operator setting up a provider sees that its
+                // handshake arrived and was answered (a refused one is a rejection like any other).
+                self.rejection_ring.record(&source_label, handshake_entry(kind, response.status(), peer));
+                (outcome::HANDSHAKE, response)
+            }
             Err(mut failure) => {
                 if let (Rejection::Verify(_), Some(limiter), Some(peer)) =
                     (&failure.rejection, &self.peer_limiter, peer)
@@ -526,9 +533,9 @@ fn source_label<'a>(sources: &'a SourceTable, path: &str) -> &'a str {
 }
 
 /// A handshake's answer (200), logged with its kind.
-fn handshake_answer(source: &str, kind: &str, handshake: signature::Handshake) -> Answer {
+fn handshake_answer(source: &str, kind: &'static str, handshake: signature::Handshake) -> Answer {
     tracing::info!(source, handshake = kind, "answered the provider's handshake");
-    Answer::Handshake(reply::handshake(handshake))
+    Answer::Handshake(reply::handshake(handshake), kind)
 }
 
 /// The allowlisted request headers, as Kafka record headers named `http-<lowercase name>` (one per value).
@@ -570,6 +577,21 @@ fn ring_entry(failure: &mut Failure, peer: Option<std::net::IpAddr>) -> Rejectio
         },
         peer,
         event_id: failure.event_id.take(),
+        handshake: None,
+    }
+}
+
+/// What the ring keeps of an answered handshake: its kind, the status answered and the client address.
+fn handshake_entry(kind: &'static str, status: http::StatusCode, peer: Option<std::net::IpAddr>) -> RejectionEntry {
+    RejectionEntry {
+        at_ms: now_ms(),
+        code: outcome::HANDSHAKE,
+        status: status.as_u16(),
+        secrets_tried: Vec::new(),
+        skew_ms: None,
+        peer,
+        event_id: None,
+        handshake: Some(kind),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The last rejections of each source, kept in memory and served on the admin listener (`GET /admin/rejections`),
 //! so that "why are my Stripe webhooks getting 401?" has an answer without reading logs (the log is rate-limited,
-//! [`crate::rejection_log`], and may have held the line back).
+//! [`crate::rejection_log`], and may have held the line back). The handshakes a source answered are kept in the
+//! same ring (code `handshake`, with their kind), so that "did Meta's subscription check reach us?" has one too.
 //!
 //! An entry holds what tells the reasons apart and nothing a sender chose freely: the time, the code and status,
 //! the ids of the secrets the signature was checked against, the timestamp's skew when it was stale or in the
@@ -34,12 +35,12 @@ pub const REJECTIONS_PATH: &str = "/admin/rejections";
 /// The source label of rejections that named no configured source.
 pub const UNKNOWN_SOURCE: &str = "unknown";
 
-/// One refused request.
+/// One refused request, or one answered handshake.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct RejectionEntry {
-    /// When it was refused, ms since the Unix epoch.
+    /// When it was refused (or answered), ms since the Unix epoch.
     pub at_ms: i64,
-    /// `Rejection::code`, the same code the sender got in its answer.
+    /// `Rejection::code`, the same code the sender got in its answer; `handshake` for an answered handshake.
     pub code: &'static str,
     /// The HTTP status the sender got.
     pub status: u16,
@@ -52,6 +53,9 @@ pub struct RejectionEntry {
     pub peer: Option<IpAddr>,
     /// The event id, when it was known before the refusal (a verified event the broker did not take).
     pub event_id: Option<String>,
+    /// For an answered handshake: its kind (`meta_challenge`, `okta`, `sns`, ...); absent for a rejection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handshake: Option<&'static str>,
 }
 
 /// Each source's last [`PER_SOURCE`] rejections.
@@ -145,6 +149,7 @@ mod tests {
             skew_ms: None,
             peer: Some(IpAddr::from([10, 0, 0, 1])),
             event_id: None,
+            handshake: None,
         }
     }
 

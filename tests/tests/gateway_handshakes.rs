@@ -1,7 +1,8 @@
 //! The subscription handshakes of the named presets against the real gateway and broker: Meta's `GET
 //! hub.challenge` (and a wrong verify token refused), Okta's `GET` challenge, Microsoft Graph's `validationToken`
 //! echo, Azure Event Grid's validation event, each answered and nothing produced; a `GET` to a source without a
-//! `GET` handshake stays 405; Adyen's configured reply `[accepted]` once the broker acknowledged.
+//! `GET` handshake stays 405; Adyen's configured reply `[accepted]` once the broker acknowledged. Each answered
+//! handshake is kept, with its kind, in its source's ring beside the rejections (`GET /admin/rejections`).
 
 use bytes::Bytes;
 use hookline_common::config::SecretRef;
@@ -97,6 +98,41 @@ async fn handshakes_are_answered_checked_and_never_produced() {
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "the validation event is answered only once verified");
 
     assert!(stack.inbound_records().await.is_empty(), "handshakes are not events");
+
+    // The answered handshakes are kept beside each source's rejections, with their kind; a refused one is a
+    // rejection (the wrong verify token above).
+    let ring = send(&stack, "GET", "/admin/rejections?source=whatsapp", &[], "").await;
+    assert_eq!(ring.status, StatusCode::NOT_FOUND, "the ring is on the admin listener, not the public one");
+    let request = Request::get(format!("http://{}/admin/rejections?source=whatsapp", stack.gateway_admin_addr))
+        .body(Full::default())
+        .expect("request");
+    let ring: serde_json::Value = serde_json::from_slice(&stack.send(request).await.body).expect("json");
+    let entries: Vec<(&str, u64, Option<&str>)> = ring["sources"]["whatsapp"]
+        .as_array()
+        .expect("whatsapp's entries")
+        .iter()
+        .map(|entry| {
+            (
+                entry["code"].as_str().expect("code"),
+                entry["status"].as_u64().expect("status"),
+                entry["handshake"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(entries, [("signature_mismatch", 401, None), ("handshake", 200, Some("meta_hub"))], "newest first");
+    for (source, kind) in [("okta", "okta"), ("graph", "graph_validation"), ("grid", "event_grid")] {
+        let request = Request::get(format!("http://{}/admin/rejections?source={source}", stack.gateway_admin_addr))
+            .body(Full::default())
+            .expect("request");
+        let ring: serde_json::Value = serde_json::from_slice(&stack.send(request).await.body).expect("json");
+        let kinds: Vec<&str> = ring["sources"][source]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .filter_map(|entry| entry["handshake"].as_str())
+            .collect();
+        assert_eq!(kinds, [kind], "{source}'s answered handshake, once");
+    }
 
     // A delivery after the handshakes: Adyen's official vector, answered with Adyen's own reply, produced once.
     let reply = send(&stack, "POST", "/webhooks/adyen", &[("Content-Type", "application/json")], ADYEN_BODY).await;

@@ -61,12 +61,23 @@ pub(super) async fn rejections_page(
         @for (name, entries) in &gathered.sources {
             h2 {
                 a href=(format!("/ui/rejections?source={}", enc(name))) { (name) }
-                " (" (entries.len()) " rejection" (if entries.len() == 1 { "" } else { "s" }) ")"
+                " (" (counted(entries)) ")"
             }
             (entries_table(name, entries))
         }
     };
     page(StatusCode::OK, "Rejections", Some(&session.csrf), content, Refresh::No)
+}
+
+/// "3 rejections", "1 rejection, 2 handshakes": an answered handshake is kept beside the rejections, never one.
+fn counted(entries: &[GatheredEntry]) -> String {
+    let handshakes = entries.iter().filter(|entry| entry.handshake.is_some()).count();
+    let rejections = entries.len() - handshakes;
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    match handshakes {
+        0 => plural(rejections, "rejection"),
+        _ => format!("{}, {}", plural(rejections, "rejection"), plural(handshakes, "handshake")),
+    }
 }
 
 fn entries_table(source: &str, entries: &[GatheredEntry]) -> Markup {
@@ -81,7 +92,10 @@ fn entries_table(source: &str, entries: &[GatheredEntry]) -> Markup {
                     tr {
                         td { (time(Some(entry.at_ms))) }
                         td { (entry.gateway) }
-                        td.code { (entry.code) }
+                        td.code {
+                            (entry.code)
+                            @if let Some(kind) = &entry.handshake { " (" (kind) ")" }
+                        }
                         td.num { (entry.status) }
                         td { (if entry.secrets_tried.is_empty() { "–".to_owned() } else { entry.secrets_tried.join(", ") }) }
                         td.num { (entry.skew_ms.map_or_else(|| "–".to_owned(), |ms| format!("{:+.1} s", ms as f64 / 1000.0))) }
