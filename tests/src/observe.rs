@@ -155,7 +155,13 @@ impl TestStack {
     /// Waits until the running consumers have handled (processed, skipped or dead-lettered) `n_records` records;
     /// after 60 s, panics with every outcome the consumers counted, so a failure says where the records went.
     pub async fn wait_until_handled(&self, n_records: u64) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        self.wait_until_handled_within(n_records, Duration::from_secs(60)).await;
+    }
+
+    /// [`Self::wait_until_handled`] with its own deadline (after a broker restart, which the group's coordinator
+    /// must first reload).
+    pub async fn wait_until_handled_within(&self, n_records: u64, within: Duration) {
+        let deadline = std::time::Instant::now() + within;
         loop {
             let mut handled = 0;
             for outcome in ["processed", "duplicate", "dead_lettered_before", "dead_lettered"] {
