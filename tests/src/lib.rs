@@ -26,6 +26,7 @@ use rdkafka::message::OwnedHeaders;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+pub mod browser;
 mod builder;
 mod delivery;
 mod fake_endpoint;

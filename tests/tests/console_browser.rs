@@ -7,28 +7,11 @@
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
 use hookline_dlq_replayer::{ReplayerConfig, filter::Filter, index::Status, ops::Replayer};
-use hookline_tests::{Delivery, TestStack};
-
-/// The browser binary: `$CHROMIUM`, or `chromium` on the PATH (scripts/test installs Debian's package).
-fn chromium() -> PathBuf {
-    if let Some(path) = std::env::var_os("CHROMIUM") {
-        return PathBuf::from(path);
-    }
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join("chromium"))
-        .find(|candidate| candidate.is_file())
-        .expect("chromium not found: tests/browser/install (run by scripts/test) installs Debian's chromium")
-}
+use hookline_tests::{Delivery, TestStack, browser};
 
 #[tokio::test]
 async fn console_in_a_real_browser() {
-    let browser_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser");
-    assert!(
-        browser_dir.join("node_modules/playwright-core").is_dir(),
-        "playwright-core is not installed: run tests/browser/install (scripts/test does)"
-    );
+    let browser_dir = browser::scripts_dir();
     let stack = TestStack::builder()
         .consumer_config(|config| config.service.name = Some("billing".to_owned()))
         .consumer()
@@ -74,7 +57,7 @@ async fn console_in_a_real_browser() {
         .env("SEARCH_SOURCE", "github")
         .env("SEARCH_MATCH", &deliveries[1].delivery_id)
         .env("SCREENSHOTS", &screenshots)
-        .env("CHROMIUM", chromium())
+        .env("CHROMIUM", browser::chromium())
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(180), node.output())

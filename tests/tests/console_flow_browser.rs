@@ -9,29 +9,12 @@
 use std::{path::PathBuf, process::Stdio, sync::Arc, time::Duration};
 
 use hookline_dlq_replayer::config::FlowService;
-use hookline_tests::{Delivery, FakeEndpoint, TestStack};
+use hookline_tests::{Delivery, FakeEndpoint, TestStack, browser};
 use tokio_util::sync::CancellationToken;
-
-/// The browser binary: `$CHROMIUM`, or `chromium` on the PATH (scripts/test installs Debian's package).
-fn chromium() -> PathBuf {
-    if let Some(path) = std::env::var_os("CHROMIUM") {
-        return PathBuf::from(path);
-    }
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join("chromium"))
-        .find(|candidate| candidate.is_file())
-        .expect("chromium not found: tests/browser/install (run by scripts/test) installs Debian's chromium")
-}
 
 #[tokio::test]
 async fn the_flow_overview_shows_the_failing_service_apart_from_the_healthy_one() {
-    let browser_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser");
-    assert!(
-        browser_dir.join("node_modules/playwright-core").is_dir(),
-        "playwright-core is not installed: run tests/browser/install (scripts/test does)"
-    );
+    let browser_dir = browser::scripts_dir();
     let mut stack = TestStack::builder().build().await;
     let billing = stack.service_config("billing");
     stack.start_consumer_with(billing.clone(), stack.handler.clone()).await;
@@ -105,7 +88,7 @@ async fn the_flow_overview_shows_the_failing_service_apart_from_the_healthy_one(
         .env("HEALTHY", "billing")
         .env("FAILING", "shipping")
         .env("SCREENSHOTS", &screenshots)
-        .env("CHROMIUM", chromium())
+        .env("CHROMIUM", browser::chromium())
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(120), node.output())
