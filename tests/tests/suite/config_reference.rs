@@ -13,10 +13,10 @@ use serde::{Serialize, de::DeserializeOwned};
 
 /// The four services' pages of the configuration reference, one after the other.
 const DOC: &str = concat!(
-    include_str!("../../docs/configuration/gateway.md"),
-    include_str!("../../docs/configuration/consumer.md"),
-    include_str!("../../docs/configuration/replayer.md"),
-    include_str!("../../docs/configuration/reconciler.md"),
+    include_str!("../../../docs/configuration/gateway.md"),
+    include_str!("../../../docs/configuration/consumer.md"),
+    include_str!("../../../docs/configuration/replayer.md"),
+    include_str!("../../../docs/configuration/reconciler.md"),
 );
 
 #[test]
