@@ -242,6 +242,24 @@ mod tests {
     }
 
     #[test]
+    fn the_certificate_names_are_awss_own_for_the_urls_region() {
+        let names = |host: &str| signing_names(host);
+        assert!(names("sns.us-east-1.amazonaws.com").contains(&"sns.amazonaws.com".to_owned()));
+        assert!(names("sns.me-south-1.amazonaws.com").contains(&"sns-signing.me-south-1.amazonaws.com".to_owned()));
+        assert!(names("sns.us-gov-east-1.amazonaws.com").contains(&"sns-us-gov-west-1.amazonaws.com".to_owned()));
+        assert_eq!(
+            names("sns.cn-north-1.amazonaws.com.cn"),
+            ["sns.amazonaws.com.cn", "sns-cn-north-1.amazonaws.com.cn"]
+        );
+        for host in ["sns.us-east-1.amazonaws.com", "sns.cn-north-1.amazonaws.com.cn"] {
+            assert!(
+                names(host).iter().all(|name| name.starts_with("sns") && name.contains(".amazonaws.com")),
+                "{host}"
+            );
+        }
+    }
+
+    #[test]
     fn topic_arns_are_the_secrets() {
         assert!(Sns::default().decode_secret(b"arn:aws:sns:us-east-1:123456789012:orders").is_ok());
         assert!(Sns::default().decode_secret(b"arn:aws-cn:sns:cn-north-1:123456789012:orders").is_ok());
