@@ -209,6 +209,9 @@ pub struct SourceConfig {
     pub token: Option<TokenOptions>,
     /// Settings of the JWT family (`scheme = "jwt"`).
     pub jwt: Option<JwtOptions>,
+    /// Settings of the `paypal` scheme: the REST credentials its events are confirmed with, or the opt-in to its
+    /// CRC-bound signature alone (docs/security.md, "PayPal").
+    pub paypal: Option<crate::paypal_api::PayPalOptions>,
     /// Must be `true` for a token scheme (`token` and its presets: Okta, Postmark, Telegram, ...): a shared token
     /// proves who sent a request but not what it holds, and does not stop a replay (docs/security.md).
     pub allow_token: bool,
@@ -276,6 +279,7 @@ impl Default for SourceConfig {
             body_fields: None,
             token: None,
             jwt: None,
+            paypal: None,
             allow_token: false,
             handshakes: Vec::new(),
             verify_tokens: Vec::new(),
@@ -403,7 +407,15 @@ mod tests {
                     SecretRef { env: None, file: Some(path.display().to_string()), ..token.clone() }
                 })
                 .collect();
-            let source = SourceConfig { secrets, verify_tokens, ..source.clone() };
+            let paypal = source.paypal.clone().map(|mut paypal| {
+                paypal.api_credentials = paypal.api_credentials.map(|credentials| {
+                    let path = directory.join(format!("{}-api-{}", source.name, credentials.id));
+                    std::fs::write(&path, "AZ-client-id:EL-client-secret").unwrap();
+                    SecretRef { env: None, file: Some(path.display().to_string()), ..credentials }
+                });
+                paypal
+            });
+            let source = SourceConfig { secrets, verify_tokens, paypal, ..source.clone() };
             if let Err(problems) = crate::source::Source::from_config(&source, &config.kafka.inbound_topic) {
                 panic!("documented source `{}`: {problems:?}", source.name);
             }

@@ -63,7 +63,8 @@ impl Rejection {
                 | VerifyError::TimestampFuture { .. }
                 | VerifyError::MissingTimestamp(_)
                 | VerifyError::KeyUrlNotPinned(_)
-                | VerifyError::CertificateUntrusted,
+                | VerifyError::CertificateUntrusted
+                | VerifyError::NotConfirmed,
             ) => StatusCode::UNAUTHORIZED,
             Self::Verify(VerifyError::KeyNotFetched) | Self::KeyUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Overloaded

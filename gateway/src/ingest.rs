@@ -396,7 +396,9 @@ impl Ingest {
                 provider_event_id: None,
                 event_type: event_type.clone(),
             },
-            Coverage::WholeBody | Coverage::Token => source.identity.identify_signed(&parts.headers, &body, &is_signed),
+            Coverage::WholeBody | Coverage::Token | Coverage::BodyChecksum => {
+                source.identity.identify_signed(&parts.headers, &body, &is_signed)
+            }
         };
         let event_id = identity.event_id.ok_or(Rejection::MissingEventId)?;
         let meta = EventMeta {

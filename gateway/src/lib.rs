@@ -14,6 +14,7 @@ pub mod key_fetch;
 pub mod load;
 pub mod metrics;
 pub mod offline_verify;
+pub mod paypal_api;
 pub mod peer_limit;
 pub mod produce;
 pub mod rejection_log;

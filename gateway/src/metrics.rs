@@ -190,7 +190,7 @@ mod tests {
         {
             assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} not in {outcomes:?}");
         }
-        assert_eq!(outcomes.len(), 2 + 15 + 11, "every rejection code and verification reason once: {outcomes:?}");
+        assert_eq!(outcomes.len(), 2 + 15 + 12, "every rejection code and verification reason once: {outcomes:?}");
     }
 
     /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered

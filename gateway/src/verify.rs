@@ -114,7 +114,11 @@ async fn verify_fetched(
     .map_err(|_| Rejection::VerifyBusy)?;
     let proof = verified.map_err(Rejection::Verify)?;
     match confirmation.transpose().map_err(Rejection::Verify)?.flatten() {
-        None => Ok(Checked::Event(proof)),
+        // PayPal binds the body by a CRC32 only: its event API must confirm it (unless the source opted out).
+        None => match &source.paypal {
+            Some(api) => api.confirm(fetcher, proof).await.map(Checked::Event),
+            None => Ok(Checked::Event(proof)),
+        },
         Some(Confirmation::Acknowledge { kind }) => Ok(Checked::Confirmed(kind)),
         Some(Confirmation::Visit { kind, url }) => {
             fetcher.confirm(provider, &url).await.map_err(unavailable)?;

@@ -153,6 +153,11 @@ impl KeyFetcher {
         })
     }
 
+    /// How long a failure is remembered: the `Retry-After` of a key that cannot be had.
+    pub fn failure_hold_s(&self) -> u64 {
+        self.inner.failure_hold_s
+    }
+
     /// The roots fetched certificates must chain to.
     pub fn roots(&self) -> &TrustRoots {
         &self.inner.roots
@@ -204,6 +209,21 @@ impl KeyFetcher {
             tracing::warn!(provider, host = url.host(), error = %error, "subscription confirmation failed");
             KeyUnavailable { retry_after_s: self.inner.failure_hold_s }
         })
+    }
+
+    /// A call of a provider's API (already pinned `url`) with a credential (PayPal's OAuth token, then its event),
+    /// counted under `kind`; never cached.
+    pub async fn call_api(
+        &self,
+        provider: &str,
+        kind: &str,
+        url: &KeyUrl,
+        authorization: &http::HeaderValue,
+        form: Option<&'static str>,
+    ) -> Result<bytes::Bytes, FetchError> {
+        let result = self.inner.client.call(url, authorization, form).await.map(|fetched| fetched.body);
+        self.count(provider, kind, result.as_ref().map(|_| ()));
+        result
     }
 
     fn lookup(&self, url: &KeyUrl) -> Lookup {

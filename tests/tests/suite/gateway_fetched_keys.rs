@@ -8,14 +8,17 @@
 //! certificate URL (never fetched), an expired certificate and one from an untrusted CA are refused 401; a key
 //! host that hangs or answers 10 MB costs a 503 with `Retry-After` while another source keeps answering 202; the
 //! cache is bounded; SNS's subscription confirmation is confirmed at its pinned `SubscribeURL` and produces
-//! nothing, and a confirmation that fails its checks is refused without the URL being visited.
+//! nothing, and a confirmation that fails its checks is refused without the URL being visited. A PayPal delivery
+//! becomes an event only once PayPal's event API (played by the key host, with OAuth client credentials) holds
+//! its body: a captured delivery's headers with another body of the same CRC32 are refused, a retry of the
+//! genuine one carries the same event id.
 
 use std::{sync::Arc, time::Duration};
 
 use base64::Engine;
 use bytes::Bytes;
 use hookline_common::{config::SecretRef, signature::fetched::paypal::crc32};
-use hookline_gateway::config::SourceConfig;
+use hookline_gateway::{config::SourceConfig, paypal_api::PayPalOptions};
 use hookline_tests::{
     Delivery, Reply, TestStack,
     key_server::{KeyServer, PAYPAL_HOST, RsaKey, SNS_HOST, Served, TestCa},
@@ -28,6 +31,12 @@ const TOPIC_ARN: &str = "arn:aws:sns:us-east-1:123456789012:orders";
 const WEBHOOK_ID: &str = "1JE4291016473214C";
 const PUSH_ACCOUNT: &str = "pubsub-push@orders-project.iam.gserviceaccount.com";
 const PUSH_URL: &str = "https://hooks.example.com/webhooks/pubsub";
+const PAYPAL_CLIENT_ID: &str = "AZ-sandbox-client-id";
+const PAYPAL_CLIENT_SECRET: &str = "EL-sandbox-client-secret";
+/// The event of the PayPal test that every refusal is judged against.
+const PAYPAL_EVENT: &str = r#"{"id":"WH-58D329510W468432D-8HN650336L201105X","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"amount":{"value":"12.30"}}}"#;
+/// The delivery the forgery test captures (the review's `crc_forge.py` original).
+const PAYPAL_ORIGINAL: &str = r#"{"id":"WH-ORIGINAL-1","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"amount":{"value":"1.00","currency_code":"USD"}}}"#;
 
 fn secret(id: &str, value: &str) -> SecretRef {
     let path = std::env::temp_dir().join(format!("hookline-fetched-{}.secret", uuid::Uuid::new_v4().simple()));
@@ -64,12 +73,40 @@ async fn keys() -> Keys {
         "/SimpleNotificationService-foreign.pem",
         Served::Pem(foreign.signing_certificate(&signer, "sns.amazonaws.com", 86_400)),
     );
+    // Chains to the trusted CA, served by the pinned host, but issued to another name than SNS's.
+    server.serve(
+        "/SimpleNotificationService-elsewhere.pem",
+        Served::Pem(ca.signing_certificate(&signer, "attacker.example", 86_400)),
+    );
     server.serve("/SimpleNotificationService-hang.pem", Served::Hang);
     server.serve("/SimpleNotificationService-huge.pem", Served::Huge);
     server.serve("/?Action=ConfirmSubscription&", Served::Ok);
     server.serve(
         "/v1/notifications/certs/CERT-good",
         Served::Pem(ca.signing_certificate(&signer, "messageverificationcerts.paypal.com", 86_400)),
+    );
+    server.serve(
+        "/v1/notifications/certs/CERT-elsewhere",
+        Served::Pem(ca.signing_certificate(&signer, "attacker.example", 86_400)),
+    );
+    // After every certificate: the first route whose prefix matches answers.
+    server.serve(
+        "/v1/",
+        Served::PayPalApi {
+            client_id: PAYPAL_CLIENT_ID.to_owned(),
+            secret: PAYPAL_CLIENT_SECRET.to_owned(),
+            events: [PAYPAL_EVENT, PAYPAL_ORIGINAL]
+                .iter()
+                .map(|event| {
+                    let value: serde_json::Value = serde_json::from_str(event).expect("json");
+                    // PayPal's API formats the event as it likes: pretty-printed here, the delivery compact.
+                    (
+                        value["id"].as_str().expect("an id").to_owned(),
+                        serde_json::to_string_pretty(&value).expect("json"),
+                    )
+                })
+                .collect(),
+        },
     );
     let jwks = serde_json::json!({ "keys": [signer.jwk("k-1"), stranger.jwk("k-other")] });
     server.serve("/oauth2/v3/certs", Served::Json(jwks.to_string()));
@@ -80,7 +117,18 @@ async fn stack(keys: &Keys) -> TestStack {
     TestStack::builder()
         .gateway_key_fetch(keys.server.key_fetch_config())
         .gateway_source(SourceConfig::new("sns", "sns", vec![secret("orders", TOPIC_ARN)]))
-        .gateway_source(SourceConfig::new("paypal", "paypal", vec![secret("live", WEBHOOK_ID)]))
+        .gateway_source(SourceConfig {
+            paypal: Some(PayPalOptions {
+                api_credentials: Some(secret("rest", &format!("{PAYPAL_CLIENT_ID}:{PAYPAL_CLIENT_SECRET}"))),
+                sandbox: true,
+                allow_crc_only: false,
+            }),
+            ..SourceConfig::new("paypal", "paypal", vec![secret("live", WEBHOOK_ID)])
+        })
+        .gateway_source(SourceConfig {
+            paypal: Some(PayPalOptions { allow_crc_only: true, ..PayPalOptions::default() }),
+            ..SourceConfig::new("paypal-crc", "paypal", vec![secret("live", WEBHOOK_ID)])
+        })
         .gateway_source(SourceConfig {
             allow_token: true,
             public_url: Some(PUSH_URL.to_owned()),
@@ -211,6 +259,8 @@ async fn sns_messages_verify_with_a_fetched_certificate_and_every_forgery_is_ref
     assert_eq!(refused(&post_sns(&stack, &expired).await), unauthorized("certificate_untrusted"));
     let foreign = notification(&keys.signer, "2", &certificate_url("foreign"), "m-foreign", &rfc3339(0));
     assert_eq!(refused(&post_sns(&stack, &foreign).await), unauthorized("certificate_untrusted"));
+    let elsewhere = notification(&keys.signer, "2", &certificate_url("elsewhere"), "m-elsewhere", &rfc3339(0));
+    assert_eq!(refused(&post_sns(&stack, &elsewhere).await), unauthorized("certificate_untrusted"), "not SNS's name");
 
     // The subscription confirmation: verified, confirmed at its pinned SubscribeURL, answered 200, not produced.
     let subscribe = format!("https://{SNS_HOST}/?Action=ConfirmSubscription&TopicArn={TOPIC_ARN}&Token=tok-1");
@@ -309,8 +359,98 @@ fn paypal_headers(key: &RsaKey, certificate: &str, time: &str, webhook_id: &str,
 }
 
 async fn post_paypal(stack: &TestStack, headers: &[(String, String)], body: &str) -> Reply {
+    post_paypal_to(stack, "paypal", headers, body).await
+}
+
+async fn post_paypal_to(stack: &TestStack, source: &str, headers: &[(String, String)], body: &str) -> Reply {
     let headers: Vec<(&str, &str)> = headers.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
-    post(stack, "paypal", &headers, body).await
+    post(stack, source, &headers, body).await
+}
+
+/// A body `template(pad)` (the pad 48 characters, each `A` or `C`) whose CRC32 is `target`: CRC32 is affine over
+/// GF(2) for inputs of one length, so the pad bits that solve a 32-bit linear system give any CRC. The review's
+/// `crc_forge.py`, in Rust.
+fn crc_forged(target: u32, template: impl Fn(&str) -> String) -> String {
+    const N: usize = 48;
+    let body = |bits: u64| template(&(0..N).map(|i| if (bits >> i) & 1 == 1 { 'C' } else { 'A' }).collect::<String>());
+    let base = crc32(body(0).as_bytes());
+    let mut basis: [Option<(u32, u64)>; 32] = [None; 32];
+    for i in 0..N {
+        let (mut value, mut mask) = (crc32(body(1 << i).as_bytes()) ^ base, 1u64 << i);
+        for bit in (0..32).rev() {
+            if (value >> bit) & 1 == 0 {
+                continue;
+            }
+            match basis[bit] {
+                Some((row, row_mask)) => (value, mask) = (value ^ row, mask ^ row_mask),
+                None => {
+                    basis[bit] = Some((value, mask));
+                    break;
+                }
+            }
+        }
+    }
+    let (mut value, mut mask) = (base ^ target, 0u64);
+    for bit in (0..32).rev() {
+        if (value >> bit) & 1 == 1 {
+            let (row, row_mask) = basis[bit].expect("rank 32 (else: more pad positions)");
+            (value, mask) = (value ^ row, mask ^ row_mask);
+        }
+    }
+    assert_eq!(value, 0);
+    let forged = body(mask);
+    assert_eq!(crc32(forged.as_bytes()), target, "the same CRC32");
+    forged
+}
+
+fn event_id_of(record: &rdkafka::message::OwnedMessage) -> String {
+    use rdkafka::message::Headers;
+    let headers = record.headers().expect("headers");
+    let header = headers.iter().find(|header| header.key == hookline_common::wire::header::EVENT_ID).expect("an id");
+    String::from_utf8(header.value.expect("a value").to_vec()).expect("utf-8")
+}
+
+#[tokio::test]
+async fn a_captured_paypal_delivery_mints_no_event_with_a_forged_body_of_the_same_crc_and_retries_stay_one_event() {
+    let keys = keys().await;
+    let stack = stack(&keys).await;
+    let certificate = format!("https://{PAYPAL_HOST}/v1/notifications/certs/CERT-good");
+    let captured = paypal_headers(&keys.signer, &certificate, &rfc3339_seconds(0), WEBHOOK_ID, PAYPAL_ORIGINAL);
+    let reply = post_paypal(&stack, &captured, PAYPAL_ORIGINAL).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+
+    // A new id and amount, padded to the captured body's CRC32, under the captured PAYPAL-* headers: PayPal's API
+    // knows no such event.
+    let target = crc32(PAYPAL_ORIGINAL.as_bytes());
+    let forged = crc_forged(target, |pad| {
+        format!(
+            r#"{{"id":"WH-FORGED-42","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{{"amount":{{"value":"9999.00","currency_code":"USD"}}}},"pad":"{pad}"}}"#
+        )
+    });
+    assert_eq!(refused(&post_paypal(&stack, &captured, &forged).await), unauthorized("not_confirmed"));
+    // The original's id with another amount: PayPal holds that event with other contents.
+    let same_id = crc_forged(target, |pad| {
+        format!(
+            r#"{{"id":"WH-ORIGINAL-1","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{{"amount":{{"value":"9999.00","currency_code":"USD"}},"note":"{pad}"}}}}"#
+        )
+    });
+    assert_eq!(refused(&post_paypal(&stack, &captured, &same_id).await), unauthorized("not_confirmed"));
+
+    // PayPal's retry of the genuine delivery: another transmission (id, time, signature), the same event.
+    let retry = paypal_headers(&keys.signer, &certificate, &rfc3339_seconds(0), WEBHOOK_ID, PAYPAL_ORIGINAL);
+    assert_ne!(retry[0].1, captured[0].1, "another transmission id");
+    assert_eq!(post_paypal(&stack, &retry, PAYPAL_ORIGINAL).await.status, StatusCode::ACCEPTED);
+    let records = stack.inbound_records().await;
+    assert_eq!(records.len(), 2, "the delivery and its retry, nothing forged");
+    assert!(records.iter().all(|record| record.payload() == Some(PAYPAL_ORIGINAL.as_bytes())));
+    assert!(records.iter().all(|record| event_id_of(record) == "WH-ORIGINAL-1"), "one event id: deduped downstream");
+    assert_eq!(keys.server.requests_for("/v1/oauth2/token"), 1, "one OAuth token, then reused");
+    assert_eq!(keys.server.requests_for("/v1/notifications/webhooks-events/WH-FORGED-42"), 1);
+
+    // The opt-in to the CRC32 alone (`allow_crc_only`) is what it says: the forgery becomes an event there.
+    let reply = post_paypal_to(&stack, "paypal-crc", &captured, &forged).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    stack.shutdown().await;
 }
 
 #[tokio::test]
@@ -318,7 +458,7 @@ async fn paypal_verifies_with_its_fetched_certificate_and_refuses_tampered_wrong
     let keys = keys().await;
     let stack = stack(&keys).await;
     let certificate = format!("https://{PAYPAL_HOST}/v1/notifications/certs/CERT-good");
-    let body = r#"{"id":"WH-58D329510W468432D-8HN650336L201105X","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"amount":{"value":"12.30"}}}"#;
+    let body = PAYPAL_EVENT;
 
     let headers = paypal_headers(&keys.signer, &certificate, &rfc3339_seconds(0), WEBHOOK_ID, body);
     let reply = post_paypal(&stack, &headers, body).await;
@@ -344,6 +484,14 @@ async fn paypal_verifies_with_its_fetched_certificate_and_refuses_tampered_wrong
         body,
     );
     assert_eq!(refused(&post_paypal(&stack, &unpinned, body).await), unauthorized("key_url_not_pinned"));
+    let elsewhere = paypal_headers(
+        &keys.signer,
+        &format!("https://{PAYPAL_HOST}/v1/notifications/certs/CERT-elsewhere"),
+        &rfc3339_seconds(0),
+        WEBHOOK_ID,
+        body,
+    );
+    assert_eq!(refused(&post_paypal(&stack, &elsewhere, body).await), unauthorized("certificate_untrusted"));
     let mut missing = headers.clone();
     missing.retain(|(name, _)| name != "PAYPAL-TRANSMISSION-SIG");
     assert_eq!(refused(&post_paypal(&stack, &missing, body).await), unauthorized("signature_missing"));

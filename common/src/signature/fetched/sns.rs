@@ -9,6 +9,8 @@
 //! `Type`. Other body fields (`MessageAttributes`, `UnsubscribeURL`) are not signed, so the proof covers these
 //! fields only: the event id is the signed `MessageId`, its type the signed `Type`.
 //!
+//! The certificate must chain to a trusted root and be issued to SNS's own name ([`signing_names`]).
+//!
 //! The source's secrets are the topic ARNs it accepts (anyone can have SNS sign a message from a topic of their
 //! own). `Timestamp` is the publish time and SNS keeps it on retries, so the default window is an hour.
 
@@ -34,6 +36,26 @@ const SUBSCRIBE_PINS: Pins =
 const NOTIFICATION_FIELDS: &[&str] = &["Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"];
 const SUBSCRIPTION_FIELDS: &[&str] =
     &["Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"];
+
+/// The names SNS's signing certificate for the key host `host` (`sns.<region>.amazonaws.com[.cn]`) is issued to,
+/// as AWS's own message validator (the Java SDK's SNS message manager) expects them: `sns.amazonaws.com` in the
+/// commercial regions, `sns-signing.<region>.amazonaws.com` in the opt-in ones, `sns-us-gov-west-1.amazonaws.com`
+/// in GovCloud, `sns-<region>.amazonaws.com.cn` (or `sns.amazonaws.com.cn`) in China. All are AWS's own names: a
+/// certificate a public CA issued to anyone else is refused, whatever host served it.
+pub fn signing_names(host: &str) -> Vec<String> {
+    let region = host.strip_prefix("sns.").unwrap_or_default();
+    match region.strip_suffix(".amazonaws.com.cn") {
+        Some(region) => vec!["sns.amazonaws.com.cn".to_owned(), format!("sns-{region}.amazonaws.com.cn")],
+        None => {
+            let region = region.strip_suffix(".amazonaws.com").unwrap_or_default();
+            vec![
+                "sns.amazonaws.com".to_owned(),
+                format!("sns-signing.{region}.amazonaws.com"),
+                "sns-us-gov-west-1.amazonaws.com".to_owned(),
+            ]
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct Sns {
@@ -95,6 +117,10 @@ impl Message {
 }
 
 impl Scheme for Sns {
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "sns"
     }
@@ -159,7 +185,12 @@ impl FetchedKeyScheme for Sns {
         let signature =
             BASE64.decode(message.required("Signature")?).map_err(|_| VerifyError::malformed("Signature"))?;
         let signed = message.signed_string()?;
-        if !key.leaf()?.verifies_rsa(digest, signed.as_bytes(), &signature) {
+        let url = KeyUrl::pinned(message.required("SigningCertURL")?, &CERTIFICATE_PINS, "SigningCertURL")?;
+        let leaf = key.leaf()?;
+        if !leaf.is_issued_to_any(&signing_names(url.host())) {
+            return Err(VerifyError::CertificateUntrusted);
+        }
+        if !leaf.verifies_rsa(digest, signed.as_bytes(), &signature) {
             return Err(VerifyError::Mismatch);
         }
         // Genuinely from SNS; now whether it is from a topic this source accepts.
@@ -208,6 +239,24 @@ mod tests {
         );
         let unknown = Message::parse(br#"{"Type":"Other"}"#).expect("json");
         assert_eq!(unknown.signed_string(), Err(VerifyError::malformed("Type")));
+    }
+
+    #[test]
+    fn the_certificate_names_are_awss_own_for_the_urls_region() {
+        let names = |host: &str| signing_names(host);
+        assert!(names("sns.us-east-1.amazonaws.com").contains(&"sns.amazonaws.com".to_owned()));
+        assert!(names("sns.me-south-1.amazonaws.com").contains(&"sns-signing.me-south-1.amazonaws.com".to_owned()));
+        assert!(names("sns.us-gov-east-1.amazonaws.com").contains(&"sns-us-gov-west-1.amazonaws.com".to_owned()));
+        assert_eq!(
+            names("sns.cn-north-1.amazonaws.com.cn"),
+            ["sns.amazonaws.com.cn", "sns-cn-north-1.amazonaws.com.cn"]
+        );
+        for host in ["sns.us-east-1.amazonaws.com", "sns.cn-north-1.amazonaws.com.cn"] {
+            assert!(
+                names(host).iter().all(|name| name.starts_with("sns") && name.contains(".amazonaws.com")),
+                "{host}"
+            );
+        }
     }
 
     #[test]
