@@ -236,7 +236,8 @@ impl Ingest {
                 (outcome::HANDSHAKE, response)
             }
             Err(mut failure) => {
-                if let (true, Some(limiter), Some(peer)) = (failure.rejection.charges_peer(), &self.peer_limiter, peer) {
+                if let (true, Some(limiter), Some(peer)) = (failure.rejection.charges_peer(), &self.peer_limiter, peer)
+                {
                     limiter.charge_failed_verification(peer, Instant::now());
                 }
                 let (verdict, summary) = self.rejection_log.record(&source_label, failure.rejection.code(), started);

@@ -242,7 +242,9 @@ async fn sns_messages_verify_with_a_fetched_certificate_and_every_forgery_is_ref
     // P18: 100 concurrent replays of the captured confirmation visit it no more (each answered 200, or 503 past
     // the source's verification budget).
     let replays = futures_util::future::join_all((0..100).map(|_| post_sns(&stack, &captured))).await;
-    assert!(replays.iter().all(|reply| reply.status == StatusCode::OK || reply.status == StatusCode::SERVICE_UNAVAILABLE));
+    assert!(
+        replays.iter().all(|reply| reply.status == StatusCode::OK || reply.status == StatusCode::SERVICE_UNAVAILABLE)
+    );
     assert!(replays.iter().any(|reply| reply.status == StatusCode::OK), "a replay is answered as the capture was");
     assert_eq!(keys.server.requests_for("/?Action=ConfirmSubscription&TopicArn="), 1, "visited once for 101 requests");
     assert_eq!(stack.inbound_records().await.len(), 2, "neither refusals nor the handshake were produced");

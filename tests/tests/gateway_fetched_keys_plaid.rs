@@ -231,8 +231,7 @@ async fn forged_tokens_naming_new_kids_cost_at_most_the_sources_miss_budget_in_f
     );
     assert!(statuses.keys().all(|status| *status == 503 || *status == 429), "{statuses:?}");
     assert!(
-        stack.gateway_metric("hookline_gateway_key_fetches_refused_total", &[("reason", "miss_budget")]).await
-            >= 990.0
+        stack.gateway_metric("hookline_gateway_key_fetches_refused_total", &[("reason", "miss_budget")]).await >= 990.0
     );
     let again = BODY.replace("19", "21");
     assert_eq!(

@@ -34,9 +34,9 @@ use serde::{Deserialize, Serialize};
 use crate::metrics::Metrics;
 use budget::MissBudget;
 use cache::{Cache, Lookup};
+pub use client::FetchError;
 use confirmed::Confirmed;
 use flight::Flights;
-pub use client::FetchError;
 
 /// `[key_fetch]`: how the gateway fetches the keys of the SNS, PayPal, Google Pub/Sub and Plaid sources.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -228,9 +228,11 @@ impl KeyFetcher {
         }
         // Refused before joining anything when the source has no fetch left or too many URLs are in flight.
         self.inner.misses.check(source, Instant::now()).map_err(|wait| self.refused("miss_budget", wait))?;
-        let flight = self.inner.in_flight.join(url).ok_or_else(|| {
-            self.refused("in_flight", Duration::from_secs(self.inner.failure_hold_s))
-        })?;
+        let flight = self
+            .inner
+            .in_flight
+            .join(url)
+            .ok_or_else(|| self.refused("in_flight", Duration::from_secs(self.inner.failure_hold_s)))?;
         let _turn = flight.turn().await;
         // Whoever held the turn before may have fetched it (or failed to) meanwhile.
         match self.lookup(url) {
@@ -395,7 +397,8 @@ mod tests {
     /// P2: at most `max_fetches_in_flight` URLs at once; one more is refused at once, and counted as a miss.
     #[tokio::test]
     async fn the_single_flight_is_bounded() {
-        let config = KeyFetchConfig { misses_per_source: 10_000, max_fetches_in_flight: 8, ..KeyFetchConfig::default() };
+        let config =
+            KeyFetchConfig { misses_per_source: 10_000, max_fetches_in_flight: 8, ..KeyFetchConfig::default() };
         let fetcher = fetcher(&config, silent_host().await);
         let waiting: Vec<_> = (0..8)
             .map(|n| {
@@ -431,9 +434,12 @@ mod tests {
         let refused = fetcher.key("plaid", "plaid", KeyFormat::Certificate, &url(3)).await.expect_err("budget spent");
         assert!(refused.after_miss && refused.retry_after_s >= 1, "{refused:?}");
         assert!(
-            tokio::time::timeout(Duration::from_millis(20), fetcher.key("other", "sns", KeyFormat::Certificate, &url(4)))
-                .await
-                .is_err(),
+            tokio::time::timeout(
+                Duration::from_millis(20),
+                fetcher.key("other", "sns", KeyFormat::Certificate, &url(4))
+            )
+            .await
+            .is_err(),
             "another source's budget is its own (it fetches)"
         );
     }

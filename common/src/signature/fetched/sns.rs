@@ -150,9 +150,10 @@ impl FetchedKeyScheme for Sns {
         }
         let url = KeyUrl::pinned(message.required("SigningCertURL")?, &CERTIFICATE_PINS, "SigningCertURL")?;
         let region = topic.split(':').nth(3);
-        let host_region = url.host().strip_prefix("sns.").and_then(|rest| {
-            rest.strip_suffix(".amazonaws.com").or_else(|| rest.strip_suffix(".amazonaws.com.cn"))
-        });
+        let host_region = url
+            .host()
+            .strip_prefix("sns.")
+            .and_then(|rest| rest.strip_suffix(".amazonaws.com").or_else(|| rest.strip_suffix(".amazonaws.com.cn")));
         if region.is_none() || host_region != region {
             return Err(VerifyError::KeyUrlNotPinned("SigningCertURL"));
         }
@@ -239,7 +240,9 @@ mod tests {
                 "SigningCertURL": certificate,
             });
             let body = bytes::Bytes::from(body.to_string());
-            Sns::default().locate(&UnverifiedRequest::new(&headers, &body, now_ms), &[&topic]).map(|url| url.to_string())
+            Sns::default()
+                .locate(&UnverifiedRequest::new(&headers, &body, now_ms), &[&topic])
+                .map(|url| url.to_string())
         };
         let ours = "arn:aws:sns:eu-west-1:123456789012:orders";
         let certificate = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc.pem";
