@@ -43,7 +43,7 @@ use crate::{
     metrics::{Metrics, outcome},
     peer_limit::{Admission, PeerLimiter},
     produce::{EventProducer, VerifiedWebhook},
-    rejection_log::{RejectionLog, Verdict, log_summary},
+    rejection_log::{RejectionLog, Verdict, log_handshake_summary, log_summary},
     rejection_ring::{RejectionEntry, RejectionRing, UNKNOWN_SOURCE},
     reply,
     source::{Source, SourceTable},
@@ -64,6 +64,9 @@ pub struct Ingest {
     in_progress: InProgress,
     body_budget: BodyBudget,
     rejection_log: RejectionLog,
+    /// Answered handshakes' lines, bounded the same way and apart (a flood of credential-less handshakes neither
+    /// fills the log nor spends the rejections' lines).
+    handshake_log: RejectionLog,
     /// Each source's last rejections, for `GET /admin/rejections`.
     rejection_ring: RejectionRing,
     /// The request rate per client address, when configured.
@@ -152,6 +155,7 @@ impl Ingest {
             in_progress: InProgress::new(limits.max_requests_in_progress, limits.max_requests_in_progress_per_peer),
             body_budget: BodyBudget::new(limits.max_body_buffer_bytes),
             rejection_log: RejectionLog::default(),
+            handshake_log: RejectionLog::default(),
             rejection_ring: RejectionRing::default(),
             peer_limiter: PeerLimiter::new(
                 limits.peer_rate_per_s,
@@ -173,6 +177,7 @@ impl Ingest {
         sources.log_warnings();
         self.handles.store(Arc::new(resolve_handles(&self.metrics, &sources)));
         self.rejection_ring.retain_sources(|name| sources.get(name).is_some());
+        self.fetcher.retain_sources(|name| sources.get(name).is_some());
         self.sources.store(Arc::new(sources));
     }
 
@@ -187,6 +192,10 @@ impl Ingest {
 
     pub fn rejection_log(&self) -> &RejectionLog {
         &self.rejection_log
+    }
+
+    pub fn handshake_log(&self) -> &RejectionLog {
+        &self.handshake_log
     }
 
     pub fn rejection_ring(&self) -> &RejectionRing {
@@ -216,14 +225,18 @@ impl Ingest {
         let (outcome, response) = match result {
             Ok(Answer::Accepted(response)) => (outcome::ACCEPTED, response),
             Ok(Answer::Handshake(response, kind)) => {
-                // Kept beside the source's rejections, so an operator setting up a provider sees that its
-                // handshake arrived and was answered (a refused one is a rejection like any other).
+                let (verdict, summary) = self.handshake_log.record(&source_label, kind, started);
+                log_handshake_summary(&summary);
+                if verdict == Verdict::Log {
+                    tracing::info!(source = %source_label, handshake = kind, "answered the provider's handshake");
+                }
+                // Listed with the source's rejections (in a ring of their own), so an operator setting up a
+                // provider sees that its handshake arrived and was answered (a refused one is a rejection).
                 self.rejection_ring.record(&source_label, handshake_entry(kind, response.status(), peer));
                 (outcome::HANDSHAKE, response)
             }
             Err(mut failure) => {
-                if let (Rejection::Verify(_), Some(limiter), Some(peer)) =
-                    (&failure.rejection, &self.peer_limiter, peer)
+                if let (true, Some(limiter), Some(peer)) = (failure.rejection.charges_peer(), &self.peer_limiter, peer)
                 {
                     limiter.charge_failed_verification(peer, Instant::now());
                 }
@@ -362,7 +375,7 @@ impl Ingest {
             Checked::Event(proof) => proof,
             Checked::Confirmed(kind) => {
                 let empty = signature::Handshake { content_type: "text/plain; charset=utf-8", body: Vec::new() };
-                return Ok(handshake_answer(&source.name, kind, empty));
+                return Ok(handshake_answer(kind, empty));
             }
         };
         let mut unverified =
@@ -378,11 +391,11 @@ impl Ingest {
 
         let secret = source.secrets.iter().find(|secret| secret.id == proof.secret_id());
         if let Some(handshake) = secret.and_then(|secret| source.scheme.handshake(&unverified, secret)) {
-            return Ok(handshake_answer(&source.name, source.scheme.name(), handshake));
+            return Ok(handshake_answer(source.scheme.name(), handshake));
         }
         for challenge in &source.handshakes {
             if let Some(handshake) = challenge.answer_verified(&unverified) {
-                return Ok(handshake_answer(&source.name, challenge.name(), handshake));
+                return Ok(handshake_answer(challenge.name(), handshake));
             }
         }
 
@@ -472,7 +485,7 @@ impl Ingest {
             .iter()
             .find_map(|challenge| challenge.answer_unverified(request, keys).map(|answer| (*challenge, answer)))?;
         Some(match answer {
-            Ok(handshake) => Ok(handshake_answer(&source.name, challenge.name(), handshake)),
+            Ok(handshake) => Ok(handshake_answer(challenge.name(), handshake)),
             Err(error) => {
                 self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
                 let secrets_tried = match challenge {
@@ -534,9 +547,8 @@ fn source_label<'a>(sources: &'a SourceTable, path: &str) -> &'a str {
     path.strip_prefix(ROUTE_PREFIX).and_then(|name| sources.name_of(name)).unwrap_or(UNKNOWN_SOURCE)
 }
 
-/// A handshake's answer (200), logged with its kind.
-fn handshake_answer(source: &str, kind: &'static str, handshake: signature::Handshake) -> Answer {
-    tracing::info!(source, handshake = kind, "answered the provider's handshake");
+/// A handshake's answer (200), with its kind (logged, rate-limited, by [`Ingest::handle`]).
+fn handshake_answer(kind: &'static str, handshake: signature::Handshake) -> Answer {
     Answer::Handshake(reply::handshake(handshake), kind)
 }
 

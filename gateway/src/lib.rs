@@ -327,11 +327,14 @@ async fn summarise_rejections(ingest: Arc<Ingest>, shutdown: CancellationToken) 
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(rejection_log::INTERVAL) => {}
         }
-        rejection_log::log_summary(&ingest.rejection_log().take_summary(std::time::Instant::now()));
+        let now = std::time::Instant::now();
+        rejection_log::log_summary(&ingest.rejection_log().take_summary(now));
+        rejection_log::log_handshake_summary(&ingest.handshake_log().take_summary(now));
     }
     // Whatever the last interval held back.
     let far_enough = std::time::Instant::now() + rejection_log::INTERVAL;
     rejection_log::log_summary(&ingest.rejection_log().take_summary(far_enough));
+    rejection_log::log_handshake_summary(&ingest.handshake_log().take_summary(far_enough));
 }
 
 /// Marks the gateway ready while the broker answers metadata requests and every topic the sources produce to

@@ -292,6 +292,8 @@ impl KeyServer {
             fetch_timeout_ms: 1_000,
             failure_hold_s: 1,
             cache_max_entries: 4,
+            // The tests fetch a dozen keys per source at most; the miss budget has tests of its own.
+            misses_per_source: 100,
             test_only: Some(KeyFetchTestOnly {
                 roots_pem: self.ca.pem.clone().into_bytes(),
                 resolve: HOSTS.iter().map(|host| ((*host).to_owned(), self.addr)).collect(),

@@ -285,11 +285,24 @@ async fn sns_messages_verify_with_a_fetched_certificate_and_every_forgery_is_ref
     let elsewhere = confirmation(&keys.signer, "https://evil.example/?Action=ConfirmSubscription&Token=tok-1");
     assert_eq!(refused(&post_sns(&stack, &elsewhere).await), unauthorized("key_url_not_pinned"));
     assert_eq!(keys.server.requests_for("/?Action=ConfirmSubscription"), 0, "a refused handshake visits nothing");
-    let reply = post_sns(&stack, &confirmation(&keys.signer, &subscribe)).await;
+    let captured = confirmation(&keys.signer, &subscribe);
+    let reply = post_sns(&stack, &captured).await;
     assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
     assert_eq!(keys.server.requests_for("/?Action=ConfirmSubscription&TopicArn="), 1, "the SubscribeURL was visited");
+    // P18: 100 concurrent replays of the captured confirmation visit it no more (each answered 200, or 503 past
+    // the source's verification budget).
+    let replays = futures_util::future::join_all((0..100).map(|_| post_sns(&stack, &captured))).await;
+    assert!(
+        replays.iter().all(|reply| reply.status == StatusCode::OK || reply.status == StatusCode::SERVICE_UNAVAILABLE)
+    );
+    assert!(replays.iter().any(|reply| reply.status == StatusCode::OK), "a replay is answered as the capture was");
+    assert_eq!(keys.server.requests_for("/?Action=ConfirmSubscription&TopicArn="), 1, "visited once for 101 requests");
     assert_eq!(stack.inbound_records().await.len(), 2, "neither refusals nor the handshake were produced");
-    assert_eq!(stack.gateway_metric("hookline_gateway_requests_total", &[("outcome", "handshake")]).await, 1.0);
+    let n_answered = 1 + replays.iter().filter(|reply| reply.status == StatusCode::OK).count();
+    assert_eq!(
+        stack.gateway_metric("hookline_gateway_requests_total", &[("outcome", "handshake")]).await,
+        n_answered as f64
+    );
 
     // The cache holds at most cache_max_entries (4): six certificates later, the first is fetched again.
     for n in 0..6 {

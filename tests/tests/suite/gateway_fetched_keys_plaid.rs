@@ -7,7 +7,8 @@
 //! The key is asked for by `POST /webhook_verification_key/get` with the source's `client_id:secret` and the
 //! token's `kid`, once, then cached. A genuine webhook is stored byte for byte; a tampered body, another key, a
 //! stale `iat` (nothing fetched) and a key id Plaid does not know are refused; a key host that is down costs a 503
-//! with `Retry-After`, never a 401.
+//! with `Retry-After`, never a 401. Forged tokens naming new key ids cost at most the source's miss budget in
+//! requests to Plaid.
 
 use std::sync::Arc;
 
@@ -192,5 +193,51 @@ async fn wrong_credentials_or_a_key_host_that_is_down_cost_a_503_never_a_401() {
     assert!(reply.headers.get("retry-after").is_some());
     assert_eq!(stack.gateway_metric("hookline_gateway_key_fetches_total", &[("outcome", "unreachable")]).await, 1.0);
     assert!(stack.inbound_records().await.is_empty());
+    stack.shutdown().await;
+}
+
+/// P6: every made-up `kid` would cost one authenticated `POST` to Plaid with the operator's credentials; a source
+/// fetches at most `key_fetch.misses_per_source` keys it does not hold per interval, the rest are answered 503 with
+/// `Retry-After` at once, and the key already held keeps serving.
+#[tokio::test]
+async fn forged_tokens_naming_new_kids_cost_at_most_the_sources_miss_budget_in_fetches() {
+    const BUDGET: u32 = 5;
+    let plaid = plaid().await;
+    let key_fetch = hookline_gateway::key_fetch::KeyFetchConfig {
+        misses_per_source: BUDGET,
+        miss_interval_s: 3_600,
+        ..plaid.server.key_fetch_config()
+    };
+    let stack = stack(key_fetch).await;
+    let genuine = plaid_token(&plaid.signer, KID, 5, BODY);
+    assert_eq!(post(&stack, Some(&genuine), BODY).await.status, StatusCode::ACCEPTED, "one miss: the genuine key");
+
+    // Forged tokens: the genuine claims and signature under headers naming 1,000 new key ids.
+    let base64url = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let mut parts = genuine.split('.').skip(1);
+    let (claims, signature) = (parts.next().expect("claims"), parts.next().expect("signature"));
+    let mut statuses = std::collections::BTreeMap::new();
+    for n in 0..1_000 {
+        let header = serde_json::json!({ "alg": "ES256", "kid": format!("forged-{n}"), "typ": "JWT" });
+        let forged = format!("{}.{claims}.{signature}", base64url(header.to_string().as_bytes()));
+        let reply = post(&stack, Some(&forged), BODY).await;
+        assert!(reply.headers.get("retry-after").is_some(), "{:?}", reply.status);
+        *statuses.entry(reply.status.as_u16()).or_insert(0) += 1;
+    }
+    let fetched = plaid.server.requests_for(KEY_PATH);
+    assert!(
+        fetched <= BUDGET as usize,
+        "{fetched} requests reached Plaid for 1 genuine and 1,000 forged kids; the budget is {BUDGET} ({statuses:?})"
+    );
+    assert!(statuses.keys().all(|status| *status == 503 || *status == 429), "{statuses:?}");
+    assert!(
+        stack.gateway_metric("hookline_gateway_key_fetches_refused_total", &[("reason", "miss_budget")]).await >= 990.0
+    );
+    let again = BODY.replace("19", "21");
+    assert_eq!(
+        post(&stack, Some(&plaid_token(&plaid.signer, KID, 0, &again)), &again).await.status,
+        StatusCode::ACCEPTED,
+        "the key held keeps serving past the budget"
+    );
     stack.shutdown().await;
 }

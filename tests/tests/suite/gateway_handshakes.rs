@@ -2,7 +2,8 @@
 //! hub.challenge` (and a wrong verify token refused), Okta's `GET` challenge, Microsoft Graph's `validationToken`
 //! echo, Azure Event Grid's validation event, each answered and nothing produced; a `GET` to a source without a
 //! `GET` handshake stays 405; Adyen's configured reply `[accepted]` once the broker acknowledged. Each answered
-//! handshake is kept, with its kind, in its source's ring beside the rejections (`GET /admin/rejections`).
+//! handshake is kept, with its kind, in its source's ring beside the rejections (`GET /admin/rejections`), in a
+//! small ring of its own: a flood of credential-less handshakes does not push the rejections out.
 
 use bytes::Bytes;
 use hookline_common::config::SecretRef;
@@ -146,5 +147,48 @@ async fn handshakes_are_answered_checked_and_never_produced() {
     assert_eq!(records.len(), 1);
     use rdkafka::Message;
     assert_eq!(records[0].payload(), Some(ADYEN_BODY.as_bytes()), "the raw body, byte for byte");
+    stack.shutdown().await;
+}
+
+async fn ring_of(stack: &TestStack, source: &str) -> Vec<serde_json::Value> {
+    let request = Request::get(format!("http://{}/admin/rejections?source={source}", stack.gateway_admin_addr))
+        .body(Full::default())
+        .expect("request");
+    let ring: serde_json::Value = serde_json::from_slice(&stack.send(request).await.body).expect("json");
+    ring["sources"][source].as_array().expect("entries").clone()
+}
+
+/// P13: Graph's `validationToken` is answered to anyone (it carries no credential); 10,000 of them leave the
+/// source's real rejection listed, and only a few handshakes beside it.
+#[tokio::test]
+async fn a_flood_of_handshakes_does_not_push_out_the_rejections() {
+    let stack = TestStack::builder()
+        .gateway_source(SourceConfig {
+            allow_token: true,
+            ..SourceConfig::new("graph", "microsoft_graph", vec![secret("state", GRAPH_CLIENT_STATE)])
+        })
+        .build()
+        .await;
+    let forged = r#"{"value":[{"clientState":"guess","changeType":"created","resource":"x"}]}"#;
+    let reply = send(&stack, "POST", "/webhooks/graph", &[("Content-Type", "application/json")], forged).await;
+    assert!(reply.status.is_client_error(), "{:?}", reply.status);
+    let refused = reply.error_code().expect("a rejection code");
+
+    let flooding = &stack;
+    for _ in 0..200 {
+        let burst = (0..50).map(|n| {
+            let path = format!("/webhooks/graph?validationToken=flood-{n}");
+            async move { send(flooding, "POST", &path, &[("Content-Type", "text/plain")], "").await.status }
+        });
+        let statuses = futures_util::future::join_all(burst).await;
+        assert!(statuses.iter().all(|status| *status == StatusCode::OK), "{statuses:?}");
+    }
+
+    let entries = ring_of(&stack, "graph").await;
+    let codes: Vec<&str> = entries.iter().filter_map(|entry| entry["code"].as_str()).collect();
+    assert!(codes.contains(&refused.as_str()), "the rejection is still listed: {codes:?}");
+    let n_handshakes = codes.iter().filter(|code| **code == "handshake").count();
+    assert!((1..=10).contains(&n_handshakes), "the handshakes are listed, a few: {n_handshakes}");
+    assert_eq!(entries[0]["code"], "handshake", "newest first");
     stack.shutdown().await;
 }

@@ -157,7 +157,10 @@ impl Scheme for Sns {
 }
 
 impl FetchedKeyScheme for Sns {
-    fn locate(&self, request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<KeyUrl, VerifyError> {
+    /// Nothing is fetched for a message that could not be accepted whatever its signature: a stale one, one from a
+    /// topic this source does not accept (`TopicArn` is signed, so refusing it before the signature is checked
+    /// changes no answer), or one whose certificate is not on the SNS host of the topic's own region.
+    fn locate(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<KeyUrl, VerifyError> {
         let message = Message::parse(request.body)?;
         message.required("Signature")?;
         match message.required("SignatureVersion")? {
@@ -167,7 +170,20 @@ impl FetchedKeyScheme for Sns {
         let timestamp = message.required("Timestamp")?;
         let timestamp_ms = parse_rfc3339_ms(timestamp).ok_or(VerifyError::malformed("Timestamp"))?;
         self.tolerance.check(timestamp_ms, request.now_ms)?;
-        KeyUrl::pinned(message.required("SigningCertURL")?, &CERTIFICATE_PINS, "SigningCertURL")
+        let topic = message.required("TopicArn")?;
+        if !secrets.iter().any(|secret| secret.key() == topic.as_bytes()) {
+            return Err(VerifyError::Mismatch);
+        }
+        let url = KeyUrl::pinned(message.required("SigningCertURL")?, &CERTIFICATE_PINS, "SigningCertURL")?;
+        let region = topic.split(':').nth(3);
+        let host_region = url
+            .host()
+            .strip_prefix("sns.")
+            .and_then(|rest| rest.strip_suffix(".amazonaws.com").or_else(|| rest.strip_suffix(".amazonaws.com.cn")));
+        if region.is_none() || host_region != region {
+            return Err(VerifyError::KeyUrlNotPinned("SigningCertURL"));
+        }
+        Ok(url)
     }
 
     fn verify_with(
@@ -239,6 +255,34 @@ mod tests {
         );
         let unknown = Message::parse(br#"{"Type":"Other"}"#).expect("json");
         assert_eq!(unknown.signed_string(), Err(VerifyError::malformed("Type")));
+    }
+
+    /// P6: a message from a topic the source does not accept, or whose certificate is on another region's host,
+    /// is refused before anything is fetched.
+    #[test]
+    fn nothing_is_located_for_another_topic_or_another_regions_certificate() {
+        let now_ms = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+        let topic = Secret::new("orders", b"arn:aws:sns:eu-west-1:123456789012:orders".to_vec());
+        let headers = http::HeaderMap::new();
+        let locate = |arn: &str, certificate: &str| {
+            let body = serde_json::json!({
+                "Type": "Notification", "MessageId": "m", "TopicArn": arn, "Message": "hi",
+                "Timestamp": "2026-01-01T00:00:00.000Z", "SignatureVersion": "2", "Signature": "c2ln",
+                "SigningCertURL": certificate,
+            });
+            let body = bytes::Bytes::from(body.to_string());
+            Sns::default()
+                .locate(&UnverifiedRequest::new(&headers, &body, now_ms), &[&topic])
+                .map(|url| url.to_string())
+        };
+        let ours = "arn:aws:sns:eu-west-1:123456789012:orders";
+        let certificate = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc.pem";
+        assert!(locate(ours, certificate).is_ok());
+        assert_eq!(locate("arn:aws:sns:eu-west-1:123456789012:other", certificate), Err(VerifyError::Mismatch));
+        let elsewhere = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem";
+        assert_eq!(locate(ours, elsewhere), Err(VerifyError::KeyUrlNotPinned("SigningCertURL")));
+        let made_up = "https://sns.xyz-made-up-9.amazonaws.com/SimpleNotificationService-abc.pem";
+        assert_eq!(locate(ours, made_up), Err(VerifyError::KeyUrlNotPinned("SigningCertURL")));
     }
 
     #[test]
