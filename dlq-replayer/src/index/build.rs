@@ -3,28 +3,62 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, header, header_str};
+use hookline_common::{
+    record_auth::{Verdict, outcome},
+    wire::{EntryStatus, EntryStatusRecord, MAX_DLQ_ERROR_BYTES, header, header_str, now_ms},
+};
 use rdkafka::{Message, message::BorrowedMessage};
 
 use super::{Index, Position, Status};
+
+/// The longest string the index keeps (an interned value, an event id): the most a consumer writes into
+/// `hookline-dlq-error`. A longer header comes from no hookline writer; its first bytes are kept and `show` reads
+/// the whole record from Kafka.
+pub(super) const MAX_STRING_BYTES: usize = MAX_DLQ_ERROR_BYTES;
+
+/// The longest prefix of `text` that fits in `max_bytes` without splitting a character.
+fn truncate_utf8(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
 
 /// A string table: each distinct value is stored once and named by its number (0 is "none").
 #[derive(Debug, Default)]
 pub(super) struct Interner {
     pub(super) ids: HashMap<Arc<str>, u32>,
     pub(super) values: Vec<Arc<str>>,
+    /// The bytes of every value held (each at most [`MAX_STRING_BYTES`]).
+    pub(super) bytes: usize,
+    /// How many values were cut to [`MAX_STRING_BYTES`].
+    pub(super) truncated: u64,
 }
 
 impl Interner {
     pub(super) fn intern(&mut self, value: Option<&str>) -> u32 {
         let Some(value) = value else { return 0 };
+        let value = if value.len() > MAX_STRING_BYTES {
+            self.truncated += 1;
+            truncate_utf8(value, MAX_STRING_BYTES)
+        } else {
+            value
+        };
         if let Some(&id) = self.ids.get(value) {
             return id;
         }
         let value: Arc<str> = Arc::from(value);
+        self.bytes += value.len();
         self.values.push(value.clone());
         let id = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
         self.ids.insert(value, id);
@@ -130,7 +164,12 @@ pub(super) struct Meta {
     /// entry holding both strings' numbers would outgrow the per-entry budget.
     pub(super) origin: u32,
     pub(super) original_partition: i32,
-    pub(super) attempts: u32,
+    /// Saturated at `u16::MAX` (a consumer gives up after a handful): two bytes, so that the flag below fits in the
+    /// 120 bytes an entry may take.
+    pub(super) attempts: u16,
+    /// The record's MAC did not verify (nor was it unsigned inside `accept_unsigned_until`): nothing it claims is
+    /// indexed, only its position, size and timestamp. Listed as `unverified`, never untriaged.
+    pub(super) unverified: bool,
     pub(super) original_offset: i64,
     pub(super) first_failure_at_ms: i64,
     /// The DLQ header, or else the record's timestamp: when the entry became a dead letter.
@@ -140,6 +179,32 @@ pub(super) struct Meta {
     pub(super) replays: u32,
     pub(super) replay_of: PackedPosition,
     pub(super) status: Option<StatusMeta>,
+}
+
+impl Meta {
+    /// An entry at `offset` that names nothing.
+    pub(super) fn empty(offset: i64) -> Self {
+        Self {
+            offset,
+            event_id_at: 0,
+            event_id_len: u32::MAX,
+            source: 0,
+            event_type: 0,
+            error_class: 0,
+            error: 0,
+            origin: 0,
+            original_partition: -1,
+            attempts: 0,
+            unverified: false,
+            original_offset: -1,
+            first_failure_at_ms: 0,
+            last_failure_at_ms: 0,
+            body_bytes: 0,
+            replays: 0,
+            replay_of: PackedPosition::pack(None),
+            status: None,
+        }
+    }
 }
 
 /// One DLQ partition's entries, in offset order, and their event ids in one buffer (one allocation per
@@ -182,6 +247,8 @@ pub(super) struct State {
     /// Next offset to apply, per partition of the status topic (for read-your-writes).
     pub(super) status_next: HashMap<i32, i64>,
     pub(super) n_entries: usize,
+    /// Entries whose record did not verify (included in `n_entries`).
+    pub(super) n_unverified: usize,
 }
 
 impl State {
@@ -195,13 +262,27 @@ impl State {
         entries.binary_search_by_key(&position.offset, |meta| meta.offset).ok().map(move |index| &mut entries[index])
     }
 
-    pub(super) fn add_entry(&mut self, dlq_topic: &str, message: &BorrowedMessage<'_>) {
+    /// Adds the entry of one DLQ record. `verified`: its MAC verified (or it is unsigned inside
+    /// `accept_unsigned_until`); otherwise it comes from a writer without the record key and is indexed as a
+    /// minimal `unverified` entry: none of its strings (each could be megabytes, and none can be believed).
+    pub(super) fn add_entry(&mut self, dlq_topic: &str, message: &BorrowedMessage<'_>, verified: bool) {
+        if !verified {
+            let body_bytes = message.payload().map_or(0, <[u8]>::len);
+            let meta = Meta {
+                unverified: true,
+                last_failure_at_ms: message.timestamp().to_millis().unwrap_or(0),
+                body_bytes: u32::try_from(body_bytes).unwrap_or(u32::MAX),
+                ..Meta::empty(message.offset())
+            };
+            self.push_entry(message.partition(), meta, None);
+            return;
+        }
         let headers = message.headers();
         let text = |name: &'static str| header_str(headers, name).and_then(Result::ok);
         let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());
         let position = Position { partition: message.partition(), offset: message.offset() };
         let strings = &mut self.strings;
-        let mut meta = Meta {
+        let meta = Meta {
             offset: position.offset,
             event_id_at: 0,
             event_id_len: u32::MAX,
@@ -219,7 +300,8 @@ impl State {
             original_partition: number(header::dlq::ORIGINAL_PARTITION)
                 .and_then(|n| i32::try_from(n).ok())
                 .unwrap_or(-1),
-            attempts: number(header::dlq::ATTEMPTS).and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
+            attempts: number(header::dlq::ATTEMPTS).map_or(0, |n| u16::try_from(n.max(0)).unwrap_or(u16::MAX)),
+            unverified: false,
             original_offset: number(header::dlq::ORIGINAL_OFFSET).unwrap_or(-1),
             first_failure_at_ms: number(header::dlq::FIRST_FAILURE_AT_MS).unwrap_or(0),
             last_failure_at_ms: number(header::dlq::LAST_FAILURE_AT_MS)
@@ -233,17 +315,25 @@ impl State {
             replay_of: PackedPosition::pack(text(header::REPLAY_OF).and_then(|id| Position::parse(dlq_topic, &id))),
             status: None,
         };
-        if let Some((status, replays)) = self.take_early_statuses_up_to(position) {
-            meta.status = Some(status);
-            meta.replays = replays;
-        }
         // A dead letter by reference carries its event id under its own name (see `header::dlq::EVENT_ID`).
         let event_id = text(header::EVENT_ID).or_else(|| text(header::dlq::EVENT_ID));
-        let partition = self.partitions.entry(position.partition).or_default();
+        self.push_entry(position.partition, meta, event_id.as_deref());
+    }
+
+    /// Appends an entry to its partition, unless the tail has passed its offset already.
+    fn push_entry(&mut self, partition: i32, mut meta: Meta, event_id: Option<&str>) {
+        if meta.status.is_none() {
+            if let Some((status, replays)) = self.take_early_statuses_up_to(Position { partition, offset: meta.offset }) {
+                meta.status = Some(status);
+                meta.replays = meta.replays.max(replays);
+            }
+        }
+        let partition = self.partitions.entry(partition).or_default();
         // Tailing delivers a partition in offset order; a re-read after a reassignment is skipped.
-        if partition.metas.last().is_some_and(|last| last.offset >= position.offset) {
+        if partition.metas.last().is_some_and(|last| last.offset >= meta.offset) {
             return;
         }
+        let event_id = event_id.map(|id| truncate_utf8(id, MAX_STRING_BYTES));
         if let Some(event_id) = event_id.filter(|id| u32::try_from(partition.event_ids.len() + id.len()).is_ok()) {
             reserve_an_eighth(&mut partition.event_ids, event_id.len());
             meta.event_id_at = partition.event_ids.len() as u32;
@@ -251,6 +341,9 @@ impl State {
             partition.event_ids.extend_from_slice(event_id.as_bytes());
         }
         reserve_an_eighth(&mut partition.metas, 1);
+        if meta.unverified {
+            self.n_unverified += 1;
+        }
         partition.metas.push(meta);
         self.n_entries += 1;
     }
@@ -316,6 +409,9 @@ impl State {
     }
 
     pub(super) fn status_of(&self, meta: &Meta, replay_outcome_timeout_ms: i64, now: i64) -> Status {
+        if meta.unverified {
+            return Status::Unverified;
+        }
         match meta.status.map(|status| (status.status, status.at_ms)) {
             None => Status::New,
             Some((EntryStatus::Replayed, at_ms)) if now.saturating_sub(at_ms) > replay_outcome_timeout_ms => {
@@ -344,7 +440,44 @@ impl State {
     }
 }
 
+/// The MAC outcomes of the DLQ records the index has read (the status records' are [`super::StatusCounts`]).
+#[derive(Debug, Default)]
+pub struct EntryCounts {
+    /// Per value of [`outcome::ALL`], in that order.
+    auth: [AtomicU64; outcome::ALL.len()],
+}
+
+impl EntryCounts {
+    fn count(&self, verdict: &Verdict) {
+        let label = verdict.label();
+        if let Some(at) = outcome::ALL.iter().position(|known| *known == label) {
+            self.auth[at].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `(outcome, count)` for every outcome of the MAC check of DLQ records.
+    pub fn auth(&self) -> Vec<(&'static str, u64)> {
+        outcome::ALL.iter().zip(&self.auth).map(|(label, count)| (*label, count.load(Ordering::Relaxed))).collect()
+    }
+}
+
 impl Index {
+    /// The DLQ records' MAC outcomes so far.
+    pub fn entry_counts(&self) -> &EntryCounts {
+        &self.entry_counts
+    }
+
+    /// Entries whose record did not verify (listed as `unverified`).
+    pub fn unverified_len(&self) -> usize {
+        self.read().n_unverified
+    }
+
+    /// The bytes of the interned strings (each at most 2 KiB), and how many values were cut to that.
+    pub fn string_bytes(&self) -> (usize, u64) {
+        let state = self.read();
+        (state.strings.bytes, state.strings.truncated)
+    }
+
     /// The heap the index holds, counted from its structures (allocator overhead not included): entries with
     /// their vectors' spare capacity, event ids, interned strings and their table, early statuses.
     pub fn approx_bytes(&self) -> usize {
@@ -364,13 +497,22 @@ impl Index {
         entries + strings + origins + early
     }
 
-    /// Applies a batch of records of either topic, in the order they were read. A status record is applied only
-    /// when its MAC verifies ([`super::status`]).
+    /// Applies a batch of records of either topic, in the order they were read. A DLQ record whose MAC does not
+    /// verify becomes a minimal `unverified` entry; a status record is applied only when its MAC verifies
+    /// ([`super::status`]).
     pub(super) fn apply(&self, dlq_status_topic: &str, batch: &[BorrowedMessage<'_>]) {
         let mut state = self.write();
         for message in batch {
             if message.topic() == self.dlq_topic {
-                state.add_entry(&self.dlq_topic, message);
+                let verdict = self.record_keys.verify(
+                    message.topic(),
+                    message.key(),
+                    message.payload(),
+                    message.headers(),
+                    now_ms(),
+                );
+                state.add_entry(&self.dlq_topic, message, verdict.accepted());
+                self.entry_counts.count(&verdict);
             } else if message.topic() == dlq_status_topic {
                 state.status_next.insert(message.partition(), message.offset() + 1);
                 self.apply_status_record(&mut state, message);
@@ -418,25 +560,7 @@ mod tests {
     /// What `add_entry` appends for a record at `offset` of partition 0.
     fn entry_at(state: &mut State, offset: i64) -> Option<(StatusMeta, u32)> {
         let early = state.take_early_statuses_up_to(Position { partition: 0, offset });
-        let meta = Meta {
-            offset,
-            event_id_at: 0,
-            event_id_len: u32::MAX,
-            source: 0,
-            event_type: 0,
-            error_class: 0,
-            error: 0,
-            origin: 0,
-            original_partition: -1,
-            attempts: 0,
-            original_offset: -1,
-            first_failure_at_ms: 0,
-            last_failure_at_ms: 0,
-            body_bytes: 0,
-            replays: 0,
-            replay_of: PackedPosition::pack(None),
-            status: early.map(|(status, _)| status),
-        };
+        let meta = Meta { status: early.map(|(status, _)| status), ..Meta::empty(offset) };
         state.partitions.entry(0).or_default().metas.push(meta);
         early
     }

@@ -9,6 +9,9 @@
 //! their numbers. Bodies and full headers are fetched from Kafka by partition and offset when one entry is shown or
 //! re-driven ([`crate::fetch`]).
 //!
+//! Every DLQ record's MAC is checked as it is indexed: one that does not verify (a writer without the record key)
+//! becomes a minimal `unverified` entry holding none of its strings, and every string kept is cut to 2 KiB.
+//!
 //! `build` holds the compact state and applies records to it, `status` checks the status records' MACs before
 //! any is applied and bounds those waiting for their entry, `query` answers from it (filters, pages, counts),
 //! `tail` reads the two topics into it.
@@ -34,6 +37,7 @@ use serde::Serialize;
 
 use self::build::State;
 pub use self::{
+    build::EntryCounts,
     query::Query,
     status::{Dropped, MAX_EARLY_STATUSES, StatusCounts},
     tail::{reader, reader_config, tail},
@@ -72,10 +76,13 @@ pub enum Status {
     Succeeded,
     FailedAgain,
     Discarded,
+    /// The DLQ record's MAC did not verify: a writer without the record key wrote it. The index holds nothing it
+    /// claims (`show` reads the record itself); never untriaged, never taken by `replay --all` alone.
+    Unverified,
 }
 
 impl Status {
-    pub const ALL: [Status; 7] = [
+    pub const ALL: [Status; 8] = [
         Self::New,
         Self::Replayed,
         Self::ReplayOverdue,
@@ -83,6 +90,7 @@ impl Status {
         Self::Succeeded,
         Self::FailedAgain,
         Self::Discarded,
+        Self::Unverified,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -94,6 +102,7 @@ impl Status {
             Self::Succeeded => "succeeded",
             Self::FailedAgain => "failed_again",
             Self::Discarded => "discarded",
+            Self::Unverified => "unverified",
         }
     }
 
@@ -191,6 +200,8 @@ pub struct Index {
     /// Checks every status record before it is applied ([`status`]).
     record_keys: RecordKeys,
     status_counts: StatusCounts,
+    /// The DLQ records' MAC outcomes.
+    entry_counts: EntryCounts,
 }
 
 impl Index {
@@ -203,6 +214,7 @@ impl Index {
             caught_up: AtomicBool::new(false),
             record_keys,
             status_counts: StatusCounts::default(),
+            entry_counts: EntryCounts::default(),
         }
     }
 

@@ -103,7 +103,7 @@ impl Index {
                 event_type: text(meta.event_type),
                 error_class: text(meta.error_class),
                 error: text(meta.error),
-                attempts: (meta.attempts > 0).then_some(meta.attempts),
+                attempts: (meta.attempts > 0).then_some(u32::from(meta.attempts)),
                 original_topic: text(origin.topic),
                 original_partition: (meta.original_partition >= 0).then_some(meta.original_partition),
                 original_offset: (meta.original_offset >= 0).then_some(meta.original_offset),

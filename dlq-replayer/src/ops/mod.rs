@@ -19,7 +19,7 @@ use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
     record_auth::{RecordKeys, Verdict},
     telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
-    wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
+    wire::{DeadLetterEntry, EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
 };
 use rdkafka::{
     Message,
@@ -331,7 +331,7 @@ impl Replayer {
         let (selected, has_status) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
         let mut limiter = request.rate.map(RateLimiter::per_second);
         let mut written = Vec::new();
-        for entry in selected {
+        for mut entry in selected {
             if request.all && !has_status && !entry.status.is_untriaged() {
                 continue; // `--all` alone re-drives only entries nobody has dealt with (or whose replay is lost).
             }
@@ -358,6 +358,10 @@ impl Replayer {
                     continue;
                 }
                 tracing::warn!(entry_id = %id, refusal = verdict.label(), by = %request.by, "forced replay of an entry without a valid MAC: to the inbound topic, with its core metadata only");
+            }
+            if entry.status == Status::Unverified {
+                // The index holds nothing an unverified record claims: judge it (and re-drive it) by the record.
+                entry.entry = DeadLetterEntry::from_message(&record);
             }
             if let Some(reason) = redrive::past_retention(&entry, &record, now_ms()).filter(|_| !request.past_retention)
             {
