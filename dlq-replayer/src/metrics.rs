@@ -116,7 +116,13 @@ impl Metrics {
 
     /// Sets the gauges from the index (a scan of its metadata; no Kafka read).
     pub fn refresh(&self, index: &Index, now_ms: i64) {
-        let gauges = index.gauges();
+        let gauges = match index.gauges() {
+            Ok(gauges) => gauges,
+            Err(error) => {
+                tracing::error!(error = %error, "the dead-letter gauges could not be counted");
+                return;
+            }
+        };
         self.entries.reset();
         for ((status, source, service, class), n) in gauges.counts {
             self.entries

@@ -17,7 +17,11 @@
 //! `tail` reads the two topics into it.
 
 mod build;
+mod compact;
+#[cfg(test)]
+mod index_tests;
 mod query;
+mod spill;
 mod status;
 mod tail;
 
@@ -37,11 +41,18 @@ use serde::Serialize;
 
 use self::build::State;
 pub use self::{
-    build::EntryCounts,
+    build::{Budget, EntryCounts},
     query::Query,
     status::{Dropped, MAX_EARLY_STATUSES, StatusCounts},
     tail::{reader, reader_config, tail},
 };
+
+/// A failure of the index's own storage: the file it moves entries to past its memory budget.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("the dead-letter index's spill file")]
+    Spill(#[from] std::io::Error),
+}
 
 /// Where an entry lives in the DLQ topic: its id is `<dlq topic>:<partition>:<offset>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -205,12 +216,18 @@ pub struct Index {
 }
 
 impl Index {
-    pub fn new(dlq_topic: &str, max_failed_again: u32, replay_outcome_timeout_s: u64, record_keys: RecordKeys) -> Self {
+    pub fn new(
+        dlq_topic: &str,
+        max_failed_again: u32,
+        replay_outcome_timeout_s: u64,
+        record_keys: RecordKeys,
+        budget: Budget,
+    ) -> Self {
         Self {
             dlq_topic: dlq_topic.to_owned(),
             max_failed_again,
             replay_outcome_timeout_ms: i64::try_from(replay_outcome_timeout_s.saturating_mul(1000)).unwrap_or(i64::MAX),
-            state: RwLock::new(State::default()),
+            state: RwLock::new(State::new(budget)),
             caught_up: AtomicBool::new(false),
             record_keys,
             status_counts: StatusCounts::default(),

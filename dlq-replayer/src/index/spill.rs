@@ -40,10 +40,6 @@ impl Segment {
     fn blob_at(&self) -> u64 {
         self.at + u64::from(self.count) * RECORD_BYTES as u64
     }
-
-    pub(super) fn disk_bytes(&self) -> u64 {
-        u64::from(self.count) * RECORD_BYTES as u64 + u64::from(self.blob_len)
-    }
 }
 
 /// The spill file.
