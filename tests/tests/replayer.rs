@@ -506,8 +506,9 @@ async fn index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactl
     let dlq = stack.kafka.dlq_topic.clone();
     let inbound = stack.kafka.inbound_topic.clone();
     // Each entry carries its own 2 KB error message: 1,500 of them are about 3 MiB in memory, three times a
-    // 1 MiB budget, so most move to disk, the newest stay in memory, and past an eighth of the budget the
-    // messages are no longer interned but kept per entry.
+    // 1 MiB budget, so most or all move to disk (a partition's entries in memory move together, up to 65,536 at
+    // a time; the unit tests of the index cover entries split between disk and memory), and past an eighth of
+    // the budget the messages are no longer interned but kept per entry.
     let n = 1_500_usize;
     let error_of = |i: usize| format!("handler failed for event {i}: {}", "x".repeat(2_000));
     let producer: rdkafka::producer::FutureProducer =
@@ -544,7 +545,7 @@ async fn index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactl
     let replayer = Replayer::new(config).expect("replayer");
     let index = replayer.index().await.expect("index");
     let (spilled, disk_bytes) = index.spilled();
-    assert!(spilled > n / 2 && spilled < n, "{spilled} of {n} entries on disk ({disk_bytes} bytes)");
+    assert!(spilled > n / 2, "{spilled} of {n} entries on disk ({disk_bytes} bytes)");
     assert!(index.approx_bytes() <= 1024 * 1024, "the index holds {} bytes", index.approx_bytes());
 
     // Every entry once, in (partition, offset) order, with what it was written with.
@@ -583,7 +584,7 @@ async fn index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactl
         assert_eq!(found[0].entry.event_id.as_deref(), Some(format!("budget-{i:05}").as_str()));
     }
 
-    // `show` of the first entry (on disk) and the last (in memory).
+    // `show` of the first entry and the last.
     for entry in [&entries[0], &entries[n - 1]] {
         let detail = replayer.show(&entry.entry.id).await.expect("show").expect("entry");
         assert_eq!(detail.entry.entry.event_id, entry.entry.event_id);

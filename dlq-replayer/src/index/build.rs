@@ -1,8 +1,8 @@
-//! Building the index: its compact state (interned strings, packed positions, entries per partition in offset
-//! order) and how a DLQ record or a status record changes it.
+//! Building the index: its state (entries per partition in offset order, the newest in memory and the oldest on
+//! disk past the budget, interned strings), how a DLQ record (its MAC checked) or a status record changes it, and
+//! what it holds in memory.
 
 use std::{
-    borrow::Cow,
     collections::{BTreeMap, HashMap},
     path::PathBuf,
     sync::{
@@ -26,7 +26,7 @@ pub(super) use super::compact::{
 };
 use super::{
     Index, IndexError, Position, Status,
-    spill::{Loaded, SEGMENT_ENTRIES, Segment, SpillFile},
+    spill::{Segment, SpillFile},
 };
 
 /// One record of the DLQ topic, as the index reads it.
@@ -36,12 +36,6 @@ pub(super) struct DlqRecord<'a, H> {
     pub(super) payload: Option<&'a [u8]>,
     pub(super) headers: Option<&'a H>,
     pub(super) timestamp_ms: Option<i64>,
-}
-
-/// Where [`State::locate`] found an entry.
-enum Located<'a> {
-    Memory(&'a Partition, usize),
-    Disk(&'a Segment),
 }
 
 /// One DLQ partition's entries, in offset order: the oldest on disk ([`Segment`]s, past the memory budget), the
@@ -54,7 +48,7 @@ pub(super) struct Partition {
     /// Per entry, from its `event_id_at`: its event id, then its error message when that is not interned.
     pub(super) blob: Vec<u8>,
     /// The offset of the last entry added (in memory or on disk).
-    last_offset: Option<i64>,
+    pub(super) last_offset: Option<i64>,
 }
 
 /// Grows a vector by an eighth when full, not by doubling: a million entries would otherwise carry up to a
@@ -109,94 +103,12 @@ pub(super) struct State {
     /// Entries on disk (included in `n_entries`).
     pub(super) n_spilled: usize,
     /// A spill failed (the disk): the index stays in memory, over its budget, rather than lose entries.
-    spill_failed: bool,
+    pub(super) spill_failed: bool,
 }
 
 impl State {
     pub(super) fn new(budget: Budget) -> Self {
         Self { budget, ..Self::default() }
-    }
-
-    /// Where the entry at `position` is: in memory (its index in `metas`), or on disk (its segment).
-    fn locate(&self, position: Position) -> Option<Located<'_>> {
-        let partition = self.partitions.get(&position.partition)?;
-        if partition.metas.first().is_some_and(|first| first.offset <= position.offset) {
-            let index = partition.metas.binary_search_by_key(&position.offset, |meta| meta.offset).ok()?;
-            return Some(Located::Memory(partition, index));
-        }
-        let at = partition.cold.partition_point(|segment| segment.last_offset < position.offset);
-        partition.cold.get(at).filter(|segment| segment.first_offset <= position.offset).map(Located::Disk)
-    }
-
-    /// The entry at `position`, copied (from disk, if it is there).
-    pub(super) fn meta_at(&self, position: Position) -> Result<Option<Meta>, IndexError> {
-        Ok(self.entry_at(position)?.map(|(meta, _)| meta))
-    }
-
-    /// The entry at `position` and its buffer (what its `event_id_at` points into: the partition's, or its
-    /// segment's part from there).
-    pub(super) fn entry_at(&self, position: Position) -> Result<Option<(Meta, Cow<'_, [u8]>)>, IndexError> {
-        match self.locate(position) {
-            None => Ok(None),
-            Some(Located::Memory(partition, index)) => {
-                Ok(Some((partition.metas[index], Cow::Borrowed(&partition.blob[..]))))
-            }
-            Some(Located::Disk(segment)) => {
-                let Some(spill) = &self.spill else { return Ok(None) };
-                let Some((_, mut meta)) = spill.find(segment, position.offset)? else { return Ok(None) };
-                let error_len = if meta.error & INLINE_ERROR == 0 { 0 } else { meta.error & !INLINE_ERROR };
-                let id_len = if meta.event_id_len == u32::MAX { 0 } else { meta.event_id_len };
-                let blob = spill.blob(segment, meta.event_id_at, id_len + error_len)?;
-                meta.event_id_at = 0;
-                Ok(Some((meta, Cow::Owned(blob))))
-            }
-        }
-    }
-
-    /// Changes the entry at `position` (in memory, or rewritten on disk); whether there was one.
-    fn update(&mut self, position: Position, change: impl FnOnce(&mut Meta)) -> Result<bool, IndexError> {
-        let disk = match self.locate(position) {
-            None => return Ok(false),
-            Some(Located::Memory(_, index)) => {
-                let Some(partition) = self.partitions.get_mut(&position.partition) else { return Ok(false) };
-                change(&mut partition.metas[index]);
-                return Ok(true);
-            }
-            Some(Located::Disk(segment)) => *segment,
-        };
-        let Some(spill) = &self.spill else { return Ok(false) };
-        let Some((index, mut meta)) = spill.find(&disk, position.offset)? else { return Ok(false) };
-        change(&mut meta);
-        spill.rewrite(&disk, index, &meta)?;
-        Ok(true)
-    }
-
-    /// Calls `visit` with every entry in (partition, offset) order, and the buffer its `event_id_at` points into,
-    /// until it returns false. Entries on disk are read one segment at a time.
-    pub(super) fn scan(&self, mut visit: impl FnMut(i32, &Meta, &[u8]) -> bool) -> Result<(), IndexError> {
-        let mut loaded = Loaded::default();
-        for (&number, partition) in &self.partitions {
-            for segment in &partition.cold {
-                let Some(spill) = &self.spill else { break };
-                spill.load(segment, &mut loaded)?;
-                for meta in loaded.metas() {
-                    if !visit(number, &meta, &loaded.blob) {
-                        return Ok(());
-                    }
-                }
-            }
-            for meta in &partition.metas {
-                if !visit(number, meta, &partition.blob) {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The last offset added per partition: what a bulk action started now covers.
-    pub(super) fn ends(&self) -> BTreeMap<i32, i64> {
-        self.partitions.iter().filter_map(|(number, partition)| Some((*number, partition.last_offset?))).collect()
     }
 
     /// Adds the entry of one DLQ record. `verified`: its MAC verified (or it is unsigned inside
@@ -326,57 +238,6 @@ impl State {
         // A B-tree node holds up to 11 pairs; count each pair with a node's share of overhead.
         let early = self.early_statuses.len() * (std::mem::size_of::<(Position, (StatusMeta, u32))>() + 16);
         entries + strings + origins + early
-    }
-
-    /// Past the budget, moves the oldest entries in memory to disk, a segment at a time from the partition with
-    /// the most in memory, until the index is within three quarters of its budget (or nothing is left to move).
-    pub(super) fn enforce_budget(&mut self) {
-        if self.spill_failed || self.memory_bytes() <= self.budget.memory_bytes {
-            return;
-        }
-        let target = self.budget.memory_bytes / 4 * 3;
-        while self.memory_bytes() > target {
-            let largest = self
-                .partitions
-                .iter()
-                .filter(|(_, partition)| !partition.metas.is_empty())
-                .max_by_key(|(_, partition)| partition.metas.len())
-                .map(|(number, _)| *number);
-            let Some(number) = largest else { break };
-            if let Err(error) = self.spill_oldest(number) {
-                tracing::error!(
-                    error = %error,
-                    dir = %self.budget.spill_dir.display(),
-                    "the dead-letter index could not move entries to disk: it stays in memory, past its budget"
-                );
-                self.spill_failed = true;
-                break;
-            }
-        }
-    }
-
-    /// Moves up to [`SEGMENT_ENTRIES`] of the oldest entries of `number` in memory to a new segment on disk.
-    fn spill_oldest(&mut self, number: i32) -> std::io::Result<()> {
-        if self.spill.is_none() {
-            self.spill = Some(SpillFile::create(&self.budget.spill_dir)?);
-        }
-        let (Some(spill), Some(partition)) = (self.spill.as_mut(), self.partitions.get_mut(&number)) else {
-            return Ok(());
-        };
-        let n = partition.metas.len().min(SEGMENT_ENTRIES);
-        let cut = partition.metas.get(n).map_or(partition.blob.len(), |next| next.event_id_at as usize);
-        let segment = spill.append(&partition.metas[..n], &partition.blob[..cut])?;
-        partition.cold.push(segment);
-        partition.metas.drain(..n);
-        partition.metas.shrink_to(partition.metas.len() + partition.metas.len() / 8);
-        partition.blob.drain(..cut);
-        partition.blob.shrink_to(partition.blob.len() + partition.blob.len() / 8);
-        let cut = cut as u32;
-        for meta in &mut partition.metas {
-            meta.event_id_at -= cut;
-        }
-        self.n_spilled += n;
-        Ok(())
     }
 
     /// Applies a status record (already checked by the caller). A status for a position the DLQ tail has passed

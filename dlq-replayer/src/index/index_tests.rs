@@ -18,11 +18,15 @@ const DLQ: &str = "webhooks.dlq";
 
 /// Record keys with one key, from a file removed at once after loading.
 fn keys() -> RecordKeys {
+    keys_accepting_unsigned_until(None)
+}
+
+fn keys_accepting_unsigned_until(until: Option<String>) -> RecordKeys {
     let path = std::env::temp_dir().join(format!("hookline-index-test-key-{}-{}", std::process::id(), now_ms()));
     std::fs::write(&path, "a-record-key-for-the-index-tests-of-forty-eight-bytes-or-so-0123").expect("key file");
     let keys = RecordKeys::load(&RecordAuthConfig {
         keys: vec![SecretRef::from_file("k1", path.display().to_string())],
-        accept_unsigned_until: None,
+        accept_unsigned_until: until,
         inbound_only_keys: Vec::new(),
     })
     .expect("keys");
@@ -174,4 +178,144 @@ fn past_its_budget_the_index_moves_entries_to_disk_and_every_query_still_sees_th
         after = Some(last);
     }
     assert_eq!(walked, entries.iter().map(|entry| entry.position()).collect::<Vec<_>>());
+}
+
+fn proc_status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The index's peak resident memory over N dead letters shaped like the consumer's (every DLQ header, 64-hex event
+/// ids, 6 sources, 8 types, 300 distinct error messages, a status for every fifth), built in this process
+/// without a broker, with the budget `HOOKLINE_MEASURE_BUDGET_MB` (0: none, everything in memory). Prints one
+/// JSON line: VmHWM (peak RSS, from /proc) before and after the build and after the queries, the bytes counted,
+/// the entries on disk, and the queries' times. docs/benchmarks/dlq-and-reconciler.md has the command.
+#[test]
+#[ignore = "a measurement: minutes, and a few hundred MB of memory and disk"]
+fn measure_index_peak_rss() {
+    let n: i64 = std::env::var("HOOKLINE_MEASURE_ENTRIES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000_000);
+    let budget_mb: usize = std::env::var("HOOKLINE_MEASURE_BUDGET_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    // Unsigned records inside an open transition window are indexed in full, as signed ones are, without the
+    // HMAC of each (which this unoptimised build would spend most of its time on).
+    let keys = keys_accepting_unsigned_until(Some(hookline_common::time::format_rfc3339_seconds(now_ms() + 3_600_000)));
+    let budget = Budget {
+        memory_bytes: if budget_mb == 0 { usize::MAX } else { budget_mb * 1024 * 1024 },
+        spill_dir: std::env::temp_dir(),
+    };
+    let index = Index::new(DLQ, 3, 3600, keys, budget);
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let (rss_before, hwm_before) = (proc_status_kib("VmRSS:"), proc_status_kib("VmHWM:"));
+    const SOURCES: [&str; 6] = ["github", "stripe", "shopify", "slack", "twilio", "sendgrid"];
+    const TYPES: [&str; 8] = [
+        "push",
+        "invoice.paid",
+        "orders/create",
+        "event_callback",
+        "sms",
+        "delivered",
+        "pull_request",
+        "charge.failed",
+    ];
+    let started = std::time::Instant::now();
+    let body = vec![b'x'; 250];
+    for i in 0..n {
+        let event_id = format!("{:064x}", (i as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
+        let error = format!("upstream {} answered 422: field `amount` is invalid for account {}", i % 300, i % 300);
+        let now_s = (1_764_000_000_000 + i * 100).to_string();
+        let (attempts, offset) = ((1 + i % 5).to_string(), (i * 7).to_string());
+        let headers = [
+            (header::SOURCE, SOURCES[(i % 6) as usize]),
+            (header::EVENT_ID, &event_id),
+            (header::EVENT_TYPE, TYPES[(i % 8) as usize]),
+            (header::RECEIVED_AT_MS, &now_s),
+            (header::CONTENT_TYPE, "application/json"),
+            (header::SECRET_ID, "primary"),
+            (header::FORMAT_VERSION, "2"),
+            ("http-user-agent", "GitHub-Hookshot/abc123"),
+            (header::dlq::ORIGINAL_TOPIC, "webhooks.inbound"),
+            (header::dlq::ORIGINAL_PARTITION, "3"),
+            (header::dlq::ORIGINAL_OFFSET, &offset),
+            (header::dlq::CONSUMER_GROUP, "hookline-consumer"),
+            (header::dlq::HANDLER, "http"),
+            (header::dlq::ATTEMPTS, &attempts),
+            (header::dlq::ERROR_CLASS, if i % 3 == 0 { "retryable_exhausted" } else { "poison" }),
+            (header::dlq::ERROR, &error),
+            (header::dlq::FIRST_FAILURE_AT_MS, &now_s),
+            (header::dlq::LAST_FAILURE_AT_MS, &now_s),
+            (header::dlq::CONSUMER_VERSION, "0.1.0"),
+            (header::dlq::FORMAT_VERSION, "1"),
+        ]
+        .into_iter()
+        .fold(OwnedHeaders::new_with_capacity(20), |headers, (key, value)| {
+            headers.insert(Header { key, value: Some(value) })
+        });
+        let position = Position { partition: (i % 3) as i32, offset: i / 3 };
+        let record = DlqRecord {
+            position,
+            key: Some(event_id.as_bytes()),
+            payload: Some(&body),
+            headers: Some(&headers),
+            timestamp_ms: Some(now_ms()),
+        };
+        {
+            let mut state = index.write();
+            index.add_dlq_record(&mut state, &record);
+            if i % 1024 == 1023 {
+                state.enforce_budget();
+            }
+        }
+        if i % 5 == 0 {
+            let status = EntryStatusRecord {
+                status: if i % 10 == 0 { EntryStatus::Succeeded } else { EntryStatus::Discarded },
+                at_ms: 1,
+                by: "replayer:bench".into(),
+                event_id: None,
+                new_entry: None,
+                note: Some("benchmark".into()),
+                replays: Some(1),
+            };
+            index.apply_own_status(position, &status);
+        }
+    }
+    index.write().enforce_budget();
+    let build_s = started.elapsed().as_secs_f64();
+    let hwm_built = proc_status_kib("VmHWM:");
+    let all = index.compile(&Criteria::default());
+    let timed = |f: &dyn Fn()| {
+        let at = std::time::Instant::now();
+        f();
+        at.elapsed().as_secs_f64() * 1000.0
+    };
+    let list_ms = timed(&|| assert_eq!(index.page(&all, None, 50).expect("page").total_matching, n as usize));
+    let stats_ms = timed(&|| assert_eq!(index.stats(&all).expect("stats").total, n as usize));
+    let show_ms = timed(&|| {
+        for k in 0..100 {
+            let position = Position { partition: (k % 3) as i32, offset: (k * 7_919) % (n / 3) };
+            assert!(index.get(position).expect("get").is_some());
+        }
+    }) / 100.0;
+    let (spilled, disk_bytes) = index.spilled();
+    println!(
+        "{}",
+        serde_json::json!({
+            "entries": n,
+            "budget_mb": budget_mb,
+            "rss_before_kib": rss_before,
+            "hwm_before_kib": hwm_before,
+            "hwm_after_build_kib": hwm_built,
+            "hwm_after_queries_kib": proc_status_kib("VmHWM:"),
+            "counted_bytes": index.approx_bytes(),
+            "unverified_entries": index.unverified_len(),
+            "spilled_entries": spilled,
+            "spill_file_bytes": disk_bytes,
+            "build_s": build_s,
+            "list_ms": list_ms,
+            "stats_ms": stats_ms,
+            "show_ms": show_ms,
+        })
+    );
 }

@@ -23,6 +23,7 @@ mod index_tests;
 mod query;
 mod spill;
 mod status;
+mod store;
 mod tail;
 
 use std::{

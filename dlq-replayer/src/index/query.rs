@@ -201,7 +201,7 @@ impl Index {
         let state = self.read();
         let now = now_ms();
         let mut positions = Vec::new();
-        state.scan(|partition, meta, blob| {
+        state.scan_after(after, |partition, meta, blob| {
             let position = Position { partition, offset: meta.offset };
             if after.is_some_and(|after| position <= after)
                 || ends.get(&partition).is_none_or(|end| meta.offset > *end)
