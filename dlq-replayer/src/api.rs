@@ -285,6 +285,10 @@ fn op_error(op_error: OpError) -> Response {
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
             response
         }
+        OpError::Index(index_error) => {
+            tracing::error!(error = %index_error, cause = ?std::error::Error::source(&index_error), "the dead-letter index could not be read");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "index_unavailable", "the dead-letter index could not be read")
+        }
         OpError::Redis(redis_error) => {
             tracing::warn!(error = %redis_error, "lookup could not read Redis");
             error(StatusCode::SERVICE_UNAVAILABLE, "redis_unavailable", "Redis could not be read")

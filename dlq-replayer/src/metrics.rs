@@ -14,6 +14,11 @@ pub struct Metrics {
     pub oldest_untriaged_age_seconds: IntGaugeVec,
     /// `hookline_dlq_index_entries`: entries the replayer's index holds.
     pub index_entries: IntGauge,
+    /// `hookline_dlq_index_unverified_entries`: entries whose DLQ record's MAC did not verify (a writer without the
+    /// record key): indexed with none of their strings, listed as `unverified`, never untriaged.
+    pub index_unverified_entries: IntGauge,
+    /// `hookline_dlq_index_string_bytes`: the bytes of the strings the index interns (each cut to 2 KiB).
+    pub index_string_bytes: IntGauge,
     /// `hookline_dlq_replays_total`: entries re-driven through the API.
     pub replays: IntCounter,
     /// `hookline_dlq_discards_total`: entries discarded through the API.
@@ -49,6 +54,14 @@ impl Metrics {
                 &["source", "service"],
             )?,
             index_entries: IntGauge::new("hookline_dlq_index_entries", "Entries in the replayer's index.")?,
+            index_unverified_entries: IntGauge::new(
+                "hookline_dlq_index_unverified_entries",
+                "Entries whose dead-letter record's MAC did not verify: indexed without their strings, never untriaged.",
+            )?,
+            index_string_bytes: IntGauge::new(
+                "hookline_dlq_index_string_bytes",
+                "Bytes of the strings the replayer's index interns (each cut to 2 KiB).",
+            )?,
             replays: IntCounter::new("hookline_dlq_replays_total", "Entries re-driven through the admin API.")?,
             discards: IntCounter::new("hookline_dlq_discards_total", "Entries discarded through the admin API.")?,
             record_auth: IntCounterVec::new(
@@ -85,6 +98,8 @@ impl Metrics {
             Box::new(self.entries.clone()),
             Box::new(self.oldest_untriaged_age_seconds.clone()),
             Box::new(self.index_entries.clone()),
+            Box::new(self.index_unverified_entries.clone()),
+            Box::new(self.index_string_bytes.clone()),
             Box::new(self.replays.clone()),
             Box::new(self.discards.clone()),
             Box::new(self.record_auth.clone()),
@@ -101,7 +116,13 @@ impl Metrics {
 
     /// Sets the gauges from the index (a scan of its metadata; no Kafka read).
     pub fn refresh(&self, index: &Index, now_ms: i64) {
-        let gauges = index.gauges();
+        let gauges = match index.gauges() {
+            Ok(gauges) => gauges,
+            Err(error) => {
+                tracing::error!(error = %error, "the dead-letter gauges could not be counted");
+                return;
+            }
+        };
         self.entries.reset();
         for ((status, source, service, class), n) in gauges.counts {
             self.entries
@@ -114,6 +135,8 @@ impl Metrics {
             self.oldest_untriaged_age_seconds.with_label_values(&[source.as_str(), service.as_str()]).set(age_s);
         }
         self.index_entries.set(index.len() as i64);
+        self.index_unverified_entries.set(index.unverified_len() as i64);
+        self.index_string_bytes.set(index.string_bytes().0 as i64);
         let counts = index.status_counts();
         for (outcome, count) in counts.auth() {
             let counter = self.record_auth.with_label_values(&[outcome]);
@@ -139,13 +162,15 @@ mod tests {
         metrics.entries.with_label_values(&["new", "s", "billing", "poison"]).set(1);
         metrics.oldest_untriaged_age_seconds.with_label_values(&["s", "billing"]).set(1);
         metrics.index_entries.set(1);
+        metrics.index_unverified_entries.set(1);
+        metrics.index_string_bytes.set(1);
         metrics.replays.inc();
         metrics.discards.inc();
         metrics.record_auth.with_label_values(&["bad_mac"]).inc();
         metrics.status_records_dropped.with_label_values(&["no_such_entry"]).inc();
         metrics.auth_failures.with_label_values(&["api"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 8);
+        assert_eq!(described.len(), 10);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -136,11 +136,11 @@ impl Index {
             return;
         }
         match serde_json::from_slice::<EntryStatusRecord>(value) {
-            Ok(record) => {
-                if let Some(dropped) = state.apply_status(position, &record, &self.dlq_topic) {
-                    self.status_counts.count_dropped(dropped);
-                }
-            }
+            Ok(record) => match state.apply_status(position, &record, &self.dlq_topic) {
+                Ok(Some(dropped)) => self.status_counts.count_dropped(dropped),
+                Ok(None) => {}
+                Err(error) => tracing::error!(entry_id = %key, error = %error, "status record not applied"),
+            },
             Err(error) => tracing::warn!(entry_id = %key, error = %error, "unreadable status record skipped"),
         }
     }

@@ -10,6 +10,7 @@ mod redrive;
 mod reprocess;
 
 use std::{
+    collections::BTreeMap,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -19,7 +20,7 @@ use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
     record_auth::{RecordKeys, Verdict},
     telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
-    wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
+    wire::{DeadLetterEntry, EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
 };
 use rdkafka::{
     Message,
@@ -41,7 +42,7 @@ use crate::{
     config::ReplayerConfig,
     fetch::Fetcher,
     filter::Filter,
-    index::{Entry, Index, Position, Status, tail},
+    index::{Budget, Entry, Index, IndexError, Position, Query, Status, tail},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,44 @@ pub enum OpError {
     /// The service's index has not read the topics up to where they were at start yet.
     #[error("the dead-letter index is still being built")]
     NotReady,
+    #[error("the dead-letter index")]
+    Index(#[from] IndexError),
+}
+
+/// The entries a bulk action takes, in listing order. With `all`, the matching positions are read from the index
+/// a batch at a time, each batch after the last position taken and up to the partitions' ends when the action
+/// started: every entry matching then is taken exactly once, whatever the action changes on the way, and the
+/// action holds one batch of entries, not every dead letter at once (a DLQ past the index's memory budget).
+enum Selection {
+    Ids(std::vec::IntoIter<Entry>),
+    All { query: Query, ends: BTreeMap<i32, i64>, after: Option<Position>, batch: std::vec::IntoIter<Position> },
+}
+
+/// Positions read per batch by [`Selection::All`].
+const SELECTION_BATCH: usize = 1024;
+
+impl Selection {
+    fn next(&mut self, index: &Index) -> Result<Option<Entry>, IndexError> {
+        match self {
+            Self::Ids(entries) => Ok(entries.next()),
+            Self::All { query, ends, after, batch } => loop {
+                let position = match batch.next() {
+                    Some(position) => position,
+                    None => {
+                        *batch = index.positions_after(query, *after, ends, SELECTION_BATCH)?.into_iter();
+                        match batch.next() {
+                            Some(position) => position,
+                            None => return Ok(None),
+                        }
+                    }
+                };
+                *after = Some(position);
+                if let Some(entry) = index.get(position)? {
+                    return Ok(Some(entry));
+                }
+            },
+        }
+    }
 }
 
 /// What `replay` should do.
@@ -195,7 +234,12 @@ impl Replayer {
     pub fn empty_index(config: &ReplayerConfig) -> Result<Index, KafkaError> {
         let keys = RecordKeys::load(&config.kafka.record_auth)
             .map_err(|problems| KafkaError::ClientCreation(problems.join("; ")))?;
-        Ok(Index::new(&config.kafka.dlq_topic, config.max_failed_again, config.replay_outcome_timeout_s, keys))
+        let budget = Budget {
+            memory_bytes: usize::try_from(config.index.memory_budget_mb.saturating_mul(1024 * 1024))
+                .unwrap_or(usize::MAX),
+            spill_dir: config.index.spill_dir(),
+        };
+        Ok(Index::new(&config.kafka.dlq_topic, config.max_failed_again, config.replay_outcome_timeout_s, keys, budget))
     }
 
     /// The index to answer from: the live one, or one built now up to the topics' high watermarks.
@@ -236,13 +280,13 @@ impl Replayer {
             })
             .transpose()?;
         let index = self.index().await?;
-        Ok(index.page(&index.compile(&criteria), after, limit))
+        Ok(index.page(&index.compile(&criteria), after, limit)?)
     }
 
     pub async fn stats(&self, filter: &Filter) -> Result<Stats, OpError> {
         let criteria = filter.compile().map_err(OpError::BadRequest)?;
         let index = self.index().await?;
-        Ok(index.stats(&index.compile(&criteria)))
+        Ok(index.stats(&index.compile(&criteria))?)
     }
 
     fn position(&self, id: &str) -> Option<Position> {
@@ -253,7 +297,7 @@ impl Replayer {
     pub async fn show(&self, id: &str) -> Result<Option<Detail>, OpError> {
         let Some(position) = self.position(id) else { return Ok(None) };
         let index = self.index().await?;
-        let Some(entry) = index.get(position) else { return Ok(None) };
+        let Some(entry) = index.get(position)? else { return Ok(None) };
         let Some(record) = self.fetch(position).await? else { return Ok(None) };
         let body = record.payload().unwrap_or_default();
         let text = std::str::from_utf8(body).ok().map(str::to_owned);
@@ -282,7 +326,8 @@ impl Replayer {
         Ok(tokio::task::spawn_blocking(move || fetcher.fetch(position)).await??)
     }
 
-    /// The entries a request names: by id (unknown ids reported as skipped), or every one the filter matches.
+    /// The entries a request names: by id (unknown ids reported as skipped), or every one the filter matches
+    /// (walked a batch at a time: see [`Selection`]).
     fn select(
         &self,
         index: &Index,
@@ -290,7 +335,7 @@ impl Replayer {
         all: bool,
         filter: &Filter,
         report: &mut Report,
-    ) -> Result<(Vec<Entry>, bool), OpError> {
+    ) -> Result<(Selection, bool), OpError> {
         if ids.is_empty() != all {
             return Err(OpError::BadRequest("give entry ids, or `all` with a filter (not both)".to_owned()));
         }
@@ -299,18 +344,18 @@ impl Replayer {
         if all {
             let query = index.compile(&criteria);
             return Ok((
-                index.positions(&query).into_iter().filter_map(|position| index.get(position)).collect(),
+                Selection::All { query, ends: index.ends(), after: None, batch: Vec::new().into_iter() },
                 has_status,
             ));
         }
         let mut selected = Vec::new();
         for id in ids {
-            match self.position(id).and_then(|position| index.get(position)) {
+            match self.position(id).map(|position| index.get(position)).transpose()?.flatten() {
                 Some(entry) => selected.push(entry),
                 None => report.skipped.push(Skipped { id: id.clone(), reason: "no such entry".to_owned() }),
             }
         }
-        Ok((selected, has_status))
+        Ok((Selection::Ids(selected.into_iter()), has_status))
     }
 
     /// Re-drives entries: `replayed` is recorded, then each is produced to its original topic with its original
@@ -328,10 +373,11 @@ impl Replayer {
         }
         let index = self.index().await?;
         let mut report = Report { dry_run: request.dry_run, ..Report::default() };
-        let (selected, has_status) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
+        let (mut selected, has_status) =
+            self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
         let mut limiter = request.rate.map(RateLimiter::per_second);
         let mut written = Vec::new();
-        for entry in selected {
+        while let Some(mut entry) = selected.next(&index)? {
             if request.all && !has_status && !entry.status.is_untriaged() {
                 continue; // `--all` alone re-drives only entries nobody has dealt with (or whose replay is lost).
             }
@@ -358,6 +404,10 @@ impl Replayer {
                     continue;
                 }
                 tracing::warn!(entry_id = %id, refusal = verdict.label(), by = %request.by, "forced replay of an entry without a valid MAC: to the inbound topic, with its core metadata only");
+            }
+            if entry.status == Status::Unverified {
+                // The index holds nothing an unverified record claims: judge it (and re-drive it) by the record.
+                entry.entry = DeadLetterEntry::from_message(&record);
             }
             if let Some(reason) = redrive::past_retention(&entry, &record, now_ms()).filter(|_| !request.past_retention)
             {
@@ -403,9 +453,9 @@ impl Replayer {
         }
         let index = self.index().await?;
         let mut report = Report { dry_run: request.dry_run, ..Report::default() };
-        let (selected, _) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
+        let (mut selected, _) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
         let mut written = Vec::new();
-        for entry in selected {
+        while let Some(entry) = selected.next(&index)? {
             let id = entry.entry.id.clone();
             if entry.status == Status::Discarded {
                 if !request.all {

@@ -251,3 +251,61 @@ async fn an_entry_dead_lettered_for_a_forged_type_is_redriven_with_the_type_the_
     assert_eq!(types, vec![&b"push"[..]], "one type, the operator's");
     stack.shutdown().await;
 }
+
+/// Finding P3: a writer of the DLQ topic without the record key (any consumer principal, by the ACL table) can
+/// neither grow the replayer's index with megabyte headers (the DLQ never expires: every start would re-read them)
+/// nor make forged entries `new`, untriaged or taken by `replay --all`. Every string a verified entry keeps is cut
+/// to 2 KiB, as the consumer writes it.
+#[tokio::test]
+async fn unsigned_dead_letters_with_huge_headers_stay_minimal_and_are_never_untriaged() {
+    let stack = TestStack::builder().build().await;
+    let dlq = stack.kafka.dlq_topic.clone();
+    produce_signed(&stack, &dlq, "real", dead_letter_headers(&stack, "real", &[]), b"{}").await;
+    // Signed, with an error far longer than a consumer writes: kept, cut to 2 KiB.
+    let long_error = "e".repeat(100_000);
+    let long = [(header::dlq::ERROR, long_error.as_str())];
+    produce_signed(&stack, &dlq, "long", dead_letter_headers(&stack, "long", &long), b"{}").await;
+    let forged = 12;
+    for n in 0..forged {
+        let error = format!("{n}{}", "x".repeat(600_000));
+        let source = format!("{n}{}", "s".repeat(100_000));
+        let event_id = format!("forged-{n}-{}", "i".repeat(100_000));
+        let huge = [(header::dlq::ERROR, error.as_str()), (header::SOURCE, source.as_str())];
+        produce_unsigned(&stack, &dlq, "forged", dead_letter_headers(&stack, &event_id, &huge), b"{}").await;
+    }
+
+    let replayer = replayer(&stack);
+    let index = replayer.index().await.expect("index");
+    assert_eq!(index.len(), 2 + forged);
+    // Old code: over 9 MB of forged strings. Now: a vector of entries per partition (1,024 reserved each) and the
+    // two verified entries' strings, one of them 2 KiB.
+    assert!(index.approx_bytes() < 1024 * 1024, "the index holds {} bytes", index.approx_bytes());
+    let entries = replayer.list(&Default::default()).await.expect("list");
+    let long_entry = entries.iter().find(|entry| entry.entry.event_id.as_deref() == Some("long")).expect("long");
+    assert_eq!(long_entry.entry.error.as_deref().map(str::len), Some(2048));
+    let untriaged: Vec<&str> =
+        entries.iter().filter(|entry| entry.status.is_untriaged()).map(|entry| entry.entry.id.as_str()).collect();
+    assert_eq!(untriaged.len(), 2, "forged entries are untriaged: {untriaged:?}");
+    for entry in entries.iter().filter(|entry| !untriaged.contains(&entry.entry.id.as_str())) {
+        assert_eq!(entry.status, Status::Unverified);
+        assert_eq!((entry.entry.source.as_deref(), entry.entry.error.as_deref()), (None, None), "claims indexed");
+    }
+    let gauges = index.gauges().expect("gauges");
+    let alerting: usize = gauges.untriaged.values().map(|seen| seen.count).sum();
+    assert_eq!(alerting, 2, "forged entries feed HooklineDLQEntryUntriaged: {:?}", gauges.untriaged);
+    assert_eq!(index.unverified_len(), forged);
+    assert!(index.string_bytes().0 <= 2 * 2048, "{:?}", index.string_bytes());
+    let auth: Vec<(&str, u64)> = index.entry_counts().auth().into_iter().filter(|(_, n)| *n > 0).collect();
+    assert_eq!(auth, vec![("authentic", 2), ("unsigned", forged as u64)]);
+
+    // `replay --all` takes the two real entries and does not even fetch the forged ones.
+    let all = ReplayRequest { all: true, dry_run: true, ..ReplayRequest::default() };
+    let report = replayer.replay(&all).await.expect("replay");
+    assert_eq!((report.done.len(), report.skipped.len()), (2, 0), "{report:?}");
+    // `show` reads the record itself: its claims are there, marked as unsigned.
+    let forged_id = entries.iter().find(|entry| entry.status == Status::Unverified).expect("forged").entry.id.clone();
+    let detail = replayer.show(&forged_id).await.expect("show").expect("entry");
+    assert_eq!(detail.authenticity, "unsigned");
+    assert!(detail.headers.iter().any(|(name, value)| name == header::dlq::ERROR && value.len() > 600_000));
+    stack.shutdown().await;
+}
