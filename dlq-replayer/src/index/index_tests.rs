@@ -1,7 +1,7 @@
 //! The index driven with records built here (no broker): what a record without a valid MAC can put in it
 //! (finding P3), and the index past its memory budget (issue 44). The same, against the real broker, are
-//! `unsigned_dead_letters_with_huge_headers_stay_minimal_and_are_never_untriaged` (tests/tests/replayer_trust.rs)
-//! and `index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactly_once` (tests/tests/replayer.rs).
+//! `unsigned_dead_letters_with_huge_headers_stay_minimal_and_are_never_untriaged` (tests/tests/suite/replayer_trust.rs)
+//! and `index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactly_once` (tests/tests/suite/replayer.rs).
 
 use std::collections::BTreeMap;
 
