@@ -36,8 +36,8 @@ pub const BUSY_RESPONSE: &[u8] =
 /// Refusals in progress on a listener at most; past it, the accept loop waits for one to end.
 pub const MAX_REFUSALS: usize = 2048;
 /// How long a refusal may take in all (write the answer, read what the client sent until it closes): nginx's
-/// `lingering_timeout`. A client on a busy host may write its request a second or more after its connection was
-/// accepted, and a close before it has (a shorter bound, tried first) resets it.
+/// `lingering_timeout`. A client far away or on a busy host may write its request a second or more after its
+/// connection was accepted, and a close before it has resets it.
 pub const REFUSAL_TIME: Duration = Duration::from_secs(5);
 /// How much of a refused client's request is read (and discarded) at most before the connection is closed.
 pub const MAX_DISCARD_BYTES: usize = 64 * 1024;
@@ -157,7 +157,9 @@ impl Refusal {
     pub(super) async fn answer(self, mut stream: TcpStream) {
         let started = tokio::time::Instant::now();
         // A new socket's send buffer always has room for 100 bytes: this completes at once.
-        if tokio::time::timeout(REFUSAL_TIME, stream.write_all(BUSY_RESPONSE)).await.is_ok_and(|written| written.is_ok())
+        if tokio::time::timeout(REFUSAL_TIME, stream.write_all(BUSY_RESPONSE))
+            .await
+            .is_ok_and(|written| written.is_ok())
         {
             let max_time = REFUSAL_TIME.saturating_sub(started.elapsed());
             linger::close(stream, Linger { max_bytes: MAX_DISCARD_BYTES, max_time }).await;
@@ -324,4 +326,3 @@ mod tests {
         assert!(slots.try_refusal().is_some(), "refusal places are given back");
     }
 }
-

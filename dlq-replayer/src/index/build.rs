@@ -136,6 +136,8 @@ pub(super) struct Meta {
     /// The DLQ header, or else the record's timestamp: when the entry became a dead letter.
     pub(super) last_failure_at_ms: i64,
     pub(super) body_bytes: u32,
+    /// A dead letter by reference: its body is only at the original position, and expires with that topic.
+    pub(super) by_reference: bool,
     /// How many times the entry was re-driven (the highest count any status record carried).
     pub(super) replays: u32,
     pub(super) replay_of: PackedPosition,
@@ -229,6 +231,7 @@ impl State {
             body_bytes: number(header::dlq::BODY_BY_REFERENCE)
                 .or_else(|| message.payload().map(|body| i64::try_from(body.len()).unwrap_or(i64::MAX)))
                 .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            by_reference: number(header::dlq::BODY_BY_REFERENCE).is_some(),
             replays: 0,
             replay_of: PackedPosition::pack(text(header::REPLAY_OF).and_then(|id| Position::parse(dlq_topic, &id))),
             status: None,
@@ -433,6 +436,7 @@ mod tests {
             first_failure_at_ms: 0,
             last_failure_at_ms: 0,
             body_bytes: 0,
+            by_reference: false,
             replays: 0,
             replay_of: PackedPosition::pack(None),
             status: early.map(|(status, _)| status),
