@@ -12,6 +12,10 @@ pub struct Metrics {
     /// `hookline_dlq_oldest_untriaged_age_seconds{source,service}`: how long ago the oldest entry nobody has dealt with
     /// (`new`, `replay_failed`, `replay_overdue`) became a dead letter; absent for a (source, service) with none.
     pub oldest_untriaged_age_seconds: IntGaugeVec,
+    /// `hookline_dlq_oldest_by_reference_age_seconds{source,service}`: how long ago the event of the oldest
+    /// unresolved dead letter *by reference* first failed. Its body is only at its original position and expires
+    /// with that topic's retention (the inbound topic's 7 days by default): `HooklineDLQBodyExpiring` fires before.
+    pub oldest_by_reference_age_seconds: IntGaugeVec,
     /// `hookline_dlq_index_entries`: entries the replayer's index holds.
     pub index_entries: IntGauge,
     /// `hookline_dlq_index_unverified_entries`: entries whose DLQ record's MAC did not verify (a writer without the
@@ -50,6 +54,14 @@ impl Metrics {
                 Opts::new(
                     "hookline_dlq_oldest_untriaged_age_seconds",
                     "Age of the oldest dead-letter entry nobody has replayed or discarded, per source and service.",
+                ),
+                &["source", "service"],
+            )?,
+            oldest_by_reference_age_seconds: IntGaugeVec::new(
+                Opts::new(
+                    "hookline_dlq_oldest_by_reference_age_seconds",
+                    "Age of the event of the oldest unresolved dead letter by reference (its body expires with the \
+                     original topic's retention), per source and service.",
                 ),
                 &["source", "service"],
             )?,
@@ -97,6 +109,7 @@ impl Metrics {
         vec![
             Box::new(self.entries.clone()),
             Box::new(self.oldest_untriaged_age_seconds.clone()),
+            Box::new(self.oldest_by_reference_age_seconds.clone()),
             Box::new(self.index_entries.clone()),
             Box::new(self.index_unverified_entries.clone()),
             Box::new(self.index_string_bytes.clone()),
@@ -134,6 +147,11 @@ impl Metrics {
             let age_s = (now_ms - seen.oldest_at_ms).max(0) / 1000;
             self.oldest_untriaged_age_seconds.with_label_values(&[source.as_str(), service.as_str()]).set(age_s);
         }
+        self.oldest_by_reference_age_seconds.reset();
+        for ((source, service), seen) in gauges.by_reference {
+            let age_s = (now_ms - seen.oldest_at_ms).max(0) / 1000;
+            self.oldest_by_reference_age_seconds.with_label_values(&[source.as_str(), service.as_str()]).set(age_s);
+        }
         self.index_entries.set(index.len() as i64);
         self.index_unverified_entries.set(index.unverified_len() as i64);
         self.index_string_bytes.set(index.string_bytes().0 as i64);
@@ -161,6 +179,7 @@ mod tests {
         let metrics = Metrics::register(&registry).unwrap();
         metrics.entries.with_label_values(&["new", "s", "billing", "poison"]).set(1);
         metrics.oldest_untriaged_age_seconds.with_label_values(&["s", "billing"]).set(1);
+        metrics.oldest_by_reference_age_seconds.with_label_values(&["s", "billing"]).set(1);
         metrics.index_entries.set(1);
         metrics.index_unverified_entries.set(1);
         metrics.index_string_bytes.set(1);
@@ -170,7 +189,7 @@ mod tests {
         metrics.status_records_dropped.with_label_values(&["no_such_entry"]).inc();
         metrics.auth_failures.with_label_values(&["api"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 10);
+        assert_eq!(described.len(), 11);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

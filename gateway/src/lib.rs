@@ -141,10 +141,11 @@ async fn fail_readiness_on_shutdown(accepting: Arc<std::sync::atomic::AtomicBool
 const RESERVED_FILE_DESCRIPTORS: usize = 256;
 
 /// The public listener's limits; `max_connections` is lowered, with a warning, to what `open_files` leaves after
-/// [`RESERVED_FILE_DESCRIPTORS`], so that silent connections cannot take the descriptors `/livez` and the producer
-/// need.
+/// [`RESERVED_FILE_DESCRIPTORS`] and the refusals in progress ([`hookline_common::http::MAX_REFUSALS`]), so that
+/// silent connections cannot take the descriptors `/livez` and the producer need.
 fn public_serve_limits(limits: &config::Limits, open_files: Option<usize>) -> ServeLimits {
-    let reserve = RESERVED_FILE_DESCRIPTORS.max(ServeLimits::default().max_connections * 2);
+    let reserve =
+        RESERVED_FILE_DESCRIPTORS.max(ServeLimits::default().max_connections * 2) + hookline_common::http::MAX_REFUSALS;
     let mut max_connections = limits.max_connections;
     if let Some(open_files) = open_files {
         let room = open_files.saturating_sub(reserve).max(1);

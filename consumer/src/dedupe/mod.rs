@@ -105,10 +105,28 @@ impl ClaimToken {
         Self { event_type: event_type.map(redis_key::dead_marker_type), ..self }
     }
 
-    /// The copy's type is on its source's allowlist: the claim may take over a dead marker that does not record
-    /// that type yet (the event's first copy was dead-lettered under another type, perhaps a forged one).
+    /// The copy's type is on its source's allowlist: the claim may take over a dead or filtered marker that does
+    /// not record that type yet (the event's first copy was dead-lettered or filtered under another type, perhaps a
+    /// forged one).
     pub fn allowlisted(self) -> Self {
         Self { type_allowlisted: self.event_type.is_some(), ..self }
+    }
+
+    /// The types the marker this claim leaves records (hex): those of the dead or filtered marker it took over,
+    /// and this copy's.
+    fn types_to_record(&self) -> Vec<String> {
+        let taken_over = self.took_over.as_deref();
+        let mut types = taken_over
+            .and_then(redis_key::parse_dead_marker)
+            .map(|(_, types)| types)
+            .or_else(|| taken_over.and_then(FilteredMarker::decode).map(|marker| marker.types))
+            .unwrap_or_default();
+        if let Some(event_type) = &self.event_type {
+            if !types.contains(event_type) {
+                types.push(event_type.clone());
+            }
+        }
+        types
     }
 }
 
@@ -154,12 +172,20 @@ impl DedupeError {
 /// between is claimed anew. A done marker is the plain `ARGV[3]` (`done`, earlier builds) or `done:<details>`. A
 /// `dead:` marker is taken over by a re-drive (`ARGV[4]` = `1`) or by a copy of an allowlisted type the marker
 /// does not record (`ARGV[5]`, its hex; empty when the type is not allowlisted), and answers `dead` to anything
-/// else. A re-sent takeover whose first reply was lost finds its own claim: `acquired`, with the marker lost to
+/// else. A filtered marker that records types (`done:filtered:...;types=,...,`) is taken over the same way by a
+/// copy of an allowlisted type it does not record, and is `done` to anything else. A re-sent takeover whose first reply was lost finds its own claim: `acquired`, with the marker lost to
 /// it (the next dead marker then records this copy's type alone).
 pub const CLAIM_SCRIPT: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 'acquired' end
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then return 'acquired' end
+if current ~= false and string.sub(current, 1, 14) == 'done:filtered:' and ARGV[5] ~= nil and ARGV[5] ~= '' then
+  local types = string.find(current, ';types=,', 1, true)
+  if types and not string.find(current, ',' .. ARGV[5] .. ',', types, true) then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 'over:' .. current
+  end
+end
 if current == ARGV[3] or (current ~= false and string.sub(current, 1, 5) == 'done:') then return 'done' end
 if current == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -473,17 +499,7 @@ impl Dedupe {
     /// tried, claims it. The marker records this copy's type and those of the marker the claim took over. Safe to
     /// call again.
     pub async fn mark_dead(&self, token: &ClaimToken, entry_id: &str) -> Result<(), DedupeError> {
-        let mut types = token
-            .took_over
-            .as_deref()
-            .and_then(redis_key::parse_dead_marker)
-            .map(|(_, types)| types)
-            .unwrap_or_default();
-        if let Some(event_type) = &token.event_type {
-            if !types.contains(event_type) {
-                types.push(event_type.clone());
-            }
-        }
+        let types = token.types_to_record();
         let _: i64 = self.call(Op::Dead(redis_key::dead_marker(entry_id, &types)), token).await?;
         Ok(())
     }
@@ -498,7 +514,10 @@ impl Dedupe {
     /// Records the event as skipped by a route's filter for the dedupe TTL, in place of our claim: the filtered
     /// marker is a done marker, so every later copy is a duplicate (only a re-processing run, on its own key, runs
     /// it). The same script as [`Self::mark_done`], with the same answer.
+    /// The marker records this copy's type and those of the marker the claim took over, as a dead marker does: a
+    /// copy of an allowlisted type it does not record claims the event over.
     pub async fn mark_filtered(&self, token: &ClaimToken, marker: &FilteredMarker) -> Result<bool, DedupeError> {
+        let marker = FilteredMarker { types: token.types_to_record(), ..marker.clone() };
         let still_ours: i64 = self.call(Op::Done(marker.encode()), token).await?;
         Ok(still_ours == 1)
     }

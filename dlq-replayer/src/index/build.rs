@@ -167,6 +167,7 @@ impl State {
             body_bytes: number(header::dlq::BODY_BY_REFERENCE)
                 .or_else(|| record.payload.map(|body| i64::try_from(body.len()).unwrap_or(i64::MAX)))
                 .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            by_reference: number(header::dlq::BODY_BY_REFERENCE).is_some(),
             replays: 0,
             replay_of: PackedPosition::pack(text(header::REPLAY_OF).and_then(|id| Position::parse(dlq_topic, &id))),
             status: None,

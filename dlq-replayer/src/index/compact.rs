@@ -159,6 +159,8 @@ pub(super) struct Meta {
     /// The record's MAC did not verify (nor was it unsigned inside `accept_unsigned_until`): nothing it claims is
     /// indexed, only its position, size and timestamp. Listed as `unverified`, never untriaged.
     pub(super) unverified: bool,
+    /// A dead letter by reference: its body is only at the original position, and expires with that topic.
+    pub(super) by_reference: bool,
     pub(super) original_offset: i64,
     pub(super) first_failure_at_ms: i64,
     /// The DLQ header, or else the record's timestamp: when the entry became a dead letter.
@@ -185,6 +187,7 @@ impl Meta {
             original_partition: -1,
             attempts: 0,
             unverified: false,
+            by_reference: false,
             original_offset: -1,
             first_failure_at_ms: 0,
             last_failure_at_ms: 0,

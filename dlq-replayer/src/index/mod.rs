@@ -199,6 +199,10 @@ pub struct Untriaged {
 pub struct Gauges {
     pub counts: Vec<((Status, String, String, String), usize)>,
     pub untriaged: BTreeMap<(String, String), Untriaged>,
+    /// Per (source, service): the unresolved dead letters by reference (not succeeded, discarded or superseded),
+    /// whose bodies expire with the original topic's retention, and when the oldest one's event first failed (its
+    /// original record is at least that old).
+    pub by_reference: BTreeMap<(String, String), Untriaged>,
 }
 
 /// The index, shared between the tail that advances it and the readers.

@@ -265,6 +265,7 @@ impl Index {
         let now = now_ms();
         let mut counts: HashMap<(Status, u32, u32, u32), usize> = HashMap::new();
         let mut untriaged: HashMap<(u32, u32), Untriaged> = HashMap::new();
+        let mut by_reference: HashMap<(u32, u32), Untriaged> = HashMap::new();
         state.scan(|_, meta, _| {
             let status = state.status_of(meta, self.replay_outcome_timeout_ms, now);
             let service = state.origins.get(meta.origin).service;
@@ -275,6 +276,15 @@ impl Index {
                 seen.count += 1;
                 seen.oldest_at_ms = seen.oldest_at_ms.min(meta.last_failure_at_ms);
             }
+            let resolved = matches!(status, Status::Succeeded | Status::Discarded | Status::FailedAgain);
+            if meta.by_reference && !resolved {
+                let seen =
+                    by_reference.entry((meta.source, service)).or_insert(Untriaged { count: 0, oldest_at_ms: i64::MAX });
+                seen.count += 1;
+                let failed_at =
+                    if meta.first_failure_at_ms > 0 { meta.first_failure_at_ms } else { meta.last_failure_at_ms };
+                seen.oldest_at_ms = seen.oldest_at_ms.min(failed_at);
+            }
             true
         })?;
         let name = |id: u32| state.strings.get(id).unwrap_or(UNKNOWN).to_owned();
@@ -284,6 +294,10 @@ impl Index {
                 .map(|((status, source, service, class), n)| ((status, name(source), name(service), name(class)), n))
                 .collect(),
             untriaged: untriaged
+                .into_iter()
+                .map(|((source, service), seen)| ((name(source), name(service)), seen))
+                .collect(),
+            by_reference: by_reference
                 .into_iter()
                 .map(|((source, service), seen)| ((name(source), name(service)), seen))
                 .collect(),

@@ -236,7 +236,8 @@ pub(super) fn encode(meta: &Meta, out: &mut [u8]) {
     }
     writer.put(&meta.original_partition.to_le_bytes());
     writer.put(&meta.attempts.to_le_bytes());
-    writer.put(&[u8::from(meta.unverified)]);
+    // One byte of flags: bit 0 unverified, bit 1 by reference.
+    writer.put(&[u8::from(meta.unverified) | (u8::from(meta.by_reference) << 1)]);
     for number in [meta.original_offset, meta.first_failure_at_ms, meta.last_failure_at_ms] {
         writer.put(&number.to_le_bytes());
     }
@@ -260,7 +261,7 @@ pub(super) fn decode(bytes: &[u8]) -> Meta {
         std::array::from_fn(|_| reader.u32());
     let original_partition = reader.i32();
     let attempts = u16::from_le_bytes(reader.take());
-    let [unverified] = reader.take::<1>();
+    let [flags] = reader.take::<1>();
     let [original_offset, first_failure_at_ms, last_failure_at_ms] = std::array::from_fn(|_| reader.i64());
     let replay_of = reader.position();
     let [code] = reader.take::<1>();
@@ -282,7 +283,8 @@ pub(super) fn decode(bytes: &[u8]) -> Meta {
         origin,
         original_partition,
         attempts,
-        unverified: unverified != 0,
+        unverified: flags & 1 != 0,
+        by_reference: flags & 2 != 0,
         original_offset,
         first_failure_at_ms,
         last_failure_at_ms,
@@ -310,6 +312,7 @@ mod tests {
             original_partition: 6,
             attempts: 7,
             unverified: true,
+            by_reference: true,
             original_offset: 8,
             first_failure_at_ms: 9,
             last_failure_at_ms: 10,

@@ -130,3 +130,70 @@ async fn a_forged_type_dead_lettered_first_does_not_keep_the_genuine_delivery_fr
     assert_eq!(stack.records(&stack.kafka.dlq_topic).await.len(), 1, "the forged copy's entry, and no other");
     stack.shutdown().await;
 }
+
+/// P8: a route filter is judged only for a type the source's allowlist takes. A captured delivery re-sent first
+/// under a type nobody allowed, routed to a route whose filter matches the body, is poison (dead-lettered, then
+/// claimed over by the genuine copy), never filtered; one re-sent first under another allowlisted type is
+/// filtered with its type recorded, and the genuine copy claims the event over the filtered marker. Before the fix
+/// either first copy was marked filtered and the genuine delivery was a duplicate, never processed.
+#[tokio::test]
+async fn a_copy_re_typed_to_a_filtered_route_does_not_make_the_genuine_delivery_a_duplicate() {
+    use hookline_consumer::config::{FilterConfig, HandlerConfig, RouteConfig};
+    let route = |event_types: Option<Vec<String>>, filters: Vec<FilterConfig>| RouteConfig {
+        source: "github".to_owned(),
+        event_types,
+        handler: HandlerConfig::default(),
+        max_in_flight: None,
+        rate_per_s: None,
+        breaker_failures: None,
+        breaker_cooldown_ms: None,
+        filters,
+    };
+    let mut stack = TestStack::builder()
+        .consumer_config(move |config| {
+            let rules = hookline_consumer::config::SourceRulesConfig {
+                event_types: Some(vec!["push".into(), "issues".into()]),
+                ..Default::default()
+            };
+            config.sources.insert("github".into(), rules);
+            let noise = FilterConfig { name: "noise".to_owned(), skip_when: vec!["/ref exists".to_owned()] };
+            config.routes = vec![route(Some(vec!["push".into()]), Vec::new()), route(None, vec![noise])];
+        })
+        .build()
+        .await;
+    let config = stack.consumer_config.clone();
+    let handler = hookline_tests::routed(&stack.handler, &config);
+    stack.start_consumer_with(config, handler).await;
+    let outcomes = |expected: [(&'static str, u64); 4]| {
+        let stack = &stack;
+        async move {
+            eventually(Duration::from_secs(60), &format!("outcomes {expected:?}"), || async {
+                let mut all = true;
+                for (outcome, n) in expected {
+                    all &= stack.consumer_events(outcome).await == n;
+                }
+                all
+            })
+            .await;
+        }
+    };
+
+    // A type not on the allowlist: poison, not filtered.
+    let genuine = Delivery::new(&br#"{"ref":"refs/heads/main","after":"5c1e"}"#[..]);
+    stack.post_accepted(&Delivery { event: "bogus".into(), ..genuine.clone() }).await;
+    outcomes([("filtered", 0), ("dead_lettered", 1), ("processed", 0), ("duplicate", 0)]).await;
+    stack.post_accepted(&genuine).await;
+    outcomes([("filtered", 0), ("dead_lettered", 1), ("processed", 1), ("duplicate", 0)]).await;
+
+    // An allowlisted type routed to the filtered route: filtered, its type recorded in the marker.
+    let second = Delivery::new(&br#"{"ref":"refs/heads/dev","after":"9d02"}"#[..]);
+    stack.post_accepted(&Delivery { event: "issues".into(), ..second.clone() }).await;
+    outcomes([("filtered", 1), ("dead_lettered", 1), ("processed", 1), ("duplicate", 0)]).await;
+    stack.post_accepted(&second).await;
+    outcomes([("filtered", 1), ("dead_lettered", 1), ("processed", 2), ("duplicate", 0)]).await;
+    // Then every copy, of either type, is a duplicate.
+    stack.post_accepted(&second).await;
+    stack.post_accepted(&Delivery { event: "issues".into(), ..second.clone() }).await;
+    outcomes([("filtered", 1), ("dead_lettered", 1), ("processed", 2), ("duplicate", 2)]).await;
+    stack.shutdown().await;
+}

@@ -1,6 +1,8 @@
 //! What a connection can cost the gateway: slow senders hold no in-flight permit, so valid deliveries keep being
 //! accepted beside them; silent connections (no byte, half a protocol preface, an idle keep-alive) are closed on
-//! the public and the admin port; and past the connection cap new connections are closed while `/livez` answers.
+//! the public and the admin port; past the connection caps new connections are answered 503 while `/livez`
+//! answers; and every answer given before the body was read (a refusal at a cap, a 413) reaches the client, never
+//! a reset or a failed write of its body.
 
 use std::{
     pin::Pin,
@@ -178,12 +180,13 @@ async fn silent_connections_are_closed() {
         }
         silent.push(stream);
     }
-    // Past the cap a new connection is closed at once, and the admin port still answers.
-    eventually(BOUND, "a connection past the cap is closed at once", || async {
+    // Past the cap a new connection is told to come back at once, and the admin port still answers.
+    eventually(BOUND, "a connection past the cap is answered 503 at once", || async {
         let mut extra = TcpStream::connect(stack.gateway_addr).await.expect("connect");
         let _ = extra.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n\r\n").await;
-        let mut buffer = [0u8; 64];
-        matches!(tokio::time::timeout(Duration::from_secs(1), extra.read(&mut buffer)).await, Ok(Ok(0) | Err(_)))
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(2), extra.read_to_end(&mut answer)).await;
+        matches!(read, Ok(Ok(_))) && answer.starts_with(b"HTTP/1.1 503 ")
     })
     .await;
     let livez = stack
@@ -207,5 +210,103 @@ async fn silent_connections_are_closed() {
         stack.post(&Delivery::new(r#"{"after":"cap"}"#)).await.status == StatusCode::ACCEPTED
     })
     .await;
+    stack.shutdown().await;
+}
+
+/// One client's request with an 8 KiB body, written whole before it reads; its answer, or what went wrong.
+async fn post_then_read(addr: std::net::SocketAddr) -> Result<String, String> {
+    let body = vec![b'x'; 8 * 1024];
+    let head = format!(
+        "POST /webhooks/github HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nx-github-event: push\r\nx-github-delivery: burst\r\nx-hub-signature-256: sha256=00\r\n\r\n",
+        body.len()
+    );
+    let mut stream = TcpStream::connect(addr).await.map_err(|error| format!("connect: {error}"))?;
+    stream.write_all(head.as_bytes()).await.map_err(|error| format!("write head: {error}"))?;
+    stream.write_all(&body).await.map_err(|error| format!("write body: {error}"))?;
+    match tokio::time::timeout(Duration::from_secs(30), read_answer_head(&mut stream)).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(error)) => Err(format!("read: {error}")),
+        Err(_) => Err("no answer within 30 s".to_owned()),
+    }
+}
+
+/// Reads until the answer's head is complete (then leaves, as an HTTP client does), or the server closes.
+async fn read_answer_head(stream: &mut TcpStream) -> std::io::Result<String> {
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !answer.windows(4).any(|window| window == b"\r\n\r\n") {
+        match stream.read(&mut buffer).await? {
+            0 => break,
+            n => answer.extend_from_slice(&buffer[..n]),
+        }
+    }
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[tokio::test]
+async fn a_burst_of_connections_over_the_per_address_cap_each_reads_503_with_retry_after() {
+    const PER_PEER: usize = 4;
+    const BURST: usize = 2_000;
+    let stack = TestStack::builder()
+        .gateway_limits(Limits {
+            max_connections_per_peer: PER_PEER,
+            body_read_timeout_ms: 60_000,
+            request_deadline_ms: 60_000,
+            ..Limits::default()
+        })
+        .build()
+        .await;
+    // The address is at its cap: requests whose bodies are still coming.
+    let mut held = Vec::new();
+    for _ in 0..PER_PEER {
+        held.push(slow_http1_request(&stack).await);
+    }
+    eventually(Duration::from_secs(30), "the held requests are being read", || async {
+        stack.gateway_metric("hookline_gateway_in_flight_requests", &[]).await >= PER_PEER as f64
+    })
+    .await;
+
+    // Before the fix only 8 refusals were answered at once per address: the rest were closed on accept, and their
+    // clients failed to write their bodies or read a reset.
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..BURST {
+        burst.spawn(post_then_read(stack.gateway_addr));
+    }
+    let mut failures = Vec::new();
+    while let Some(joined) = burst.join_next().await {
+        match joined.expect("client task") {
+            Ok(answer) if answer.starts_with("HTTP/1.1 503 ") && answer.contains("retry-after: 1\r\n") => {}
+            Ok(answer) => failures.push(format!("answered {answer:?}")),
+            Err(error) => failures.push(error),
+        }
+    }
+    let n_failed = failures.len();
+    failures.sort();
+    failures.dedup_by(|a, b| a.split(':').next() == b.split(':').next());
+    assert!(failures.is_empty(), "{n_failed} of {BURST} clients did not read 503 with Retry-After: {failures:?}");
+    drop(held);
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_413_decided_from_the_head_reaches_a_client_still_writing_its_body() {
+    let stack = TestStack::builder().build().await;
+    // Above the source's 1 MB limit, declared in the head: answered before a byte of the body is read.
+    let body = vec![b'x'; 1_500_000];
+    let head = format!(
+        "POST /webhooks/github HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nx-github-event: push\r\nx-github-delivery: big\r\nx-hub-signature-256: sha256=00\r\n\r\n",
+        body.len()
+    );
+    let mut stream = TcpStream::connect(stack.gateway_addr).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    // Before the fix the gateway closed with the body unread: a reset, and this write failed.
+    stream.write_all(&body).await.expect("the whole body is written, not cut by a reset");
+    let answer = tokio::time::timeout(Duration::from_secs(10), read_answer_head(&mut stream))
+        .await
+        .expect("answered within 10 s")
+        .expect("the answer is read, not a reset");
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
     stack.shutdown().await;
 }

@@ -37,7 +37,15 @@ async fn database_errors_name_the_sqlstate_and_constraint_but_never_a_value() {
              CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS
                $$ BEGIN RAISE EXCEPTION 'refused %', NEW.email; END $$;
              CREATE TABLE refusing (email text);
-             CREATE TRIGGER refuses BEFORE INSERT ON refusing FOR EACH ROW EXECUTE FUNCTION refuse();"
+             CREATE TRIGGER refuses BEFORE INSERT ON refusing FOR EACH ROW EXECUTE FUNCTION refuse();
+             CREATE FUNCTION refuse_as_server() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION USING MESSAGE = format('bad %s', NEW.email), ERRCODE = '55000'; END $$;
+             CREATE TABLE refusing_as_server (email text);
+             CREATE TRIGGER refuses BEFORE INSERT ON refusing_as_server FOR EACH ROW EXECUTE FUNCTION refuse_as_server();
+             CREATE FUNCTION refuse_naming() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'denied' USING ERRCODE = '42501', COLUMN = NEW.email; END $$;
+             CREATE TABLE refusing_naming (email text);
+             CREATE TRIGGER refuses BEFORE INSERT ON refusing_naming FOR EACH ROW EXECUTE FUNCTION refuse_naming();"
         ))
         .await
         .expect("schema");
@@ -47,17 +55,27 @@ async fn database_errors_name_the_sqlstate_and_constraint_but_never_a_value() {
     let not_null = client.execute("UPDATE customers SET tier = NULL WHERE id = 42", &[]).await;
     let bad_input = client.execute("UPDATE customers SET balance = $1::text::int", &[&planted]).await;
     let raised = client.execute("INSERT INTO refusing VALUES ($1)", &[&planted]).await;
+    // A user RAISE with a code in a class whose server messages quote no value (object state, access): the
+    // message, or a name, is the function's own and held the row's email before the fix.
+    let raised_as_server = client.execute("INSERT INTO refusing_as_server VALUES ($1)", &[&planted]).await;
+    let raised_naming = client.execute("INSERT INTO refusing_naming VALUES ($1)", &[&planted]).await;
     for (result, code, name) in [
         (check, "23514", "customers_balance_check"),
         (unique, "23505", "customers_email_key"),
         (not_null, "23502", "tier"),
         (bad_input, "22P02", "22P02"),
         (raised, "P0001", "P0001"),
+        (raised_as_server, "55000", "55000"),
+        (raised_naming, "42501", "42501"),
     ] {
         let error = result.expect_err("the statement fails");
         // The server did send the value: the test would prove nothing otherwise.
         let db = error.as_db_error().expect("a server error");
-        let sent = [Some(db.message()), db.detail(), db.where_()].into_iter().flatten().collect::<Vec<_>>().join(" ");
+        let sent = [Some(db.message()), db.detail(), db.where_(), db.column()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" ");
         assert!(sent.contains(&planted), "{code}: the server sent no value to leak: {sent}");
         let line = describe(&error);
         assert!(line.starts_with(code), "{line}");

@@ -620,5 +620,62 @@ async fn index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactl
     assert_eq!(after.by_status.get("discarded"), Some(&1), "{:?}", after.by_status);
     let again = replayer.replay(&all).await.expect("replay --all");
     assert!(again.done.is_empty(), "{again:?}");
+
+/// P23: a dead letter by reference keeps its body only at its original inbound position, so it expires with the
+/// inbound topic. The index counts the unresolved ones per source and service with the age of the oldest one's
+/// first failure, the gauge `HooklineDLQBodyExpiring` fires on; ordinary entries are not counted.
+#[tokio::test]
+async fn dead_letters_by_reference_are_counted_with_their_age_for_the_expiry_alert() {
+    let stack = TestStack::builder().build().await;
+    let six_days_ago = now_ms() - 6 * 86_400_000;
+    let entry = |event_id: &str, by_reference: bool| {
+        let mut headers = OwnedHeaders::new()
+            .insert(Header { key: hookline_common::wire::header::SOURCE, value: Some("github") })
+            .insert(Header { key: hookline_common::wire::header::EVENT_ID, value: Some(event_id) })
+            .insert(Header { key: hookline_common::wire::header::dlq::SERVICE, value: Some("billing") })
+            .insert(Header { key: hookline_common::wire::header::dlq::ERROR_CLASS, value: Some("poison") })
+            .insert(Header {
+                key: hookline_common::wire::header::dlq::FIRST_FAILURE_AT_MS,
+                value: Some(&six_days_ago.to_string()),
+            })
+            .insert(Header {
+                key: hookline_common::wire::header::dlq::LAST_FAILURE_AT_MS,
+                value: Some(&six_days_ago.to_string()),
+            });
+        let body = if by_reference {
+            headers = headers
+                .insert(Header { key: hookline_common::wire::header::dlq::BODY_BY_REFERENCE, value: Some("2000000") })
+                .insert(Header { key: hookline_common::wire::header::dlq::EVENT_ID, value: Some(event_id) })
+                .insert(Header {
+                    key: hookline_common::wire::header::dlq::ORIGINAL_TOPIC,
+                    value: Some(stack.kafka.inbound_topic.as_str()),
+                })
+                .insert(Header { key: hookline_common::wire::header::dlq::ORIGINAL_PARTITION, value: Some("0") })
+                .insert(Header { key: hookline_common::wire::header::dlq::ORIGINAL_OFFSET, value: Some("7") });
+            Vec::new()
+        } else {
+            br#"{"ref":"refs/heads/main"}"#.to_vec()
+        };
+        (0, event_id.to_owned(), headers, body)
+    };
+    stack
+        .produce_raw_batch_to(
+            &stack.kafka.dlq_topic,
+            vec![entry("evt_by_reference", true), entry("evt_ordinary", false)],
+        )
+        .await;
+    let index = replayer_for(&stack, 3).index().await.expect("index");
+    eventually(Duration::from_secs(30), "both entries indexed", || async { index.len() == 2 }).await;
+    let gauges = index.gauges();
+    let key = ("github".to_owned(), "billing".to_owned());
+    let by_reference = gauges.by_reference.get(&key).expect("the by-reference entry is counted");
+    assert_eq!((by_reference.count, by_reference.oldest_at_ms), (1, six_days_ago), "the ordinary one is not");
+    assert_eq!(gauges.by_reference.len(), 1);
+
+    let registry = prometheus::Registry::new();
+    let metrics = hookline_dlq_replayer::metrics::Metrics::register(&registry).expect("metrics");
+    metrics.refresh(&index, now_ms());
+    let age_s = metrics.oldest_by_reference_age_seconds.with_label_values(&["github", "billing"]).get();
+    assert!((6 * 86_400..6 * 86_400 + 600).contains(&age_s), "past the alert's 5 days: {age_s}");
     stack.shutdown().await;
 }

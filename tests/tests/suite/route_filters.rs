@@ -224,6 +224,7 @@ async fn the_filtered_marker_is_done_to_every_dedupe_script() {
         topic: "webhooks.inbound".to_owned(),
         partition: 1,
         offset: 9,
+        types: Vec::new(),
     };
     assert!(dedupe.mark_filtered(&token, &marker).await.expect("filtered"), "our claim");
     assert!(dedupe.mark_filtered(&token, &marker).await.expect("again"), "a re-sent mark finds it done");
