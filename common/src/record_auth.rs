@@ -424,7 +424,9 @@ mod tests {
         // The gateway holds its key only; a reader holds both, the gateway's listed as inbound-only (and first,
         // to show the writer still picks a key allowed to sign what it writes).
         let gateway = RecordKeys::load(&config(vec![gateway_key.clone()], &["gw"])).unwrap();
-        let reader = RecordKeys::load(&config(vec![gateway_key.clone(), service_key], &["gw"])).unwrap();
+        let reader = RecordKeys::load(&config(vec![gateway_key.clone(), service_key.clone()], &["gw"])).unwrap();
+        // A service writing status, control, retry and DLQ records, with its own key only.
+        let service = RecordKeys::load(&config(vec![service_key], &[])).unwrap();
         // Whoever stole the gateway's key signs with it as they like (no inbound-only list of their own).
         let thief = RecordKeys::load(&config(vec![gateway_key], &[])).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
@@ -476,7 +478,7 @@ mod tests {
             let plain = reader.verify(topic, Some(key), Some(value), Some(&forged), NOW);
             assert_eq!(plain, Verdict::Refused(Refusal::KindNotAllowed), "{kind:?} through verify");
             // The same record signed with a service key is believed: the refusal is the key's kind, not the topic's.
-            let own = reader.sign(topic, Some(key), Some(value), Some(&headers()), NOW).unwrap();
+            let own = service.sign(topic, Some(key), Some(value), Some(&headers()), NOW).unwrap();
             let verdict = reader.verify_as(kind, topic, Some(key), Some(value), Some(&own), NOW);
             assert_eq!(verdict, Verdict::Authentic { key_id: "svc".into() }, "{kind:?}");
         }
