@@ -8,7 +8,7 @@
 //! state written here is stamped later than the one it replaces, whatever this replayer's clock says. A state
 //! shadowed by a later record of its key that changed nothing (an old record replayed, a tombstone) would be
 //! deleted by compaction and unknown to a consumer started afterwards: [`Replayer::reassert_pauses`] (run by
-//! `serve` every [`REASSERT_INTERVAL`], and by every listing) writes it again so that it is its key's latest.
+//! `serve` every [`REASSERT_INTERVAL`]) writes it again so that it is its key's latest.
 
 use std::time::Duration;
 
