@@ -332,6 +332,8 @@ async fn an_old_resume_written_again_does_not_lift_a_pause_on_a_running_or_a_new
         stack.consumer_metric(0, "hookline_consumer_control_records_refused_total", &[("reason", "stale")]).await >= 1.0
     })
     .await;
+    // The gauges follow within a second: a pause the copy lifted would show by then.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(paused_gauge(&stack, 0, "github").await, 1.0, "the old resume lifted the pause");
     assert_eq!(replayer.pauses().await.expect("pauses").len(), 1, "the replayer lists the pause");
     // The copy is now the key's latest record: compaction would delete the pause. The replayer writes it again.
@@ -368,6 +370,10 @@ async fn a_tombstone_cannot_erase_a_pause() {
     let request =
         PauseRequest { service: service.clone(), route: "github".into(), reason: "hold".into(), by: "ops".into() };
     replayer.pause(&request).await.expect("paused");
+    eventually(Duration::from_secs(30), "the consumer obeys the pause", || async {
+        paused_gauge(&stack, 0, "github").await == 1.0
+    })
+    .await;
     let key = hookline_common::control::route_pause_key(&service, "github");
     // An unsigned tombstone: compaction would delete the signed pause before it.
     let producer: FutureProducer = hookline_common::kafka::producer_config(&stack.kafka).create().expect("producer");
@@ -380,7 +386,9 @@ async fn a_tombstone_cannot_erase_a_pause() {
             >= 1.0
     })
     .await;
-    assert_eq!(paused_gauge(&stack, 0, "github").await, 1.0);
+    // The gauges follow within a second: a pause the tombstone erased would show by then.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(paused_gauge(&stack, 0, "github").await, 1.0, "the tombstone lifted the pause");
     assert_eq!(replayer.pauses().await.expect("pauses").len(), 1, "the replayer still lists the pause");
     // The replayer writes the pause again after the tombstone: compaction keeps that one, so a consumer started
     // after compaction knows the pause.
@@ -415,6 +423,7 @@ async fn a_flood_of_junk_in_the_control_topic_does_not_keep_a_new_consumer_from_
     let producer: FutureProducer = hookline_common::kafka::producer_config(&stack.kafka)
         .set("linger.ms", "20")
         .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
         .create()
         .expect("producer");
     let junk_value = vec![b'x'; 64];
