@@ -14,8 +14,11 @@
 //! service before that time: writers switch to it by themselves and readers already know it. Keys are bound to the
 //! record kinds they may sign: a key listed in `inbound_only_keys` (the internet-facing gateway's) signs inbound
 //! records only, and every reader refuses anything else signed with it ([`Refusal::KindNotAllowed`]), so a stolen
-//! gateway key cannot make a re-drive, a re-processing request, a retry, a dead letter or a status record. The
-//! other services share the other keys.
+//! gateway key cannot make a re-drive, a re-processing request, a retry, a dead letter, a status or a control
+//! record. The kind is the reader's, not the record's: a reader says what it reads ([`RecordKind`], from the
+//! topic it reads) and an inbound-only key is believed only by a reader of inbound records (the inbound and
+//! source topics), and there only for a record without the headers that give powers. Headers a thief adds cannot
+//! make a status or control record pass. The other services share the other keys.
 //!
 //! Records from before the upgrade carry no MAC: `kafka.record_auth.accept_unsigned_until` (an RFC 3339 time,
 //! compared with the reader's own clock, never the record's timestamp, which the writer chooses) lets a reader
@@ -74,6 +77,22 @@ impl Refusal {
             Self::KindNotAllowed => "kind_not_allowed",
         }
     }
+}
+
+/// What a reader reads, as it knows from the topic: the kind of record it expects. Only [`RecordKind::Inbound`]
+/// believes an inbound-only key (the gateway's), and only for a record as the gateway writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// The inbound topic or a source topic: the gateway's records, re-drives and re-processing requests.
+    Inbound,
+    /// A service's retry topic.
+    Retry,
+    /// The DLQ topic.
+    DeadLetter,
+    /// The DLQ status topic.
+    Status,
+    /// The control topic (route pauses).
+    Control,
 }
 
 /// What a reader concludes about one record.
@@ -263,9 +282,38 @@ impl RecordKeys {
         Ok(out.insert(Header { key: header::MAC, value: Some(value.as_str()) }))
     }
 
-    /// Checks a record read from `topic` at the reader's time `now_ms`. Constant-time comparison of the MAC.
+    /// Checks a record of any kind but inbound ([`RecordKind::Retry`], `DeadLetter`, `Status`, `Control`) read
+    /// from `topic` at the reader's time `now_ms`: a record signed with an inbound-only key is refused whatever
+    /// its headers. Readers of the inbound and source topics call [`Self::verify_as`] with [`RecordKind::Inbound`].
     pub fn verify<H: Headers>(
         &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        headers: Option<&H>,
+        now_ms: i64,
+    ) -> Verdict {
+        self.check(false, topic, key, payload, headers, now_ms)
+    }
+
+    /// Checks a record a reader of `kind` read from `topic` at the reader's time `now_ms`. Constant-time
+    /// comparison of the MAC. An inbound-only key is believed only when `kind` is [`RecordKind::Inbound`] and the
+    /// record is an inbound record as the gateway writes it (no header that gives it powers).
+    pub fn verify_as<H: Headers>(
+        &self,
+        kind: RecordKind,
+        topic: &str,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        headers: Option<&H>,
+        now_ms: i64,
+    ) -> Verdict {
+        self.check(kind == RecordKind::Inbound, topic, key, payload, headers, now_ms)
+    }
+
+    fn check<H: Headers>(
+        &self,
+        inbound_reader: bool,
         topic: &str,
         key: Option<&[u8]>,
         payload: Option<&[u8]>,
@@ -294,7 +342,9 @@ impl RecordKeys {
         let mut mac = signer.mac.clone();
         feed(&mut mac, key_id, topic, key, payload, headers);
         match mac.verify_slice(&tag) {
-            Ok(()) if signer.inbound_only && !is_inbound_record(headers) => Verdict::Refused(Refusal::KindNotAllowed),
+            Ok(()) if signer.inbound_only && !(inbound_reader && is_inbound_record(headers)) => {
+                Verdict::Refused(Refusal::KindNotAllowed)
+            }
             Ok(()) => Verdict::Authentic { key_id: key_id.to_owned() },
             Err(_) => Verdict::Refused(Refusal::BadMac),
         }
@@ -374,13 +424,17 @@ mod tests {
         // The gateway holds its key only; a reader holds both, the gateway's listed as inbound-only (and first,
         // to show the writer still picks a key allowed to sign what it writes).
         let gateway = RecordKeys::load(&config(vec![gateway_key.clone()], &["gw"])).unwrap();
-        let reader = RecordKeys::load(&config(vec![gateway_key.clone(), service_key], &["gw"])).unwrap();
+        let reader = RecordKeys::load(&config(vec![gateway_key.clone(), service_key.clone()], &["gw"])).unwrap();
+        // A service writing status, control, retry and DLQ records, with its own key only.
+        let service = RecordKeys::load(&config(vec![service_key], &[])).unwrap();
         // Whoever stole the gateway's key signs with it as they like (no inbound-only list of their own).
         let thief = RecordKeys::load(&config(vec![gateway_key], &[])).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
 
         let (topic, body) = ("webhooks.inbound", Some(&b"{}"[..]));
-        let verify = |keys: &RecordKeys, headers: &OwnedHeaders| keys.verify(topic, None, body, Some(headers), NOW);
+        let verify = |keys: &RecordKeys, headers: &OwnedHeaders| {
+            keys.verify_as(RecordKind::Inbound, topic, None, body, Some(headers), NOW)
+        };
         let inbound = gateway.sign(topic, None, body, Some(&headers()), NOW).unwrap();
         assert_eq!(verify(&reader, &inbound), Verdict::Authentic { key_id: "gw".into() });
 
@@ -405,6 +459,29 @@ mod tests {
         let status = thief.sign("webhooks.dlq-status", Some(b"webhooks.dlq:0:1"), body, None, NOW).unwrap();
         let verdict = reader.verify("webhooks.dlq-status", Some(b"webhooks.dlq:0:1"), body, Some(&status), NOW);
         assert_eq!(verdict, Verdict::Refused(Refusal::KindNotAllowed));
+
+        // Header stuffing: the thief adds the two headers of an inbound record to a record of another kind. The
+        // reader knows the kind from the topic it reads, so the headers change nothing.
+        let status_json = br#"{"status":"discarded","by":"thief","at_ms":1}"#;
+        let control_json =
+            br#"{"service":"billing","route":"github","paused":false,"by":"thief","reason":"","at_ms":1}"#;
+        let stuffed = [
+            (RecordKind::Status, "webhooks.dlq-status", &b"webhooks.dlq:0:1"[..], &status_json[..]),
+            (RecordKind::Control, "webhooks.control", &b"route-pause:billing:github"[..], &control_json[..]),
+            (RecordKind::Retry, "webhooks.retry.billing", &b"d-1"[..], &b"{}"[..]),
+            (RecordKind::DeadLetter, "webhooks.dlq", &b"d-1"[..], &b"{}"[..]),
+        ];
+        for (kind, topic, key, value) in stuffed {
+            let forged = thief.sign(topic, Some(key), Some(value), Some(&headers()), NOW).unwrap();
+            let as_kind = reader.verify_as(kind, topic, Some(key), Some(value), Some(&forged), NOW);
+            assert_eq!(as_kind, Verdict::Refused(Refusal::KindNotAllowed), "{kind:?}");
+            let plain = reader.verify(topic, Some(key), Some(value), Some(&forged), NOW);
+            assert_eq!(plain, Verdict::Refused(Refusal::KindNotAllowed), "{kind:?} through verify");
+            // The same record signed with a service key is believed: the refusal is the key's kind, not the topic's.
+            let own = service.sign(topic, Some(key), Some(value), Some(&headers()), NOW).unwrap();
+            let verdict = reader.verify_as(kind, topic, Some(key), Some(value), Some(&own), NOW);
+            assert_eq!(verdict, Verdict::Authentic { key_id: "svc".into() }, "{kind:?}");
+        }
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub struct GatewayConfig {
     /// source secrets). Without one, only loopback callers (`kubectl exec`, `kubectl port-forward`, the host
     /// itself) may reload; SIGHUP always works.
     pub reload_token: Option<SecretRef>,
+    /// Bearer token `GET /admin/rejections` accepts (read-only: it does not authorise a reload), for the replayer's
+    /// Rejections page (its `gateways.token`). The `reload_token` is accepted for reading too, so a replayer that
+    /// still sends it keeps working while both are redeployed; set this one and give the replayer it instead.
+    pub rejections_token: Option<SecretRef>,
     /// Traces (on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; see docs/operations.md, "Traces").
     pub telemetry: TelemetryConfig,
     /// `[key_fetch]`: fetching the keys of the SNS and PayPal sources (`crate::key_fetch`).
@@ -46,6 +50,7 @@ impl Default for GatewayConfig {
             producer: ProducerConfig::default(),
             limits: Limits::default(),
             reload_token: None,
+            rejections_token: None,
             telemetry: TelemetryConfig::default(),
             key_fetch: KeyFetchConfig::default(),
             sources: Vec::new(),

@@ -163,6 +163,7 @@ impl TestStackBuilder {
                 ..Limits::default()
             }),
             reload_token: None,
+            rejections_token: None,
             telemetry: Default::default(),
             key_fetch: self.gateway_key_fetch.unwrap_or_default(),
             sources: std::iter::once(SourceConfig {

@@ -18,7 +18,7 @@ use std::{
 use base64::Engine as _;
 use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
-    record_auth::{RecordKeys, Verdict},
+    record_auth::{RecordKeys, RecordKind, Verdict},
     telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
     wire::{DeadLetterEntry, EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
 };
@@ -62,6 +62,10 @@ pub enum OpError {
     NotReady,
     #[error("the dead-letter index")]
     Index(#[from] IndexError),
+    /// As many event searches as may run at once are running ([`crate::events::MAX_CONCURRENT_SEARCHES`]): each
+    /// holds hundreds of MiB while it reads.
+    #[error("an event search is running already; try again when it ends")]
+    Busy,
 }
 
 /// The entries a bulk action takes, in listing order. With `all`, the matching positions are read from the index
@@ -200,6 +204,8 @@ pub struct Replayer {
     producer: AckedProducer,
     fetcher: Fetcher,
     source: Source,
+    /// Event searches running: each holds a permit until its scan thread ends.
+    pub(crate) searches: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Replayer {
@@ -218,7 +224,8 @@ impl Replayer {
     pub fn new(config: ReplayerConfig) -> Result<Self, KafkaError> {
         let producer = AckedProducer::new(&config.kafka, "replayer-producer")?;
         let fetcher = Fetcher::new(&config.kafka);
-        Ok(Self { config, producer, fetcher, source: Source::PerCall })
+        let searches = Arc::new(tokio::sync::Semaphore::new(crate::events::MAX_CONCURRENT_SEARCHES));
+        Ok(Self { config, producer, fetcher, source: Source::PerCall, searches })
     }
 
     /// A replayer that answers from `index`, which the caller keeps tailing (the service).
@@ -301,7 +308,7 @@ impl Replayer {
         let Some(record) = self.fetch(position).await? else { return Ok(None) };
         let body = record.payload().unwrap_or_default();
         let text = std::str::from_utf8(body).ok().map(str::to_owned);
-        let authenticity = self.authenticate(&record).label();
+        let authenticity = self.authenticate(&record, RecordKind::DeadLetter).label();
         Ok(Some(Detail {
             authenticity,
             headers: headers_of(&record),
@@ -316,9 +323,11 @@ impl Replayer {
         self.producer.record_keys()
     }
 
-    /// The DLQ record's MAC, checked at this replayer's clock.
-    fn authenticate(&self, record: &OwnedMessage) -> Verdict {
-        self.producer.record_keys().verify(record.topic(), record.key(), record.payload(), record.headers(), now_ms())
+    /// The MAC of a record of `kind` (a DLQ record, or an inbound one a by-reference entry or a re-processing
+    /// request names), checked at this replayer's clock.
+    fn authenticate(&self, record: &OwnedMessage, kind: RecordKind) -> Verdict {
+        let keys = self.producer.record_keys();
+        keys.verify_as(kind, record.topic(), record.key(), record.payload(), record.headers(), now_ms())
     }
 
     async fn fetch(&self, position: Position) -> Result<Option<OwnedMessage>, OpError> {
@@ -394,7 +403,7 @@ impl Replayer {
             };
             // Unsigned inside `accept_unsigned_until` needs force too: re-driven, the record would come out signed
             // and stay valid after the window closes.
-            let verdict = self.authenticate(&record);
+            let verdict = self.authenticate(&record, RecordKind::DeadLetter);
             if !matches!(verdict, Verdict::Authentic { .. }) {
                 if !request.force {
                     report.skipped.push(Skipped {

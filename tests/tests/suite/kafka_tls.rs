@@ -201,6 +201,7 @@ async fn refused_at_start(security: KafkaSecurity, why: &str) {
         producer: ProducerConfig::default(),
         limits: Limits { body_read_timeout_ms: 2_000, drain_grace_ms: 0, ..Limits::default() },
         reload_token: None,
+        rejections_token: None,
         telemetry: Default::default(),
         key_fetch: Default::default(),
         sources: vec![SourceConfig {

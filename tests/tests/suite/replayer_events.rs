@@ -392,6 +392,26 @@ async fn event_search_finds_exactly_the_matching_accepted_events_and_refuses_tam
     assert!(html.contains("billing processed"), "{html}");
     assert!(html.contains("1 bad_mac"), "{html}");
     api.stop().await;
+
+    // A search whose caller goes away stops at its next poll, and frees its place.
+    let replayer = world.replayer.clone();
+    let (sender, mut progress) = tokio::sync::mpsc::unbounded_channel();
+    let request = request_all(&world, "github");
+    let search = tokio::spawn(async move {
+        replayer
+            .search_events(&request, move |at| {
+                let _ = sender.send((at.records_read, at.records_to_read));
+            })
+            .await
+    });
+    let mut last = progress.recv().await.expect("a first progress report");
+    search.abort();
+    // The channel closes when the scan thread drops its callback: the scan has ended.
+    while let Some(at) = progress.recv().await {
+        last = at;
+    }
+    assert!(last.0 < last.1, "the scan read on to the end after its caller left: {last:?}");
+    assert_eq!(world.replayer.searches_running(), 0);
 }
 
 fn expected_cus_7(world: &World) -> BTreeSet<String> {

@@ -271,6 +271,196 @@ async fn a_control_record_without_a_valid_mac_is_never_applied() {
     stack.shutdown().await;
 }
 
+/// Re-produces `record` (key, value, headers) byte for byte: what anyone who may write the control topic can do
+/// with a record they read from it, without any key.
+async fn produce_copy(stack: &TestStack, record: &rdkafka::message::OwnedMessage) {
+    use rdkafka::{
+        Message,
+        message::{Header, Headers},
+        producer::{FutureProducer, FutureRecord},
+    };
+    let producer: FutureProducer = hookline_common::kafka::producer_config(&stack.kafka).create().expect("producer");
+    let headers = record.headers().map_or_else(OwnedHeaders::new, |headers| {
+        headers.iter().fold(OwnedHeaders::new(), |out, h| out.insert(Header { key: h.key, value: h.value }))
+    });
+    let mut copy = FutureRecord::<[u8], [u8]>::to(record.topic()).headers(headers);
+    if let Some(key) = record.key() {
+        copy = copy.key(key);
+    }
+    if let Some(value) = record.payload() {
+        copy = copy.payload(value);
+    }
+    producer.send(copy, Duration::from_secs(10)).await.expect("produced");
+}
+
+/// The control topic's records under `key`, in offset order.
+async fn control_records(stack: &TestStack, key: &str) -> Vec<rdkafka::message::OwnedMessage> {
+    use rdkafka::Message;
+    let records = stack.records(&stack.kafka.control_topic).await;
+    records.into_iter().filter(|record| record.key() == Some(key.as_bytes())).collect()
+}
+
+#[tokio::test]
+async fn an_old_resume_written_again_does_not_lift_a_pause_on_a_running_or_a_new_instance() {
+    use hookline_common::control::RoutePause;
+    use rdkafka::Message;
+
+    let mut stack = TestStack::builder().consumer().build().await;
+    let service = stack.consumer_config.service_name().to_owned();
+    let replayer = replayer(&stack);
+    let request =
+        PauseRequest { service: service.clone(), route: "github".into(), reason: "first".into(), by: "ops".into() };
+    replayer.pause(&request).await.expect("paused");
+    replayer.resume(&request).await.expect("resumed");
+    replayer.pause(&PauseRequest { reason: "second".into(), ..request.clone() }).await.expect("paused again");
+    eventually(Duration::from_secs(30), "the consumer obeys the second pause", || async {
+        paused_gauge(&stack, 0, "github").await == 1.0
+    })
+    .await;
+    let key = hookline_common::control::route_pause_key(&service, "github");
+    let written = control_records(&stack, &key).await;
+    let resume = written
+        .iter()
+        .find(|record| {
+            let pause = RoutePause::decode(record.key().unwrap_or_default(), record.payload().unwrap_or_default());
+            pause.is_some_and(|pause| !pause.paused)
+        })
+        .expect("the resume");
+    // Whoever may write the topic copies the signed resume, byte for byte: its MAC verifies.
+    produce_copy(&stack, resume).await;
+    eventually(Duration::from_secs(30), "the copy is read and refused as stale", || async {
+        stack.consumer_metric(0, "hookline_consumer_control_records_refused_total", &[("reason", "stale")]).await >= 1.0
+    })
+    .await;
+    // The gauges follow within a second: a pause the copy lifted would show by then.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(paused_gauge(&stack, 0, "github").await, 1.0, "the old resume lifted the pause");
+    assert_eq!(replayer.pauses().await.expect("pauses").len(), 1, "the replayer lists the pause");
+    // The copy is now the key's latest record: compaction would delete the pause. The replayer writes it again.
+    assert_eq!(replayer.reassert_pauses().await.expect("reasserted"), 1);
+    let latest = control_records(&stack, &key).await.pop().expect("records");
+    let latest = RoutePause::decode(latest.key().unwrap_or_default(), latest.payload().unwrap_or_default());
+    assert_eq!(latest.map(|pause| (pause.paused, pause.reason)), Some((true, "second".to_owned())));
+    assert_eq!(replayer.reassert_pauses().await.expect("reasserted"), 0, "nothing shadowed any more");
+
+    // A new instance reads the whole topic, the copy included, and obeys the pause.
+    let restarted = stack.start_consumer().await;
+    eventually(Duration::from_secs(30), "the new instance obeys the pause", || async {
+        paused_gauge(&stack, restarted, "github").await == 1.0
+    })
+    .await;
+    stack.produce_raw_batch(events("github", "while-paused", 3)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let called: usize = (0..3).map(|i| stack.handler.attempts(&format!("while-paused-{i}"))).sum();
+    assert_eq!(called, 0, "a paused route's events ran");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tombstone_cannot_erase_a_pause() {
+    use hookline_common::control::RoutePause;
+    use rdkafka::{
+        Message,
+        producer::{FutureProducer, FutureRecord},
+    };
+
+    let mut stack = TestStack::builder().consumer().build().await;
+    let service = stack.consumer_config.service_name().to_owned();
+    let replayer = replayer(&stack);
+    let request =
+        PauseRequest { service: service.clone(), route: "github".into(), reason: "hold".into(), by: "ops".into() };
+    replayer.pause(&request).await.expect("paused");
+    eventually(Duration::from_secs(30), "the consumer obeys the pause", || async {
+        paused_gauge(&stack, 0, "github").await == 1.0
+    })
+    .await;
+    let key = hookline_common::control::route_pause_key(&service, "github");
+    // An unsigned tombstone: compaction would delete the signed pause before it.
+    let producer: FutureProducer = hookline_common::kafka::producer_config(&stack.kafka).create().expect("producer");
+    let tombstone = FutureRecord::<str, [u8]>::to(&stack.kafka.control_topic).key(&key);
+    producer.send(tombstone, Duration::from_secs(10)).await.expect("produced");
+    eventually(Duration::from_secs(30), "the running consumer reads the tombstone and keeps the pause", || async {
+        stack
+            .consumer_metric(0, "hookline_consumer_control_records_refused_total", &[("reason", "unauthenticated")])
+            .await
+            >= 1.0
+    })
+    .await;
+    // The gauges follow within a second: a pause the tombstone erased would show by then.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(paused_gauge(&stack, 0, "github").await, 1.0, "the tombstone lifted the pause");
+    assert_eq!(replayer.pauses().await.expect("pauses").len(), 1, "the replayer still lists the pause");
+    // The replayer writes the pause again after the tombstone: compaction keeps that one, so a consumer started
+    // after compaction knows the pause.
+    assert_eq!(replayer.reassert_pauses().await.expect("reasserted"), 1);
+    let latest = control_records(&stack, &key).await.pop().expect("records");
+    let latest = RoutePause::decode(latest.key().unwrap_or_default(), latest.payload().unwrap_or_default());
+    assert!(latest.is_some_and(|pause| pause.paused), "the key's latest record is not the pause");
+    // Compacted, the topic would hold the tombstone and the pause written again: a new instance obeys it.
+    let restarted = stack.start_consumer().await;
+    eventually(Duration::from_secs(30), "the new instance obeys the pause", || async {
+        paused_gauge(&stack, restarted, "github").await == 1.0
+    })
+    .await;
+    let resumed = replayer.resume(&PauseRequest { reason: "done".into(), ..request }).await;
+    assert!(!resumed.expect("resumed").paused, "the pause can be resumed after the tombstone");
+    stack.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_junk_in_the_control_topic_does_not_keep_a_new_consumer_from_a_pause() {
+    use rdkafka::{
+        message::{Header, OwnedHeaders},
+        producer::{FutureProducer, FutureRecord},
+    };
+
+    let mut stack = TestStack::builder().consumer().build().await;
+    let service = stack.consumer_config.service_name().to_owned();
+    let replayer = replayer(&stack);
+    let request =
+        PauseRequest { service: service.clone(), route: "github".into(), reason: "hold".into(), by: "ops".into() };
+    // The flood lands before the pause: a new consumer must read all of it to learn the pause.
+    let producer: FutureProducer = hookline_common::kafka::producer_config(&stack.kafka)
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .expect("producer");
+    let junk_value = vec![b'x'; 64];
+    let mut sends = Vec::new();
+    for i in 0..FLOOD {
+        let key = format!("route-pause:{service}:junk-{i}");
+        let headers = OwnedHeaders::new().insert(Header { key: "hookline-mac", value: Some("v1,k,AAAA") });
+        let record = FutureRecord::to(&stack.kafka.control_topic).key(&key).payload(&junk_value).headers(headers);
+        sends.push(producer.send_result(record).expect("queued"));
+    }
+    for send in sends {
+        send.await.expect("delivered").expect("produced");
+    }
+    replayer.pause(&request).await.expect("paused, the flood read within the replayer's bound");
+    assert_eq!(replayer.pauses().await.expect("pauses").len(), 1);
+    let restarted = stack.start_consumer().await;
+    eventually(Duration::from_secs(60), "the new instance obeys the pause", || async {
+        paused_gauge(&stack, restarted, "github").await == 1.0
+    })
+    .await;
+    assert!(
+        stack
+            .consumer_metric(
+                restarted,
+                "hookline_consumer_control_records_refused_total",
+                &[("reason", "unauthenticated")]
+            )
+            .await
+            >= FLOOD as f64,
+        "the whole flood was read before the start"
+    );
+    stack.shutdown().await;
+}
+
+/// Junk records of the flood test.
+const FLOOD: usize = 200_000;
+
 /// A stack whose consumers read `<inbound>-source-failing` as a source topic (2 partitions, created here).
 async fn stack_with_source_topic(
     tweak: impl Fn(&mut hookline_consumer::ConsumerConfig) + Send + Sync + 'static,
