@@ -156,5 +156,5 @@ impl PayPalApi {
 }
 
 fn unavailable(fetcher: &KeyFetcher) -> Rejection {
-    Rejection::KeyUnavailable { retry_after_s: fetcher.failure_hold_s() }
+    Rejection::KeyUnavailable { retry_after_s: fetcher.failure_hold_s(), after_miss: false }
 }

@@ -620,6 +620,7 @@ async fn index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactl
     assert_eq!(after.by_status.get("discarded"), Some(&1), "{:?}", after.by_status);
     let again = replayer.replay(&all).await.expect("replay --all");
     assert!(again.done.is_empty(), "{again:?}");
+}
 
 /// P23: a dead letter by reference keeps its body only at its original inbound position, so it expires with the
 /// inbound topic. The index counts the unresolved ones per source and service with the age of the oldest one's
@@ -666,7 +667,7 @@ async fn dead_letters_by_reference_are_counted_with_their_age_for_the_expiry_ale
         .await;
     let index = replayer_for(&stack, 3).index().await.expect("index");
     eventually(Duration::from_secs(30), "both entries indexed", || async { index.len() == 2 }).await;
-    let gauges = index.gauges();
+    let gauges = index.gauges().expect("gauges");
     let key = ("github".to_owned(), "billing".to_owned());
     let by_reference = gauges.by_reference.get(&key).expect("the by-reference entry is counted");
     assert_eq!((by_reference.count, by_reference.oldest_at_ms), (1, six_days_ago), "the ordinary one is not");
