@@ -278,8 +278,9 @@ impl Index {
             }
             let resolved = matches!(status, Status::Succeeded | Status::Discarded | Status::FailedAgain);
             if meta.by_reference && !resolved {
-                let seen =
-                    by_reference.entry((meta.source, service)).or_insert(Untriaged { count: 0, oldest_at_ms: i64::MAX });
+                let seen = by_reference
+                    .entry((meta.source, service))
+                    .or_insert(Untriaged { count: 0, oldest_at_ms: i64::MAX });
                 seen.count += 1;
                 let failed_at =
                     if meta.first_failure_at_ms > 0 { meta.first_failure_at_ms } else { meta.last_failure_at_ms };
