@@ -27,7 +27,7 @@ use hookline_common::{
         self, Coverage, UnverifiedRequest,
         handshake::{Challenge, HandshakeKeys},
     },
-    telemetry::traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
+    telemetry::traces::{TraceSpan, attribute},
     wire::{EventMeta, now_ms},
 };
 use http::{Method, Request, Response, header};
@@ -44,11 +44,17 @@ use crate::{
     peer_limit::{Admission, PeerLimiter},
     produce::{EventProducer, VerifiedWebhook},
     rejection_log::{RejectionLog, Verdict, log_handshake_summary, log_summary},
-    rejection_ring::{RejectionEntry, RejectionRing, UNKNOWN_SOURCE},
+    rejection_ring::RejectionRing,
     reply,
     source::{Source, SourceTable},
     verify::{self, Checked},
 };
+
+mod span;
+mod trail;
+
+use span::{request_span, source_label};
+use trail::{handshake_entry, log_rejection, ring_entry};
 
 /// Everything a request needs, shared by all connections. The source table is swapped whole on a reload; each
 /// request keeps the table it started with.
@@ -508,45 +514,6 @@ impl Ingest {
     }
 }
 
-/// The request's server span (none with traces off), always the root of a trace of its own under the local
-/// sampler: the span starts before the request is verified, and whoever can reach a source's URL must not choose
-/// our trace ids or force sampling with a `traceparent`. For a source with `trust_traceparent` the span carries a
-/// link to the request's `traceparent` (a link chooses neither the trace nor its sampling); from anyone else it
-/// is ignored.
-fn request_span(sources: &SourceTable, request: &Request<Incoming>, source_label: &str) -> TraceSpan {
-    if !traces::enabled() {
-        return TraceSpan::off();
-    }
-    let trusted = request
-        .uri()
-        .path()
-        .strip_prefix(ROUTE_PREFIX)
-        .and_then(|name| sources.get(name))
-        .is_some_and(|source| source.trust_traceparent);
-    let inbound = if trusted { traces::http_context(request.headers()) } else { None };
-    let parent = match &inbound {
-        Some(span_context) => Parent::LinkedTo(span_context),
-        None => Parent::Root,
-    };
-    TraceSpan::start(
-        SpanKind::Server,
-        parent,
-        || format!("POST {ROUTE_PREFIX}{{source}}"),
-        || {
-            vec![
-                KeyValue::new(attribute::HTTP_REQUEST_METHOD, request.method().as_str().to_owned()),
-                KeyValue::new(attribute::HTTP_ROUTE, format!("{ROUTE_PREFIX}{{source}}")),
-                KeyValue::new(attribute::SOURCE, source_label.to_owned()),
-            ]
-        },
-    )
-}
-
-/// The `source` metric label: the configured name, or `unknown` (never the raw path: bounded cardinality).
-fn source_label<'a>(sources: &'a SourceTable, path: &str) -> &'a str {
-    path.strip_prefix(ROUTE_PREFIX).and_then(|name| sources.name_of(name)).unwrap_or(UNKNOWN_SOURCE)
-}
-
 /// A handshake's answer (200), with its kind (logged, rate-limited, by [`Ingest::handle`]).
 fn handshake_answer(kind: &'static str, handshake: signature::Handshake) -> Answer {
     Answer::Handshake(reply::handshake(handshake), kind)
@@ -562,51 +529,6 @@ fn forwarded_headers(source: &Source, headers: &http::HeaderMap) -> Vec<(String,
             headers.get_all(name).iter().map(move |value| (key.clone(), value.as_bytes().to_vec()))
         })
         .collect()
-}
-
-/// The log line of a rejection (when the rate-limited log allows one): source, reason, event id when known.
-/// Never the body, a signature or a secret.
-fn log_rejection(source: &str, failure: &Failure) {
-    let rejection = &failure.rejection;
-    let event_id = failure.event_id.as_deref().unwrap_or("");
-    if rejection.status().is_server_error() {
-        tracing::warn!(source, code = rejection.code(), event_id, error = %rejection, "refused with 5xx");
-    } else {
-        tracing::info!(source, code = rejection.code(), event_id, reason = %rejection, "rejected");
-    }
-}
-
-/// What the ring keeps of a rejection: never the body, a signature or a secret (see [`crate::rejection_ring`]).
-/// Takes the secret ids and the event id out of `failure`: the log line has been written, nothing after needs them.
-fn ring_entry(failure: &mut Failure, peer: Option<std::net::IpAddr>) -> RejectionEntry {
-    let rejection = &failure.rejection;
-    RejectionEntry {
-        at_ms: now_ms(),
-        code: rejection.code(),
-        status: rejection.status().as_u16(),
-        secrets_tried: std::mem::take(&mut failure.secrets_tried),
-        skew_ms: match rejection {
-            Rejection::Verify(error) => error.skew_ms(),
-            _ => None,
-        },
-        peer,
-        event_id: failure.event_id.take(),
-        handshake: None,
-    }
-}
-
-/// What the ring keeps of an answered handshake: its kind, the status answered and the client address.
-fn handshake_entry(kind: &'static str, status: http::StatusCode, peer: Option<std::net::IpAddr>) -> RejectionEntry {
-    RejectionEntry {
-        at_ms: now_ms(),
-        code: outcome::HANDSHAKE,
-        status: status.as_u16(),
-        secrets_tried: Vec::new(),
-        skew_ms: None,
-        peer,
-        event_id: None,
-        handshake: Some(kind),
-    }
 }
 
 /// Counts a request in the in-flight gauge for as long as it lives.
