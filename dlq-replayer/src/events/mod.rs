@@ -34,9 +34,7 @@ use crate::{
 };
 pub use hookline_common::predicate::Condition;
 
-/// How many event searches may run at once in one process: each holds up to a few hundred MiB of fetched records
-/// (docs/benchmarks/event-search.md), in a replayer given 1 GiB beside its index.
-pub const MAX_CONCURRENT_SEARCHES: usize = 1;
+pub use crate::ops::MAX_CONCURRENT_SEARCHES;
 
 /// Sets its flag when dropped: the request that started a scan went away (or ended), so the scan stops.
 struct CancelOnDrop(Arc<AtomicBool>);

@@ -62,11 +62,15 @@ pub enum OpError {
     NotReady,
     #[error("the dead-letter index")]
     Index(#[from] IndexError),
-    /// As many event searches as may run at once are running ([`crate::events::MAX_CONCURRENT_SEARCHES`]): each
+    /// As many event searches as may run at once are running ([`MAX_CONCURRENT_SEARCHES`]): each
     /// holds hundreds of MiB while it reads.
     #[error("an event search is running already; try again when it ends")]
     Busy,
 }
+
+/// How many event searches may run at once in one process: each holds up to a few hundred MiB of fetched records
+/// (docs/benchmarks/event-search.md), in a replayer given 1 GiB beside its index.
+pub const MAX_CONCURRENT_SEARCHES: usize = 1;
 
 /// The entries a bulk action takes, in listing order. With `all`, the matching positions are read from the index
 /// a batch at a time, each batch after the last position taken and up to the partitions' ends when the action
@@ -224,7 +228,7 @@ impl Replayer {
     pub fn new(config: ReplayerConfig) -> Result<Self, KafkaError> {
         let producer = AckedProducer::new(&config.kafka, "replayer-producer")?;
         let fetcher = Fetcher::new(&config.kafka);
-        let searches = Arc::new(tokio::sync::Semaphore::new(crate::events::MAX_CONCURRENT_SEARCHES));
+        let searches = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_SEARCHES));
         Ok(Self { config, producer, fetcher, source: Source::PerCall, searches })
     }
 
