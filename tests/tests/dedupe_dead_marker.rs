@@ -1,14 +1,16 @@
-//! The dead marker against a real Redis (N7): it records the types dead-lettered; a copy of an allowlisted type not
-//! yet recorded claims over it, once per type; anything else is skipped; a release after such a takeover puts the
-//! marker back, so the recorded types survive a retryable failure.
+//! The dead marker against a real Redis (N7), on a single Redis and on the stack's Redis Cluster: it records the
+//! types dead-lettered; a copy of an allowlisted type not yet recorded claims over it, once per type; anything else
+//! is skipped; a release after such a takeover leaves the marker as it was, so the recorded types survive a
+//! retryable failure.
 
 use hookline_common::{config::RedisConfig, wire::redis_key};
 use hookline_consumer::dedupe::{Claim, Dedupe};
-use hookline_tests::redis_url;
+use hookline_tests::{redis_cluster_urls, redis_url};
 
-async fn dedupe() -> Dedupe {
+async fn dedupe(cluster: bool) -> Dedupe {
     let config = RedisConfig {
-        url: redis_url(),
+        url: if cluster { redis_cluster_urls() } else { redis_url() },
+        cluster,
         key_prefix: format!("test:{}", uuid::Uuid::new_v4().simple()),
         ..RedisConfig::default()
     };
@@ -24,7 +26,16 @@ fn acquired(claim: Claim) -> hookline_consumer::dedupe::ClaimToken {
 
 #[tokio::test]
 async fn a_dead_marker_is_claimed_over_once_per_allowlisted_type_and_a_release_puts_it_back() {
-    let dedupe = dedupe().await;
+    dead_marker_rules(dedupe(false).await).await;
+}
+
+#[tokio::test]
+async fn a_dead_marker_keeps_its_rules_on_a_redis_cluster() {
+    // Needs `scripts/stack start-redis-cluster` (scripts/test starts it).
+    dead_marker_rules(dedupe(true).await).await;
+}
+
+async fn dead_marker_rules(dedupe: Dedupe) {
     let copy = |event_type: &str| dedupe.token("github", "e1").recording_type(Some(event_type));
 
     let forged = acquired(dedupe.claim(&copy("bogus")).await.unwrap());

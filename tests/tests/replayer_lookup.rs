@@ -138,23 +138,17 @@ async fn lookup_finds_an_event_processed_once_whose_later_copy_was_a_duplicate()
 
     let records = stack.inbound_records().await;
     let first = inbound_record_of(&records, &delivery.delivery_id);
+    let received_at = header_str(first.headers(), header::RECEIVED_AT_MS).and_then(Result::ok).expect("received at");
     let answer = look_up(&stack, &delivery.delivery_id).await;
     assert!(answer.found, "{answer:#?}");
-    let accepted = answer.accepted.as_ref().expect("accepted");
-    let received_at = header_str(first.headers(), header::RECEIVED_AT_MS).and_then(Result::ok).expect("received at");
-    assert_eq!(accepted.received_at_ms, received_at.parse().ok());
-    let inbound = accepted.inbound.as_ref().expect("inbound position");
-    assert_eq!(
-        (inbound.topic.as_str(), inbound.partition, inbound.offset),
-        (stack.kafka.inbound_topic.as_str(), first.partition(), first.offset())
-    );
-    assert_eq!(accepted.trace_id, None, "the gateway's record has no traceparent (yet)");
+    // The bucketed dedupe layout keeps when, not how long nor where (docs/dedupe.md): no record to read.
+    assert!(answer.accepted.is_none(), "{answer:#?}");
     let ours = service(&answer, &service_name);
     match &ours.dedupe {
         DedupeState::Processed { processed_at_ms, handling_ms, position, expires_in_ms } => {
-            assert!(processed_at_ms.is_some_and(|at| at >= received_at.parse::<i64>().expect("ms")));
-            assert!(handling_ms.is_some());
-            assert_eq!(position.as_ref(), Some(inbound), "the processed record is the first copy");
+            // To the second: Redis's clock, which may lag the gateway's by less than a second on one host.
+            assert!(processed_at_ms.is_some_and(|at| at + 1_000 >= received_at.parse::<i64>().expect("ms")));
+            assert_eq!((handling_ms, position), (&None, &None));
             assert!(expires_in_ms.is_some_and(|ms| ms > 0));
         }
         other => panic!("not processed: {other:?}"),
@@ -162,7 +156,6 @@ async fn lookup_finds_an_event_processed_once_whose_later_copy_was_a_duplicate()
     assert!(ours.retry.waiting.is_empty() && ours.dead_letters.is_empty());
     let text = render_text(&answer, true).join("\n");
     println!("{text}");
-    assert!(text.contains(&format!("(inbound {}@{})", first.partition(), first.offset())), "{text}");
     assert!(text.contains(&format!("{service_name}: processed ")), "{text}");
     assert!(text.contains("later copies are duplicates"), "{text}");
     assert!(text.contains("trace: no trace"), "{text}");
@@ -173,7 +166,6 @@ async fn lookup_finds_an_event_processed_once_whose_later_copy_was_a_duplicate()
     assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
     let json: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
     assert_eq!(json["found"], true);
-    assert_eq!(json["accepted"]["inbound"]["offset"].as_i64(), Some(first.offset()));
     let ours_json =
         json["services"].as_array().expect("services").iter().find(|s| s["service"] == service_name.as_str());
     assert_eq!(ours_json.expect("our service")["dedupe"]["state"], "processed");
@@ -287,21 +279,11 @@ async fn lookup_follows_a_dead_letter_through_its_replay_and_the_replays_outcome
         let answer = look_up(&stack, &delivery.delivery_id).await;
         let billing_answer = service(&answer, "billing");
         billing_answer.dead_letters.first().is_some_and(|e| e.status == Status::Succeeded)
-            && matches!(billing_answer.dedupe, DedupeState::Processed { position: Some(_), .. })
+            && matches!(billing_answer.dedupe, DedupeState::Processed { .. })
     })
     .await;
     let answer = look_up(&stack, &delivery.delivery_id).await;
     assert_eq!(billing.count(&delivery.delivery_id), 1);
-    let DedupeState::Processed { position: Some(position), .. } = &service(&answer, "billing").dedupe else {
-        unreachable!("checked above")
-    };
-    let redriven = stack
-        .inbound_records()
-        .await
-        .into_iter()
-        .find(|r| header_str(r.headers(), header::REPLAY_OF).and_then(Result::ok).as_deref() == Some(&entry.entry.id))
-        .expect("the re-driven record");
-    assert_eq!((position.partition, position.offset), (redriven.partition(), redriven.offset()), "the re-drive");
     let first = inbound_record_of(&stack.inbound_records().await, &delivery.delivery_id);
     let inbound = answer.accepted.as_ref().and_then(|a| a.inbound.clone()).expect("inbound");
     assert_eq!((inbound.partition, inbound.offset), (first.partition(), first.offset()), "the original record");
