@@ -309,7 +309,11 @@ async fn keys_of_the_previous_layout_make_the_new_one_skip_until_they_expire() {
         write_previous(&config, "dead", &redis_key::dead_marker("webhooks.dlq:0:1", &[redis_key::dead_marker_type("bogus")]), ttl).await;
         write_previous(&config, "claimed", "claim:an-old-instance", ttl).await;
         write_previous(&config, "short", "done", 1_000).await;
-        let claim = |id: &str| dedupe.claim(&dedupe.token("github", id));
+        let claim = |id: &str| {
+            let token = dedupe.token("github", id);
+            let dedupe = dedupe.clone();
+            async move { dedupe.claim(&token).await }
+        };
         let case = format!("cluster {cluster}, upgrade period {writing}");
         assert_eq!(claim("done").await.unwrap(), Claim::AlreadyDone, "{case}");
         assert_eq!(claim("plain").await.unwrap(), Claim::AlreadyDone, "{case}");

@@ -22,8 +22,8 @@ pub(super) struct Call {
 }
 
 /// The batching task: takes every call waiting, sends them as one pipeline, answers each. Ends when every
-/// [`Dedupe`] clone is gone. The pipeline starts by loading the scripts, so a Redis that restarted (and lost its
-/// script cache) needs no special case.
+/// [`Dedupe`] clone is gone. The pipeline starts by loading the scripts it runs, so a Redis that restarted (and lost
+/// its script cache) needs no special case.
 pub(super) async fn batch_calls(
     mut receiver: tokio::sync::mpsc::UnboundedReceiver<Call>,
     connection: ConnectionManager,
@@ -46,7 +46,14 @@ pub(super) async fn batch_calls(
         tokio::spawn(async move {
             let mut pipeline = redis::pipe();
             pipeline.ignore_errors();
-            let scripts = dedupe.scripts();
+            // The scripts this batch runs, loaded first (a Redis that restarted lost its script cache).
+            let mut scripts: Vec<&redis::Script> = Vec::new();
+            for call in &batch {
+                let script = dedupe.script_of(&call.op);
+                if !scripts.iter().any(|loaded| loaded.get_hash() == script.get_hash()) {
+                    scripts.push(script);
+                }
+            }
             for script in &scripts {
                 pipeline.load_script(script);
             }

@@ -124,6 +124,16 @@ impl Scripts {
     pub(super) fn all(&self) -> [&Script; 5] {
         [&self.claim, &self.done, &self.release, &self.renew, &self.dead]
     }
+
+    pub(super) fn of(&self, op: &Op) -> &Script {
+        match op {
+            Op::Claim => &self.claim,
+            Op::Done(_) => &self.done,
+            Op::Dead(_) => &self.dead,
+            Op::Release => &self.release,
+            Op::Renew => &self.renew,
+        }
+    }
 }
 
 /// What the previous layout's key says before a claim in ours.
@@ -161,16 +171,9 @@ impl Dedupe {
     }
 
     pub(super) fn legacy_invocation<'a>(&'a self, op: &Op, token: &ClaimToken) -> ScriptInvocation<'a> {
-        let scripts = &self.scripts.legacy;
         let key = token.legacy_key.as_deref().unwrap_or_default();
         let ttl_ms = self.window_s * 1000;
-        let mut invocation = match op {
-            Op::Claim => scripts.claim.prepare_invoke(),
-            Op::Done(_) => scripts.done.prepare_invoke(),
-            Op::Dead(_) => scripts.dead.prepare_invoke(),
-            Op::Release => scripts.release.prepare_invoke(),
-            Op::Renew => scripts.renew.prepare_invoke(),
-        };
+        let mut invocation = self.scripts.legacy.of(op).prepare_invoke();
         invocation.key(key).arg(&token.value);
         match op {
             Op::Claim => {
@@ -220,11 +223,15 @@ impl Dedupe {
     }
 
     /// Marks the previous layout's key done while it is written; whether our claim there was still ours.
-    pub(super) async fn mark_done_legacy(&self, token: &ClaimToken, marker: String) -> Result<bool, DedupeError> {
+    pub(super) async fn mark_done_legacy(
+        &self,
+        token: &ClaimToken,
+        marker: impl FnOnce() -> String,
+    ) -> Result<bool, DedupeError> {
         if token.legacy_key.is_none() || !token.legacy_writes {
             return Ok(true);
         }
-        let still_ours: i64 = self.call(super::Op::Legacy(Op::Done(marker)), token).await?;
+        let still_ours: i64 = self.call(super::Op::Legacy(Op::Done(marker())), token).await?;
         Ok(still_ours == 1)
     }
 

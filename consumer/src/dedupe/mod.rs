@@ -268,27 +268,32 @@ impl Dedupe {
         Ok(())
     }
 
-    /// Every script a pipeline loads: the previous layout's too while its keys are written or read.
+    /// Every script, this layout's and the previous one's (loaded at start).
     fn scripts(&self) -> Vec<&Script> {
         let scripts = &self.scripts;
         let mut all = vec![&scripts.claim, &scripts.done, &scripts.release, &scripts.renew, &scripts.dead];
-        if self.legacy.is_some() {
-            all.extend(scripts.legacy.all());
-        }
+        all.extend(scripts.legacy.all());
         all
     }
 
-    /// The invocation of `op` for `token`.
-    fn invocation<'a>(&'a self, op: &Op, token: &ClaimToken) -> ScriptInvocation<'a> {
-        let script = match op {
+    /// The script `op` runs.
+    fn script_of(&self, op: &Op) -> &Script {
+        match op {
             Op::Claim => &self.scripts.claim,
             Op::Done(_) => &self.scripts.done,
             Op::Dead(_) => &self.scripts.dead,
             Op::Release => &self.scripts.release,
             Op::Renew => &self.scripts.renew,
-            Op::Legacy(op) => return self.legacy_invocation(op, token),
-        };
-        let mut invocation = script.prepare_invoke();
+            Op::Legacy(op) => self.scripts.legacy.of(op),
+        }
+    }
+
+    /// The invocation of `op` for `token`.
+    fn invocation<'a>(&'a self, op: &Op, token: &ClaimToken) -> ScriptInvocation<'a> {
+        if let Op::Legacy(op) = op {
+            return self.legacy_invocation(op, token);
+        }
+        let mut invocation = self.script_of(op).prepare_invoke();
         self.push_event(&mut invocation, op, token);
         invocation
     }
@@ -470,7 +475,7 @@ impl Dedupe {
     /// kept (docs/dedupe.md), except in the previous layout's key while it is written.
     pub async fn mark_done(&self, token: &ClaimToken, marker: &DoneMarker) -> Result<bool, DedupeError> {
         let still_ours: i64 = self.call(Op::Done(PROCESSED.to_owned()), token).await?;
-        let legacy_ours = self.mark_done_legacy(token, marker.encode()).await?;
+        let legacy_ours = self.mark_done_legacy(token, || marker.encode()).await?;
         Ok(still_ours == 1 && legacy_ours)
     }
 
@@ -480,7 +485,7 @@ impl Dedupe {
     pub async fn mark_filtered(&self, token: &ClaimToken, marker: &FilteredMarker) -> Result<bool, DedupeError> {
         let outcome = format!("{}@:{}", dedupe_layout::FILTERED, marker.filter);
         let still_ours: i64 = self.call(Op::Done(outcome), token).await?;
-        let legacy_ours = self.mark_done_legacy(token, marker.encode()).await?;
+        let legacy_ours = self.mark_done_legacy(token, || marker.encode()).await?;
         Ok(still_ours == 1 && legacy_ours)
     }
 
