@@ -123,7 +123,8 @@ pub(crate) async fn take_over(
             () = tokio::time::sleep(REDIS_CONNECT_BACKOFF) => {}
         }
     };
-    let upgrade_period_ms = i64::try_from(config.redis.dedupe_upgrade_period_s.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let upgrade_period_ms =
+        i64::try_from(config.redis.dedupe_upgrade_period_s.saturating_mul(1000)).unwrap_or(i64::MAX);
     dedupe.honour_legacy_layout(layout, upgrade_period_ms);
     if layout.upgraded {
         tracing::info!(

@@ -209,7 +209,8 @@ async fn states_and_transitions(cluster: bool) {
 
     // Filtered: a done outcome naming the filter.
     let filtered = acquired(dedupe.claim(&dedupe.token("github", "e3")).await.unwrap());
-    let marker = FilteredMarker { filter: "test_mode".into(), filtered_at_ms: 1, topic: "t".into(), partition: 0, offset: 3 };
+    let marker =
+        FilteredMarker { filter: "test_mode".into(), filtered_at_ms: 1, topic: "t".into(), partition: 0, offset: 3 };
     assert!(dedupe.mark_filtered(&filtered, &marker).await.unwrap());
     assert_eq!(dedupe.claim(&dedupe.token("github", "e3")).await.unwrap(), Claim::AlreadyDone);
     assert!(
@@ -240,12 +241,16 @@ async fn states_and_transitions(cluster: bool) {
     let hash = EventHash::new("github", "e1");
     let now_s = u64::try_from(now_ms() / 1000).unwrap();
     let bucket = hash.bucket_key(&config.key_prefix, "billing", dedupe_layout::write_slot(now_s));
-    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(&bucket).query_async(&mut connection).await.unwrap();
+    let encoding: String =
+        redis::cmd("OBJECT").arg("ENCODING").arg(&bucket).query_async(&mut connection).await.unwrap();
     assert_eq!(encoding, "listpack");
     let ttl_ms: i64 = redis::cmd("PTTL").arg(&bucket).query_async(&mut connection).await.unwrap();
     assert!(ttl_ms > i64::try_from(config.dedupe_ttl_s * 1000).unwrap(), "the bucket outlives the window: {ttl_ms}");
-    let claim: Option<String> =
-        redis::cmd("GET").arg(hash.claim_key(&config.key_prefix, "billing")).query_async(&mut connection).await.unwrap();
+    let claim: Option<String> = redis::cmd("GET")
+        .arg(hash.claim_key(&config.key_prefix, "billing"))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
     assert_eq!(claim, None, "done ends the claim");
 }
 
@@ -277,7 +282,11 @@ async fn a_source_with_a_short_window_processes_a_re_sent_event_again_after_it()
         // Redis's clock counts whole seconds: 3 s is past a 2 s window whatever the second the done fell in.
         tokio::time::sleep(Duration::from_secs(3)).await;
         acquired(dedupe.claim(&dedupe.token("shopify", "e1")).await.unwrap());
-        assert_eq!(dedupe.claim(&dedupe.token("github", "e1")).await.unwrap(), Claim::AlreadyDone, "the default window");
+        assert_eq!(
+            dedupe.claim(&dedupe.token("github", "e1")).await.unwrap(),
+            Claim::AlreadyDone,
+            "the default window"
+        );
     }
 }
 
@@ -294,7 +303,8 @@ async fn upgraded(config: &RedisConfig, writing: bool) -> Dedupe {
 /// Writes the previous layout's key of an event as the previous build wrote it.
 async fn write_previous(config: &RedisConfig, event_id: &str, value: &str, ttl_ms: u64) {
     let key = redis_key::dedupe(&config.key_prefix, "billing", "github", event_id);
-    let _: () = redis::cmd("SET").arg(key).arg(value).arg("PX").arg(ttl_ms).query_async(&mut raw(config).await).await.unwrap();
+    let _: () =
+        redis::cmd("SET").arg(key).arg(value).arg("PX").arg(ttl_ms).query_async(&mut raw(config).await).await.unwrap();
 }
 
 #[tokio::test]
@@ -306,7 +316,13 @@ async fn keys_of_the_previous_layout_make_the_new_one_skip_until_they_expire() {
         write_previous(&config, "done", "done:1767000001230:18:3:18233:webhooks.inbound", ttl).await;
         write_previous(&config, "plain", "done", ttl).await;
         write_previous(&config, "filtered", "done:filtered:test_mode:1767000001230:3:1:webhooks.inbound", ttl).await;
-        write_previous(&config, "dead", &redis_key::dead_marker("webhooks.dlq:0:1", &[redis_key::dead_marker_type("bogus")]), ttl).await;
+        write_previous(
+            &config,
+            "dead",
+            &redis_key::dead_marker("webhooks.dlq:0:1", &[redis_key::dead_marker_type("bogus")]),
+            ttl,
+        )
+        .await;
         write_previous(&config, "claimed", "claim:an-old-instance", ttl).await;
         write_previous(&config, "short", "done", 1_000).await;
         let claim = |id: &str| {
@@ -443,7 +459,8 @@ async fn info_number(connection: &mut RedisConnection, section: &str, name: &str
 /// Redis `used_memory` and CPU (user + sys, s) now.
 async fn memory_and_cpu(connection: &mut RedisConnection) -> (f64, f64) {
     let memory = info_number(connection, "memory", "used_memory").await;
-    let cpu = info_number(connection, "cpu", "used_cpu_user").await + info_number(connection, "cpu", "used_cpu_sys").await;
+    let cpu =
+        info_number(connection, "cpu", "used_cpu_user").await + info_number(connection, "cpu", "used_cpu_sys").await;
     (memory, cpu)
 }
 
@@ -458,7 +475,12 @@ async fn bytes_per_remembered_event() {
     use futures_util::StreamExt;
     let url = std::env::var("DEDUPE_BYTES_REDIS").expect("DEDUPE_BYTES_REDIS: a Redis this measurement may flush");
     let events: usize = std::env::var("DEDUPE_BYTES_EVENTS").map_or(1_000_000, |n| n.parse().unwrap());
-    let config = RedisConfig { url, key_prefix: "hookline:dedupe".to_owned(), ..RedisConfig::default() };
+    let config = RedisConfig {
+        url,
+        key_prefix: "hookline:dedupe".to_owned(),
+        response_timeout_ms: 60_000,
+        ..RedisConfig::default()
+    };
     let mut connection = raw(&config).await;
     // Event ids as a provider sends them (a UUID), the topic and positions of a busy inbound topic.
     let id = |n: usize| format!("{:08x}-5d1c-4b8e-9f3a-{:012x}", n, n * 7919);
@@ -472,7 +494,7 @@ async fn bytes_per_remembered_event() {
     println!("| layout | events | used_memory growth | bytes per event | Redis CPU per event (claim + done) |");
     println!("|---|---|---|---|---|");
     for layout in ["previous (one key per event)", "bucketed"] {
-        let _: () = redis::cmd("FLUSHALL").query_async(&mut connection).await.unwrap();
+        let _: () = redis::cmd("FLUSHALL").arg("SYNC").query_async(&mut connection).await.unwrap();
         let dedupe = Dedupe::connect(&config, "billing").await.expect("redis");
         let previous = PreviousInstance { config: config.clone(), token: "claim:9b2e4c1a-previous".to_owned() };
         let previous_connection = raw(&config).await;

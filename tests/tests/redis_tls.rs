@@ -35,9 +35,14 @@ async fn pipeline_over(redis: hookline_common::config::RedisConfig) {
 
     let mut connection = RedisConnection::connect(&stack.redis).await.expect("connect as the ACL user");
     let service = stack.consumer_config.service_name().to_owned();
-    let outcome =
-        hookline_tests::dedupe_outcome(&mut connection, &stack.redis.key_prefix, &service, "github", &event.delivery_id)
-            .await;
+    let outcome = hookline_tests::dedupe_outcome(
+        &mut connection,
+        &stack.redis.key_prefix,
+        &service,
+        "github",
+        &event.delivery_id,
+    )
+    .await;
     assert!(
         matches!(outcome, Some((hookline_common::wire::dedupe_layout::Outcome::Processed { .. }, _))),
         "the done outcome is in the TLS Redis: {outcome:?}"

@@ -42,7 +42,8 @@ impl EventHash {
         let digest = hasher.finalize();
         let mut field = [0; FIELD_BYTES];
         field.copy_from_slice(&digest[..FIELD_BYTES]);
-        let index_bytes = [digest[FIELD_BYTES], digest[FIELD_BYTES + 1], digest[FIELD_BYTES + 2], digest[FIELD_BYTES + 3]];
+        let index_bytes =
+            [digest[FIELD_BYTES], digest[FIELD_BYTES + 1], digest[FIELD_BYTES + 2], digest[FIELD_BYTES + 3]];
         Self { field, index: u32::from_be_bytes(index_bytes) % BUCKETS }
     }
 

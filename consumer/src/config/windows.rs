@@ -45,7 +45,8 @@ impl ConsumerConfig {
         self.sources
             .iter()
             .map(|(name, source)| {
-                let window = source.dedupe_ttl_s.unwrap_or_else(|| provider_default(source.provider.as_deref(), global_s));
+                let window =
+                    source.dedupe_ttl_s.unwrap_or_else(|| provider_default(source.provider.as_deref(), global_s));
                 (name.clone(), window)
             })
             .filter(|(_, window)| *window != global_s)

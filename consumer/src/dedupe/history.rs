@@ -67,8 +67,12 @@ impl Dedupe {
         let key = redis_key::layout(&self.prefix, &self.service);
         let kind = if upgraded { redis_key::SERVICE_UPGRADED } else { redis_key::SERVICE_NEW };
         let mut connection = self.connection.clone();
-        let _: Option<String> =
-            redis::cmd("SET").arg(&key).arg(format!("{kind}:{}", now_ms())).arg("NX").query_async(&mut connection).await?;
+        let _: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(format!("{kind}:{}", now_ms()))
+            .arg("NX")
+            .query_async(&mut connection)
+            .await?;
         let recorded: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection).await?;
         let decoded = recorded.as_deref().and_then(|value| {
             let (kind, since) = value.split_once(':')?;

@@ -39,7 +39,9 @@ impl Dedupe {
 
     /// Whether `token` can be claimed together with others ([`Self::claims_together`], and no unscoped key).
     pub fn can_claim_together(&self, token: &ClaimToken) -> bool {
-        matches!(self.connection, RedisConnection::Single(_)) && token.unscoped_key.is_none() && token.legacy_key.is_none()
+        matches!(self.connection, RedisConnection::Single(_))
+            && token.unscoped_key.is_none()
+            && token.legacy_key.is_none()
     }
 
     /// Claims every token in one script call; each reply is what [`Self::claim`] would have answered for it.

@@ -91,12 +91,9 @@ impl DedupeState {
     /// window may end it sooner).
     pub fn from_outcome(outcome: Outcome, expires_in_ms: Option<i64>) -> Self {
         match outcome {
-            Outcome::Processed { at_s } => Self::Processed {
-                processed_at_ms: Some(at_s * 1000),
-                handling_ms: None,
-                position: None,
-                expires_in_ms,
-            },
+            Outcome::Processed { at_s } => {
+                Self::Processed { processed_at_ms: Some(at_s * 1000), handling_ms: None, position: None, expires_in_ms }
+            }
             Outcome::Filtered { at_s, filter } => {
                 Self::Filtered { filter, filtered_at_ms: at_s * 1000, position: None, expires_in_ms }
             }
@@ -129,8 +126,12 @@ pub async fn read(
     let now_s = u64::try_from(now_ms() / 1000).unwrap_or(0);
     let mut latest: Option<(Outcome, String)> = None;
     for bucket in hash.window_buckets(prefix, service, now_s, dedupe_layout::MAX_WINDOW_S) {
-        let value: Option<String> =
-            redis::cmd("HGET").arg(&bucket).arg(&hash.field[..]).query_async(&mut connection).await.map_err(OpError::Redis)?;
+        let value: Option<String> = redis::cmd("HGET")
+            .arg(&bucket)
+            .arg(&hash.field[..])
+            .query_async(&mut connection)
+            .await
+            .map_err(OpError::Redis)?;
         let Some(outcome) = value.as_deref().and_then(Outcome::decode) else { continue };
         if latest.as_ref().is_none_or(|(best, _)| outcome.at_s() > best.at_s()) {
             latest = Some((outcome, bucket));
@@ -210,11 +211,7 @@ mod tests {
             DedupeState::Filtered {
                 filter: "test_mode".to_owned(),
                 filtered_at_ms: 1_767_000_001_230,
-                position: Some(RecordPosition {
-                    topic: "webhooks.inbound".to_owned(),
-                    partition: 3,
-                    offset: 18_233
-                }),
+                position: Some(RecordPosition { topic: "webhooks.inbound".to_owned(), partition: 3, offset: 18_233 }),
                 expires_in_ms: Some(7),
             }
         );
