@@ -158,7 +158,7 @@ async fn lookup_finds_an_event_processed_once_whose_later_copy_was_a_duplicate()
     println!("{text}");
     assert!(text.contains(&format!("{service_name}: processed ")), "{text}");
     assert!(text.contains("later copies are duplicates"), "{text}");
-    assert!(text.contains("trace: no trace"), "{text}");
+    assert!(text.contains("accepted: no record named"), "{text}");
 
     // The API and the console's search box give the same answer; an unknown event is a 404 that says so.
     let served = Served::start(&stack).await;
@@ -356,11 +356,12 @@ async fn with_trace_lookup_reads_the_trace_id_of_the_records_traceparent() {
     stack.shutdown().await;
 }
 
-/// The scripts against a real Redis: the detailed marker is done for the claim script, a re-sent done (its reply
-/// lost) still finds its claim's work done, a plain `done` of an earlier build is done too and is taken over by a
-/// later done, and a dead marker never replaces either form.
+/// The scripts against a real Redis: a done outcome is done for the claim script, a re-sent done (its reply lost)
+/// still finds its claim's work done, a dead marker never replaces it, and lookup's reader finds it. (The previous
+/// layout's markers, plain `done` included: `tests/tests/dedupe_together.rs`.)
 #[tokio::test]
-async fn every_dedupe_script_takes_both_forms_of_the_done_marker() {
+async fn every_dedupe_script_takes_the_done_outcome() {
+    use hookline_common::wire::dedupe_layout::Outcome;
     use hookline_consumer::dedupe::{Claim, Dedupe};
     let redis = hookline_common::config::RedisConfig {
         url: hookline_tests::redis_url(),
@@ -377,31 +378,26 @@ async fn every_dedupe_script_takes_both_forms_of_the_done_marker() {
     };
     let client = redis::Client::open(redis.url.as_str()).expect("client");
     let mut connection = client.get_multiplexed_async_connection().await.expect("connection");
-    let key = redis_key::dedupe(&redis.key_prefix, "billing", "github", "evt_1");
-    let value = |mut connection: redis::aio::MultiplexedConnection| {
-        let key = key.clone();
-        async move { redis::cmd("GET").arg(&key).query_async::<Option<String>>(&mut connection).await.expect("GET") }
-    };
 
     let token = dedupe.token("github", "evt_1");
     assert!(matches!(dedupe.claim(&token).await.expect("claim"), Claim::Acquired(_)));
     assert!(dedupe.mark_done(&token, &marker(41)).await.expect("done"), "our claim");
     assert!(dedupe.mark_done(&token, &marker(41)).await.expect("done again"), "a re-sent done finds it done");
-    let stored = value(connection.clone()).await.expect("a marker");
-    assert_eq!(redis_key::DoneMarker::decode(&stored).map(|m| m.offset), Some(41), "{stored}");
     assert_eq!(dedupe.claim(&dedupe.token("github", "evt_1")).await.expect("claim"), Claim::AlreadyDone);
     assert_eq!(dedupe.claim(&dedupe.redrive_token("github", "evt_1")).await.expect("claim"), Claim::AlreadyDone);
     dedupe.mark_dead(&dedupe.token("github", "evt_1"), "webhooks.dlq:0:1").await.expect("dead");
-    assert_eq!(value(connection.clone()).await, Some(stored), "a dead marker never replaces a done one");
-
-    let _: () =
-        redis::cmd("SET").arg(&key).arg(redis_key::DEDUPE_DONE).query_async(&mut connection).await.expect("SET");
-    assert_eq!(dedupe.claim(&dedupe.token("github", "evt_1")).await.expect("claim"), Claim::AlreadyDone);
-    dedupe.mark_dead(&dedupe.token("github", "evt_1"), "webhooks.dlq:0:1").await.expect("dead");
-    assert_eq!(value(connection.clone()).await.as_deref(), Some(redis_key::DEDUPE_DONE));
-    assert!(dedupe.mark_done(&token, &marker(42)).await.expect("done"), "a plain done counts as done");
-    let stored = value(connection.clone()).await.expect("a marker");
-    assert_eq!(redis_key::DoneMarker::decode(&stored).map(|m| m.offset), Some(42), "{stored}");
+    let outcome = hookline_tests::dedupe_outcome(&mut connection, &redis.key_prefix, "billing", "github", "evt_1").await;
+    assert!(matches!(outcome, Some((Outcome::Processed { .. }, _))), "a dead marker never replaces a done one");
+    let state = hookline_dlq_replayer::lookup::dedupe_state(
+        &hookline_common::redis_connection::RedisConnection::connect(&redis).await.expect("connect"),
+        &redis.key_prefix,
+        "billing",
+        "github",
+        "evt_1",
+    )
+    .await
+    .expect("read");
+    assert!(matches!(state, DedupeState::Processed { processed_at_ms: Some(_), .. }), "{state:?}");
 }
 
 /// `lookup` without a readable dedupe state: no `lookup.redis`, or a key prefix under which no service is found.

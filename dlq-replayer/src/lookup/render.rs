@@ -58,7 +58,11 @@ pub fn render_text(answer: &Answer, with_trace: bool) -> Vec<String> {
                 details.push(format!("  trace: {}", accepted.trace_id.as_deref().unwrap_or("no trace")));
             }
         }
-        None => summary.push("accepted: record not found (past the topic's retention?)".to_owned()),
+        // Dedupe outcomes name no record (docs/dedupe.md): only a retry record or a DLQ entry does.
+        None => summary.push(
+            "accepted: no record named (a processed event's outcome keeps no position; event search finds it by id)"
+                .to_owned(),
+        ),
     }
     for service in &answer.services {
         summary.push(format!("{}: {}", service.service, service_summary(service)));
