@@ -38,34 +38,42 @@ async fn a_dead_marker_keeps_its_rules_on_a_redis_cluster() {
 async fn dead_marker_rules(dedupe: Dedupe) {
     let copy = |event_type: &str| dedupe.token("github", "e1").recording_type(Some(event_type));
 
-    let forged = acquired(dedupe.claim(&copy("bogus")).await.unwrap());
-    dedupe.mark_dead(&forged, "webhooks.dlq:0:1").await.unwrap();
-    assert_eq!(dedupe.claim(&copy("bogus-2")).await.unwrap(), Claim::DeadLettered, "not allowlisted: skipped");
-    assert_eq!(dedupe.claim(&copy("push")).await.unwrap(), Claim::DeadLettered, "no allowlist, no takeover");
+    let forged = acquired(dedupe.claim(&copy("bogus")).await.expect("redis"));
+    dedupe.mark_dead(&forged, "webhooks.dlq:0:1").await.expect("redis");
+    assert_eq!(dedupe.claim(&copy("bogus-2")).await.expect("redis"), Claim::DeadLettered, "not allowlisted: skipped");
+    assert_eq!(dedupe.claim(&copy("push")).await.expect("redis"), Claim::DeadLettered, "no allowlist, no takeover");
 
     // The genuine copy, allowlisted, claims over the marker; a retryable failure releases it: the marker is back.
-    let genuine = acquired(dedupe.claim(&copy("push").allowlisted()).await.unwrap());
-    dedupe.release(&genuine).await.unwrap();
-    assert_eq!(dedupe.claim(&copy("bogus-3")).await.unwrap(), Claim::DeadLettered, "the release kept the marker");
+    let genuine = acquired(dedupe.claim(&copy("push").allowlisted()).await.expect("redis"));
+    dedupe.release(&genuine).await.expect("redis");
+    assert_eq!(
+        dedupe.claim(&copy("bogus-3")).await.expect("redis"),
+        Claim::DeadLettered,
+        "the release kept the marker"
+    );
 
     // Its retry claims over it again and is dead-lettered too: the marker now records both types.
-    let retry = acquired(dedupe.claim(&copy("push").allowlisted()).await.unwrap());
-    dedupe.mark_dead(&retry, "webhooks.dlq:0:2").await.unwrap();
-    assert_eq!(dedupe.claim(&copy("push").allowlisted()).await.unwrap(), Claim::DeadLettered, "push was tried");
-    assert_eq!(dedupe.claim(&copy("bogus").allowlisted()).await.unwrap(), Claim::DeadLettered, "bogus was tried");
+    let retry = acquired(dedupe.claim(&copy("push").allowlisted()).await.expect("redis"));
+    dedupe.mark_dead(&retry, "webhooks.dlq:0:2").await.expect("redis");
+    assert_eq!(dedupe.claim(&copy("push").allowlisted()).await.expect("redis"), Claim::DeadLettered, "push was tried");
+    assert_eq!(
+        dedupe.claim(&copy("bogus").allowlisted()).await.expect("redis"),
+        Claim::DeadLettered,
+        "bogus was tried"
+    );
 
     // Another allowlisted type gets its one try, and then the event is done: every later copy is a duplicate.
-    let issues = acquired(dedupe.claim(&copy("issues").allowlisted()).await.unwrap());
+    let issues = acquired(dedupe.claim(&copy("issues").allowlisted()).await.expect("redis"));
     let marker =
         redis_key::DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "t".into(), partition: 0, offset: 0 };
-    assert!(dedupe.mark_done(&issues, &marker).await.unwrap());
-    assert_eq!(dedupe.claim(&copy("pull_request").allowlisted()).await.unwrap(), Claim::AlreadyDone);
+    assert!(dedupe.mark_done(&issues, &marker).await.expect("redis"));
+    assert_eq!(dedupe.claim(&copy("pull_request").allowlisted()).await.expect("redis"), Claim::AlreadyDone);
 
     // A re-drive still claims over any dead marker, whatever it records.
     let other = |event_type: &str| dedupe.token("github", "e2").recording_type(Some(event_type));
-    let first = acquired(dedupe.claim(&other("push").allowlisted()).await.unwrap());
-    dedupe.mark_dead(&first, "webhooks.dlq:0:3").await.unwrap();
-    assert_eq!(dedupe.claim(&other("push").allowlisted()).await.unwrap(), Claim::DeadLettered);
+    let first = acquired(dedupe.claim(&other("push").allowlisted()).await.expect("redis"));
+    dedupe.mark_dead(&first, "webhooks.dlq:0:3").await.expect("redis");
+    assert_eq!(dedupe.claim(&other("push").allowlisted()).await.expect("redis"), Claim::DeadLettered);
     let redrive = dedupe.redrive_token("github", "e2").recording_type(Some("push"));
-    acquired(dedupe.claim(&redrive).await.unwrap());
+    acquired(dedupe.claim(&redrive).await.expect("redis"));
 }

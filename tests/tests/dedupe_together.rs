@@ -157,11 +157,11 @@ async fn raw(config: &RedisConfig) -> RedisConnection {
 async fn outcome(config: &RedisConfig, source: &str, event_id: &str) -> Option<Outcome> {
     let mut connection = raw(config).await;
     let hash = EventHash::new(source, event_id);
-    let now_s = u64::try_from(now_ms() / 1000).unwrap();
+    let now_s = u64::try_from(now_ms() / 1000).expect("redis");
     let mut found = None;
     for bucket in hash.window_buckets(&config.key_prefix, "billing", now_s, config.dedupe_ttl_s) {
         let value: Option<String> =
-            redis::cmd("HGET").arg(&bucket).arg(&hash.field[..]).query_async(&mut connection).await.unwrap();
+            redis::cmd("HGET").arg(&bucket).arg(&hash.field[..]).query_async(&mut connection).await.expect("redis");
         found = found.or(value.as_deref().and_then(Outcome::decode));
     }
     found
@@ -175,82 +175,94 @@ async fn states_and_transitions(cluster: bool) {
 
     // Free, claimed; our claim re-sent is still ours; another consumer's claim is held, not a duplicate.
     let first = dedupe.token("github", "e1");
-    assert_eq!(dedupe.claim(&first).await.unwrap(), Claim::Acquired(first.clone()));
-    assert_eq!(dedupe.claim(&first).await.unwrap(), Claim::Acquired(first.clone()), "a re-sent claim");
-    assert_eq!(dedupe.claim(&dedupe.token("github", "e1")).await.unwrap(), Claim::HeldByOther);
+    assert_eq!(dedupe.claim(&first).await.expect("redis"), Claim::Acquired(first.clone()));
+    assert_eq!(dedupe.claim(&first).await.expect("redis"), Claim::Acquired(first.clone()), "a re-sent claim");
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"), Claim::HeldByOther);
     // Renewed; released (compare-and-delete): a stranger's release takes nothing, then another claims it.
-    assert!(dedupe.renew(&first).await.unwrap());
-    dedupe.release(&dedupe.token("github", "e1")).await.unwrap();
-    assert_eq!(dedupe.claim(&dedupe.token("github", "e1")).await.unwrap(), Claim::HeldByOther, "not ours to free");
-    dedupe.release(&first).await.unwrap();
-    assert!(!dedupe.renew(&first).await.unwrap(), "released: nothing to renew");
-    let second = acquired(dedupe.claim(&dedupe.token("github", "e1")).await.unwrap());
+    assert!(dedupe.renew(&first).await.expect("redis"));
+    dedupe.release(&dedupe.token("github", "e1")).await.expect("redis");
+    assert_eq!(
+        dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"),
+        Claim::HeldByOther,
+        "not ours to free"
+    );
+    dedupe.release(&first).await.expect("redis");
+    assert!(!dedupe.renew(&first).await.expect("redis"), "released: nothing to renew");
+    let second = acquired(dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"));
     // The held claim is waited on: done, it answers done to the one waiting.
     let waiting = dedupe.token("github", "e1");
-    assert_eq!(dedupe.claim(&waiting).await.unwrap(), Claim::HeldByOther);
-    assert!(dedupe.mark_done(&second, &done(1)).await.unwrap());
-    assert!(dedupe.mark_done(&second, &done(1)).await.unwrap(), "a re-sent done: still ours");
-    assert_eq!(dedupe.claim(&waiting).await.unwrap(), Claim::AlreadyDone);
+    assert_eq!(dedupe.claim(&waiting).await.expect("redis"), Claim::HeldByOther);
+    assert!(dedupe.mark_done(&second, &done(1)).await.expect("redis"));
+    assert!(dedupe.mark_done(&second, &done(1)).await.expect("redis"), "a re-sent done: still ours");
+    assert_eq!(dedupe.claim(&waiting).await.expect("redis"), Claim::AlreadyDone);
     assert!(matches!(outcome(&config, "github", "e1").await, Some(Outcome::Processed { .. })));
     // A stranger's dead marker never replaces a done outcome.
-    dedupe.mark_dead(&dedupe.token("github", "e1"), "webhooks.dlq:0:9").await.unwrap();
-    assert_eq!(dedupe.claim(&dedupe.token("github", "e1")).await.unwrap(), Claim::AlreadyDone);
+    dedupe.mark_dead(&dedupe.token("github", "e1"), "webhooks.dlq:0:9").await.expect("redis");
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"), Claim::AlreadyDone);
     // A re-processing run has its own claim.
-    acquired(dedupe.claim(&dedupe.reprocess_token("run-1", "github", "e1")).await.unwrap());
+    acquired(dedupe.claim(&dedupe.reprocess_token("run-1", "github", "e1")).await.expect("redis"));
 
     // A lapsed lease (the owner died): another consumer claims; the late owner's done says the claim was lost,
     // and leaves the new owner's claim alone.
-    let dying = acquired(dedupe.claim(&dedupe.token("github", "e2")).await.unwrap());
+    let dying = acquired(dedupe.claim(&dedupe.token("github", "e2")).await.expect("redis"));
     tokio::time::sleep(dedupe.lease() + Duration::from_millis(300)).await;
-    let taker = acquired(dedupe.claim(&dedupe.token("github", "e2")).await.unwrap());
-    assert!(!dedupe.mark_done(&dying, &done(2)).await.unwrap(), "the lease had lapsed");
-    assert!(dedupe.renew(&taker).await.unwrap(), "the new owner's claim is still there");
-    assert!(dedupe.mark_done(&taker, &done(2)).await.unwrap());
+    let taker = acquired(dedupe.claim(&dedupe.token("github", "e2")).await.expect("redis"));
+    assert!(!dedupe.mark_done(&dying, &done(2)).await.expect("redis"), "the lease had lapsed");
+    assert!(dedupe.renew(&taker).await.expect("redis"), "the new owner's claim is still there");
+    assert!(dedupe.mark_done(&taker, &done(2)).await.expect("redis"));
 
     // Filtered: a done outcome naming the filter.
-    let filtered = acquired(dedupe.claim(&dedupe.token("github", "e3")).await.unwrap());
+    let filtered = acquired(dedupe.claim(&dedupe.token("github", "e3")).await.expect("redis"));
     let marker =
         FilteredMarker { filter: "test_mode".into(), filtered_at_ms: 1, topic: "t".into(), partition: 0, offset: 3 };
-    assert!(dedupe.mark_filtered(&filtered, &marker).await.unwrap());
-    assert_eq!(dedupe.claim(&dedupe.token("github", "e3")).await.unwrap(), Claim::AlreadyDone);
+    assert!(dedupe.mark_filtered(&filtered, &marker).await.expect("redis"));
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e3")).await.expect("redis"), Claim::AlreadyDone);
     assert!(
         matches!(outcome(&config, "github", "e3").await, Some(Outcome::Filtered { filter, .. }) if filter == "test_mode")
     );
 
     // Dead: skipped; a re-drive claims over it; released, the dead outcome is as it was; done, it is done.
-    let dying = acquired(dedupe.claim(&dedupe.token("github", "e4").recording_type(Some("push"))).await.unwrap());
-    dedupe.mark_dead(&dying, "webhooks.dlq:0:4").await.unwrap();
-    dedupe.mark_dead(&dying, "webhooks.dlq:0:4").await.unwrap(); // re-sent
-    assert_eq!(dedupe.claim(&dedupe.token("github", "e4")).await.unwrap(), Claim::DeadLettered);
+    let dying =
+        acquired(dedupe.claim(&dedupe.token("github", "e4").recording_type(Some("push"))).await.expect("redis"));
+    dedupe.mark_dead(&dying, "webhooks.dlq:0:4").await.expect("redis");
+    dedupe.mark_dead(&dying, "webhooks.dlq:0:4").await.expect("redis"); // re-sent
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e4")).await.expect("redis"), Claim::DeadLettered);
     match outcome(&config, "github", "e4").await {
         Some(Outcome::Dead { marker, .. }) => {
             assert_eq!(marker, redis_key::dead_marker("webhooks.dlq:0:4", &[redis_key::dead_marker_type("push")]));
         }
         other => panic!("expected the dead outcome, got {other:?}"),
     }
-    let redrive = acquired(dedupe.claim(&dedupe.redrive_token("github", "e4")).await.unwrap());
-    assert_eq!(dedupe.claim(&dedupe.token("github", "e4")).await.unwrap(), Claim::HeldByOther, "the re-drive runs");
-    dedupe.release(&redrive).await.unwrap();
-    assert_eq!(dedupe.claim(&dedupe.token("github", "e4")).await.unwrap(), Claim::DeadLettered);
-    let redrive = acquired(dedupe.claim(&dedupe.redrive_token("github", "e4")).await.unwrap());
-    assert!(dedupe.mark_done(&redrive, &done(4)).await.unwrap());
-    assert_eq!(dedupe.claim(&dedupe.redrive_token("github", "e4")).await.unwrap(), Claim::AlreadyDone);
+    let redrive = acquired(dedupe.claim(&dedupe.redrive_token("github", "e4")).await.expect("redis"));
+    assert_eq!(
+        dedupe.claim(&dedupe.token("github", "e4")).await.expect("redis"),
+        Claim::HeldByOther,
+        "the re-drive runs"
+    );
+    dedupe.release(&redrive).await.expect("redis");
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e4")).await.expect("redis"), Claim::DeadLettered);
+    let redrive = acquired(dedupe.claim(&dedupe.redrive_token("github", "e4")).await.expect("redis"));
+    assert!(dedupe.mark_done(&redrive, &done(4)).await.expect("redis"));
+    assert_eq!(dedupe.claim(&dedupe.redrive_token("github", "e4")).await.expect("redis"), Claim::AlreadyDone);
 
     // The remembered outcomes sit in compact buckets, which expire whole; the claim keys are gone.
     let mut connection = raw(&config).await;
     let hash = EventHash::new("github", "e1");
-    let now_s = u64::try_from(now_ms() / 1000).unwrap();
+    let now_s = u64::try_from(now_ms() / 1000).expect("redis");
     let bucket = hash.bucket_key(&config.key_prefix, "billing", dedupe_layout::write_slot(now_s));
     let encoding: String =
-        redis::cmd("OBJECT").arg("ENCODING").arg(&bucket).query_async(&mut connection).await.unwrap();
+        redis::cmd("OBJECT").arg("ENCODING").arg(&bucket).query_async(&mut connection).await.expect("redis");
     assert_eq!(encoding, "listpack");
-    let ttl_ms: i64 = redis::cmd("PTTL").arg(&bucket).query_async(&mut connection).await.unwrap();
-    assert!(ttl_ms > i64::try_from(config.dedupe_ttl_s * 1000).unwrap(), "the bucket outlives the window: {ttl_ms}");
+    let ttl_ms: i64 = redis::cmd("PTTL").arg(&bucket).query_async(&mut connection).await.expect("redis");
+    assert!(
+        ttl_ms > i64::try_from(config.dedupe_ttl_s * 1000).expect("redis"),
+        "the bucket outlives the window: {ttl_ms}"
+    );
     let claim: Option<String> = redis::cmd("GET")
         .arg(hash.claim_key(&config.key_prefix, "billing"))
         .query_async(&mut connection)
         .await
-        .unwrap();
+        .expect("redis");
     assert_eq!(claim, None, "done ends the claim");
 }
 
@@ -275,15 +287,15 @@ async fn a_source_with_a_short_window_processes_a_re_sent_event_again_after_it()
             .with_source_windows(HashMap::from([("shopify".to_owned(), 2)]));
         let marker = DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "t".into(), partition: 0, offset: 0 };
         for source in ["shopify", "github"] {
-            let token = acquired(dedupe.claim(&dedupe.token(source, "e1")).await.unwrap());
-            assert!(dedupe.mark_done(&token, &marker).await.unwrap());
-            assert_eq!(dedupe.claim(&dedupe.token(source, "e1")).await.unwrap(), Claim::AlreadyDone, "{source}");
+            let token = acquired(dedupe.claim(&dedupe.token(source, "e1")).await.expect("redis"));
+            assert!(dedupe.mark_done(&token, &marker).await.expect("redis"));
+            assert_eq!(dedupe.claim(&dedupe.token(source, "e1")).await.expect("redis"), Claim::AlreadyDone, "{source}");
         }
         // Redis's clock counts whole seconds: 3 s is past a 2 s window whatever the second the done fell in.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        acquired(dedupe.claim(&dedupe.token("shopify", "e1")).await.unwrap());
+        acquired(dedupe.claim(&dedupe.token("shopify", "e1")).await.expect("redis"));
         assert_eq!(
-            dedupe.claim(&dedupe.token("github", "e1")).await.unwrap(),
+            dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"),
             Claim::AlreadyDone,
             "the default window"
         );
@@ -303,8 +315,14 @@ async fn upgraded(config: &RedisConfig, writing: bool) -> Dedupe {
 /// Writes the previous layout's key of an event as the previous build wrote it.
 async fn write_previous(config: &RedisConfig, event_id: &str, value: &str, ttl_ms: u64) {
     let key = redis_key::dedupe(&config.key_prefix, "billing", "github", event_id);
-    let _: () =
-        redis::cmd("SET").arg(key).arg(value).arg("PX").arg(ttl_ms).query_async(&mut raw(config).await).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async(&mut raw(config).await)
+        .await
+        .expect("redis");
 }
 
 #[tokio::test]
@@ -331,16 +349,16 @@ async fn keys_of_the_previous_layout_make_the_new_one_skip_until_they_expire() {
             async move { dedupe.claim(&token).await }
         };
         let case = format!("cluster {cluster}, upgrade period {writing}");
-        assert_eq!(claim("done").await.unwrap(), Claim::AlreadyDone, "{case}");
-        assert_eq!(claim("plain").await.unwrap(), Claim::AlreadyDone, "{case}");
-        assert_eq!(claim("filtered").await.unwrap(), Claim::AlreadyDone, "{case}");
-        assert_eq!(claim("dead").await.unwrap(), Claim::DeadLettered, "{case}");
-        assert_eq!(claim("claimed").await.unwrap(), Claim::HeldByOther, "{case}");
-        acquired(claim("fresh").await.unwrap());
+        assert_eq!(claim("done").await.expect("redis"), Claim::AlreadyDone, "{case}");
+        assert_eq!(claim("plain").await.expect("redis"), Claim::AlreadyDone, "{case}");
+        assert_eq!(claim("filtered").await.expect("redis"), Claim::AlreadyDone, "{case}");
+        assert_eq!(claim("dead").await.expect("redis"), Claim::DeadLettered, "{case}");
+        assert_eq!(claim("claimed").await.expect("redis"), Claim::HeldByOther, "{case}");
+        acquired(claim("fresh").await.expect("redis"));
         // An allowlisted type the old marker does not record claims over it, and its dead marker keeps both types.
         let typed = dedupe.token("github", "dead").recording_type(Some("push")).allowlisted();
-        let over = acquired(dedupe.claim(&typed).await.unwrap());
-        dedupe.mark_dead(&over, "webhooks.dlq:0:2").await.unwrap();
+        let over = acquired(dedupe.claim(&typed).await.expect("redis"));
+        dedupe.mark_dead(&over, "webhooks.dlq:0:2").await.expect("redis");
         let both = [redis_key::dead_marker_type("bogus"), redis_key::dead_marker_type("push")];
         assert!(
             matches!(outcome(&config, "github", "dead").await, Some(Outcome::Dead { marker, .. }) if marker == redis_key::dead_marker("webhooks.dlq:0:2", &both)),
@@ -348,7 +366,7 @@ async fn keys_of_the_previous_layout_make_the_new_one_skip_until_they_expire() {
         );
         // Expired, the old key no longer counts.
         tokio::time::sleep(Duration::from_millis(1_100)).await;
-        acquired(claim("short").await.unwrap());
+        acquired(claim("short").await.expect("redis"));
     }
 }
 
@@ -370,7 +388,7 @@ impl PreviousInstance {
         for arg in args {
             invocation.arg(arg);
         }
-        invocation.invoke_async(&mut raw(&self.config).await).await.unwrap()
+        invocation.invoke_async(&mut raw(&self.config).await).await.expect("redis")
     }
 
     async fn claim(&self, id: &str) -> String {
@@ -403,38 +421,38 @@ async fn previous_protocol_beside_the_new_one(cluster: bool) {
 
     // The old instance processes an event: the new one waits for it, then skips it.
     assert_eq!(old.claim("a").await, "acquired");
-    assert_eq!(new.claim(&new.token("github", "a")).await.unwrap(), Claim::HeldByOther);
+    assert_eq!(new.claim(&new.token("github", "a")).await.expect("redis"), Claim::HeldByOther);
     assert_eq!(old.done("a").await, 1);
-    assert_eq!(new.claim(&new.token("github", "a")).await.unwrap(), Claim::AlreadyDone);
+    assert_eq!(new.claim(&new.token("github", "a")).await.expect("redis"), Claim::AlreadyDone);
 
     // The new instance processes an event: the old one waits for it, then skips it.
-    let token = acquired(new.claim(&new.token("github", "b")).await.unwrap());
+    let token = acquired(new.claim(&new.token("github", "b")).await.expect("redis"));
     assert_eq!(old.claim("b").await, "held");
-    assert!(new.renew(&token).await.unwrap());
-    assert!(new.mark_done(&token, &marker).await.unwrap());
+    assert!(new.renew(&token).await.expect("redis"));
+    assert!(new.mark_done(&token, &marker).await.expect("redis"));
     assert_eq!(old.claim("b").await, "done");
 
     // A retryable failure on the new instance gives the event to whichever claims next, the old one included; a
     // claim the new one could not take in its own layout gives the old key back.
-    let token = acquired(new.claim(&new.token("github", "c")).await.unwrap());
-    new.release(&token).await.unwrap();
+    let token = acquired(new.claim(&new.token("github", "c")).await.expect("redis"));
+    new.release(&token).await.expect("redis");
     assert_eq!(old.claim("c").await, "acquired");
-    assert_eq!(new.claim(&new.token("github", "c")).await.unwrap(), Claim::HeldByOther);
+    assert_eq!(new.claim(&new.token("github", "c")).await.expect("redis"), Claim::HeldByOther);
     assert_eq!(old.release("c").await, 1);
-    acquired(new.claim(&new.token("github", "c")).await.unwrap());
+    acquired(new.claim(&new.token("github", "c")).await.expect("redis"));
 
     // Dead letters, both ways.
     assert_eq!(old.claim("d").await, "acquired");
     assert_eq!(old.dead("d").await, 1);
-    assert_eq!(new.claim(&new.token("github", "d")).await.unwrap(), Claim::DeadLettered);
-    let token = acquired(new.claim(&new.token("github", "e")).await.unwrap());
-    new.mark_dead(&token, "webhooks.dlq:0:6").await.unwrap();
+    assert_eq!(new.claim(&new.token("github", "d")).await.expect("redis"), Claim::DeadLettered);
+    let token = acquired(new.claim(&new.token("github", "e")).await.expect("redis"));
+    new.mark_dead(&token, "webhooks.dlq:0:6").await.expect("redis");
     assert_eq!(old.claim("e").await, "dead");
 
     // Filtered by the new one: a done to the old one.
-    let token = acquired(new.claim(&new.token("github", "f")).await.unwrap());
+    let token = acquired(new.claim(&new.token("github", "f")).await.expect("redis"));
     let filtered = FilteredMarker { filter: "x".into(), filtered_at_ms: 1, topic: "t".into(), partition: 0, offset: 7 };
-    assert!(new.mark_filtered(&token, &filtered).await.unwrap());
+    assert!(new.mark_filtered(&token, &filtered).await.expect("redis"));
     assert_eq!(old.claim("f").await, "done");
 }
 
@@ -451,9 +469,9 @@ async fn the_previous_protocol_beside_the_new_one_on_a_redis_cluster() {
 
 /// `INFO` field `name` of a Redis, as a number.
 async fn info_number(connection: &mut RedisConnection, section: &str, name: &str) -> f64 {
-    let info: String = redis::cmd("INFO").arg(section).query_async(connection).await.unwrap();
+    let info: String = redis::cmd("INFO").arg(section).query_async(connection).await.expect("redis");
     let line = info.lines().find_map(|line| line.strip_prefix(&format!("{name}:"))).unwrap_or_else(|| panic!("{name}"));
-    line.trim().parse().unwrap()
+    line.trim().parse().expect("redis")
 }
 
 /// Redis `used_memory` and CPU (user + sys, s) now.
@@ -474,7 +492,7 @@ async fn memory_and_cpu(connection: &mut RedisConnection) -> (f64, f64) {
 async fn bytes_per_remembered_event() {
     use futures_util::StreamExt;
     let url = std::env::var("DEDUPE_BYTES_REDIS").expect("DEDUPE_BYTES_REDIS: a Redis this measurement may flush");
-    let events: usize = std::env::var("DEDUPE_BYTES_EVENTS").map_or(1_000_000, |n| n.parse().unwrap());
+    let events: usize = std::env::var("DEDUPE_BYTES_EVENTS").map_or(1_000_000, |n| n.parse().expect("redis"));
     let config = RedisConfig {
         url,
         key_prefix: "hookline:dedupe".to_owned(),
@@ -494,7 +512,7 @@ async fn bytes_per_remembered_event() {
     println!("| layout | events | used_memory growth | bytes per event | Redis CPU per event (claim + done) |");
     println!("|---|---|---|---|---|");
     for layout in ["previous (one key per event)", "bucketed"] {
-        let _: () = redis::cmd("FLUSHALL").arg("SYNC").query_async(&mut connection).await.unwrap();
+        let _: () = redis::cmd("FLUSHALL").arg("SYNC").query_async(&mut connection).await.expect("redis");
         let dedupe = Dedupe::connect(&config, "billing").await.expect("redis");
         let previous = PreviousInstance { config: config.clone(), token: "claim:9b2e4c1a-previous".to_owned() };
         let previous_connection = raw(&config).await;
@@ -505,8 +523,8 @@ async fn bytes_per_remembered_event() {
                 let (dedupe, previous, mut previous_connection) = (&dedupe, &previous, previous_connection.clone());
                 async move {
                     if layout == "bucketed" {
-                        let token = acquired(dedupe.claim(&dedupe.token("github", &id(n))).await.unwrap());
-                        assert!(dedupe.mark_done(&token, &marker(n)).await.unwrap());
+                        let token = acquired(dedupe.claim(&dedupe.token("github", &id(n))).await.expect("redis"));
+                        assert!(dedupe.mark_done(&token, &marker(n)).await.expect("redis"));
                     } else {
                         let key = redis_key::dedupe("hookline:dedupe", "billing", "github", &id(n));
                         let claim: String = redis::Script::new(previous_layout::CLAIM_SCRIPT)
@@ -518,7 +536,7 @@ async fn bytes_per_remembered_event() {
                             .arg("")
                             .invoke_async(&mut previous_connection)
                             .await
-                            .unwrap();
+                            .expect("redis");
                         assert_eq!(claim, "acquired");
                         let done: i64 = redis::Script::new(previous_layout::DONE_SCRIPT)
                             .key(&key)
@@ -527,7 +545,7 @@ async fn bytes_per_remembered_event() {
                             .arg(previous.config.dedupe_ttl_s * 1000)
                             .invoke_async(&mut previous_connection)
                             .await
-                            .unwrap();
+                            .expect("redis");
                         assert_eq!(done, 1);
                     }
                 }

@@ -386,7 +386,8 @@ async fn every_dedupe_script_takes_the_done_outcome() {
     assert_eq!(dedupe.claim(&dedupe.token("github", "evt_1")).await.expect("claim"), Claim::AlreadyDone);
     assert_eq!(dedupe.claim(&dedupe.redrive_token("github", "evt_1")).await.expect("claim"), Claim::AlreadyDone);
     dedupe.mark_dead(&dedupe.token("github", "evt_1"), "webhooks.dlq:0:1").await.expect("dead");
-    let outcome = hookline_tests::dedupe_outcome(&mut connection, &redis.key_prefix, "billing", "github", "evt_1").await;
+    let outcome =
+        hookline_tests::dedupe_outcome(&mut connection, &redis.key_prefix, "billing", "github", "evt_1").await;
     assert!(matches!(outcome, Some((Outcome::Processed { .. }, _))), "a dead marker never replaces a done one");
     let state = hookline_dlq_replayer::lookup::dedupe_state(
         &hookline_common::redis_connection::RedisConnection::connect(&redis).await.expect("connect"),
