@@ -212,7 +212,8 @@ async fn lookup_finds_an_event_waiting_in_its_services_retry_topic() {
     stack.post_accepted(&delivery).await;
     eventually(Duration::from_secs(30), "the event waits in the retry topic", || async {
         let answer = look_up(&stack, &delivery.delivery_id).await;
-        !service(&answer, &service_name).retry.waiting.is_empty()
+        // The group shows among the brokers' groups once it has joined: until then no service is found.
+        answer.services.iter().any(|s| s.service == service_name && !s.retry.waiting.is_empty())
     })
     .await;
     let answer = look_up(&stack, &delivery.delivery_id).await;
@@ -296,7 +297,9 @@ async fn lookup_follows_a_dead_letter_through_its_replay_and_the_replays_outcome
 }
 
 #[tokio::test]
-async fn a_plain_done_marker_of_an_earlier_consumer_is_still_a_duplicate_and_lookup_reads_it() {
+/// (That a fresh service ignores the previous layout's keys, and an upgraded one honours them:
+/// `tests/tests/dedupe_together.rs`. Here the service is fresh, so the plain `done` is lookup's to read only.)
+async fn a_plain_done_marker_of_an_earlier_consumer_is_read_by_lookup() {
     let stack = TestStack::builder().consumer().build().await;
     let service_name = stack.consumer_config.service_name().to_owned();
     let delivery = Delivery::new(br#"{"action":"reopened"}"#.to_vec());
@@ -311,12 +314,6 @@ async fn a_plain_done_marker_of_an_earlier_consumer_is_still_a_duplicate_and_loo
         .query_async(&mut connection)
         .await
         .expect("SET");
-    stack.post_accepted(&delivery).await;
-    eventually(Duration::from_secs(30), "skipped as a duplicate", || async {
-        stack.consumer_events("duplicate").await >= 1
-    })
-    .await;
-    assert_eq!(stack.handler.attempts(&delivery.delivery_id), 0, "never handled");
     let answer = look_up(&stack, &delivery.delivery_id).await;
     assert!(matches!(service(&answer, &service_name).dedupe, DedupeState::Processed { position: None, .. }));
     assert!(answer.accepted.is_none(), "a plain marker names no record to read");
@@ -346,10 +343,14 @@ async fn with_trace_lookup_reads_the_trace_id_of_the_records_traceparent() {
     let headers = headers
         .insert(Header { key: header::EVENT_ID, value: Some(traced_id.as_str()) })
         .insert(Header { key: "traceparent", value: Some(traceparent.as_str()) });
+    // Poison, so its DLQ entry names the record (a processed event's outcome keeps no position: docs/dedupe.md).
+    stack.handler.poison(&traced_id);
     stack.produce_raw(0, "traced", headers, original.payload().unwrap_or_default()).await;
-    stack.wait_until_handled(2).await;
+    eventually(Duration::from_secs(30), "the traced copy dead-lettered", || async {
+        matches!(service(&look_up(&stack, &traced_id).await, &service_name).dedupe, DedupeState::DeadLettered { .. })
+    })
+    .await;
     let answer = look_up(&stack, &traced_id).await;
-    assert!(matches!(service(&answer, &service_name).dedupe, DedupeState::Processed { .. }), "{answer:#?}");
     assert_eq!(answer.accepted.as_ref().and_then(|a| a.trace_id.as_deref()), Some(trace_id));
     let text = render_text(&answer, true).join("\n");
     assert!(text.contains(&format!("trace: {trace_id}")), "{text}");
