@@ -25,9 +25,11 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
+mod linger;
 mod slots;
 
 use self::slots::{Admission, ConnectionSlots};
+pub use self::slots::{MAX_REFUSALS, REFUSAL_TIME};
 
 pub type Body = Full<Bytes>;
 
@@ -36,10 +38,10 @@ pub type Body = Full<Bytes>;
 /// A connection costs a file descriptor and a task whatever it sends, so none lives without doing work: a
 /// connection that has not started a request within `header_read_timeout` of opening (this covers the HTTP/1.1 vs
 /// HTTP/2 detection, which has no timer of its own) or for `idle_timeout` since its last request ended is closed;
-/// HTTP/2 peers that stop answering keep-alive pings are closed; connections past `max_connections` are closed as
-/// soon as they are accepted, and those past `max_connections_per_peer` from one peer are answered a minimal
-/// `503` with `Retry-After` and `Connection: close` (a bounded number at once, see [`slots`]) while the listener
-/// has room, or closed too.
+/// HTTP/2 peers that stop answering keep-alive pings are closed; connections past `max_connections` or past
+/// `max_connections_per_peer` from one peer are answered a minimal `503` with `Retry-After` and
+/// `Connection: close` (at most [`MAX_REFUSALS`] at once, see [`slots`]). Every connection is closed the
+/// lingering way ([`linger`]), so a client answered before its body was read reads the answer, not a reset.
 #[derive(Debug, Clone, Copy)]
 pub struct ServeLimits {
     /// A client that has not sent its request head by then is disconnected (slow-loris defence); also the time a
@@ -118,6 +120,23 @@ pub fn open_files_limit() -> Option<usize> {
     line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
 }
 
+/// The accept queue a public listener asks for (the kernel caps it at `net.core.somaxconn`, 4096 by default since
+/// Linux 5.4). A burst of connections beyond the queue is not ours to answer: with SYN cookies on, the kernel resets
+/// connections it could not queue once their clients send, before any `503` can be written. Tokio's
+/// `TcpListener::bind` asks for 1024, which a provider's burst of 2,000 deliveries overflowed.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `address` (the first it resolves to) with an accept queue of [`LISTEN_BACKLOG`].
+pub async fn bind(address: &str) -> std::io::Result<TcpListener> {
+    let resolved = tokio::net::lookup_host(address).await?.next().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("`{address}` resolves to no address"))
+    })?;
+    let socket = if resolved.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(resolved)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serves `handler` on `listener` until `shutdown` is cancelled; then keeps serving for `limits.drain_grace`,
 /// answering every HTTP/1 request with `Connection: close` (so a client leaves a kept-alive connection after its
 /// answer, instead of sending its next request into a connection being closed: a reset and no answer), then
@@ -168,14 +187,14 @@ where
         };
         let slot = match slots.take(peer.ip()) {
             Admission::Serve(slot) => slot,
-            // Over its peer's cap while the listener has room: a minimal 503 with Retry-After, so a provider that
-            // opened too many connections retries later instead of seeing a reset.
-            Admission::Refuse(refusal) => {
+            // Over its peer's cap, or the listener full: a minimal 503 with Retry-After, so a provider that opened
+            // too many connections retries later instead of seeing a reset. When MAX_REFUSALS are in progress this
+            // waits for one to end (at most REFUSAL_TIME), new connections waiting in the accept queue meanwhile.
+            Admission::Refuse => {
+                let refusal = slots.refusal().await;
                 connections.spawn(refusal.answer(stream));
                 continue;
             }
-            // The listener full, or too many refusals at once: closed at once, costing nothing further.
-            Admission::Close => continue,
         };
         let activity = Arc::new(Activity::new());
         let handler = handler.clone();
@@ -206,41 +225,51 @@ where
                 Ok::<_, Infallible>(response)
             }
         });
+        // hyper hands the stream back when it is done, to be closed the lingering way: hyper closes a connection
+        // whose request body it did not read (an answer decided from the head) at once, which would reset it.
+        let (stream, returned) = linger::Returning::new(stream);
         let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
         let shutdown = closing.clone();
         connections.spawn(async move {
             let _slot = slot;
-            let mut connection = std::pin::pin!(connection);
-            let mut close_by: Option<tokio::time::Instant> = None;
-            loop {
-                let idle_check = activity.next_check(limits.header_read_timeout, limits.idle_timeout);
-                tokio::select! {
-                    result = connection.as_mut() => {
-                        if let Err(error) = result {
-                            tracing::debug!(error = %error, "connection ended with an error");
+            {
+                let mut connection = std::pin::pin!(connection);
+                let mut close_by: Option<tokio::time::Instant> = None;
+                loop {
+                    let idle_check = activity.next_check(limits.header_read_timeout, limits.idle_timeout);
+                    tokio::select! {
+                        result = connection.as_mut() => {
+                            if let Err(error) = result {
+                                tracing::debug!(error = %error, "connection ended with an error");
+                            }
+                            break;
                         }
-                        return;
-                    }
-                    () = shutdown.cancelled(), if close_by.is_none() => {
-                        connection.as_mut().graceful_shutdown();
-                        close_by = Some(tokio::time::Instant::now() + limits.drain_deadline);
-                    }
-                    () = tokio::time::sleep_until(idle_check), if close_by.is_none() => {
-                        if activity.is_idle(limits.header_read_timeout, limits.idle_timeout) {
+                        () = shutdown.cancelled(), if close_by.is_none() => {
                             connection.as_mut().graceful_shutdown();
-                            close_by = Some(tokio::time::Instant::now() + IDLE_CLOSE_GRACE);
+                            close_by = Some(tokio::time::Instant::now() + limits.drain_deadline);
                         }
+                        () = tokio::time::sleep_until(idle_check), if close_by.is_none() => {
+                            if activity.is_idle(limits.header_read_timeout, limits.idle_timeout) {
+                                connection.as_mut().graceful_shutdown();
+                                close_by = Some(tokio::time::Instant::now() + IDLE_CLOSE_GRACE);
+                            }
+                        }
+                        () = sleep_until_some(close_by) => break,
                     }
-                    () = sleep_until_some(close_by) => return,
                 }
+                // The connection is dropped here, and with it hyper's hold on the stream.
+            }
+            if let Ok(stream) = returned.await {
+                linger::close(stream, linger::SERVED).await;
             }
         });
     }
     drop(listener);
     closing.cancel();
     connections.close();
-    // Each connection enforces the drain deadline itself; the margin only covers their last steps.
-    if tokio::time::timeout(limits.drain_deadline + Duration::from_secs(1), connections.wait()).await.is_err() {
+    // Each connection enforces the drain deadline itself, then lingers; the margin covers their last steps.
+    let wait = limits.drain_deadline + linger::SERVED.max_time + Duration::from_secs(1);
+    if tokio::time::timeout(wait, connections.wait()).await.is_err() {
         tracing::warn!(deadline_s = limits.drain_deadline.as_secs(), "drain deadline passed with requests in flight");
     }
 }

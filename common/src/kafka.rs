@@ -307,7 +307,9 @@ pub fn offset_ranges_for_times<C: ConsumerContext>(
 
 /// Calls `visit` with every record of `topic` up to each partition's high watermark at the moment of the call
 /// (in offset order within a partition), without keeping them: for topics too large to hold in memory.
-/// Reads by assignment: joins no group and commits nothing. Blocking: call off the runtime.
+/// Reads by assignment: joins no group and commits nothing. Blocking: call off the runtime. `timeout` bounds each
+/// metadata call and each wait for the next record, not the whole read: a topic that holds many records (a flood
+/// of junk) is read to its end as long as records keep arriving.
 pub fn visit_topic(
     kafka: &KafkaConfig,
     topic: &str,
@@ -331,13 +333,14 @@ pub fn visit_topic(
         return Ok(());
     }
     consumer.assign(&assignment)?;
-    let deadline = Instant::now() + timeout;
+    let mut deadline = Instant::now() + timeout;
     while !last_offsets.is_empty() {
         if Instant::now() >= deadline {
             return Err(KafkaError::NoMessageReceived);
         }
         let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
         let message = message?;
+        deadline = Instant::now() + timeout;
         let Some(&last) = last_offsets.get(&message.partition()) else { continue };
         if message.offset() <= last {
             visit(&message);

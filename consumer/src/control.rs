@@ -5,16 +5,22 @@
 //!
 //! A control record is applied only when its record MAC verifies with one of the service's keys (an unsigned one
 //! never, whatever the upgrade window for unsigned inbound records): whoever may write the topic without holding
-//! a record key cannot pause or resume a route. What is refused is counted
-//! (`hookline_consumer_control_records_refused_total`) and logged, never applied.
+//! a record key cannot pause or resume a route, and one signed with the gateway's inbound-only key is refused
+//! whatever its headers. What is refused is counted (`hookline_consumer_control_records_refused_total`) and logged
+//! (one line per [`REFUSAL_LOG_INTERVAL`] at most, with the count since: a flood of junk costs no log line each,
+//! so reading it stays fast), never applied.
+//!
+//! Freshness ([`PauseBook`]): a route's record is applied only when its `at_ms` is later than the state held, so a
+//! signed record written again later (an old `resume` replayed) is refused as `stale`; a tombstone is refused as
+//! unsigned and the pause it follows stays held (the replayer writes the pause again so that compaction keeps it).
 
 use std::time::Duration;
 
 use hookline_common::{
     config::KafkaConfig,
-    control::{RoutePause, ensure_control_topic},
+    control::{PauseBook, Read, RoutePause, ensure_control_topic},
     kafka::{QuietContext, assignment_reader_config, partitions_of},
-    record_auth::{RecordKeys, Verdict},
+    record_auth::{RecordKeys, RecordKind, Verdict},
     wire::now_ms,
 };
 use rdkafka::{
@@ -31,6 +37,34 @@ const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// How long to wait before asking again for a control topic that cannot be read.
 const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often at most a refused control record is logged (with the count since the last line).
+pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The refused records' log: one line per interval at most.
+#[derive(Default)]
+struct RefusalLog {
+    last: Option<std::time::Instant>,
+    since_last_line: u64,
+}
+
+impl RefusalLog {
+    fn refused(&mut self, partition: i32, offset: i64, reason: &str, outcome: &str) {
+        self.since_last_line += 1;
+        if self.last.is_some_and(|at| at.elapsed() < REFUSAL_LOG_INTERVAL) {
+            return;
+        }
+        tracing::error!(
+            partition,
+            offset,
+            reason,
+            outcome,
+            refused_since_last_line = self.since_last_line,
+            "control record refused (its MAC does not verify with this service's keys as a control record, it is \
+             not understood, or it is older than the route's state); not applied"
+        );
+        *self = Self { last: Some(std::time::Instant::now()), since_last_line: 0 };
+    }
+}
 
 /// Follows the control topic until `shutdown`, calling `apply` with each authentic route pause addressed to
 /// `service`, in the topic's order (the latest record of a route is its state). Blocking: run it on its own
@@ -88,6 +122,9 @@ fn follow_once(
         }
     }
     consumer.assign(&assignment)?;
+    // Read anew on each (re)connection: the topic from its start gives every route's state.
+    let mut book = PauseBook::default();
+    let mut log = RefusalLog::default();
     while !shutdown.is_cancelled() {
         if behind.is_empty()
             && let Some(caught_up) = caught_up.take()
@@ -117,29 +154,32 @@ fn follow_once(
             }
         };
         behind.retain(|&(partition, end)| partition != message.partition() || message.offset() + 1 < end);
-        let verdict = keys.verify(topic, message.key(), message.payload(), message.headers(), now_ms());
+        let (partition, offset) = (message.partition(), message.offset());
+        let key = message.key().unwrap_or_default();
+        let now = now_ms();
+        let verdict =
+            keys.verify_as(RecordKind::Control, topic, message.key(), message.payload(), message.headers(), now);
         if !matches!(verdict, Verdict::Authentic { .. }) {
+            // A tombstone lands here too (no MAC): the state it would erase after compaction stays held.
+            book.read(key, None, now);
             metrics.control_refused.with_label_values(&["unauthenticated"]).inc();
-            tracing::error!(
-                partition = message.partition(),
-                offset = message.offset(),
-                outcome = verdict.label(),
-                "control record refused: its MAC does not verify with this service's keys; not applied"
-            );
+            log.refused(partition, offset, "unauthenticated", verdict.label());
             continue;
         }
-        let Some(pause) = RoutePause::decode(message.key().unwrap_or_default(), message.payload().unwrap_or_default())
-        else {
+        let Some(pause) = RoutePause::decode(key, message.payload().unwrap_or_default()) else {
+            book.read(key, None, now);
             metrics.control_refused.with_label_values(&["malformed"]).inc();
-            tracing::warn!(
-                partition = message.partition(),
-                offset = message.offset(),
-                "control record not understood; not applied"
-            );
+            log.refused(partition, offset, "malformed", verdict.label());
             continue;
         };
-        if pause.service == service {
-            apply(pause);
+        let ours = pause.service == service;
+        match book.read(key, Some(pause), now) {
+            Read::Applied(pause) if ours => apply(pause),
+            Read::Stale if ours => {
+                metrics.control_refused.with_label_values(&["stale"]).inc();
+                log.refused(partition, offset, "stale", verdict.label());
+            }
+            Read::Applied(_) | Read::Stale | Read::Again | Read::Ignored => {}
         }
     }
     Ok(())

@@ -105,12 +105,14 @@ impl Intake {
         let admitted = if service::addressed_elsewhere(fetched.headers(), &self.service) {
             // Its source label only from a record whose MAC verifies: anyone who can write the topic could
             // otherwise grow the label set without bound.
-            let source = service::passed_source_label(fetched.headers(), &self.pipeline.authenticate(&fetched));
+            let verdict = self.pipeline.authenticate(&fetched, self.topics.record_kind(fetched.topic()));
+            let source = service::passed_source_label(fetched.headers(), &verdict);
             self.metrics.events.with_label_values(&[&source, metrics::event_outcome::OTHER_SERVICE]).inc();
             None
         } else {
             // The MAC is checked once, here; the record carries the verdict to the pipeline.
-            let record = Record::parse(fetched, |fetched| self.pipeline.authenticate(fetched));
+            let kind = self.topics.record_kind(fetched.topic());
+            let record = Record::parse(fetched, |fetched| self.pipeline.authenticate(fetched, kind));
             let admission = admission_of(&record, &self.topics);
             Some((Box::new(record), admission))
         };

@@ -21,7 +21,7 @@ use std::time::Duration;
 use hookline_common::{
     config::KafkaConfig,
     kafka::admin_config,
-    record_auth::Verdict,
+    record_auth::{RecordKind, Verdict},
     wire::{header, header_str},
 };
 use rdkafka::{
@@ -56,6 +56,12 @@ impl ServiceTopics {
         topics.extend(self.shared_retry.as_deref());
         topics.extend(self.sources.iter().map(String::as_str));
         topics
+    }
+
+    /// What the records of `topic` are, for their MAC check: a retry topic's are retries (an inbound-only key
+    /// never signs one), the others inbound.
+    pub fn record_kind(&self, topic: &str) -> RecordKind {
+        if self.is_retry(topic) { RecordKind::Retry } else { RecordKind::Inbound }
     }
 
     /// Whether records of `topic` are retry records (they wait for their due time).

@@ -1,6 +1,6 @@
 //! The HTTP admin API: the CLI's operations with the same semantics, under `/v1/`, behind a bearer token
-//! (compared in constant time; wrong ones go through the console login's throttle, per address, and are counted
-//! and logged). `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
+//! (compared in constant time, always accepted when right; wrong ones go through the console login's throttle, per
+//! address, and are counted and logged). `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
 //!
 //! - `GET  /v1/entries?source=&service=&event_type=&error_class=&status=&since=&until=&text=&cursor=&limit=` —
 //!   one page (`{"entries": [...], "next_cursor": "...", "total_matching": n}`), in stable (partition, offset) order;
@@ -117,23 +117,25 @@ pub(crate) async fn not_found() -> Response {
     error(StatusCode::NOT_FOUND, "not_found", "no such API route")
 }
 
-/// The bearer token check in front of every `/v1/` path (other paths pass untouched). Wrong tokens go through the
-/// console login's throttle: an address that keeps guessing is refused for a while without its token being looked
-/// at, counted and logged.
+/// The bearer token check in front of every `/v1/` path (other paths pass untouched). The right token always
+/// passes; wrong ones go through the console login's throttle: counted, logged, and answered 429 once an address
+/// keeps guessing.
 pub(crate) async fn guard(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
     if !request.uri().path().starts_with("/v1/") {
         return next.run(request).await;
     }
     let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0.ip());
-    if !api.console.logins.admits(peer, Instant::now()) {
-        let mut response =
-            error(StatusCode::TOO_MANY_REQUESTS, "too_many_wrong_tokens", "too many wrong tokens from this address");
-        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
-        return response;
-    }
     if !authorized(&api, request.headers()) {
-        api.console.logins.failed("api", peer, Instant::now());
         api.metrics.auth_failures.with_label_values(&["api"]).inc();
+        if api.console.logins.failed("api", peer, Instant::now()) {
+            let mut response = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_wrong_tokens",
+                "too many wrong tokens from this address",
+            );
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
+            return response;
+        }
         let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required");
         response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
         return response;
@@ -283,6 +285,15 @@ fn op_error(op_error: OpError) -> Response {
             let mut response =
                 error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "the dead-letter index is still being built");
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            response
+        }
+        OpError::Index(index_error) => {
+            tracing::error!(error = %index_error, cause = ?std::error::Error::source(&index_error), "the dead-letter index could not be read");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "index_unavailable", "the dead-letter index could not be read")
+        }
+        OpError::Busy => {
+            let mut response = error(StatusCode::TOO_MANY_REQUESTS, "busy", &op_error.to_string());
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
             response
         }
         OpError::Redis(redis_error) => {

@@ -34,6 +34,34 @@ pub struct ReplayerConfig {
     pub events: EventsConfig,
     /// The console overview's flow of the last hour: what `serve` samples, and from where.
     pub flow: FlowConfig,
+    /// The dead-letter index's memory budget, and where the entries past it go.
+    pub index: IndexConfig,
+}
+
+/// The index of dead-letter entries (`serve`, and every CLI command that builds one): what it may hold in memory.
+/// Past `memory_budget_mb` the oldest entries move to a file in `spill_dir` (deleted as soon as it is made: it
+/// lives as long as the process), about 200 bytes per entry there, and the index's memory stops growing with the
+/// number of dead letters. See docs/operations.md, "Memory".
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IndexConfig {
+    /// The index's heap (entries in memory, their event ids and error messages, the interned strings), counted
+    /// from its structures: about 200 bytes per entry, so the default holds about 1.3 million entries in memory.
+    pub memory_budget_mb: u64,
+    /// Where the spill file is made. Empty: the system's temporary directory (`TMPDIR`, else `/tmp`).
+    pub spill_dir: String,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        Self { memory_budget_mb: 256, spill_dir: String::new() }
+    }
+}
+
+impl IndexConfig {
+    pub fn spill_dir(&self) -> std::path::PathBuf {
+        if self.spill_dir.is_empty() { std::env::temp_dir() } else { std::path::PathBuf::from(&self.spill_dir) }
+    }
 }
 
 /// What the console overview's flow samples: the gateways of `[gateways] admin_urls` (their `/metrics`), and the
@@ -166,6 +194,7 @@ impl Default for ReplayerConfig {
             lookup: LookupConfig::default(),
             events: EventsConfig::default(),
             flow: FlowConfig::default(),
+            index: IndexConfig::default(),
         }
     }
 }
@@ -197,6 +226,11 @@ impl ReplayerConfig {
             redis.validate(&mut problems);
         }
         problems.check(config.flow.sample_interval_s >= 1, "flow.sample_interval_s must be at least 1");
+        problems.check(config.index.memory_budget_mb >= 1, "index.memory_budget_mb must be at least 1");
+        problems.check(
+            config.index.spill_dir().is_dir(),
+            "index.spill_dir must be a directory (the replayer writes its index past the memory budget there)",
+        );
         for (position, service) in config.flow.services.iter().enumerate() {
             problems.check(!service.name.is_empty(), "flow.services: every service has a name");
             if config.flow.services[..position].iter().any(|earlier| earlier.name == service.name) {
@@ -271,6 +305,7 @@ mod tests {
         let kafka = KafkaConfig { brokers: defaults.kafka.brokers.clone(), ..config.kafka.clone() };
         assert_eq!(format!("{kafka:?}"), format!("{:?}", defaults.kafka), "[kafka] of the example is not the defaults");
         assert_eq!(format!("{:?}", config.events), format!("{:?}", defaults.events), "[events] of the example");
+        assert_eq!(format!("{:?}", config.index), format!("{:?}", defaults.index), "[index] of the example");
         let token = config.api_token.expect("the example sets api_token");
         assert_eq!((token.env.as_deref(), token.file), (Some("HOOKLINE_REPLAYER_TOKEN"), None));
     }

@@ -16,7 +16,7 @@ pub struct Filter {
     pub event_type: Option<String>,
     /// `poison` or `retryable_exhausted`.
     pub error_class: Option<String>,
-    /// `new`, `replayed`, `replay_overdue`, `replay_failed`, `succeeded`, `failed_again`, `discarded`.
+    /// `new`, `replayed`, `replay_overdue`, `replay_failed`, `succeeded`, `failed_again`, `discarded`, `unverified`.
     pub status: Option<String>,
     /// Last failure at or after this time: ms since the epoch, an RFC 3339 time, or an age such as `2h`.
     pub since: Option<String>,

@@ -116,6 +116,8 @@ pub async fn serve_api(
     });
     let tasks = TaskTracker::new();
     tasks.spawn(flow.run(shutdown.child_token()));
+    // Route states a replayed or tombstoned record shadows are written again before compaction can delete them.
+    tasks.spawn(replayer.clone().keep_pauses(shutdown.child_token()));
     let router = app::router(api);
     let handler = move |request: Request<Incoming>| app::serve_on(router.clone(), request);
     tasks.spawn(serve(admin, handler, ServeLimits::default(), shutdown.child_token()));

@@ -38,7 +38,7 @@ struct FilterArgs {
     /// `poison` or `retryable_exhausted`.
     #[arg(long)]
     error_class: Option<String>,
-    /// `new`, `replayed`, `replay_overdue`, `replay_failed`, `succeeded`, `failed_again` or `discarded`.
+    /// `new`, `replayed`, `replay_overdue`, `replay_failed`, `succeeded`, `failed_again`, `discarded` or `unverified`.
     #[arg(long)]
     status: Option<String>,
     /// Failed at or after: ms since the epoch, an RFC 3339 time, or an age such as `2h`.

@@ -12,8 +12,17 @@ pub struct Metrics {
     /// `hookline_dlq_oldest_untriaged_age_seconds{source,service}`: how long ago the oldest entry nobody has dealt with
     /// (`new`, `replay_failed`, `replay_overdue`) became a dead letter; absent for a (source, service) with none.
     pub oldest_untriaged_age_seconds: IntGaugeVec,
+    /// `hookline_dlq_oldest_by_reference_age_seconds{source,service}`: how long ago the event of the oldest
+    /// unresolved dead letter *by reference* first failed. Its body is only at its original position and expires
+    /// with that topic's retention (the inbound topic's 7 days by default): `HooklineDLQBodyExpiring` fires before.
+    pub oldest_by_reference_age_seconds: IntGaugeVec,
     /// `hookline_dlq_index_entries`: entries the replayer's index holds.
     pub index_entries: IntGauge,
+    /// `hookline_dlq_index_unverified_entries`: entries whose DLQ record's MAC did not verify (a writer without the
+    /// record key): indexed with none of their strings, listed as `unverified`, never untriaged.
+    pub index_unverified_entries: IntGauge,
+    /// `hookline_dlq_index_string_bytes`: the bytes of the strings the index interns (each cut to 2 KiB).
+    pub index_string_bytes: IntGauge,
     /// `hookline_dlq_replays_total`: entries re-driven through the API.
     pub replays: IntCounter,
     /// `hookline_dlq_discards_total`: entries discarded through the API.
@@ -48,7 +57,23 @@ impl Metrics {
                 ),
                 &["source", "service"],
             )?,
+            oldest_by_reference_age_seconds: IntGaugeVec::new(
+                Opts::new(
+                    "hookline_dlq_oldest_by_reference_age_seconds",
+                    "Age of the event of the oldest unresolved dead letter by reference (its body expires with the \
+                     original topic's retention), per source and service.",
+                ),
+                &["source", "service"],
+            )?,
             index_entries: IntGauge::new("hookline_dlq_index_entries", "Entries in the replayer's index.")?,
+            index_unverified_entries: IntGauge::new(
+                "hookline_dlq_index_unverified_entries",
+                "Entries whose dead-letter record's MAC did not verify: indexed without their strings, never untriaged.",
+            )?,
+            index_string_bytes: IntGauge::new(
+                "hookline_dlq_index_string_bytes",
+                "Bytes of the strings the replayer's index interns (each cut to 2 KiB).",
+            )?,
             replays: IntCounter::new("hookline_dlq_replays_total", "Entries re-driven through the admin API.")?,
             discards: IntCounter::new("hookline_dlq_discards_total", "Entries discarded through the admin API.")?,
             record_auth: IntCounterVec::new(
@@ -84,7 +109,10 @@ impl Metrics {
         vec![
             Box::new(self.entries.clone()),
             Box::new(self.oldest_untriaged_age_seconds.clone()),
+            Box::new(self.oldest_by_reference_age_seconds.clone()),
             Box::new(self.index_entries.clone()),
+            Box::new(self.index_unverified_entries.clone()),
+            Box::new(self.index_string_bytes.clone()),
             Box::new(self.replays.clone()),
             Box::new(self.discards.clone()),
             Box::new(self.record_auth.clone()),
@@ -101,7 +129,13 @@ impl Metrics {
 
     /// Sets the gauges from the index (a scan of its metadata; no Kafka read).
     pub fn refresh(&self, index: &Index, now_ms: i64) {
-        let gauges = index.gauges();
+        let gauges = match index.gauges() {
+            Ok(gauges) => gauges,
+            Err(error) => {
+                tracing::error!(error = %error, "the dead-letter gauges could not be counted");
+                return;
+            }
+        };
         self.entries.reset();
         for ((status, source, service, class), n) in gauges.counts {
             self.entries
@@ -113,7 +147,14 @@ impl Metrics {
             let age_s = (now_ms - seen.oldest_at_ms).max(0) / 1000;
             self.oldest_untriaged_age_seconds.with_label_values(&[source.as_str(), service.as_str()]).set(age_s);
         }
+        self.oldest_by_reference_age_seconds.reset();
+        for ((source, service), seen) in gauges.by_reference {
+            let age_s = (now_ms - seen.oldest_at_ms).max(0) / 1000;
+            self.oldest_by_reference_age_seconds.with_label_values(&[source.as_str(), service.as_str()]).set(age_s);
+        }
         self.index_entries.set(index.len() as i64);
+        self.index_unverified_entries.set(index.unverified_len() as i64);
+        self.index_string_bytes.set(index.string_bytes().0 as i64);
         let counts = index.status_counts();
         for (outcome, count) in counts.auth() {
             let counter = self.record_auth.with_label_values(&[outcome]);
@@ -138,14 +179,17 @@ mod tests {
         let metrics = Metrics::register(&registry).unwrap();
         metrics.entries.with_label_values(&["new", "s", "billing", "poison"]).set(1);
         metrics.oldest_untriaged_age_seconds.with_label_values(&["s", "billing"]).set(1);
+        metrics.oldest_by_reference_age_seconds.with_label_values(&["s", "billing"]).set(1);
         metrics.index_entries.set(1);
+        metrics.index_unverified_entries.set(1);
+        metrics.index_string_bytes.set(1);
         metrics.replays.inc();
         metrics.discards.inc();
         metrics.record_auth.with_label_values(&["bad_mac"]).inc();
         metrics.status_records_dropped.with_label_values(&["no_such_entry"]).inc();
         metrics.auth_failures.with_label_values(&["api"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 8);
+        assert_eq!(described.len(), 11);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

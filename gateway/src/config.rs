@@ -30,6 +30,10 @@ pub struct GatewayConfig {
     /// source secrets). Without one, only loopback callers (`kubectl exec`, `kubectl port-forward`, the host
     /// itself) may reload; SIGHUP always works.
     pub reload_token: Option<SecretRef>,
+    /// Bearer token `GET /admin/rejections` accepts (read-only: it does not authorise a reload), for the replayer's
+    /// Rejections page (its `gateways.token`). The `reload_token` is accepted for reading too, so a replayer that
+    /// still sends it keeps working while both are redeployed; set this one and give the replayer it instead.
+    pub rejections_token: Option<SecretRef>,
     /// Traces (on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; see docs/operations.md, "Traces").
     pub telemetry: TelemetryConfig,
     /// `[key_fetch]`: fetching the keys of the SNS and PayPal sources (`crate::key_fetch`).
@@ -46,6 +50,7 @@ impl Default for GatewayConfig {
             producer: ProducerConfig::default(),
             limits: Limits::default(),
             reload_token: None,
+            rejections_token: None,
             telemetry: TelemetryConfig::default(),
             key_fetch: KeyFetchConfig::default(),
             sources: Vec::new(),
@@ -209,6 +214,9 @@ pub struct SourceConfig {
     pub token: Option<TokenOptions>,
     /// Settings of the JWT family (`scheme = "jwt"`).
     pub jwt: Option<JwtOptions>,
+    /// Settings of the `paypal` scheme: the REST credentials its events are confirmed with, or the opt-in to its
+    /// CRC-bound signature alone (docs/security.md, "PayPal").
+    pub paypal: Option<crate::paypal_api::PayPalOptions>,
     /// Must be `true` for a token scheme (`token` and its presets: Okta, Postmark, Telegram, ...): a shared token
     /// proves who sent a request but not what it holds, and does not stop a replay (docs/security.md).
     pub allow_token: bool,
@@ -276,6 +284,7 @@ impl Default for SourceConfig {
             body_fields: None,
             token: None,
             jwt: None,
+            paypal: None,
             allow_token: false,
             handshakes: Vec::new(),
             verify_tokens: Vec::new(),
@@ -403,7 +412,15 @@ mod tests {
                     SecretRef { env: None, file: Some(path.display().to_string()), ..token.clone() }
                 })
                 .collect();
-            let source = SourceConfig { secrets, verify_tokens, ..source.clone() };
+            let paypal = source.paypal.clone().map(|mut paypal| {
+                paypal.api_credentials = paypal.api_credentials.map(|credentials| {
+                    let path = directory.join(format!("{}-api-{}", source.name, credentials.id));
+                    std::fs::write(&path, "AZ-client-id:EL-client-secret").unwrap();
+                    SecretRef { env: None, file: Some(path.display().to_string()), ..credentials }
+                });
+                paypal
+            });
+            let source = SourceConfig { secrets, verify_tokens, paypal, ..source.clone() };
             if let Err(problems) = crate::source::Source::from_config(&source, &config.kafka.inbound_topic) {
                 panic!("documented source `{}`: {problems:?}", source.name);
             }

@@ -41,8 +41,10 @@ pub enum Rejection {
     #[error("the broker did not acknowledge the event")]
     Produce(#[source] ProduceError),
     /// The provider's key (or its subscription confirmation URL) cannot be fetched now: our trouble, never a 401.
+    /// `after_miss`: the request named a key not held and got none (charged to its address like a failed
+    /// verification, see `crate::key_fetch::KeyUnavailable`).
     #[error("the provider's key could not be fetched; retry later")]
-    KeyUnavailable { retry_after_s: u64 },
+    KeyUnavailable { retry_after_s: u64, after_miss: bool },
 }
 
 impl Rejection {
@@ -63,7 +65,8 @@ impl Rejection {
                 | VerifyError::TimestampFuture { .. }
                 | VerifyError::MissingTimestamp(_)
                 | VerifyError::KeyUrlNotPinned(_)
-                | VerifyError::CertificateUntrusted,
+                | VerifyError::CertificateUntrusted
+                | VerifyError::NotConfirmed,
             ) => StatusCode::UNAUTHORIZED,
             Self::Verify(VerifyError::KeyNotFetched) | Self::KeyUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Overloaded
@@ -131,11 +134,18 @@ impl Rejection {
             Self::PeerRateLimited,
             Self::Produce(ProduceError::QueueFull),
             Self::Produce(ProduceError::Timeout),
-            Self::KeyUnavailable { retry_after_s: 1 },
+            Self::KeyUnavailable { retry_after_s: 1, after_miss: false },
         ];
         let mut codes: Vec<&'static str> = each.iter().map(listed).collect();
         codes.extend(VerifyError::reasons());
         codes
+    }
+
+    /// Whether the client address is charged [`crate::peer_limit::FAILED_VERIFICATION_TURNS`] turns for it: a
+    /// failed verification, and a request that named a key not held and got none (it cost, or would have cost, an
+    /// outbound fetch: so one address cannot spend a source's miss budget at the rate a valid sender may send).
+    pub fn charges_peer(&self) -> bool {
+        matches!(self, Self::Verify(_) | Self::KeyUnavailable { after_miss: true, .. })
     }
 
     /// Whether the sender should retry later: then `Retry-After` is set.
@@ -149,7 +159,7 @@ impl Rejection {
         let mut response = json_response(self.status(), &body);
         if self.is_retryable() {
             let retry_after_s = match self {
-                Self::KeyUnavailable { retry_after_s } => *retry_after_s,
+                Self::KeyUnavailable { retry_after_s, .. } => *retry_after_s,
                 _ => retry_after_s,
             };
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
@@ -227,7 +237,7 @@ mod tests {
         assert_eq!(Rejection::MethodNotAllowed.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(Rejection::BodyTooLarge { limit_bytes: 1 }.status(), StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(Rejection::Overloaded.status(), StatusCode::SERVICE_UNAVAILABLE);
-        let unavailable = Rejection::KeyUnavailable { retry_after_s: 9 }.into_response(1);
+        let unavailable = Rejection::KeyUnavailable { retry_after_s: 9, after_miss: false }.into_response(1);
         assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE, "a key we cannot fetch is never a 401");
         assert_eq!(unavailable.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"9"[..]));
     }
@@ -249,5 +259,15 @@ mod tests {
         let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(body["error"]["code"], "signature_mismatch");
         assert_eq!(body["error"].as_object().map(|o| o.len()), Some(2));
+    }
+
+    /// P6: a request that named a key not held and got none is charged like a failed verification; one naming a
+    /// key known to be failing (a provider retrying through an outage) is not.
+    #[test]
+    fn a_miss_that_ended_unavailable_is_charged_like_a_failed_verification() {
+        assert!(Rejection::Verify(VerifyError::Mismatch).charges_peer());
+        assert!(Rejection::KeyUnavailable { retry_after_s: 1, after_miss: true }.charges_peer());
+        assert!(!Rejection::KeyUnavailable { retry_after_s: 1, after_miss: false }.charges_peer());
+        assert!(!Rejection::Overloaded.charges_peer());
     }
 }

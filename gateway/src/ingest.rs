@@ -27,7 +27,7 @@ use hookline_common::{
         self, Coverage, UnverifiedRequest,
         handshake::{Challenge, HandshakeKeys},
     },
-    telemetry::traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
+    telemetry::traces::{TraceSpan, attribute},
     wire::{EventMeta, now_ms},
 };
 use http::{Method, Request, Response, header};
@@ -43,12 +43,18 @@ use crate::{
     metrics::{Metrics, outcome},
     peer_limit::{Admission, PeerLimiter},
     produce::{EventProducer, VerifiedWebhook},
-    rejection_log::{RejectionLog, Verdict, log_summary},
-    rejection_ring::{RejectionEntry, RejectionRing, UNKNOWN_SOURCE},
+    rejection_log::{RejectionLog, Verdict, log_handshake_summary, log_summary},
+    rejection_ring::RejectionRing,
     reply,
     source::{Source, SourceTable},
     verify::{self, Checked},
 };
+
+mod span;
+mod trail;
+
+use span::{request_span, source_label};
+use trail::{handshake_entry, log_rejection, ring_entry};
 
 /// Everything a request needs, shared by all connections. The source table is swapped whole on a reload; each
 /// request keeps the table it started with.
@@ -64,6 +70,9 @@ pub struct Ingest {
     in_progress: InProgress,
     body_budget: BodyBudget,
     rejection_log: RejectionLog,
+    /// Answered handshakes' lines, bounded the same way and apart (a flood of credential-less handshakes neither
+    /// fills the log nor spends the rejections' lines).
+    handshake_log: RejectionLog,
     /// Each source's last rejections, for `GET /admin/rejections`.
     rejection_ring: RejectionRing,
     /// The request rate per client address, when configured.
@@ -152,6 +161,7 @@ impl Ingest {
             in_progress: InProgress::new(limits.max_requests_in_progress, limits.max_requests_in_progress_per_peer),
             body_budget: BodyBudget::new(limits.max_body_buffer_bytes),
             rejection_log: RejectionLog::default(),
+            handshake_log: RejectionLog::default(),
             rejection_ring: RejectionRing::default(),
             peer_limiter: PeerLimiter::new(
                 limits.peer_rate_per_s,
@@ -173,6 +183,7 @@ impl Ingest {
         sources.log_warnings();
         self.handles.store(Arc::new(resolve_handles(&self.metrics, &sources)));
         self.rejection_ring.retain_sources(|name| sources.get(name).is_some());
+        self.fetcher.retain_sources(|name| sources.get(name).is_some());
         self.sources.store(Arc::new(sources));
     }
 
@@ -187,6 +198,10 @@ impl Ingest {
 
     pub fn rejection_log(&self) -> &RejectionLog {
         &self.rejection_log
+    }
+
+    pub fn handshake_log(&self) -> &RejectionLog {
+        &self.handshake_log
     }
 
     pub fn rejection_ring(&self) -> &RejectionRing {
@@ -216,14 +231,18 @@ impl Ingest {
         let (outcome, response) = match result {
             Ok(Answer::Accepted(response)) => (outcome::ACCEPTED, response),
             Ok(Answer::Handshake(response, kind)) => {
-                // Kept beside the source's rejections, so an operator setting up a provider sees that its
-                // handshake arrived and was answered (a refused one is a rejection like any other).
+                let (verdict, summary) = self.handshake_log.record(&source_label, kind, started);
+                log_handshake_summary(&summary);
+                if verdict == Verdict::Log {
+                    tracing::info!(source = %source_label, handshake = kind, "answered the provider's handshake");
+                }
+                // Listed with the source's rejections (in a ring of their own), so an operator setting up a
+                // provider sees that its handshake arrived and was answered (a refused one is a rejection).
                 self.rejection_ring.record(&source_label, handshake_entry(kind, response.status(), peer));
                 (outcome::HANDSHAKE, response)
             }
             Err(mut failure) => {
-                if let (Rejection::Verify(_), Some(limiter), Some(peer)) =
-                    (&failure.rejection, &self.peer_limiter, peer)
+                if let (true, Some(limiter), Some(peer)) = (failure.rejection.charges_peer(), &self.peer_limiter, peer)
                 {
                     limiter.charge_failed_verification(peer, Instant::now());
                 }
@@ -362,7 +381,7 @@ impl Ingest {
             Checked::Event(proof) => proof,
             Checked::Confirmed(kind) => {
                 let empty = signature::Handshake { content_type: "text/plain; charset=utf-8", body: Vec::new() };
-                return Ok(handshake_answer(&source.name, kind, empty));
+                return Ok(handshake_answer(kind, empty));
             }
         };
         let mut unverified =
@@ -378,11 +397,11 @@ impl Ingest {
 
         let secret = source.secrets.iter().find(|secret| secret.id == proof.secret_id());
         if let Some(handshake) = secret.and_then(|secret| source.scheme.handshake(&unverified, secret)) {
-            return Ok(handshake_answer(&source.name, source.scheme.name(), handshake));
+            return Ok(handshake_answer(source.scheme.name(), handshake));
         }
         for challenge in &source.handshakes {
             if let Some(handshake) = challenge.answer_verified(&unverified) {
-                return Ok(handshake_answer(&source.name, challenge.name(), handshake));
+                return Ok(handshake_answer(challenge.name(), handshake));
             }
         }
 
@@ -396,7 +415,9 @@ impl Ingest {
                 provider_event_id: None,
                 event_type: event_type.clone(),
             },
-            Coverage::WholeBody | Coverage::Token => source.identity.identify_signed(&parts.headers, &body, &is_signed),
+            Coverage::WholeBody | Coverage::Token | Coverage::BodyChecksum => {
+                source.identity.identify_signed(&parts.headers, &body, &is_signed)
+            }
         };
         let event_id = identity.event_id.ok_or(Rejection::MissingEventId)?;
         let meta = EventMeta {
@@ -470,7 +491,7 @@ impl Ingest {
             .iter()
             .find_map(|challenge| challenge.answer_unverified(request, keys).map(|answer| (*challenge, answer)))?;
         Some(match answer {
-            Ok(handshake) => Ok(handshake_answer(&source.name, challenge.name(), handshake)),
+            Ok(handshake) => Ok(handshake_answer(challenge.name(), handshake)),
             Err(error) => {
                 self.metrics.verification_failures.with_label_values(&[&source.name, error.reason()]).inc();
                 let secrets_tried = match challenge {
@@ -493,48 +514,8 @@ impl Ingest {
     }
 }
 
-/// The request's server span (none with traces off), always the root of a trace of its own under the local
-/// sampler: the span starts before the request is verified, and whoever can reach a source's URL must not choose
-/// our trace ids or force sampling with a `traceparent`. For a source with `trust_traceparent` the span carries a
-/// link to the request's `traceparent` (a link chooses neither the trace nor its sampling); from anyone else it
-/// is ignored.
-fn request_span(sources: &SourceTable, request: &Request<Incoming>, source_label: &str) -> TraceSpan {
-    if !traces::enabled() {
-        return TraceSpan::off();
-    }
-    let trusted = request
-        .uri()
-        .path()
-        .strip_prefix(ROUTE_PREFIX)
-        .and_then(|name| sources.get(name))
-        .is_some_and(|source| source.trust_traceparent);
-    let inbound = if trusted { traces::http_context(request.headers()) } else { None };
-    let parent = match &inbound {
-        Some(span_context) => Parent::LinkedTo(span_context),
-        None => Parent::Root,
-    };
-    TraceSpan::start(
-        SpanKind::Server,
-        parent,
-        || format!("POST {ROUTE_PREFIX}{{source}}"),
-        || {
-            vec![
-                KeyValue::new(attribute::HTTP_REQUEST_METHOD, request.method().as_str().to_owned()),
-                KeyValue::new(attribute::HTTP_ROUTE, format!("{ROUTE_PREFIX}{{source}}")),
-                KeyValue::new(attribute::SOURCE, source_label.to_owned()),
-            ]
-        },
-    )
-}
-
-/// The `source` metric label: the configured name, or `unknown` (never the raw path: bounded cardinality).
-fn source_label<'a>(sources: &'a SourceTable, path: &str) -> &'a str {
-    path.strip_prefix(ROUTE_PREFIX).and_then(|name| sources.name_of(name)).unwrap_or(UNKNOWN_SOURCE)
-}
-
-/// A handshake's answer (200), logged with its kind.
-fn handshake_answer(source: &str, kind: &'static str, handshake: signature::Handshake) -> Answer {
-    tracing::info!(source, handshake = kind, "answered the provider's handshake");
+/// A handshake's answer (200), with its kind (logged, rate-limited, by [`Ingest::handle`]).
+fn handshake_answer(kind: &'static str, handshake: signature::Handshake) -> Answer {
     Answer::Handshake(reply::handshake(handshake), kind)
 }
 
@@ -548,51 +529,6 @@ fn forwarded_headers(source: &Source, headers: &http::HeaderMap) -> Vec<(String,
             headers.get_all(name).iter().map(move |value| (key.clone(), value.as_bytes().to_vec()))
         })
         .collect()
-}
-
-/// The log line of a rejection (when the rate-limited log allows one): source, reason, event id when known.
-/// Never the body, a signature or a secret.
-fn log_rejection(source: &str, failure: &Failure) {
-    let rejection = &failure.rejection;
-    let event_id = failure.event_id.as_deref().unwrap_or("");
-    if rejection.status().is_server_error() {
-        tracing::warn!(source, code = rejection.code(), event_id, error = %rejection, "refused with 5xx");
-    } else {
-        tracing::info!(source, code = rejection.code(), event_id, reason = %rejection, "rejected");
-    }
-}
-
-/// What the ring keeps of a rejection: never the body, a signature or a secret (see [`crate::rejection_ring`]).
-/// Takes the secret ids and the event id out of `failure`: the log line has been written, nothing after needs them.
-fn ring_entry(failure: &mut Failure, peer: Option<std::net::IpAddr>) -> RejectionEntry {
-    let rejection = &failure.rejection;
-    RejectionEntry {
-        at_ms: now_ms(),
-        code: rejection.code(),
-        status: rejection.status().as_u16(),
-        secrets_tried: std::mem::take(&mut failure.secrets_tried),
-        skew_ms: match rejection {
-            Rejection::Verify(error) => error.skew_ms(),
-            _ => None,
-        },
-        peer,
-        event_id: failure.event_id.take(),
-        handshake: None,
-    }
-}
-
-/// What the ring keeps of an answered handshake: its kind, the status answered and the client address.
-fn handshake_entry(kind: &'static str, status: http::StatusCode, peer: Option<std::net::IpAddr>) -> RejectionEntry {
-    RejectionEntry {
-        at_ms: now_ms(),
-        code: outcome::HANDSHAKE,
-        status: status.as_u16(),
-        secrets_tried: Vec::new(),
-        skew_ms: None,
-        peer,
-        event_id: None,
-        handshake: Some(kind),
-    }
 }
 
 /// Counts a request in the in-flight gauge for as long as it lives.

@@ -14,6 +14,7 @@ pub mod key_fetch;
 pub mod load;
 pub mod metrics;
 pub mod offline_verify;
+pub mod paypal_api;
 pub mod peer_limit;
 pub mod produce;
 pub mod rejection_log;
@@ -70,7 +71,7 @@ pub async fn run_with_origin(
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> Result<(), GatewayError> {
-    let Loaded { config, sources, reload_token } = loaded;
+    let Loaded { config, sources, reload_token, rejections_token } = loaded;
     // A broker that refuses our TLS or SASL settings is a configuration error, not an outage to wait out.
     hookline_common::kafka_security::check_broker_accepts(
         &config.kafka,
@@ -99,7 +100,7 @@ pub async fn run_with_origin(
             ingest: ingest.clone(),
             gateway_name: Arc::from(rejection_ring::gateway_name()),
         },
-        reload_token.map(Arc::new),
+        AdminTokens { reload: reload_token.map(Arc::new), rejections: rejections_token.map(Arc::new) },
         admin_shutdown.clone(),
     ));
     tasks.spawn(fail_readiness_on_shutdown(readiness.check("accepting_traffic"), shutdown.clone()));
@@ -140,10 +141,11 @@ async fn fail_readiness_on_shutdown(accepting: Arc<std::sync::atomic::AtomicBool
 const RESERVED_FILE_DESCRIPTORS: usize = 256;
 
 /// The public listener's limits; `max_connections` is lowered, with a warning, to what `open_files` leaves after
-/// [`RESERVED_FILE_DESCRIPTORS`], so that silent connections cannot take the descriptors `/livez` and the producer
-/// need.
+/// [`RESERVED_FILE_DESCRIPTORS`] and the refusals in progress ([`hookline_common::http::MAX_REFUSALS`]), so that
+/// silent connections cannot take the descriptors `/livez` and the producer need.
 fn public_serve_limits(limits: &config::Limits, open_files: Option<usize>) -> ServeLimits {
-    let reserve = RESERVED_FILE_DESCRIPTORS.max(ServeLimits::default().max_connections * 2);
+    let reserve =
+        RESERVED_FILE_DESCRIPTORS.max(ServeLimits::default().max_connections * 2) + hookline_common::http::MAX_REFUSALS;
     let mut max_connections = limits.max_connections;
     if let Some(open_files) = open_files {
         let room = open_files.saturating_sub(reserve).max(1);
@@ -182,16 +184,23 @@ struct AdminState {
     gateway_name: Arc<str>,
 }
 
+/// The bearer tokens of the `/admin/` routes: `reload` for a reload (and a read), `rejections` for a read only.
+#[derive(Clone, Default)]
+struct AdminTokens {
+    reload: Option<Arc<secrecy::SecretSlice<u8>>>,
+    rejections: Option<Arc<secrecy::SecretSlice<u8>>>,
+}
+
 /// The admin listener: the shared `/livez`, `/readyz`, `/metrics`, plus `POST /admin/reload` and
-/// `GET /admin/rejections`, both behind [`admin_refusal`].
+/// `GET /admin/rejections`, both behind [`admin_refusal`] (the rejections behind [`rejections_refusal`]).
 async fn serve_gateway_admin(
     listener: TcpListener,
     state: AdminState,
-    reload_token: Option<Arc<secrecy::SecretSlice<u8>>>,
+    tokens: AdminTokens,
     shutdown: CancellationToken,
 ) {
     let handler = move |request: Request<Incoming>| {
-        let (state, reload_token) = (state.clone(), reload_token.clone());
+        let (state, tokens) = (state.clone(), tokens.clone());
         async move {
             let (method, message) = match request.uri().path() {
                 RELOAD_PATH => (Method::POST, "POST to reload"),
@@ -211,7 +220,13 @@ async fn serve_gateway_admin(
                 .get(http::header::HOST)
                 .and_then(|host| host.to_str().ok())
                 .or_else(|| request.uri().authority().map(http::uri::Authority::as_str));
-            if let Some(refusal) = admin_refusal(request.headers(), host, peer, reload_token.as_deref()) {
+            let (reload, read) = (tokens.reload.as_deref(), tokens.rejections.as_deref());
+            let refusal = if method == Method::GET {
+                rejections_refusal(request.headers(), host, peer, read, reload)
+            } else {
+                admin_refusal(request.headers(), host, peer, reload)
+            };
+            if let Some(refusal) = refusal {
                 return refusal;
             }
             if method == Method::GET {
@@ -278,6 +293,31 @@ fn admin_refusal(
     }
 }
 
+/// The answer refusing `GET /admin/rejections`, if this caller may not read it: a caller presenting the read-only
+/// `rejections_token`, or else as [`admin_refusal`] with the `reload_token` (still accepted for reading, so that a
+/// replayer sending it keeps working during an upgrade; it grants more, never less). With a `rejections_token`
+/// and no `reload_token`, the token is required (loopback alone is not enough).
+fn rejections_refusal(
+    headers: &http::HeaderMap,
+    host: Option<&str>,
+    peer: Option<std::net::SocketAddr>,
+    rejections_token: Option<&secrecy::SecretSlice<u8>>,
+    reload_token: Option<&secrecy::SecretSlice<u8>>,
+) -> Option<Response<Body>> {
+    use secrecy::ExposeSecret;
+    match rejections_token {
+        Some(read) => {
+            let presented = hookline_common::http::bearer_token(headers).unwrap_or("");
+            if hookline_common::http::token_matches(presented, read.expose_secret()) {
+                None
+            } else {
+                admin_refusal(headers, host, peer, Some(reload_token.unwrap_or(read)))
+            }
+        }
+        None => admin_refusal(headers, host, peer, reload_token),
+    }
+}
+
 /// Whether a request's host (`Host`, or HTTP/2's `:authority`) names this host's loopback (`127.0.0.1`,
 /// `localhost`, `[::1]`), with any port.
 fn names_this_host(host: &str) -> bool {
@@ -326,11 +366,14 @@ async fn summarise_rejections(ingest: Arc<Ingest>, shutdown: CancellationToken) 
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(rejection_log::INTERVAL) => {}
         }
-        rejection_log::log_summary(&ingest.rejection_log().take_summary(std::time::Instant::now()));
+        let now = std::time::Instant::now();
+        rejection_log::log_summary(&ingest.rejection_log().take_summary(now));
+        rejection_log::log_handshake_summary(&ingest.handshake_log().take_summary(now));
     }
     // Whatever the last interval held back.
     let far_enough = std::time::Instant::now() + rejection_log::INTERVAL;
     rejection_log::log_summary(&ingest.rejection_log().take_summary(far_enough));
+    rejection_log::log_handshake_summary(&ingest.handshake_log().take_summary(far_enough));
 }
 
 /// Marks the gateway ready while the broker answers metadata requests and every topic the sources produce to
@@ -399,6 +442,44 @@ mod tests {
         let mut same = http::HeaderMap::new();
         same.insert("sec-fetch-site", http::HeaderValue::from_static("none"));
         assert!(admin_refusal(&same, LOCAL, loopback, None).is_none(), "typed in the address bar, or curl");
+    }
+
+    #[test]
+    fn the_rejections_token_reads_the_rejections_and_cannot_reload() {
+        let remote = Some("10.1.2.3:5000".parse().unwrap());
+        let loopback = Some("127.0.0.1:5000".parse().unwrap());
+        let read = secrecy::SecretSlice::from(b"a-read-only-rejections-token".to_vec());
+        let reload = secrecy::SecretSlice::from(b"a-reload-token-of-length".to_vec());
+        let bearer = |token: &'static str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static(token));
+            headers
+        };
+        let (with_read, with_reload) =
+            (bearer("Bearer a-read-only-rejections-token"), bearer("Bearer a-reload-token-of-length"));
+        let none = http::HeaderMap::new();
+        // Reading: the read token, or the reload token (a replayer not yet given the read token).
+        assert!(rejections_refusal(&with_read, LOCAL, remote, Some(&read), Some(&reload)).is_none());
+        assert!(rejections_refusal(&with_reload, LOCAL, remote, Some(&read), Some(&reload)).is_none());
+        assert!(rejections_refusal(&with_read, LOCAL, remote, Some(&read), None).is_none());
+        let status = |refusal: Option<Response<Body>>| refusal.map(|response| response.status());
+        assert_eq!(
+            status(rejections_refusal(&none, LOCAL, loopback, Some(&read), None)),
+            Some(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            status(rejections_refusal(
+                &bearer("Bearer wrong-token-of-some-length"),
+                LOCAL,
+                remote,
+                Some(&read),
+                Some(&reload)
+            )),
+            Some(StatusCode::UNAUTHORIZED)
+        );
+        // Reloading: the read token is not enough, with or without a reload token configured.
+        assert_eq!(status(admin_refusal(&with_read, LOCAL, remote, Some(&reload))), Some(StatusCode::UNAUTHORIZED));
+        assert_eq!(status(admin_refusal(&with_read, LOCAL, remote, None)), Some(StatusCode::FORBIDDEN));
     }
 
     #[tokio::test]

@@ -16,6 +16,27 @@ pub struct Loaded {
     pub sources: SourceTable,
     /// The bearer token `POST /admin/reload` wants from callers other than loopback.
     pub reload_token: Option<SecretSlice<u8>>,
+    /// The read-only bearer token `GET /admin/rejections` accepts (beside the reload token).
+    pub rejections_token: Option<SecretSlice<u8>>,
+}
+
+/// Loads an admin token (`name` for the problems), at least 16 bytes.
+fn admin_token(
+    name: &str,
+    token: Option<&hookline_common::config::SecretRef>,
+    problems: &mut Problems,
+) -> Option<SecretSlice<u8>> {
+    match token?.load() {
+        Ok(bytes) if bytes.len() >= 16 => Some(SecretSlice::from(bytes)),
+        Ok(_) => {
+            problems.push(format!("{name} must be at least 16 bytes"));
+            None
+        }
+        Err(problem) => {
+            problems.push(format!("{name}: {problem}"));
+            None
+        }
+    }
 }
 
 impl Loaded {
@@ -40,26 +61,14 @@ impl Loaded {
     pub fn build(config: GatewayConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();
         config.check(&mut problems);
-        let reload_token = match &config.reload_token {
-            Some(token) => match token.load() {
-                Ok(bytes) if bytes.len() >= 16 => Some(SecretSlice::from(bytes)),
-                Ok(_) => {
-                    problems.push("reload_token must be at least 16 bytes");
-                    None
-                }
-                Err(problem) => {
-                    problems.push(format!("reload_token: {problem}"));
-                    None
-                }
-            },
-            None => None,
-        };
+        let reload_token = admin_token("reload_token", config.reload_token.as_ref(), &mut problems);
+        let rejections_token = admin_token("rejections_token", config.rejections_token.as_ref(), &mut problems);
         let sources = SourceTable::build(&config)
             .map_err(|found| found.into_iter().for_each(|problem| problems.push(problem)))
             .ok();
         problems.into_result()?;
         let sources = sources.expect("a build without problems has its sources");
-        Ok(Self { config, sources, reload_token })
+        Ok(Self { config, sources, reload_token, rejections_token })
     }
 }
 

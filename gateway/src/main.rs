@@ -46,8 +46,9 @@ async fn run() -> anyhow::Result<()> {
     }
     let loaded = Loaded::load(args.service.config())?;
     let config = &loaded.config;
-    let public =
-        TcpListener::bind(&config.listen_addr).await.with_context(|| format!("bind {}", config.listen_addr))?;
+    let public = hookline_common::http::bind(&config.listen_addr)
+        .await
+        .with_context(|| format!("bind {}", config.listen_addr))?;
     let admin = TcpListener::bind(&config.admin_addr).await.with_context(|| format!("bind {}", config.admin_addr))?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),

@@ -32,6 +32,9 @@ pub struct Metrics {
     pub key_cache_lookups: IntCounterVec,
     pub key_cache_entries: IntGauge,
     pub key_cache_bytes: IntGauge,
+    /// `hookline_gateway_key_fetches_refused_total{reason}`: keys not held that were not fetched (`miss_budget`:
+    /// the source's `key_fetch.misses_per_source` spent; `in_flight`: `key_fetch.max_fetches_in_flight` reached).
+    pub key_fetches_refused: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -100,6 +103,13 @@ impl Metrics {
                 "Fetched keys (and remembered fetch failures) held.",
             )?,
             key_cache_bytes: IntGauge::new("hookline_gateway_key_cache_bytes", "Bytes of fetched certificates held.")?,
+            key_fetches_refused: IntCounterVec::new(
+                Opts::new(
+                    "hookline_gateway_key_fetches_refused_total",
+                    "Keys not held that were not fetched (503): the source's miss budget spent, or too many in flight.",
+                ),
+                &["reason"],
+            )?,
         };
         metrics_catalog::register_all(registry, metrics.collectors())?;
         Ok(metrics)
@@ -122,6 +132,7 @@ impl Metrics {
             Box::new(self.key_cache_lookups.clone()),
             Box::new(self.key_cache_entries.clone()),
             Box::new(self.key_cache_bytes.clone()),
+            Box::new(self.key_fetches_refused.clone()),
         ]
     }
 
@@ -151,6 +162,12 @@ impl Metrics {
             "hookline_gateway_key_cache_lookups_total",
             "outcome",
             &["hit", "miss", "failing"],
+        );
+        metrics_catalog::set_label_values(
+            &mut described,
+            "hookline_gateway_key_fetches_refused_total",
+            "reason",
+            &["miss_budget", "in_flight"],
         );
         let produced = [outcome::ACKED, outcome::FAILED];
         metrics_catalog::set_label_values(
@@ -190,7 +207,7 @@ mod tests {
         {
             assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} not in {outcomes:?}");
         }
-        assert_eq!(outcomes.len(), 2 + 15 + 11, "every rejection code and verification reason once: {outcomes:?}");
+        assert_eq!(outcomes.len(), 2 + 15 + 12, "every rejection code and verification reason once: {outcomes:?}");
     }
 
     /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered
@@ -213,8 +230,9 @@ mod tests {
         metrics.key_cache_lookups.with_label_values(&["hit"]).inc();
         metrics.key_cache_entries.set(1);
         metrics.key_cache_bytes.set(1);
+        metrics.key_fetches_refused.with_label_values(&["miss_budget"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 14);
+        assert_eq!(described.len(), 15);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -174,6 +174,7 @@ pub fn check(config: &GatewayConfig, source_name: &str, request: &CapturedReques
         Coverage::WholeBody => "the whole body",
         Coverage::SignedFields { .. } => "some body fields only",
         Coverage::Token => "nothing (a token)",
+        Coverage::BodyChecksum => "a CRC32 of the body only (anyone can match it)",
     };
     report.step(true, "signature", format!("matched secret `{}`; the proof covers {coverage}", proof.secret_id()));
     if let Some(handshake) = source

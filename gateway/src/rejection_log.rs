@@ -1,7 +1,8 @@
 //! Rejection and 503 logs, bounded: a probe or a broker outage can make every request fail, and one line per
 //! request (millions of lines, hundreds of MB in minutes) drowns the lines that matter. In each interval the first
 //! [`DETAILED_PER_INTERVAL`] failures are logged in full; the rest are counted per source and code and logged as
-//! one summary line each when the interval ends. Metrics still count every request.
+//! one summary line each when the interval ends. Metrics still count every request. Answered handshakes (most need
+//! no credential) have a log of their own, bounded the same way.
 
 use std::{
     collections::BTreeMap,
@@ -88,6 +89,19 @@ pub fn log_summary(summary: &Summary) {
             n_requests,
             interval_s = INTERVAL.as_secs(),
             "requests refused without a line each (rate-limited log; metrics count every one)"
+        );
+    }
+}
+
+/// Writes a summary of the answered handshakes not logged line by line (`code` is the handshake's kind).
+pub fn log_handshake_summary(summary: &Summary) {
+    for (source, kind, n_requests) in summary {
+        tracing::info!(
+            source = %source,
+            handshake = kind,
+            n_requests,
+            interval_s = INTERVAL.as_secs(),
+            "handshakes answered without a line each (rate-limited log; metrics count every one)"
         );
     }
 }

@@ -1,14 +1,17 @@
 //! The last rejections of each source, kept in memory and served on the admin listener (`GET /admin/rejections`),
 //! so that "why are my Stripe webhooks getting 401?" has an answer without reading logs (the log is rate-limited,
-//! [`crate::rejection_log`], and may have held the line back). The handshakes a source answered are kept in the
-//! same ring (code `handshake`, with their kind), so that "did Meta's subscription check reach us?" has one too.
+//! [`crate::rejection_log`], and may have held the line back). The handshakes a source answered are listed with
+//! them (code `handshake`, with their kind), so that "did Meta's subscription check reach us?" has one too; they
+//! are kept in a small ring of their own ([`HANDSHAKES_PER_SOURCE`]), because most handshakes need no credential
+//! (Graph's `validationToken`, a challenge echo, X's CRC) and a flood of them must not push out real rejections.
 //!
 //! An entry holds what tells the reasons apart and nothing a sender chose freely: the time, the code and status,
 //! the ids of the secrets the signature was checked against, the timestamp's skew when it was stale or in the
 //! future, the client address, and the event id when it was known. Never the body, a signature, a header value or
 //! a secret. Nothing here is ever written to Kafka.
 //!
-//! Bounded twice: at most [`PER_SOURCE`] entries per source (the oldest dropped), and one ring per source label,
+//! Bounded twice: at most [`PER_SOURCE`] rejections and [`HANDSHAKES_PER_SOURCE`] handshakes per source (the
+//! oldest dropped), and one pair of rings per source label,
 //! which is a configured source name or `unknown` (see `ingest::source_label`), so the set of rings is the source
 //! table plus one; a reload drops the rings of sources it removed ([`RejectionRing::retain_sources`]).
 
@@ -28,6 +31,9 @@ use crate::{error::json_response, source::SourceTable};
 /// entry is a few hundred bytes at most (secret ids come from the config, event ids are at most 256 bytes), so a
 /// source's ring stays in the tens of kilobytes and the whole answer small enough to read in a terminal.
 pub const PER_SOURCE: usize = 100;
+
+/// Answered handshakes kept per source, apart from its rejections: enough to see that a provider's checks arrive.
+pub const HANDSHAKES_PER_SOURCE: usize = 10;
 
 /// The admin route serving the rings.
 pub const REJECTIONS_PATH: &str = "/admin/rejections";
@@ -58,44 +64,71 @@ pub struct RejectionEntry {
     pub handshake: Option<&'static str>,
 }
 
-/// Each source's last [`PER_SOURCE`] rejections.
+/// Each source's last [`PER_SOURCE`] rejections and last [`HANDSHAKES_PER_SOURCE`] answered handshakes.
 #[derive(Debug, Default)]
 pub struct RejectionRing {
-    sources: Mutex<HashMap<String, VecDeque<RejectionEntry>>>,
+    sources: Mutex<Sources>,
+}
+
+#[derive(Debug, Default)]
+struct Sources {
+    by_name: HashMap<String, Rings>,
+    /// The order entries were recorded in (times in ms may be equal).
+    next_seq: u64,
+}
+
+/// A source's two rings, each oldest first, each entry with its sequence number.
+#[derive(Debug, Default)]
+struct Rings {
+    rejections: VecDeque<(u64, RejectionEntry)>,
+    handshakes: VecDeque<(u64, RejectionEntry)>,
 }
 
 impl RejectionRing {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<RejectionEntry>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sources> {
         self.sources.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Keeps `entry` as `source`'s newest, dropping its oldest when it holds [`PER_SOURCE`] already. `source` must
-    /// be a bounded label: a configured name or [`UNKNOWN_SOURCE`].
+    /// Keeps `entry` as `source`'s newest rejection (or handshake, when it is one), dropping the oldest when that
+    /// ring is full. `source` must be a bounded label: a configured name or [`UNKNOWN_SOURCE`].
     pub fn record(&self, source: &str, entry: RejectionEntry) {
         let mut sources = self.lock();
-        let ring = match sources.get_mut(source) {
-            Some(ring) => ring,
-            None => sources.entry(source.to_owned()).or_insert_with(|| VecDeque::with_capacity(PER_SOURCE)),
+        let seq = sources.next_seq;
+        sources.next_seq += 1;
+        let rings = match sources.by_name.get_mut(source) {
+            Some(rings) => rings,
+            None => sources.by_name.entry(source.to_owned()).or_default(),
         };
-        if ring.len() == PER_SOURCE {
+        let (ring, bound) = match entry.handshake {
+            Some(_) => (&mut rings.handshakes, HANDSHAKES_PER_SOURCE),
+            None => (&mut rings.rejections, PER_SOURCE),
+        };
+        if ring.len() == bound {
             ring.pop_front();
         }
-        ring.push_back(entry);
+        ring.push_back((seq, entry));
     }
 
-    /// Every source's entries (or only `source`'s), newest first; a source without rejections is absent.
+    /// Every source's entries (or only `source`'s), rejections and handshakes together, newest first; a source
+    /// without any is absent.
     pub fn newest_first(&self, source: Option<&str>) -> BTreeMap<String, Vec<RejectionEntry>> {
         self.lock()
+            .by_name
             .iter()
             .filter(|(name, _)| source.is_none_or(|wanted| wanted == name.as_str()))
-            .map(|(name, ring)| (name.clone(), ring.iter().rev().cloned().collect()))
+            .map(|(name, rings)| {
+                let mut entries: Vec<&(u64, RejectionEntry)> =
+                    rings.rejections.iter().chain(rings.handshakes.iter()).collect();
+                entries.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+                (name.clone(), entries.into_iter().map(|(_, entry)| entry.clone()).collect())
+            })
             .collect()
     }
 
     /// Drops the rings of the sources `keep` says are gone (after a reload removed them), so that the rings
     /// stay as many as the sources served.
     pub fn retain_sources(&self, keep: impl Fn(&str) -> bool) {
-        self.lock().retain(|name, _| name == UNKNOWN_SOURCE || keep(name));
+        self.lock().by_name.retain(|name, _| name == UNKNOWN_SOURCE || keep(name));
     }
 }
 
@@ -169,6 +202,24 @@ mod tests {
         assert_eq!(kept, newest, "the newest, newest first; the 50 oldest dropped");
         assert_eq!(all["github"], vec![entry(7)], "one source's flood does not push out another's");
         assert_eq!(ring.newest_first(Some("github")).len(), 1);
+    }
+
+    /// P13: answered handshakes (most need no credential) cannot push a source's real rejections out.
+    #[test]
+    fn a_flood_of_handshakes_keeps_the_rejections() {
+        let ring = RejectionRing::default();
+        ring.record("graph", entry(1));
+        for at_ms in 2..10_002 {
+            ring.record(
+                "graph",
+                RejectionEntry { code: "handshake", status: 200, handshake: Some("validation_token"), ..entry(at_ms) },
+            );
+        }
+        let graph = &ring.newest_first(Some("graph"))["graph"];
+        assert!(graph.iter().any(|kept| *kept == entry(1)), "the rejection is still listed");
+        assert_eq!(graph.len(), 1 + HANDSHAKES_PER_SOURCE, "handshakes bounded apart");
+        assert_eq!(graph[0].at_ms, 10_001, "newest first");
+        assert_eq!(graph.last(), Some(&entry(1)));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use http::HeaderName;
 
 use crate::{
     config::{GatewayConfig, SourceConfig, default_verifications_per_source},
+    paypal_api::PayPalApi,
     reply::Reply,
 };
 
@@ -42,6 +43,9 @@ pub struct Source {
     pub verify_tokens: Vec<Secret>,
     /// The configured answer to an accepted request, if any (before the scheme's own).
     pub reply: Option<Reply>,
+    /// A `paypal` source's way to PayPal's event API, which confirms each delivery's body (`None` for every other
+    /// scheme, and for a `paypal` source that opted in to `allow_crc_only`).
+    pub paypal: Option<PayPalApi>,
 }
 
 impl Source {
@@ -66,6 +70,7 @@ impl Source {
             ("body_fields", config.body_fields.is_some()),
             ("token", config.token.is_some()),
             ("jwt", config.jwt.is_some()),
+            ("paypal", config.paypal.is_some()),
         ];
         for (table, given) in tables {
             if given && config.scheme != table {
@@ -112,7 +117,8 @@ impl Source {
                     problems.push(format!("forward_headers: `{name}` carries a credential; it must not reach Kafka"));
                 }
                 Ok(header)
-                    if is_untimed_signature(&config.scheme, header.as_str()) && !config.forward_untimed_signature =>
+                    if is_untimed_signature(scheme.as_deref(), header.as_str())
+                        && !config.forward_untimed_signature =>
                 {
                     problems.push(format!(
                         "forward_headers: `{name}` is the signature of scheme `{}`, which signs no timestamp: with \
@@ -150,6 +156,7 @@ impl Source {
             scheme.as_deref().map(|scheme| handshakes_of(config, scheme, &mut problems)).unwrap_or_default();
         let verify_tokens = load_verify_tokens(config, &mut problems);
         let reply = config.reply.as_ref().and_then(|reply| Reply::from_config(reply, &mut problems));
+        let paypal = PayPalApi::from_config(&config.scheme, config.paypal.as_ref(), &mut problems);
         let identity = scheme.as_deref().map(|scheme| event_type::identity_of(config, scheme, &mut problems));
         let (Some(scheme), Some(identity)) = (scheme.filter(|_| problems.is_empty()), identity) else {
             return Err(problems);
@@ -170,6 +177,7 @@ impl Source {
             handshakes,
             verify_tokens,
             reply,
+            paypal,
         })
     }
 
@@ -237,6 +245,14 @@ fn handshakes_of(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<
             handshakes.push(*challenge);
         }
     }
+    if handshakes.contains(&Challenge::XCrc) && !scheme.refuses_non_object_bodies() {
+        problems.push(format!(
+            "the x_crc handshake answers, to anyone, an HMAC with this source's secret of a token they choose: only \
+             scheme `x` (which accepts JSON object bodies only, so such an answer never signs a body it accepts) \
+             may answer it, and `{}` is not `x`",
+            scheme.name()
+        ));
+    }
     let needs_tokens = handshakes.iter().any(|challenge| challenge.needs_verify_tokens());
     if needs_tokens && config.verify_tokens.is_empty() {
         problems.push("the meta_hub handshake needs verify_tokens (Meta's verify token)".to_owned());
@@ -277,10 +293,27 @@ fn is_credential(name: &str) -> bool {
     EXACT.contains(&name) || PARTS.iter().any(|part| name.contains(part))
 }
 
-/// Whether `name` (lowercase) is a signature header of `scheme` when the scheme signs no timestamp
-/// ([`signature::UNTIMED_SCHEMES`]): every header of theirs whose name says signature or HMAC.
-fn is_untimed_signature(scheme: &str, name: &str) -> bool {
-    signature::UNTIMED_SCHEMES.contains(&scheme) && (name.contains("signature") || name.contains("hmac"))
+/// Whether `name` (lowercase) is a signature header of `scheme` when the built scheme signs no timestamp
+/// ([`Scheme::signs_timestamp`]: a preset's `timed`, a family's options): every header of theirs whose name says
+/// signature, HMAC or MAC (Airtable's `X-Airtable-Content-MAC`). A scheme that did not build is left to the
+/// build's problem.
+fn is_untimed_signature(scheme: Option<&dyn Scheme>, name: &str) -> bool {
+    let says_signature = name.contains("signature")
+        || name.contains("hmac")
+        || name.split('-').any(|part| part == "mac" || part == "sig");
+    scheme.is_some_and(|scheme| !scheme.signs_timestamp()) && says_signature
+}
+
+/// Why a source's deliveries can be replayed for ever, when it is a JWT source (the `jwt` family or one of its
+/// presets) whose tokens bind the body but carry no time the scheme checks (no `require_iat`, no `require_exp`):
+/// a captured delivery is then a duplicate only within `dedupe_ttl_s`, and processed again after it.
+pub fn untimed_jwt_warning(source: &Source) -> Option<&'static str> {
+    let scheme = source.scheme.as_ref();
+    let jwt = signature::presets::is_jwt(scheme.name());
+    (jwt && scheme.is_verifying() && !scheme.is_token() && !scheme.signs_timestamp()).then_some(
+        "a JWT source whose tokens need no time claim (set jwt.require_iat or jwt.require_exp where the provider \
+         sends one): a captured delivery verifies for ever, a duplicate only within dedupe_ttl_s",
+    )
 }
 
 fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<String>) -> Vec<Secret> {
@@ -427,6 +460,9 @@ impl SourceTable {
                 );
             }
             event_type::log_header_type(source);
+            if let Some(warning) = untimed_jwt_warning(source) {
+                tracing::warn!(source = %source.name, "{warning}");
+            }
             for secret in source.secrets.iter().filter(|secret| !secret.is_active_at(now)) {
                 tracing::info!(source = %source.name, secret_id = %secret.id, "secret is outside its not_before/not_after window");
             }

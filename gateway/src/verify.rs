@@ -6,7 +6,8 @@
 //! the key URL's pins: nothing is fetched for a stale or unpinned request), then awaits its certificate (or key set) from the
 //! [`KeyFetcher`] (cached; a key that cannot be had is a 503, never a 401), then checks the chain and the
 //! signature on the blocking pool, all under the same budget. A verified SNS subscription confirmation is
-//! confirmed (a `GET` of its pinned `SubscribeURL`) and answered as a handshake, never produced.
+//! confirmed (a `GET` of its pinned `SubscribeURL`, still under the budget, and not again for a URL confirmed
+//! lately) and answered as a handshake, never produced.
 
 use std::sync::Arc;
 
@@ -97,24 +98,31 @@ async fn verify_fetched(
 ) -> Result<Checked, Rejection> {
     let active: Vec<&signature::Secret> = signature::active_secrets(&source.secrets, request.received_at_ms).collect();
     let key_url = scheme.locate(&request.unverified(), &active).map_err(Rejection::Verify)?;
-    let unavailable =
-        |error: crate::key_fetch::KeyUnavailable| Rejection::KeyUnavailable { retry_after_s: error.retry_after_s };
+    let unavailable = |error: crate::key_fetch::KeyUnavailable| Rejection::KeyUnavailable {
+        retry_after_s: error.retry_after_s,
+        after_miss: error.after_miss,
+    };
     let provider = source.scheme.name();
-    let key = fetcher.key(provider, scheme.key_format(), &key_url).await.map_err(unavailable)?;
+    let key = fetcher.key(&source.name, provider, scheme.key_format(), &key_url).await.map_err(unavailable)?;
     let (checking, roots) = (source.clone(), fetcher.roots().clone());
-    let (verified, confirmation) = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+    // The permit comes back from the blocking pool and is held until a confirmation's `GET` returns, so the
+    // source's budget bounds those too.
+    let (verified, confirmation, _permit) = tokio::task::spawn_blocking(move || {
         let scheme = checking.scheme.fetched_key().expect("a fetched-key scheme");
         let unverified = request.unverified();
         let verified = signature::verify_fetched(scheme, &unverified, &checking.secrets, &key, &roots);
         let confirmation = verified.as_ref().ok().map(|_| scheme.confirmation(&unverified));
-        (verified, confirmation)
+        (verified, confirmation, permit)
     })
     .await
     .map_err(|_| Rejection::VerifyBusy)?;
     let proof = verified.map_err(Rejection::Verify)?;
     match confirmation.transpose().map_err(Rejection::Verify)?.flatten() {
-        None => Ok(Checked::Event(proof)),
+        // PayPal binds the body by a CRC32 only: its event API must confirm it (unless the source opted out).
+        None => match &source.paypal {
+            Some(api) => api.confirm(fetcher, proof).await.map(Checked::Event),
+            None => Ok(Checked::Event(proof)),
+        },
         Some(Confirmation::Acknowledge { kind }) => Ok(Checked::Confirmed(kind)),
         Some(Confirmation::Visit { kind, url }) => {
             fetcher.confirm(provider, &url).await.map_err(unavailable)?;

@@ -27,7 +27,7 @@ use std::{
 use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, client_config, consumer_config},
-    record_auth::RecordKeys,
+    record_auth::{RecordKeys, RecordKind},
     wire::{self, header, header_str},
 };
 use rdkafka::{
@@ -114,7 +114,14 @@ pub async fn run_indexer(
         let mut oldest_ms = i64::MAX;
         let now_ms = wire::now_ms();
         for message in &batch {
-            let verdict = keys.verify(message.topic(), message.key(), message.payload(), message.headers(), now_ms);
+            let verdict = keys.verify_as(
+                RecordKind::Inbound,
+                message.topic(),
+                message.key(),
+                message.payload(),
+                message.headers(),
+                now_ms,
+            );
             metrics.record_auth.with_label_values(&[verdict.label()]).inc();
             if !verdict.accepted() {
                 // Not written by hookline: the consumer dead-letters it, and it proves nothing was accepted.

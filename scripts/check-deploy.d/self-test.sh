@@ -103,6 +103,8 @@ self_test() {
     'the gateway.s record key "gateway" is not in kafka.record_auth.inbound_only_keys'
   case_ k8s-gateway-key-not-inbound-only kubernetes deploy/kubernetes/config/replayer.toml '/^inbound_only_keys = \["gateway"\]$/d' \
     'the gateway.s record key "gateway" is not in kafka.record_auth.inbound_only_keys'
+  case_ acl-doc-without-control kubernetes docs/security.md '/^kafka-acls .*--topic webhooks\.control/d' \
+    'its kafka-acls commands grant nothing on webhooks.control'
   case_ type-from-header-unset compose deploy/config/gateway.toml '/^type_from_header = true$/d' \
     'scheme .github. does not sign the event type.*type_from_header'
   case_ k8s-type-from-header-unset kubernetes deploy/kubernetes/config/gateway.toml '/^type_from_header = true$/d' \

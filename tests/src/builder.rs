@@ -163,6 +163,7 @@ impl TestStackBuilder {
                 ..Limits::default()
             }),
             reload_token: None,
+            rejections_token: None,
             telemetry: Default::default(),
             key_fetch: self.gateway_key_fetch.unwrap_or_default(),
             sources: std::iter::once(SourceConfig {
@@ -179,7 +180,7 @@ impl TestStackBuilder {
             .collect(),
         };
         hookline_gateway::Loaded::build(gateway_config.clone()).expect("valid gateway config");
-        let public = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let public = hookline_common::http::bind("127.0.0.1:0").await.expect("bind");
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let gateway_addr = public.local_addr().expect("addr");
         let gateway_admin_addr = admin.local_addr().expect("addr");

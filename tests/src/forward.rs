@@ -1,4 +1,4 @@
-//! Downstream services for the consumer's signed forwards (tests/tests/forward_signed.rs): the Python and Node
+//! Downstream services for the consumer's signed forwards (tests/tests/suite/forward_signed.rs): the Python and Node
 //! programs of `tests/forward/`, which verify each forward with the official Standard Webhooks library of their
 //! language, served over https with the stack's throwaway certificates (`scripts/stack certs`).
 

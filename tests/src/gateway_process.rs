@@ -29,6 +29,7 @@ pub fn github_gateway_config(kafka: &KafkaConfig, limits: Limits) -> GatewayConf
         producer: ProducerConfig::default(),
         limits,
         reload_token: None,
+        rejections_token: None,
         telemetry: Default::default(),
         key_fetch: Default::default(),
         sources: vec![SourceConfig {

@@ -3,7 +3,8 @@
 //! `KeyFetchTestOnly` (a setting no config file can reach). It serves signing certificates (good, expired,
 //! issued by a CA the gateway does not trust), one that never answers and one of 10 MB, answers SNS's
 //! `ConfirmSubscription`, answers Plaid's `POST /webhook_verification_key/get` (only with the right credentials),
-//! and records every request path it was asked for.
+//! plays PayPal's OAuth token and webhook-event API (only with the right client credentials and token), and
+//! records every request path it was asked for.
 //!
 //! Signing keys are RSA, made and used by the `openssl` command line (`genpkey`, `dgst -sign`): PKCS#1 v1.5 as the
 //! providers document it, by an implementation independent of the gateway's verifier (ring through webpki); and
@@ -32,7 +33,11 @@ pub const SNS_HOST: &str = "sns.us-east-1.amazonaws.com";
 pub const PAYPAL_HOST: &str = "api.sandbox.paypal.com";
 pub const GOOGLE_HOST: &str = "www.googleapis.com";
 pub const PLAID_HOST: &str = "production.plaid.com";
-const HOSTS: [&str; 4] = [SNS_HOST, PAYPAL_HOST, GOOGLE_HOST, PLAID_HOST];
+/// PayPal's REST API for sandbox credentials: its OAuth token and its webhook events.
+pub const PAYPAL_API_HOST: &str = "api-m.sandbox.paypal.com";
+const HOSTS: [&str; 5] = [SNS_HOST, PAYPAL_HOST, GOOGLE_HOST, PLAID_HOST, PAYPAL_API_HOST];
+/// The access token the PayPal API fake hands out.
+const PAYPAL_ACCESS_TOKEN: &str = "A21AAtest-access-token";
 
 /// `openssl genpkey -algorithm <algorithm...> -out path`: a new private key in a PEM file.
 fn openssl_genpkey(path: &Path, algorithm: &[&str]) {
@@ -214,6 +219,15 @@ pub enum Served {
         secret: String,
         keys: Vec<(String, serde_json::Value)>,
     },
+    /// PayPal's REST API at `/v1/`: `POST /v1/oauth2/token` with HTTP Basic `client_id:secret` and the form
+    /// `grant_type=client_credentials` answers an access token; `GET /v1/notifications/webhooks-events/{id}` with
+    /// that token answers the event of that id (as PayPal formats it: the JSON given here) or 404; anything
+    /// without the right credential 401.
+    PayPalApi {
+        client_id: String,
+        secret: String,
+        events: Vec<(String, String)>,
+    },
 }
 
 /// The key server.
@@ -278,6 +292,8 @@ impl KeyServer {
             fetch_timeout_ms: 1_000,
             failure_hold_s: 1,
             cache_max_entries: 4,
+            // The tests fetch a dozen keys per source at most; the miss budget has tests of its own.
+            misses_per_source: 100,
             test_only: Some(KeyFetchTestOnly {
                 roots_pem: self.ca.pem.clone().into_bytes(),
                 resolve: HOSTS.iter().map(|host| ((*host).to_owned(), self.addr)).collect(),
@@ -296,6 +312,12 @@ async fn answer(
 ) -> Answer {
     let target = request.uri().path_and_query().map(|target| target.as_str().to_owned()).unwrap_or_default();
     let method = request.method().clone();
+    let authorization = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
     let asked: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let logged = match asked.get("key_id").and_then(serde_json::Value::as_str) {
@@ -337,6 +359,31 @@ async fn answer(
                     full(StatusCode::OK, Bytes::from(answer.to_string()))
                 }
                 None => plaid_error("INVALID_FIELD"),
+            }
+        }
+        Some(Served::PayPalApi { client_id, secret, events }) => {
+            let unauthorized = || full(StatusCode::UNAUTHORIZED, Bytes::from_static(br#"{"error":"invalid_client"}"#));
+            if target == "/v1/oauth2/token" {
+                let basic = base64::engine::general_purpose::STANDARD.encode(format!("{client_id}:{secret}"));
+                if method != http::Method::POST
+                    || authorization != format!("Basic {basic}")
+                    || body.as_ref() != b"grant_type=client_credentials"
+                {
+                    return unauthorized();
+                }
+                let token = serde_json::json!({
+                    "scope": "https://uri.paypal.com/services/applications/webhooks", "access_token": PAYPAL_ACCESS_TOKEN,
+                    "token_type": "Bearer", "app_id": "APP-80W284485P519543T", "expires_in": 32_400, "nonce": "t",
+                });
+                return full(StatusCode::OK, Bytes::from(token.to_string()));
+            }
+            if method != http::Method::GET || authorization != format!("Bearer {PAYPAL_ACCESS_TOKEN}") {
+                return unauthorized();
+            }
+            let id = target.strip_prefix("/v1/notifications/webhooks-events/").unwrap_or_default();
+            match events.iter().find(|(known, _)| known == id) {
+                Some((_, event)) => full(StatusCode::OK, Bytes::from(event.clone())),
+                None => full(StatusCode::NOT_FOUND, Bytes::from_static(br#"{"name":"INVALID_RESOURCE_ID"}"#)),
             }
         }
         Some(Served::Hang) => {

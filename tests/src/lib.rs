@@ -143,7 +143,8 @@ impl TestStack {
         if let Some(gateway) = self.gateway.take() {
             gateway.await.expect("gateway task").expect("gateway ran cleanly");
         }
-        let public = TcpListener::bind(self.gateway_addr).await.expect("rebind the public address");
+        let public =
+            hookline_common::http::bind(&self.gateway_addr.to_string()).await.expect("rebind the public address");
         let admin = TcpListener::bind(self.gateway_admin_addr).await.expect("rebind the admin address");
         self.gateway_shutdown = self.shutdown.child_token();
         self.gateway = Some(tokio::spawn(hookline_gateway::run(

@@ -1,6 +1,6 @@
 //! Consumers with the `postgres` handler SIGKILLed: every event's effect happens exactly once, counted in the
 //! database. With the Redis gate alone, a kill between a handler's success and its done marker repeats the effect
-//! (tests/tests/consumer_killed.rs bounds how often); here the dedupe row commits with the work, so a redelivered
+//! (tests/tests/suite/consumer_killed.rs bounds how often); here the dedupe row commits with the work, so a redelivered
 //! event finds it and does nothing. One test holds a consumer exactly in that window (its transaction committed,
 //! Redis stopped so the done marker cannot land) and kills it; the other kills consumers in a loop while events
 //! flow, each kill landing while transactions are open (checked in `pg_stat_activity`). Each runs twice: with two

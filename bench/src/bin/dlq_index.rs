@@ -43,6 +43,9 @@ struct Args {
     /// Requests per endpoint.
     #[arg(long, default_value_t = 2_000)]
     requests: usize,
+    /// The replayer's `index.memory_budget_mb` (its default unless given).
+    #[arg(long)]
+    memory_budget_mb: Option<u64>,
 }
 
 const SOURCES: [&str; 6] = ["github", "stripe", "shopify", "slack", "twilio", "sendgrid"];
@@ -50,12 +53,29 @@ const TYPES: [&str; 8] =
     ["push", "invoice.paid", "orders/create", "event_callback", "sms", "delivered", "pull_request", "charge.failed"];
 
 fn rss_bytes() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+/// The process's peak resident set since it started or since [`reset_peak_rss`].
+fn peak_rss_bytes() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+fn status_bytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kib| kib * 1024)
+}
+
+/// Sets VmHWM back to the current VmRSS (Linux 4.0 and later: `5` to `/proc/self/clear_refs`), so that each phase's
+/// peak is its own and not the fill's.
+fn reset_peak_rss() {
+    if let Err(error) = std::fs::write("/proc/self/clear_refs", "5") {
+        eprintln!("could not reset the peak RSS: {error}");
+    }
 }
 
 #[tokio::main]
@@ -87,9 +107,13 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("filled {} entries in {:.1} s", args.entries, started.elapsed().as_secs_f64());
 
     // The CLI's way: one index built to the high watermarks, measured on its own.
+    let mut replayer_config = ReplayerConfig { kafka: kafka.clone(), ..ReplayerConfig::default() };
+    if let Some(budget) = args.memory_budget_mb {
+        replayer_config.index.memory_budget_mb = budget;
+    }
+    reset_peak_rss();
     let rss_before_cli = rss_bytes();
     let cli_started = Instant::now();
-    let replayer_config = ReplayerConfig { kafka: kafka.clone(), ..ReplayerConfig::default() };
     let (index, cli_build_s, rss_after_cli) = {
         let config = replayer_config.clone();
         tokio::task::spawn_blocking(move || {
@@ -108,9 +132,12 @@ async fn main() -> anyhow::Result<()> {
     };
     anyhow::ensure!(index.len() == args.entries, "index holds {} entries, not {}", index.len(), args.entries);
     let accounted_bytes = index.approx_bytes();
+    let (cli_spilled_entries, cli_spill_file_bytes) = index.spilled();
+    let cli_peak_rss = peak_rss_bytes();
     drop(index);
     eprintln!("CLI index: {cli_build_s:.1} s, {accounted_bytes} bytes accounted");
 
+    let config_budget_mb = replayer_config.index.memory_budget_mb;
     let token_file = std::env::temp_dir().join(format!("hookline-bench-token-{run}"));
     std::fs::write(&token_file, "bench-token")?;
     let config = ReplayerConfig {
@@ -122,6 +149,7 @@ async fn main() -> anyhow::Result<()> {
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = admin.local_addr()?;
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    reset_peak_rss();
     let rss_before = rss_bytes();
     let shutdown = CancellationToken::new();
     let build_started = Instant::now();
@@ -184,6 +212,7 @@ async fn main() -> anyhow::Result<()> {
         show.record(at.elapsed().as_micros() as u64)?;
         anyhow::ensure!(status == 200, "{path}: {status}");
     }
+    let service_peak_rss = peak_rss_bytes();
     shutdown.cancel();
     server.await??;
     let _ = std::fs::remove_file(token_file);
@@ -191,7 +220,14 @@ async fn main() -> anyhow::Result<()> {
     let report = serde_json::json!({
         "entries": args.entries,
         "partitions": args.partitions,
+        "index_memory_budget_mb": config_budget_mb,
         "cli_index_build_s": cli_build_s,
+        "cli_index_accounted_bytes": accounted_bytes,
+        "cli_spilled_entries": cli_spilled_entries,
+        "cli_spill_file_bytes": cli_spill_file_bytes,
+        "cli_rss_before_bytes": rss_before_cli,
+        "cli_peak_rss_bytes": cli_peak_rss,
+        "service_peak_rss_bytes": service_peak_rss,
         "cli_index_accounted_bytes_per_entry": accounted_bytes as f64 / args.entries as f64,
         "cli_index_rss_delta_bytes_per_entry": rss_after_cli.saturating_sub(rss_before_cli) as f64 / args.entries as f64,
         "service_ready_s": build_s,

@@ -1,15 +1,19 @@
 //! The connection caps of one listener, and the answer a connection gets past them.
 //!
-//! Past `max_connections` (and the probe slots) a new connection is closed as soon as it is accepted: the
-//! listener is full, and the cheapest answer is the right one. Past `max_connections_per_peer` while the listener
-//! still has room, the peer is most likely a provider delivering faster than we answer (a slow broker holds its
-//! requests): it gets a minimal `503 Service Unavailable` with `Retry-After: 1` and `Connection: close`, written
-//! at once without reading its request, so it retries later instead of seeing a reset it may count as a failed
-//! delivery. That answer is bounded so a connection flood still costs little: at most
-//! [`MAX_REFUSALS_PER_PEER`] such answers in progress per peer and [`MAX_REFUSALS`] in all (past those, closed
-//! at once), each a fixed 100-byte write, then up to [`MAX_DISCARD_BYTES`] of the request read and thrown away
-//! within [`REFUSAL_TIME`] (closing a socket with unread bytes sends a reset, which can destroy the answer before
-//! the client reads it).
+//! Past `max_connections_per_peer`, or past `max_connections` (and the probe slots), a new connection gets a
+//! minimal `503 Service Unavailable` with `Retry-After: 1` and `Connection: close`, written at once without reading
+//! its request: the peer is most likely a provider delivering faster than we answer (a slow broker holds its
+//! requests), and it retries later instead of seeing a reset it may count as a failed delivery. The connection is
+//! then closed the lingering way ([`super::linger`]): what the client sends is read and discarded until it closes,
+//! at most [`MAX_DISCARD_BYTES`] within [`REFUSAL_TIME`], so it reads the answer instead of a reset or a failed
+//! write of its body.
+//!
+//! Every such connection is answered, and a flood still costs little: a refusal is a fixed 100-byte write, one
+//! read of the request and the close (measured in `docs/benchmarks/security.md`), and at most [`MAX_REFUSALS`]
+//! are in progress on a listener. When all are taken the accept loop waits for one to end (each ends within
+//! [`REFUSAL_TIME`]): new connections wait in the kernel's accept queue meanwhile, answered late rather than
+//! reset. A flood of clients that never read nor close thus slows every client's accept to `MAX_REFUSALS` per
+//! `REFUSAL_TIME`, and holds at most `MAX_REFUSALS` file descriptors beyond the caps.
 
 use std::{
     collections::HashMap,
@@ -19,31 +23,35 @@ use std::{
 };
 
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::AsyncWriteExt,
     net::TcpStream,
+    sync::{OwnedSemaphorePermit, Semaphore},
 };
 
-/// The whole answer past a peer's cap.
+use super::linger::{self, Linger};
+
+/// The whole answer past a cap.
 pub const BUSY_RESPONSE: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
-/// Refusals in progress per peer at most; past it, closed at once.
-pub const MAX_REFUSALS_PER_PEER: usize = 8;
-/// Refusals in progress on a listener at most; past it, closed at once.
-pub const MAX_REFUSALS: usize = 128;
-/// How long a refusal may take in all (write the answer, read what the client sent until it closes).
-pub const REFUSAL_TIME: Duration = Duration::from_secs(1);
+/// Refusals in progress on a listener at most; past it, the accept loop waits for one to end.
+pub const MAX_REFUSALS: usize = 2048;
+/// How long a refusal may take in all (write the answer, read what the client sent until it closes): nginx's
+/// `lingering_timeout`. A client far away or on a busy host may write its request a second or more after its
+/// connection was accepted, and a close before it has resets it.
+pub const REFUSAL_TIME: Duration = Duration::from_secs(5);
 /// How much of a refused client's request is read (and discarded) at most before the connection is closed.
 pub const MAX_DISCARD_BYTES: usize = 64 * 1024;
 
 /// The caps, in total and per peer, a peer being its [`crate::peer::peer_key`] (an IPv6 host by its /64). The
-/// per-peer tables hold only peers with a connection open or a refusal in progress, so they never hold more than
-/// `max_total + probe_slots + MAX_REFUSALS` entries and need no overflow: they never fail open.
+/// per-peer table holds only peers with a connection open, so it never holds more than `max_total + probe_slots`
+/// entries and needs no overflow: it never fails open.
 #[derive(Debug, Clone)]
 pub(super) struct ConnectionSlots {
     max_total: usize,
     max_per_peer: usize,
     probe_slots: usize,
     open: Arc<Mutex<SlotCounts>>,
+    refusals: Arc<Semaphore>,
 }
 
 #[derive(Debug, Default)]
@@ -51,8 +59,6 @@ struct SlotCounts {
     total: usize,
     probes: usize,
     per_peer: HashMap<IpAddr, usize>,
-    refusing: usize,
-    refusing_per_peer: HashMap<IpAddr, usize>,
 }
 
 /// What becomes of an accepted connection.
@@ -60,15 +66,19 @@ struct SlotCounts {
 pub(super) enum Admission {
     /// Served, in this slot (a full one, or a probes-only one when the listener is full).
     Serve(ConnectionSlot),
-    /// Answered 503 and closed: its peer is at its cap, the listener is not.
-    Refuse(Refusal),
-    /// Closed at once.
-    Close,
+    /// Answered 503 and closed, once a [`Refusal`] is free: its peer is at its cap, or the listener is full.
+    Refuse,
 }
 
 impl ConnectionSlots {
     pub(super) fn new(max_total: usize, max_per_peer: usize, probe_slots: usize) -> Self {
-        Self { max_total: max_total.max(1), max_per_peer: max_per_peer.max(1), probe_slots, open: Arc::default() }
+        Self {
+            max_total: max_total.max(1),
+            max_per_peer: max_per_peer.max(1),
+            probe_slots,
+            open: Arc::default(),
+            refusals: Arc::new(Semaphore::new(MAX_REFUSALS)),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SlotCounts> {
@@ -81,16 +91,7 @@ impl ConnectionSlots {
         let mut counts = self.lock();
         let from_peer = counts.per_peer.get(&peer).copied().unwrap_or(0);
         if from_peer >= self.max_per_peer {
-            let refusing_peer = counts.refusing_per_peer.get(&peer).copied().unwrap_or(0);
-            if counts.total >= self.max_total
-                || counts.refusing >= MAX_REFUSALS
-                || refusing_peer >= MAX_REFUSALS_PER_PEER
-            {
-                return Admission::Close;
-            }
-            counts.refusing += 1;
-            counts.refusing_per_peer.insert(peer, refusing_peer + 1);
-            return Admission::Refuse(Refusal { open: self.open.clone(), peer });
+            return Admission::Refuse;
         }
         let probes_only = if counts.total < self.max_total {
             counts.total += 1;
@@ -99,10 +100,21 @@ impl ConnectionSlots {
             counts.probes += 1;
             true
         } else {
-            return Admission::Close;
+            return Admission::Refuse;
         };
         counts.per_peer.insert(peer, from_peer + 1);
         Admission::Serve(ConnectionSlot { open: self.open.clone(), peer, probes_only })
+    }
+
+    /// A place under [`MAX_REFUSALS`]: at once when one is free, else once a refusal in progress ends.
+    pub(super) async fn refusal(&self) -> Refusal {
+        Refusal { _permit: self.refusals.clone().acquire_owned().await.ok() }
+    }
+
+    /// A place under [`MAX_REFUSALS`] if one is free now.
+    #[cfg(test)]
+    fn try_refusal(&self) -> Option<Refusal> {
+        self.refusals.clone().try_acquire_owned().ok().map(|permit| Refusal { _permit: Some(permit) })
     }
 }
 
@@ -123,53 +135,36 @@ impl Drop for ConnectionSlot {
         } else {
             counts.total = counts.total.saturating_sub(1);
         }
-        release(&mut counts.per_peer, self.peer);
+        if let Some(count) = counts.per_peer.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                counts.per_peer.remove(&self.peer);
+            }
+        }
     }
 }
 
-/// One refusal in progress: its place under [`MAX_REFUSALS`] and [`MAX_REFUSALS_PER_PEER`], given back when done.
+/// One refusal in progress: its place under [`MAX_REFUSALS`], given back when done. (The semaphore is never
+/// closed, so the permit is always there.)
 #[derive(Debug)]
 pub(super) struct Refusal {
-    open: Arc<Mutex<SlotCounts>>,
-    peer: IpAddr,
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Refusal {
-    /// Writes [`BUSY_RESPONSE`], ends the sending side, and reads what the client sends until it closes (at most
-    /// [`MAX_DISCARD_BYTES`], within [`REFUSAL_TIME`] in all), then closes.
+    /// Writes [`BUSY_RESPONSE`], then closes the lingering way: ends the sending side and reads what the client
+    /// sends until it closes (at most [`MAX_DISCARD_BYTES`], within [`REFUSAL_TIME`] in all).
     pub(super) async fn answer(self, mut stream: TcpStream) {
-        let _ = tokio::time::timeout(REFUSAL_TIME, async {
-            stream.write_all(BUSY_RESPONSE).await?;
-            stream.shutdown().await?;
-            let mut buffer = [0_u8; 4096];
-            let mut discarded = 0;
-            while discarded < MAX_DISCARD_BYTES {
-                match stream.read(&mut buffer).await? {
-                    0 => break,
-                    n => discarded += n,
-                }
-            }
-            Ok::<_, std::io::Error>(())
-        })
-        .await;
-        drop(self);
-    }
-}
-
-impl Drop for Refusal {
-    fn drop(&mut self) {
-        let mut counts = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        counts.refusing = counts.refusing.saturating_sub(1);
-        release(&mut counts.refusing_per_peer, self.peer);
-    }
-}
-
-fn release(per_peer: &mut HashMap<IpAddr, usize>, peer: IpAddr) {
-    if let Some(count) = per_peer.get_mut(&peer) {
-        *count -= 1;
-        if *count == 0 {
-            per_peer.remove(&peer);
+        let started = tokio::time::Instant::now();
+        // A new socket's send buffer always has room for 100 bytes: this completes at once.
+        if tokio::time::timeout(REFUSAL_TIME, stream.write_all(BUSY_RESPONSE))
+            .await
+            .is_ok_and(|written| written.is_ok())
+        {
+            let max_time = REFUSAL_TIME.saturating_sub(started.elapsed());
+            linger::close(stream, Linger { max_bytes: MAX_DISCARD_BYTES, max_time }).await;
         }
+        drop(self);
     }
 }
 
@@ -178,7 +173,7 @@ mod tests {
     use std::net::{Ipv4Addr, SocketAddr};
 
     use http::{Response, StatusCode};
-    use tokio::{net::TcpSocket, sync::Notify};
+    use tokio::{io::AsyncReadExt, net::TcpSocket, sync::Notify};
     use tokio_util::sync::CancellationToken;
 
     use super::*;
@@ -262,7 +257,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_connection_flood_from_one_peer_costs_a_bounded_number_of_refusals() {
+    async fn every_connection_of_a_flood_from_one_peer_is_answered_and_ends_within_the_refusal_time() {
         let (server, _release, shutdown) = held_server(64).await;
         let mut held = Vec::new();
         for _ in 0..PER_PEER {
@@ -271,24 +266,19 @@ mod tests {
             held.push(stream);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        // Many connections that never read nor close: only MAX_REFUSALS_PER_PEER of them can hold a refusal, the
-        // rest are closed at once (and the ones holding one are closed by REFUSAL_TIME).
+        // Many connections that never close: each is answered, and closed by the server after REFUSAL_TIME.
         let mut flood = Vec::new();
-        for _ in 0..4 * MAX_REFUSALS_PER_PEER {
+        for _ in 0..32 {
             flood.push(connect_from(5, server).await);
         }
-        let mut answered = 0;
-        let mut closed_at_once = 0;
         for mut stream in flood {
             let mut answer = Vec::new();
             match tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await {
-                Ok(_) if answer.starts_with(b"HTTP/1.1 503") => answered += 1,
-                Ok(_) => closed_at_once += 1,
+                Ok(Ok(_)) => assert!(answer.starts_with(b"HTTP/1.1 503"), "{}", String::from_utf8_lossy(&answer)),
+                Ok(Err(error)) => panic!("a flood connection saw {error} instead of its answer"),
                 Err(_) => panic!("a flood connection was held past the refusal time"),
             }
         }
-        assert!((1..=2 * MAX_REFUSALS_PER_PEER).contains(&answered), "{answered} answered, {closed_at_once} closed");
-        assert_eq!(closed_at_once + answered, 4 * MAX_REFUSALS_PER_PEER);
         drop(held);
         shutdown.cancel();
     }
@@ -297,7 +287,7 @@ mod tests {
     fn served(admission: Admission) -> Option<ConnectionSlot> {
         match admission {
             Admission::Serve(slot) => Some(slot),
-            Admission::Refuse(_) | Admission::Close => None,
+            Admission::Refuse => None,
         }
     }
 
@@ -319,35 +309,20 @@ mod tests {
     }
 
     #[test]
-    fn past_the_total_cap_a_peer_at_its_own_cap_is_closed_not_answered() {
+    fn past_the_total_cap_a_connection_is_refused_too() {
         let slots = ConnectionSlots::new(2, 2, 0);
-        let peer = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
-        let _held = [served(slots.take(peer)), served(slots.take(peer))];
-        assert!(matches!(slots.take(peer), Admission::Close), "the listener is full: the cheapest answer");
+        let peer = |host: u8| IpAddr::V4(Ipv4Addr::new(127, 0, 0, host));
+        let _held = [served(slots.take(peer(2))), served(slots.take(peer(3)))];
+        assert!(matches!(slots.take(peer(4)), Admission::Refuse), "the listener is full: told to come back");
     }
 
     #[test]
-    fn refusals_are_bounded_per_peer_and_in_all_and_given_back() {
+    fn refusals_in_progress_are_bounded_and_given_back() {
         let slots = ConnectionSlots::new(1_000, 1, 0);
-        let peer = |host: u8| IpAddr::V4(Ipv4Addr::new(127, 0, 0, host));
-        let _served = match slots.take(peer(2)) {
-            Admission::Serve(slot) => slot,
-            other => panic!("{other:?}"),
-        };
-        let refusals: Vec<Admission> = (0..MAX_REFUSALS_PER_PEER).map(|_| slots.take(peer(2))).collect();
-        assert!(refusals.iter().all(|admission| matches!(admission, Admission::Refuse(_))));
-        assert!(matches!(slots.take(peer(2)), Admission::Close), "past the per-peer refusal bound");
+        let refusals: Vec<Refusal> = (0..MAX_REFUSALS).map_while(|_| slots.try_refusal()).collect();
+        assert_eq!(refusals.len(), MAX_REFUSALS);
+        assert!(slots.try_refusal().is_none(), "past the bound, the accept loop waits");
         drop(refusals);
-        assert!(matches!(slots.take(peer(2)), Admission::Refuse(_)), "refusal slots are given back");
-        // In all: peers at their cap, MAX_REFUSALS refusals at once.
-        let mut held = Vec::new();
-        for host in 10..=255_u8 {
-            held.push(slots.take(peer(host)));
-            for _ in 0..MAX_REFUSALS_PER_PEER {
-                held.push(slots.take(peer(host)));
-            }
-        }
-        let refusing = held.iter().filter(|admission| matches!(admission, Admission::Refuse(_))).count();
-        assert_eq!(refusing, MAX_REFUSALS);
+        assert!(slots.try_refusal().is_some(), "refusal places are given back");
     }
 }

@@ -188,6 +188,10 @@ impl BodyFields {
 }
 
 impl Scheme for BodyFields {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         self.name
     }

@@ -49,6 +49,10 @@ impl Default for Discord {
 }
 
 impl Scheme for Discord {
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "discord"
     }

@@ -44,6 +44,10 @@ pub enum VerifyError {
     /// A fetched-key scheme was asked to verify without its key (offline, without the gateway's fetcher).
     #[error("this scheme's key is fetched from the provider and was not fetched here")]
     KeyNotFetched,
+    /// The provider's own API, asked with the operator's credential, does not hold the event this body claims to
+    /// be, or holds it with other contents (PayPal, whose signature binds the body only by a CRC32).
+    #[error("the provider's API does not confirm this event")]
+    NotConfirmed,
 }
 
 impl VerifyError {
@@ -61,6 +65,7 @@ impl VerifyError {
             Self::KeyUrlNotPinned(_) => "key_url_not_pinned",
             Self::CertificateUntrusted => "certificate_untrusted",
             Self::KeyNotFetched => "key_not_fetched",
+            Self::NotConfirmed => "not_confirmed",
         }
     }
 
@@ -78,7 +83,8 @@ impl VerifyError {
             | Self::FormTooLarge { .. }
             | Self::KeyUrlNotPinned(_)
             | Self::CertificateUntrusted
-            | Self::KeyNotFetched => error.reason(),
+            | Self::KeyNotFetched
+            | Self::NotConfirmed => error.reason(),
         };
         let each = [
             Self::missing("h"),
@@ -92,6 +98,7 @@ impl VerifyError {
             Self::KeyUrlNotPinned("u"),
             Self::CertificateUntrusted,
             Self::KeyNotFetched,
+            Self::NotConfirmed,
         ];
         each.iter().map(listed).collect()
     }

@@ -282,6 +282,10 @@ fn text_of<'a>(request: &UnverifiedRequest<'a>, name: &HeaderName) -> Result<&'a
 }
 
 impl Scheme for GenericHmac {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         self.name
     }

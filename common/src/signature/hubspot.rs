@@ -70,6 +70,10 @@ pub fn signed_uri(url: &str) -> String {
 }
 
 impl Scheme for HubSpot {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         "hubspot"
     }

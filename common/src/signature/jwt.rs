@@ -18,8 +18,10 @@
 //!
 //! Order: the header's `alg` must be the configured one, then the signature (every active secret, constant time),
 //! then the claims: `iss`, `aud`, the body digest, then freshness (`iat` within the tolerance either way, `exp`
-//! not passed by more than [`EXP_LEEWAY_S`]). As for the HMAC families, signature first: a stale or
-//! mismatching claim is only reported for a token the secret signed.
+//! not passed and `nbf` reached, each give or take [`EXP_LEEWAY_S`]). As for the HMAC families, signature first:
+//! a stale or mismatching claim is only reported for a token the secret signed. Without `require_iat` or
+//! `require_exp` a token that carries neither claim never expires ([`Scheme::signs_timestamp`] is then false, and
+//! the gateway warns at load).
 //!
 //! A token whose claims bind no body proves who sent the request, not what it holds (monday.com): such a
 //! configuration is a token scheme ([`Scheme::is_token`]) and needs `allow_token = true`.
@@ -39,7 +41,8 @@ use super::{
 /// Default window for `iat` (seconds, both directions).
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
 
-/// How long past its `exp` a token is still accepted (clock skew between the provider and us).
+/// How long past its `exp` (and before its `nbf`) a token is still accepted (clock skew between the provider and
+/// us).
 pub const EXP_LEEWAY_S: i64 = 60;
 
 /// The HMAC algorithms a token may be signed with; the configured one is the only one accepted.
@@ -222,6 +225,12 @@ impl JwtScheme {
             None if self.require_exp => return Err(VerifyError::MissingTimestamp("exp")),
             None => {}
         }
+        // A token not valid yet (RFC 7519, 4.1.5), with the same leeway for clock skew as `exp`.
+        if let Some(not_before) = time("nbf")? {
+            if request.now_ms.saturating_add(EXP_LEEWAY_S * 1000) < not_before {
+                return Err(VerifyError::TimestampFuture { skew_ms: not_before.saturating_sub(request.now_ms) });
+            }
+        }
         Ok(())
     }
 
@@ -238,6 +247,10 @@ impl JwtScheme {
 }
 
 impl Scheme for JwtScheme {
+    fn signs_timestamp(&self) -> bool {
+        self.iat.is_some() || self.require_exp
+    }
+
     fn name(&self) -> &'static str {
         "jwt"
     }
@@ -378,6 +391,24 @@ mod tests {
         expired["exp"] = json!("tomorrow");
         let value = scheme.sign(SECRET.as_bytes(), &expired);
         assert_eq!(run(&scheme, &value, BODY, &[("a", SECRET)]), Err(VerifyError::MissingTimestamp("exp")));
+    }
+
+    #[test]
+    fn a_token_is_refused_before_its_nbf() {
+        let scheme = vonage_like();
+        let mut early = claims(BODY, NOW_S);
+        early["nbf"] = json!(NOW_S + EXP_LEEWAY_S + 1);
+        let value = scheme.sign(SECRET.as_bytes(), &early);
+        assert_eq!(
+            run(&scheme, &value, BODY, &[("a", SECRET)]),
+            Err(VerifyError::TimestampFuture { skew_ms: (EXP_LEEWAY_S + 1) * 1000 })
+        );
+        early["nbf"] = json!(NOW_S + EXP_LEEWAY_S);
+        let value = scheme.sign(SECRET.as_bytes(), &early);
+        assert_eq!(run(&scheme, &value, BODY, &[("a", SECRET)]), Ok("a".into()), "within the leeway");
+        early["nbf"] = json!("soon");
+        let value = scheme.sign(SECRET.as_bytes(), &early);
+        assert_eq!(run(&scheme, &value, BODY, &[("a", SECRET)]), Err(VerifyError::MissingTimestamp("nbf")));
     }
 
     #[test]

@@ -25,6 +25,10 @@ impl Linear {
 }
 
 impl Scheme for Linear {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         SIGNED.name()
     }

@@ -33,6 +33,7 @@ pub mod linear;
 pub mod paddle;
 pub mod pagerduty;
 pub mod presets;
+mod registry;
 pub mod sendgrid;
 pub mod shopify;
 pub mod slack;
@@ -61,6 +62,7 @@ pub use fetched::verify_fetched;
 pub use generic::GenericHmacOptions;
 pub use github::GitHub;
 pub use identity::{FieldSource, HeaderType, Identity, IdentityRule, SignedIdentity};
+pub use registry::{SCHEME_NAMES, SchemeOptions, all_names, build, scheme_by_name};
 
 /// A configured secret: an id (for rotation and telemetry), the key bytes (never printed), and the window in which
 /// it is accepted.
@@ -171,6 +173,10 @@ pub enum Coverage {
     /// Nothing: the request presented a shared token (or HTTP Basic credentials), which proves who sent it but
     /// not what was sent. The body is as trustworthy as whoever holds the token.
     Token,
+    /// Only a checksum of the body (PayPal's CRC32, which anyone can match with a body of their choosing) is
+    /// signed: the signature proves that the provider sent *a* delivery with the signed headers, not this body,
+    /// its id or its amount. Accepted only where a source opted in (`[sources.paypal] allow_crc_only`).
+    BodyChecksum,
 }
 
 impl SignatureMatch {
@@ -181,6 +187,12 @@ impl SignatureMatch {
     /// The signature covered only these body fields, not the whole body.
     fn of_fields(mut self, event_id: String, event_type: Option<String>) -> Self {
         self.coverage = Coverage::SignedFields { event_id, event_type };
+        self
+    }
+
+    /// The signature binds the body only by a non-cryptographic checksum.
+    fn by_checksum(mut self) -> Self {
+        self.coverage = Coverage::BodyChecksum;
         self
     }
 
@@ -295,6 +307,7 @@ impl fmt::Debug for Verified {
             Coverage::WholeBody => "the whole body",
             Coverage::SignedFields { .. } => "signed body fields",
             Coverage::Token => "a token",
+            Coverage::BodyChecksum => "a checksum of the body",
         };
         write!(
             f,
@@ -396,6 +409,23 @@ pub trait Scheme: Send + Sync + fmt::Debug {
         true
     }
 
+    /// Whether every signature the scheme accepts carries a time it checks against a window, so that a captured
+    /// request stops verifying by itself: `false` for the schemes that sign no timestamp (GitHub, Shopify, Meta,
+    /// the token family, ...), for a family configured without one (`hmac` without `timestamp_header`, `jwt`
+    /// without `require_iat` or `require_exp`) and for Zoom without `tolerance_s`. A scheme says `true` only where
+    /// it checks; the default is the cautious answer. A source must opt in to forward such a signature into Kafka
+    /// (`forward_untimed_signature`), and `tolerance_s` is refused for it.
+    fn signs_timestamp(&self) -> bool {
+        false
+    }
+
+    /// Whether the scheme refuses every body that is not a JSON object (the `x` preset): only such a source may
+    /// answer X's CRC handshake, an HMAC with the source's secret of a caller-chosen token that can never start
+    /// with `{`, so never the signature of a body this source accepts.
+    fn refuses_non_object_bodies(&self) -> bool {
+        false
+    }
+
     /// The handshakes this provider needs answered (a preset's); a source may add others.
     fn handshakes(&self) -> &'static [handshake::Challenge] {
         &[]
@@ -423,177 +453,6 @@ pub fn verify(
 /// Those of `secrets` active at `now_ms`, in configured order: the ones [`verify`] hands the scheme to try.
 pub fn active_secrets(secrets: &[Secret], now_ms: i64) -> impl Iterator<Item = &Secret> {
     secrets.iter().filter(move |secret| secret.is_active_at(now_ms))
-}
-
-/// Per-source options a scheme is built with.
-#[derive(Debug, Clone, Default)]
-pub struct SchemeOptions {
-    /// Overrides the scheme's timestamp tolerance (seconds, both directions). Refused by schemes that sign no
-    /// timestamp ([`UNTIMED_SCHEMES`]) and by `hmac` without a `timestamp_header`; enables the check for Zoom,
-    /// which documents none.
-    pub tolerance_s: Option<u64>,
-    /// The generic HMAC scheme's settings (required for `scheme = "hmac"`).
-    pub hmac: Option<GenericHmacOptions>,
-    /// The structured-header family's settings (required for `scheme = "structured"`).
-    pub structured: Option<structured::StructuredOptions>,
-    /// The body-fields family's settings (required for `scheme = "body_fields"`).
-    pub body_fields: Option<body_fields::BodyFieldsOptions>,
-    /// The token family's settings (required for `scheme = "token"`).
-    pub token: Option<token::TokenOptions>,
-    /// The JWT family's settings (required for `scheme = "jwt"`).
-    pub jwt: Option<jwt::JwtOptions>,
-}
-
-/// The schemes with modules of their own and the configurable families, for config validation messages and
-/// docs/configuration/gateway.md; the named presets are [`presets::all`] (docs/providers.md).
-pub const SCHEME_NAMES: &[&str] = &[
-    "stripe",
-    "github",
-    "shopify",
-    "slack",
-    "standard_webhooks",
-    "svix",
-    "clerk",
-    "resend",
-    "gitlab",
-    "gitlab_signing",
-    "paddle",
-    "pagerduty",
-    "linear",
-    "zoom",
-    "twitch",
-    "square",
-    "twilio",
-    "hubspot",
-    "typeform",
-    "woocommerce",
-    "intercom",
-    "discord",
-    "sendgrid",
-    "sns",
-    "paypal",
-    "google_pubsub",
-    "plaid",
-    "plaid_sandbox",
-    "hmac",
-    "structured",
-    "body_fields",
-    "token",
-    "jwt",
-    "none",
-];
-
-/// Every name [`build`] knows: [`SCHEME_NAMES`] and the presets.
-pub fn all_names() -> impl Iterator<Item = &'static str> {
-    SCHEME_NAMES.iter().copied().chain(presets::all().map(|preset| preset.name))
-}
-
-/// Schemes whose signed content carries no time: a `tolerance_s` for them is refused rather than ignored.
-pub const UNTIMED_SCHEMES: &[&str] = &[
-    "github",
-    "shopify",
-    "gitlab",
-    "pagerduty",
-    "square",
-    "twilio",
-    "typeform",
-    "woocommerce",
-    "intercom",
-    "token",
-    "none",
-];
-
-/// The scheme registered under a config name, configured with `options`; an error names what is wrong.
-pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, String> {
-    if options.tolerance_s.is_some() && UNTIMED_SCHEMES.contains(&name) {
-        return Err(format!(
-            "scheme `{name}` signs no timestamp, so tolerance_s cannot apply: remove it (docs/configuration/gateway.md, 'What each scheme signs')"
-        ));
-    }
-    let tolerance = options.tolerance_s.map(support::Tolerance::seconds);
-    let with_default = |default_s: u64| tolerance.or(Some(support::Tolerance::seconds(default_s)));
-    let scheme: Box<dyn Scheme> = match name {
-        "stripe" => Box::new(stripe::Stripe::new(with_default(stripe::DEFAULT_TOLERANCE_S))),
-        "github" => Box::new(GitHub),
-        "shopify" => Box::new(shopify::Shopify),
-        "slack" => Box::new(slack::Slack::new(with_default(slack::DEFAULT_TOLERANCE_S))),
-        "standard_webhooks" => Box::new(standard_webhooks::StandardWebhooks::standard(with_default(300))),
-        "svix" | "clerk" | "resend" => Box::new(standard_webhooks::StandardWebhooks::svix(name, with_default(300))),
-        "gitlab" => Box::new(gitlab::GitLabToken),
-        "gitlab_signing" => Box::new(standard_webhooks::StandardWebhooks::gitlab(with_default(300))),
-        "paddle" => Box::new(paddle::Paddle::new(with_default(paddle::DEFAULT_TOLERANCE_S))),
-        "pagerduty" => Box::new(pagerduty::PagerDuty),
-        "linear" => Box::new(linear::Linear::new(with_default(linear::DEFAULT_TOLERANCE_S))),
-        "zoom" => Box::new(zoom::Zoom::new(tolerance)),
-        "twitch" => Box::new(twitch::Twitch::new(with_default(twitch::DEFAULT_TOLERANCE_S))),
-        "square" => Box::new(square::Square),
-        "twilio" => Box::new(twilio::Twilio),
-        "hubspot" => Box::new(hubspot::HubSpot::new(with_default(hubspot::DEFAULT_TOLERANCE_S))),
-        "typeform" => Box::new(typeform::Typeform),
-        "woocommerce" => Box::new(woocommerce::WooCommerce),
-        "intercom" => Box::new(intercom::Intercom),
-        "discord" => Box::new(discord::Discord::new(
-            tolerance.unwrap_or(support::Tolerance::seconds(discord::DEFAULT_TOLERANCE_S)),
-        )),
-        "sendgrid" => Box::new(sendgrid::SendGrid::new(
-            tolerance.unwrap_or(support::Tolerance::seconds(sendgrid::DEFAULT_TOLERANCE_S)),
-        )),
-        "sns" => Box::new(fetched::sns::Sns::new(
-            tolerance.unwrap_or(support::Tolerance::seconds(fetched::sns::DEFAULT_TOLERANCE_S)),
-        )),
-        "paypal" => Box::new(fetched::paypal::PayPal::new(
-            tolerance.unwrap_or(support::Tolerance::seconds(fetched::paypal::DEFAULT_TOLERANCE_S)),
-        )),
-        "google_pubsub" => Box::new(fetched::google_pubsub::GooglePubSub::new(
-            tolerance.unwrap_or(support::Tolerance::seconds(fetched::google_pubsub::DEFAULT_TOLERANCE_S)),
-        )),
-        "plaid" | "plaid_sandbox" => Box::new(fetched::plaid::Plaid::new(
-            if name == "plaid" {
-                fetched::plaid::Environment::Production
-            } else {
-                fetched::plaid::Environment::Sandbox
-            },
-            tolerance.unwrap_or(support::Tolerance::seconds(fetched::plaid::DEFAULT_TOLERANCE_S)),
-        )),
-        "hmac" => {
-            let hmac = options.hmac.as_ref().ok_or("scheme `hmac` needs a [sources.hmac] table")?;
-            Box::new(generic::GenericHmac::new(hmac, tolerance)?)
-        }
-        "structured" => {
-            let table = options.structured.as_ref().ok_or("scheme `structured` needs a [sources.structured] table")?;
-            Box::new(structured::Structured::new(table, tolerance)?)
-        }
-        "body_fields" => {
-            let table =
-                options.body_fields.as_ref().ok_or("scheme `body_fields` needs a [sources.body_fields] table")?;
-            Box::new(body_fields::BodyFields::new(table, tolerance)?)
-        }
-        "token" => {
-            let table = options.token.as_ref().ok_or("scheme `token` needs a [sources.token] table")?;
-            Box::new(token::Token::new(table)?)
-        }
-        "jwt" => {
-            let table = options.jwt.as_ref().ok_or("scheme `jwt` needs a [sources.jwt] table")?;
-            Box::new(jwt::JwtScheme::new(table, tolerance)?)
-        }
-        "none" => Box::new(unsigned::Unsigned),
-        other => match presets::find(other) {
-            Some(preset) => preset.build(tolerance)?,
-            None => {
-                return Err(format!(
-                    "unknown scheme `{other}` (known: {}, and the {} presets listed in docs/providers.md)",
-                    SCHEME_NAMES.join(", "),
-                    presets::all().count()
-                ));
-            }
-        },
-    };
-    Ok(scheme)
-}
-
-/// The scheme registered under a config name with default options, if any.
-pub fn scheme_by_name(name: &str) -> Option<Box<dyn Scheme>> {
-    build(name, &SchemeOptions::default()).ok()
 }
 
 #[cfg(test)]

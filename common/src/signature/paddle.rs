@@ -40,6 +40,10 @@ pub fn parse_header(value: &str) -> Option<(&str, Vec<Vec<u8>>)> {
 }
 
 impl Scheme for Paddle {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         "paddle"
     }

@@ -44,6 +44,10 @@ impl Default for SendGrid {
 }
 
 impl Scheme for SendGrid {
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "sendgrid"
     }

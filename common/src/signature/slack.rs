@@ -27,6 +27,10 @@ impl Slack {
 }
 
 impl Scheme for Slack {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         "slack"
     }

@@ -105,6 +105,10 @@ pub fn parse_signatures(value: &str) -> Option<Vec<Vec<u8>>> {
 }
 
 impl Scheme for StandardWebhooks {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         self.name
     }

@@ -46,6 +46,10 @@ pub fn parse_header(value: &str) -> Option<SignatureHeader<'_>> {
 }
 
 impl Scheme for Stripe {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         "stripe"
     }

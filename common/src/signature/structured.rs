@@ -209,6 +209,10 @@ impl Structured {
 }
 
 impl Scheme for Structured {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         self.name
     }

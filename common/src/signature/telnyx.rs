@@ -36,6 +36,10 @@ impl Default for Telnyx {
 }
 
 impl Scheme for Telnyx {
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "telnyx"
     }

@@ -229,10 +229,7 @@ const HEADER_NAMES: &[&str] = &[
 fn all_schemes() -> Vec<Box<dyn Scheme>> {
     all_names()
         .map(|name| {
-            let timed = match presets::find(name) {
-                Some(preset) => preset.timed,
-                None => !super::UNTIMED_SCHEMES.contains(&name),
-            };
+            let timed = build(name, &family_options(None)).expect("builds").signs_timestamp();
             build(name, &family_options(timed.then_some(300))).expect("builds")
         })
         .collect()
@@ -376,11 +373,32 @@ proptest! {
 
 #[test]
 fn a_tolerance_is_refused_where_no_timestamp_is_signed() {
-    for name in super::UNTIMED_SCHEMES {
-        let options = SchemeOptions { tolerance_s: Some(300), ..SchemeOptions::default() };
+    // What the built scheme says, for every name (presets included), not a list of names.
+    let mut untimed = Vec::new();
+    for name in all_names() {
+        if build(name, &family_options(None)).expect("builds").signs_timestamp() {
+            continue;
+        }
+        untimed.push(name);
+        if name == "zoom" {
+            continue; // Zoom signs its timestamp and documents no window: tolerance_s turns the check on.
+        }
+        let options = SchemeOptions { tolerance_s: Some(300), ..family_options(None) };
         let problem = build(name, &options).expect_err("refused");
-        assert!(problem.contains("signs no timestamp"), "{name}: {problem}");
+        assert!(problem.contains("signs no timestamp") || problem.contains("tolerance_s"), "{name}: {problem}");
     }
+    for name in ["github", "shopify", "gitlab", "pagerduty", "square", "twilio", "token", "none", "meta", "x", "zoom"] {
+        assert!(untimed.contains(&name), "{name} signs no timestamp (Zoom: without tolerance_s)");
+    }
+    for name in ["stripe", "slack", "sns", "paypal", "plaid", "hmac", "structured", "jwt", "calendly", "zoom"] {
+        let timed = build(name, &family_options(Some(300))).expect("builds");
+        assert!(timed.signs_timestamp(), "{name}");
+    }
+    let no_time = SchemeOptions {
+        jwt: Some(toml::from_str("prefix = \"Bearer \"\nbody_sha256_claim = \"sha256\"\n").expect("jwt options")),
+        ..family_options(None)
+    };
+    assert!(!build("jwt", &no_time).expect("builds").signs_timestamp(), "jwt without require_iat or require_exp");
 }
 
 #[test]

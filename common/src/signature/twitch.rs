@@ -33,6 +33,10 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
 }
 
 impl Scheme for Twitch {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         "twitch"
     }

@@ -28,6 +28,10 @@ impl Zoom {
 }
 
 impl Scheme for Zoom {
+    fn signs_timestamp(&self) -> bool {
+        self.tolerance.is_some()
+    }
+
     fn name(&self) -> &'static str {
         "zoom"
     }

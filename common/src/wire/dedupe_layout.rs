@@ -15,6 +15,8 @@
 
 use sha2::{Digest, Sha256};
 
+use super::redis_key::DEDUPE_DEAD_TYPES;
+
 /// Bytes of the event hash kept as its field: 128 bits (collision odds in docs/dedupe.md).
 pub const FIELD_BYTES: usize = 16;
 /// Buckets per service and time slot.
@@ -94,8 +96,11 @@ pub fn bucket_ttl_ms(now_s: u64, window_s: u64) -> u64 {
 pub enum Outcome {
     /// `<s>`: processed at `s` (seconds since the epoch): a decimal integer, which a listpack keeps in 5 bytes.
     Processed { at_s: i64 },
-    /// `f<s>:<filter>`: skipped by the route's filter `filter` at `s`.
-    Filtered { at_s: i64, filter: String },
+    /// `f<s>:<filter>;types=,<hex>,...,`: skipped by the route's filter `filter` at `s`, recording the types of the
+    /// copies skipped as a dead marker does ([`super::redis_key::dead_marker_type`]): a copy of an allowlisted type
+    /// not among them claims the event over it (finding P8). `None`: written without types (`f<s>:<filter>`),
+    /// claimed over by nothing.
+    Filtered { at_s: i64, filter: String, types: Option<Vec<String>> },
     /// `d<s>:<dead marker>`: dead-lettered at `s`, the marker as the previous layout wrote it
     /// ([`super::redis_key::dead_marker`]: the DLQ entry and the types recorded).
     Dead { at_s: i64, marker: String },
@@ -103,6 +108,12 @@ pub enum Outcome {
 
 /// The prefix of a filtered outcome.
 pub const FILTERED: char = 'f';
+
+/// What follows `f<s>:` in a filtered outcome: `<filter>;types=,<hex>,...,` (`;types=,` when no type is recorded;
+/// a filter's name holds no `;`).
+pub fn filtered_value(filter: &str, types: &[String]) -> String {
+    format!("{filter}{DEDUPE_DEAD_TYPES},{}", types.iter().map(|hex| format!("{hex},")).collect::<String>())
+}
 /// The prefix of a dead outcome.
 pub const DEAD: char = 'd';
 
@@ -110,7 +121,10 @@ impl Outcome {
     pub fn encode(&self) -> String {
         match self {
             Self::Processed { at_s } => at_s.to_string(),
-            Self::Filtered { at_s, filter } => format!("{FILTERED}{at_s}:{filter}"),
+            Self::Filtered { at_s, filter, types: Some(types) } => {
+                format!("{FILTERED}{at_s}:{}", filtered_value(filter, types))
+            }
+            Self::Filtered { at_s, filter, types: None } => format!("{FILTERED}{at_s}:{filter}"),
             Self::Dead { at_s, marker } => format!("{DEAD}{at_s}:{marker}"),
         }
     }
@@ -122,7 +136,15 @@ impl Outcome {
         let (at_s, rest) = value.get(1..)?.split_once(':')?;
         let at_s = at_s.parse().ok()?;
         match value.chars().next()? {
-            FILTERED => Some(Self::Filtered { at_s, filter: rest.to_owned() }),
+            FILTERED => {
+                let (filter, types) = match rest.split_once(DEDUPE_DEAD_TYPES) {
+                    Some((filter, types)) => {
+                        (filter, Some(types.split(',').filter(|hex| !hex.is_empty()).map(str::to_owned).collect()))
+                    }
+                    None => (rest, None),
+                };
+                Some(Self::Filtered { at_s, filter: filter.to_owned(), types })
+            }
             DEAD => Some(Self::Dead { at_s, marker: rest.to_owned() }),
             _ => None,
         }
@@ -168,11 +190,17 @@ mod tests {
     fn every_outcome_round_trips() {
         for outcome in [
             Outcome::Processed { at_s: 1_767_000_001 },
-            Outcome::Filtered { at_s: 5, filter: "test_mode".to_owned() },
+            Outcome::Filtered { at_s: 5, filter: "test_mode".to_owned(), types: None },
+            Outcome::Filtered { at_s: 5, filter: "test_mode".to_owned(), types: Some(Vec::new()) },
+            Outcome::Filtered { at_s: 5, filter: "test_mode".to_owned(), types: Some(vec!["70757368".to_owned()]) },
             Outcome::Dead { at_s: 6, marker: "dead:webhooks.dlq:0:7;types=,62,".to_owned() },
         ] {
             assert_eq!(Outcome::decode(&outcome.encode()), Some(outcome));
         }
+        let typed = Outcome::Filtered { at_s: 5, filter: "noise".to_owned(), types: Some(vec!["6a".to_owned()]) };
+        assert_eq!(typed.encode(), "f5:noise;types=,6a,");
+        let untyped = Outcome::Filtered { at_s: 5, filter: "noise".to_owned(), types: Some(Vec::new()) };
+        assert_eq!(Outcome::decode("f5:noise;types=,"), Some(untyped));
         assert_eq!(Outcome::decode("x1:y"), None);
         assert_eq!(Outcome::decode(""), None);
     }

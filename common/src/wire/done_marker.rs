@@ -1,6 +1,6 @@
 //! The done marker with details, and the filtered marker (see [`super::redis_key`]).
 
-use super::redis_key::{DEDUPE_DONE, DEDUPE_DONE_DETAILED_PREFIX, DEDUPE_FILTERED_PREFIX};
+use super::redis_key::{DEDUPE_DEAD_TYPES, DEDUPE_DONE, DEDUPE_DONE_DETAILED_PREFIX, DEDUPE_FILTERED_PREFIX};
 
 /// Whether a dedupe key's value is a done marker, in either form: the plain [`DEDUPE_DONE`] or
 /// [`DEDUPE_DONE_DETAILED_PREFIX`] with details (read as done even when the details do not parse).
@@ -63,10 +63,14 @@ impl DoneMarker {
 /// the done TTL, so that every later copy of the event is skipped as a duplicate for as long as a processed one
 /// would be, and `lookup` and event search say *filtered*, not *processed*.
 ///
-/// Encoded as `done:filtered:<filter>:<filtered at ms>:<partition>:<offset>:<topic>`: a done marker
-/// ([`is_done`]), so that every dedupe script and reader, those of the builds before filters included, takes it as
-/// done (a duplicate), never as a claim to wait on; its details do not parse as a [`DoneMarker`]'s. A filter's name
-/// holds no `:` (letters, digits, `.`, `-`, `_`).
+/// Encoded as `done:filtered:<filter>:<filtered at ms>:<partition>:<offset>:<topic>;types=,<hex>,...,`: a done
+/// marker ([`is_done`]), so that every dedupe script and reader, those of the builds before filters included, takes
+/// it as done (a duplicate), never as a claim to wait on; its details do not parse as a [`DoneMarker`]'s. A
+/// filter's name holds no `:` (letters, digits, `.`, `-`, `_`), a topic no `;`. The types are those of the copies
+/// skipped, as a dead marker records them ([`super::redis_key::dead_marker_type`]; `;types=,` for none): a copy
+/// of an allowlisted type not among them may claim the event over, as it may a dead marker's, so that a copy
+/// re-sent first under another unsigned type cannot get the genuine one skipped as a duplicate. A marker written
+/// before types were recorded (no `;types=`) is claimed over by nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilteredMarker {
     pub filter: String,
@@ -74,13 +78,20 @@ pub struct FilteredMarker {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
+    /// The types (hex) of the copies skipped.
+    pub types: Vec<String>,
 }
 
 impl FilteredMarker {
     pub fn encode(&self) -> String {
         format!(
-            "{DEDUPE_FILTERED_PREFIX}{}:{}:{}:{}:{}",
-            self.filter, self.filtered_at_ms, self.partition, self.offset, self.topic
+            "{DEDUPE_FILTERED_PREFIX}{}:{}:{}:{}:{}{DEDUPE_DEAD_TYPES},{}",
+            self.filter,
+            self.filtered_at_ms,
+            self.partition,
+            self.offset,
+            self.topic,
+            self.types.iter().map(|hex| format!("{hex},")).collect::<String>()
         )
     }
 
@@ -92,8 +103,15 @@ impl FilteredMarker {
         let filtered_at_ms = fields.next()?.parse().ok()?;
         let partition = fields.next()?.parse().ok()?;
         let offset = fields.next()?.parse().ok()?;
-        let topic = fields.next().filter(|topic| !topic.is_empty())?.to_owned();
-        Some(Self { filter, filtered_at_ms, topic, partition, offset })
+        let rest = fields.next()?;
+        let (topic, types) = match rest.split_once(DEDUPE_DEAD_TYPES) {
+            Some((topic, types)) => {
+                (topic, types.split(',').filter(|hex| !hex.is_empty()).map(str::to_owned).collect())
+            }
+            None => (rest, Vec::new()),
+        };
+        let topic = Some(topic).filter(|topic| !topic.is_empty())?.to_owned();
+        Some(Self { filter, filtered_at_ms, topic, partition, offset, types })
     }
 }
 
@@ -149,9 +167,16 @@ mod tests {
             topic: "webhooks.inbound".to_owned(),
             partition: 3,
             offset: 18_233,
+            types: vec!["70757368".to_owned()],
         };
         let encoded = filtered.encode();
-        assert_eq!(encoded, "done:filtered:test_mode:1767000001230:3:18233:webhooks.inbound");
+        assert_eq!(encoded, "done:filtered:test_mode:1767000001230:3:18233:webhooks.inbound;types=,70757368,");
+        let untyped = FilteredMarker { types: Vec::new(), ..filtered.clone() };
+        assert!(untyped.encode().ends_with(":webhooks.inbound;types=,"), "{}", untyped.encode());
+        assert_eq!(FilteredMarker::decode(&untyped.encode()), Some(untyped));
+        // Written before types were recorded.
+        let before = FilteredMarker::decode("done:filtered:test_mode:1767000001230:3:18233:webhooks.inbound");
+        assert_eq!(before.map(|marker| marker.types), Some(Vec::new()));
         assert!(is_done(&encoded), "every reader and script takes it as done");
         assert_eq!(FilteredMarker::decode(&encoded), Some(filtered));
         assert_eq!(DoneMarker::decode(&encoded), None, "not a processed event's details");

@@ -23,7 +23,7 @@ pub const DEDUPE_CLAIM_PREFIX: &str = "claim:";
 /// the event types of the copies dead-lettered are known ([`dead_marker`]); the long TTL (see the consumer's
 /// dedupe).
 pub const DEDUPE_DEAD_PREFIX: &str = "dead:";
-/// Between a dead marker's entry id and the event types it records.
+/// Between a dead marker's entry id (a filtered marker's topic) and the event types it records.
 pub const DEDUPE_DEAD_TYPES: &str = ";types=";
 
 /// A dead marker for DLQ entry `entry_id` recording `types` (each the hex of an event type's UTF-8 bytes: a

@@ -7,12 +7,13 @@
 //! new one handles as claimed, done or dead, as it would see another old instance's; and a new instance sees an
 //! old one's claim, done or dead marker in the old key before claiming. After the period, until the old keys have
 //! expired (the period plus the old done TTL), it only reads them: their done is a duplicate, their claim is held
-//! (an instance of the old build running after the period), their dead marker is dead unless the copy may claim
-//! over it by the same rule as over a new one.
+//! (an instance of the old build running after the period), their dead marker is dead and their filtered marker
+//! done unless the copy may claim over it by the same rule as over a new one (a re-drive over a dead marker; over
+//! either, a copy of an allowlisted type the marker does not record: finding P8).
 
 use hookline_common::wire::{
     now_ms,
-    redis_key::{self, DEDUPE_DONE},
+    redis_key::{self, DEDUPE_DEAD_TYPES, DEDUPE_DONE, DEDUPE_FILTERED_PREFIX, FilteredMarker},
 };
 use redis::{Script, ScriptInvocation};
 
@@ -23,12 +24,21 @@ use super::{Claim, ClaimToken, Dedupe, DedupeError, LayoutHistory};
 /// between is claimed anew. A done marker is the plain `ARGV[3]` (`done`, earlier builds) or `done:<details>`. A
 /// `dead:` marker is taken over by a re-drive (`ARGV[4]` = `1`) or by a copy of an allowlisted type the marker
 /// does not record (`ARGV[5]`, its hex; empty when the type is not allowlisted), and answers `dead` to anything
-/// else. A re-sent takeover whose first reply was lost finds its own claim: `acquired`, with the marker lost to
-/// it (the next dead marker then records this copy's type alone).
+/// else. A filtered marker that records types (`done:filtered:...;types=,...,`) is taken over the same way by a
+/// copy of an allowlisted type it does not record (finding P8), and is `done` to anything else. A re-sent takeover
+/// whose first reply was lost finds its own claim: `acquired`, with the marker lost to it (the next marker then
+/// records this copy's type alone).
 pub const CLAIM_SCRIPT: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 'acquired' end
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then return 'acquired' end
+if current ~= false and string.sub(current, 1, 14) == 'done:filtered:' and ARGV[5] ~= nil and ARGV[5] ~= '' then
+  local types = string.find(current, ';types=,', 1, true)
+  if types and not string.find(current, ',' .. ARGV[5] .. ',', types, true) then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 'over:' .. current
+  end
+end
 if current == ARGV[3] or (current ~= false and string.sub(current, 1, 5) == 'done:') then return 'done' end
 if current == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -65,8 +75,8 @@ end
 return 0
 ";
 
-/// Deletes the key only if it still holds our claim; a claim that took over a dead marker puts the marker
-/// (`ARGV[2]`, empty otherwise) back with the long TTL (`ARGV[3]`) instead.
+/// Deletes the key only if it still holds our claim; a claim that took over a dead or filtered marker puts the
+/// marker (`ARGV[2]`, empty otherwise) back with the long TTL (`ARGV[3]`) instead.
 pub const RELEASE_SCRIPT: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' then
@@ -207,12 +217,21 @@ impl Dedupe {
         }
         let value: Option<String> = redis::cmd("GET").arg(key).query_async(&mut self.connection.clone()).await?;
         let Some(value) = value else { return Ok(Claimed::Free { took_over: None }) };
+        // A copy of an allowlisted type not among those a marker records may claim over it, as the claim script.
+        let untried =
+            |types: &[String]| token.type_allowlisted && token.event_type.as_ref().is_some_and(|t| !types.contains(t));
         if redis_key::is_done(&value) {
-            return Ok(Claimed::Not(Claim::AlreadyDone));
+            // A filtered marker that records types (P8): claimed over like a dead marker; one from before types
+            // were recorded, by nothing.
+            let typed = value.starts_with(DEDUPE_FILTERED_PREFIX) && value.contains(&format!("{DEDUPE_DEAD_TYPES},"));
+            let types = FilteredMarker::decode(&value).map(|marker| marker.types).filter(|_| typed);
+            return Ok(match types {
+                Some(types) if untried(&types) => Claimed::Free { took_over: Some(value) },
+                _ => Claimed::Not(Claim::AlreadyDone),
+            });
         }
         if let Some((_, types)) = redis_key::parse_dead_marker(&value) {
-            let untried = token.type_allowlisted && token.event_type.as_ref().is_some_and(|t| !types.contains(t));
-            return Ok(if token.redrive || untried {
+            return Ok(if token.redrive || untried(&types) {
                 Claimed::Free { took_over: Some(value) }
             } else {
                 Claimed::Not(Claim::DeadLettered)

@@ -4,8 +4,9 @@
 //! SET. Instead, per event (its keys: [`hookline_common::wire::dedupe_layout`], scoped to the consumer service):
 //! 1. claim: the event's claim key gets `claim:<token>` with a short lease, so a crashed consumer's claim expires,
 //!    unless a bucket of the source's window records an outcome ([`scripts`]);
-//! 2. done: after success (or once a route's filter skipped the event: the filtered outcome), the outcome goes
-//!    into the bucket of the current time slot, and the claim key is deleted, in one script;
+//! 2. done: after success (or once a route's filter skipped the event: the filtered outcome,
+//!    `f<s>:<filter>;types=,<hex>,...,`), the outcome goes into the bucket of the current time slot, and the claim
+//!    key is deleted, in one script;
 //! 3. release: after a retryable failure, delete the claim key only if it still holds our claim
 //!    (compare-and-delete), so the retry is not mistaken for a duplicate;
 //! 4. dead: after the event is dead-lettered, the dead outcome (`d<s>:dead:<DLQ entry id>;types=,<hex>,...,`)
@@ -14,7 +15,9 @@
 //!    DLQ. A re-drive by the replayer claims over it; so does, once per type, a copy whose event type is on its
 //!    source's allowlist and is not among the types the marker records. A copy with a forged type dead-lettered
 //!    first then does not lose the event. The dead outcome stays in its bucket while such a claim runs, so a
-//!    release (a retryable failure) leaves it as it was.
+//!    release (a retryable failure) leaves it as it was. A filtered outcome records its types too and is claimed
+//!    over by the same rule (finding P8: a copy re-sent first under another allowlisted type that a filter skips
+//!    must not make the genuine delivery a duplicate); to anything else it is done.
 //!
 //! A claim held by another owner is not a duplicate (a rebalance race): the caller waits and tries again.
 //! A Redis error or timeout is never read as "not a duplicate": the caller fails closed and retries. Because
@@ -103,10 +106,11 @@ pub struct ClaimToken {
     redrive: bool,
     /// The copy's event type as a dead marker records it ([`redis_key::dead_marker_type`]), if it has one.
     event_type: Option<String>,
-    /// Whether the copy's type is on its source's allowlist: it may then take over a dead outcome that does not
-    /// record that type yet.
+    /// Whether the copy's type is on its source's allowlist: it may then take over a dead or filtered outcome that
+    /// does not record that type yet.
     type_allowlisted: bool,
-    /// The dead marker this claim took over, if it did: the types it records are kept in the next marker.
+    /// The dead marker or filtered outcome this claim took over (in either layout), if it did: the types it
+    /// records are kept in the next outcome.
     took_over: Option<String>,
 }
 
@@ -116,10 +120,35 @@ impl ClaimToken {
         Self { event_type: event_type.map(redis_key::dead_marker_type), ..self }
     }
 
-    /// The copy's type is on its source's allowlist: the claim may take over a dead marker that does not record
-    /// that type yet (the event's first copy was dead-lettered under another type, perhaps a forged one).
+    /// The copy's type is on its source's allowlist: the claim may take over a dead or filtered outcome that does
+    /// not record that type yet (the event's first copy was dead-lettered or filtered under another type, perhaps
+    /// a forged one).
     pub fn allowlisted(self) -> Self {
         Self { type_allowlisted: self.event_type.is_some(), ..self }
+    }
+
+    /// The types the outcome this claim leaves records (hex): those of the dead marker or filtered outcome it
+    /// took over (this layout's, or the previous layout's markers), and this copy's.
+    fn types_to_record(&self) -> Vec<String> {
+        let taken_over = self.took_over.as_deref();
+        let mut types = taken_over
+            .and_then(|value| {
+                let filtered = || match dedupe_layout::Outcome::decode(value) {
+                    Some(dedupe_layout::Outcome::Filtered { types, .. }) => types,
+                    _ => None,
+                };
+                redis_key::parse_dead_marker(value)
+                    .map(|(_, types)| types)
+                    .or_else(|| FilteredMarker::decode(value).map(|marker| marker.types))
+                    .or_else(filtered)
+            })
+            .unwrap_or_default();
+        if let Some(event_type) = &self.event_type {
+            if !types.contains(event_type) {
+                types.push(event_type.clone());
+            }
+        }
+        types
     }
 
     /// The dedupe window this token's claim reads.
@@ -454,18 +483,7 @@ impl Dedupe {
     /// tried, claims it. The marker records this copy's type and those of the marker the claim took over. Safe to
     /// call again.
     pub async fn mark_dead(&self, token: &ClaimToken, entry_id: &str) -> Result<(), DedupeError> {
-        let mut types = token
-            .took_over
-            .as_deref()
-            .and_then(redis_key::parse_dead_marker)
-            .map(|(_, types)| types)
-            .unwrap_or_default();
-        if let Some(event_type) = &token.event_type {
-            if !types.contains(event_type) {
-                types.push(event_type.clone());
-            }
-        }
-        let marker = redis_key::dead_marker(entry_id, &types);
+        let marker = redis_key::dead_marker(entry_id, &token.types_to_record());
         let _: i64 = self.call(Op::Dead(dead_outcome(&marker)), token).await?;
         self.mark_dead_legacy(token, marker).await
     }
@@ -481,11 +499,14 @@ impl Dedupe {
 
     /// Records the event as skipped by a route's filter for its window, in place of our claim: the filtered
     /// outcome is a done one, so every later copy is a duplicate (only a re-processing run, with its own token,
-    /// runs it). The same script as [`Self::mark_done`], with the same answer.
+    /// runs it), except that, as a dead outcome, it records this copy's type and those of the outcome the claim
+    /// took over, and a copy of an allowlisted type it does not record claims the event over it (finding P8). The
+    /// same script as [`Self::mark_done`], with the same answer. `marker`'s types are not read: the claim's are.
     pub async fn mark_filtered(&self, token: &ClaimToken, marker: &FilteredMarker) -> Result<bool, DedupeError> {
-        let outcome = format!("{}@:{}", dedupe_layout::FILTERED, marker.filter);
+        let types = token.types_to_record();
+        let outcome = format!("{}@:{}", dedupe_layout::FILTERED, dedupe_layout::filtered_value(&marker.filter, &types));
         let still_ours: i64 = self.call(Op::Done(outcome), token).await?;
-        let legacy_ours = self.mark_done_legacy(token, || marker.encode()).await?;
+        let legacy_ours = self.mark_done_legacy(token, || FilteredMarker { types, ..marker.clone() }.encode()).await?;
         Ok(still_ours == 1 && legacy_ours)
     }
 

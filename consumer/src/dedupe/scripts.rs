@@ -8,30 +8,31 @@
 //!
 //! A bucket's value for the event is `<s>` (processed at `s`, seconds, Redis's clock), `f<s>:...` (filtered) or
 //! `d<s>:<dead marker>` (dead-lettered); an outcome older than the source's window is no outcome. Several buckets
-//! may hold one (a dead marker, then the done of the copy that claimed over it): the latest counts, a done before a
-//! dead at the same second.
+//! may hold one (a dead or filtered outcome, then the outcome of the copy that claimed over it): the latest counts,
+//! at the same second a processed one before a filtered one before a dead one (a claim may take over the latter
+//! two, never a processed one).
 
-/// `outcome(kb, first, n, field, window)`: the kind (`done` or `dead`) and value of the event's latest outcome
-/// within `window` seconds, read from `KEYS[kb+first .. kb+first+n-1]`; `nil` when there is none.
+/// `outcome(kb, first, n, field, window)`: the kind (`done`, a processed or filtered outcome, or `dead`) and value
+/// of the event's latest outcome within `window` seconds, read from `KEYS[kb+first .. kb+first+n-1]`; `nil` when there is none.
 /// `write(bucket, field, value, ttl)`: records the outcome, the bucket living at least `ttl` ms more.
 const FUNCTIONS: &str = r"
 local function outcome(kb, first, n, field, window)
   local now = tonumber(redis.call('TIME')[1])
-  local best, best_at, best_kind = nil, -1, nil
+  local best, best_at, best_kind, best_rank = nil, -1, nil, 0
   for i = kb + first, kb + first + n - 1 do
     local v = redis.call('HGET', KEYS[i], field)
     if v then
       local c = string.sub(v, 1, 1)
-      local kind, at = 'done', nil
+      local kind, at, rank = 'done', nil, 3
       if c == 'd' then
-        kind, at = 'dead', tonumber(string.match(v, '^d(%d+)'))
+        kind, at, rank = 'dead', tonumber(string.match(v, '^d(%d+)')), 1
       elseif c == 'f' then
-        at = tonumber(string.match(v, '^f(%d+)'))
+        at, rank = tonumber(string.match(v, '^f(%d+)')), 2
       else
         at = tonumber(v)
       end
-      if at and now - at < window and (at > best_at or (at == best_at and kind == 'done')) then
-        best, best_at, best_kind = v, at, kind
+      if at and now - at < window and (at > best_at or (at == best_at and rank > best_rank)) then
+        best, best_at, best_kind, best_rank = v, at, kind, rank
       end
     end
   end
@@ -50,21 +51,34 @@ end
 
 /// `claim(kb, ab)`, arguments: keys, token, lease ms, window s, field, re-drive (`1`), the copy's type when
 /// allowlisted (hex, or empty). Returns `acquired` (also for our own claim re-sent), `held` (another's live
-/// claim), `done`, `dead`, or `over:<dead marker>` (a re-drive, or an allowlisted type the marker does not record,
-/// takes the claim over a dead outcome; the outcome stays, so a release leaves it as it was).
+/// claim), `done`, `dead`, `over:<dead marker>` (a re-drive, or an allowlisted type the marker does not record,
+/// takes the claim over a dead outcome) or `over:f<s>:<filter>;types=...` (an allowlisted type a filtered outcome
+/// does not record takes the claim over it, finding P8: a copy re-sent first under another type must not make the
+/// genuine one a duplicate; a filtered outcome without `;types=` is done to every copy). The outcome taken over
+/// stays in its bucket, so a release leaves it as it was; a later outcome of this claim is newer and counts.
 const CLAIM: &str = r"
+local function untried(value, new_type, untyped)
+  if new_type == '' then return false end
+  local types = string.find(value, ';types=,', 1, true)
+  if not types then return untyped end
+  return not string.find(value, ',' .. new_type .. ',', types, true)
+end
+
 local function rule(kb, ab)
   local key, token, lease = KEYS[kb + 1], ARGV[ab + 2], ARGV[ab + 3]
   local current = redis.call('GET', key)
   if current == token then return 'acquired' end
   if current then return 'held' end
   local kind, value = outcome(kb, 2, tonumber(ARGV[ab + 1]) - 1, ARGV[ab + 5], tonumber(ARGV[ab + 4]))
-  if kind == 'done' then return 'done' end
+  local new_type = ARGV[ab + 7]
+  if kind == 'done' then
+    if string.sub(value, 1, 1) ~= 'f' or not untried(value, new_type, false) then return 'done' end
+    redis.call('SET', key, token, 'PX', lease)
+    return 'over:' .. value
+  end
   if kind == 'dead' then
     local marker = string.sub(value, string.find(value, ':', 1, true) + 1)
-    local new_type = ARGV[ab + 7]
-    local untried = new_type ~= '' and not string.find(marker, ',' .. new_type .. ',', 1, true)
-    if ARGV[ab + 6] ~= '1' and not untried then return 'dead' end
+    if ARGV[ab + 6] ~= '1' and not untried(marker, new_type, true) then return 'dead' end
     redis.call('SET', key, token, 'PX', lease)
     return 'over:' .. marker
   end

@@ -64,6 +64,13 @@ pub trait Handler: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
+    /// Whether `event`'s source has an allowlist (`sources.<name>.event_types`) its type is not on: the event is
+    /// poison whatever its route, so route filters are not consulted (a copy re-sent under a type nobody
+    /// allowed must not get the event marked filtered).
+    fn refuses_type(&self, _event: &InboundEvent) -> bool {
+        false
+    }
+
     /// Called once before the consumer joins its group: a handler that must reach something first (the
     /// `postgres` handler prepares its statements) does it here. An error is a configuration the handler can
     /// never run with and ends the start; something merely unreachable is waited for until `context.shutdown`.

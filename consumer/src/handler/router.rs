@@ -175,6 +175,11 @@ impl Handler for Router {
         allowlist.is_some_and(|types| event.meta.event_type.as_ref().is_some_and(|t| types.contains(t)))
     }
 
+    fn refuses_type(&self, event: &InboundEvent) -> bool {
+        let allowlist = self.rules.get(&event.meta.source).and_then(|rules| rules.event_types.as_ref());
+        allowlist.is_some_and(|types| !event.meta.event_type.as_ref().is_some_and(|t| types.contains(t)))
+    }
+
     fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             self.default.start(context).await.map_err(|problem| format!("[handler]: {problem}"))?;

@@ -28,6 +28,8 @@ impl Pipeline {
             topic: message.topic().to_owned(),
             partition: message.partition(),
             offset: message.offset(),
+            // Recorded from the claim by `mark_filtered`.
+            types: Vec::new(),
         };
         let still_ours = self.redis_until_done("done", || self.dedupe.mark_filtered(token, &marker)).await?;
         if !still_ours {

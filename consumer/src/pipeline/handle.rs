@@ -58,8 +58,10 @@ impl Pipeline {
         let mut first_failure_at_ms: Option<i64> = prior.as_ref().map(|prior| prior.first_failure_at_ms);
         let mut conflict_backoff = INFRA_BACKOFF_MIN;
         let mut first_claim = prepared.claim;
-        // Decided before the claim (no I/O), recorded once it is ours.
-        let skip = self.filters.skip(event);
+        // Decided before the claim (no I/O), recorded once it is ours. A type its source's allowlist refuses is
+        // poison whatever its route: the handler says so and the event is dead-lettered (and its genuine copy
+        // claims over the dead marker), never marked filtered, which would make the genuine copy a duplicate.
+        let skip = if self.handler.refuses_type(event) { None } else { self.filters.skip(event) };
         loop {
             let claim = match first_claim.take() {
                 Some(claim) => claim,

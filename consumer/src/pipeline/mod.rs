@@ -38,7 +38,7 @@ use std::{
 };
 
 use hookline_common::{
-    record_auth::Verdict,
+    record_auth::{RecordKind, Verdict},
     telemetry::{
         LogThrottle,
         traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
@@ -415,9 +415,11 @@ impl Pipeline {
 
     /// The record's MAC checked with this service's keys, at this consumer's clock (never the record's timestamp,
     /// which its writer chose). Once per record, at the door ([`Record::verdict`]); not counted: [`Self::process`]
-    /// counts each record's verdict once.
-    pub fn authenticate(&self, message: &FetchedRecord) -> Verdict {
-        self.dead_letters.record_keys().verify(
+    /// counts each record's verdict once. `kind` is what the record's topic holds: a retry topic's records are
+    /// never the gateway's, whatever their headers say.
+    pub fn authenticate(&self, message: &FetchedRecord, kind: RecordKind) -> Verdict {
+        self.dead_letters.record_keys().verify_as(
+            kind,
             message.topic(),
             message.key(),
             message.payload(),

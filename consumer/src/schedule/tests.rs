@@ -323,3 +323,34 @@ fn the_windows_bytes_together_pause_every_partition_until_they_are_down_to_half(
     resume.sort();
     assert_eq!(resume, vec![("t".to_owned(), 0), ("t".to_owned(), 1)], "nothing held: both resume");
 }
+
+/// P14: records held in a source topic (a paused route) above half of `max_window_bytes` once kept every other
+/// partition paused after the bytes first reached the bound, until the pause ended.
+#[test]
+fn records_held_in_a_source_topic_do_not_stall_the_other_partitions_at_the_byte_bound() {
+    let processing = ProcessingConfig { max_window_bytes: 100, ..config(8, 8) };
+    let mut scheduler = Scheduler::new(&processing, &[], &RetryConfig::default()).with_source_topics(["s".to_owned()]);
+    scheduler.assign([("s".to_owned(), 0), ("t".to_owned(), 0)]);
+    let pause = RoutePauseState { since_ms: 0, by: "ops".to_owned(), reason: "maintenance".to_owned() };
+    scheduler.set_pause("a", Some(pause), 0);
+    let sized =
+        |topic: &str, offset, n| parsed(topic, 0, offset, Timestamp::CreateTime(offset), Some(Bytes::from(vec![0; n])));
+    for offset in 0..3 {
+        scheduler.admit(sized("s", offset, 25), admission("a", None), 0);
+    }
+    assert!(scheduler.next_job(Instant::now(), 0).is_none(), "the paused route's records wait");
+    assert_eq!(scheduler.pause_changes().0, vec![("s".to_owned(), 0)], "75 bytes held: its partition stops");
+    for offset in 0..2 {
+        scheduler.admit(sized("t", offset, 30), admission("b", None), 0);
+    }
+    assert_eq!(scheduler.pause_changes().0, vec![("t".to_owned(), 0)], "the other partition at its bound");
+    for _ in 0..2 {
+        let job = scheduler.next_job(Instant::now(), 0).expect("the other route's record");
+        assert_eq!(job.record.topic(), "t");
+        scheduler.complete(job, Completion::Handled, Downstream::Answered, 0);
+    }
+    assert_eq!(scheduler.windowed_bytes(), 75, "only the held records are left");
+    assert_eq!(scheduler.pause_changes(), (vec![], vec![("t".to_owned(), 0)]), "the other partition resumes");
+    assert!(!scheduler.is_paused(&("t".to_owned(), 0)));
+    assert!(scheduler.is_paused(&("s".to_owned(), 0)), "the held partition is still not fetched");
+}

@@ -352,6 +352,9 @@ func checkKubernetes(r *reporter, rendered, secretExample string, requireConsume
 	checkConsumerServices(r, hook)
 	checkRecordKeys(r, hook)
 	checkTopicJob(r, m, hook, kedaScaled)
+	if aclDoc != "" {
+		checkACLDoc(r, m)
+	}
 	checkGatewayMemory(r, hook)
 }
 

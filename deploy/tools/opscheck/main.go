@@ -74,7 +74,7 @@ func (r *reporter) fail(format string, a ...any) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: opscheck kubernetes -bin-dir dir [-prefix p] [-secret-example file] [-consumers-scaled] RENDERED.yaml")
+	fmt.Fprintln(os.Stderr, "usage: opscheck kubernetes -bin-dir dir [-prefix p] [-secret-example file] [-acl-doc file] [-consumers-scaled] RENDERED.yaml")
 	fmt.Fprintln(os.Stderr, "       opscheck equivalent [-prefix p] [-what text] KUSTOMIZE.yaml HELM.yaml")
 	fmt.Fprintln(os.Stderr, "       opscheck observability [-prefix p] -metrics dir [-root dir] [-pending list] [-emit-rules file]")
 	os.Exit(2)
@@ -91,6 +91,7 @@ func main() {
 	case "kubernetes":
 		secretExample := fs.String("secret-example", "", "the example manifest of the webhook Secret, which the base leaves out")
 		fs.StringVar(&binDir, "bin-dir", "", "the directory of the built hookline binaries, whose --print-config gives each config's effective values")
+		fs.StringVar(&aclDoc, "acl-doc", "", "docs/security.md, whose kafka-acls commands must name every topic the topic Job creates")
 		consumersScaled := fs.Bool("consumers-scaled", false, "every Deployment running hookline-consumer must be scaled by a KEDA ScaledObject (an overlay with components/keda)")
 		_ = fs.Parse(os.Args[2:])
 		if fs.NArg() != 1 || binDir == "" {

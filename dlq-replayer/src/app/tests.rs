@@ -32,8 +32,19 @@ fn router() -> Router {
     router_with(ReplayerConfig::default()).0
 }
 
+/// The router over the default config, and the replayer it serves.
+fn router_and_replayer() -> (Router, Replayer) {
+    let (router, _, replayer) = router_parts(ReplayerConfig::default());
+    (router, replayer)
+}
+
 /// The router over `config`, and its flow sampler (which nothing runs: a test samples it itself).
-fn router_with(mut config: ReplayerConfig) -> (Router, Arc<Flow>) {
+fn router_with(config: ReplayerConfig) -> (Router, Arc<Flow>) {
+    let (router, flow, _) = router_parts(config);
+    (router, flow)
+}
+
+fn router_parts(mut config: ReplayerConfig) -> (Router, Arc<Flow>, Replayer) {
     // Reading the index checks status records with the record keys: the index needs one to be made (it is never
     // read here).
     let key = std::env::temp_dir().join(format!("hookline-replayer-app-test-key-{}", uuid::Uuid::new_v4().simple()));
@@ -53,10 +64,10 @@ fn router_with(mut config: ReplayerConfig) -> (Router, Arc<Flow>) {
         metrics,
         console: Console::default(),
         rejections: Gatherer::new(&config.gateways).expect("gatherer"),
-        lookup: Lookup::new(replayer),
+        lookup: Lookup::new(replayer.clone()),
         flow: flow.clone(),
     }));
-    (router, flow)
+    (router, flow, replayer)
 }
 
 /// A request as the listener hands it on: with the peer's address.
@@ -172,7 +183,7 @@ async fn a_post_without_its_csrf_token_or_from_another_site_is_refused() {
 }
 
 #[tokio::test]
-async fn the_login_throttle_refuses_an_address_after_its_wrong_tokens_on_both_surfaces() {
+async fn the_login_throttle_answers_429_to_an_address_wrong_tokens_but_never_refuses_the_right_one() {
     let router = router();
     let wrong_login = |peer: &str| {
         request("POST", "/ui/login", peer)
@@ -189,12 +200,56 @@ async fn the_login_throttle_refuses_an_address_after_its_wrong_tokens_on_both_su
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(response.headers()[header::RETRY_AFTER], "300");
     assert!(html.contains("too many wrong tokens"), "{html}");
-    // The API shares the throttle: even the right token is not looked at from that address.
-    let api = request("GET", "/v1/rejections", "203.0.113.7").header(header::AUTHORIZATION, format!("Bearer {TOKEN}"));
-    let (response, body) = call(&router, api.body(Body::empty()).expect("request")).await;
+    // The API shares the throttle: a wrong bearer token from that address is answered 429 too.
+    let api = |token: &str| {
+        let api = request("GET", "/v1/rejections", "203.0.113.7");
+        api.header(header::AUTHORIZATION, format!("Bearer {token}")).body(Body::empty()).expect("request")
+    };
+    let (response, body) = call(&router, api("wrong")).await;
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS, "{body}");
+    // The right token is never refused: behind a proxy every operator shares the guesser's address.
+    let (response, body) = call(&router, api(TOKEN)).await;
+    assert_eq!(response.status(), StatusCode::OK, "{body}");
     let (response, _) = call(&router, wrong_login("203.0.113.8")).await;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "another address is not throttled");
+}
+
+#[tokio::test]
+async fn ten_wrong_tokens_from_an_address_do_not_lock_out_a_login_with_the_right_token_from_it() {
+    let router = router();
+    for _ in 0..10 {
+        let wrong = request("POST", "/ui/login", "127.0.0.1")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(form(&[("token", "wrong")]))
+            .expect("request");
+        assert_eq!(call(&router, wrong).await.0.status(), StatusCode::UNAUTHORIZED);
+    }
+    // Asserts the 303 and the session cookie.
+    log_in(&router).await;
+}
+
+#[tokio::test]
+async fn an_event_search_past_the_concurrency_cap_is_refused_with_429_and_retry_after() {
+    let (router, replayer) = router_and_replayer();
+    // A search running: its scan holds the one place.
+    let running = replayer.searches.clone().try_acquire_owned().expect("the place is free");
+    assert_eq!(replayer.searches_running(), 1);
+    let query = "source=github&since=2026-01-01T00:00:00Z";
+    let api = request("GET", &format!("/v1/events?{query}"), "127.0.0.1")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::empty())
+        .expect("request");
+    let (response, body) = call(&router, api).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+    assert!(body.contains("\"busy\""), "{body}");
+    let (cookie, _) = log_in(&router).await;
+    let page = request("GET", &format!("/ui/search?{query}"), "127.0.0.1").header(header::COOKIE, &cookie);
+    let (response, html) = call(&router, page.body(Body::empty()).expect("request")).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS, "{html}");
+    assert!(html.contains("an event search is running already"), "{html}");
+    drop(running);
+    assert_eq!(replayer.searches_running(), 0);
 }
 
 #[tokio::test]

@@ -172,6 +172,11 @@ pub(super) fn op_problem(csrf: &str, error: &OpError) -> Response {
         OpError::NotReady => {
             problem_page(csrf, StatusCode::SERVICE_UNAVAILABLE, "the index is still being built: reload in a moment")
         }
+        OpError::Busy => {
+            let mut response = problem_page(csrf, StatusCode::TOO_MANY_REQUESTS, &error.to_string());
+            response.headers_mut().insert(header::RETRY_AFTER, http::HeaderValue::from_static("5"));
+            response
+        }
         OpError::Redis(error) => {
             tracing::warn!(error = %error, "console lookup could not read Redis");
             problem_page(csrf, StatusCode::SERVICE_UNAVAILABLE, "Redis could not be read; try again")

@@ -1,6 +1,6 @@
 //! Logging in to the console: the one form anyone who reaches the listener may post, so it costs what it must
-//! and no more. Its body is read up to [`MAX_LOGIN_BYTES`] within the body timeout, and an address that keeps
-//! sending wrong tokens is refused (429) for a while without its token being looked at (`login_throttle.rs`).
+//! and no more. Its body is read up to [`MAX_LOGIN_BYTES`] within the body timeout. The right token always logs in;
+//! an address that keeps sending wrong ones gets 429 instead of 401 for a while (`login_throttle.rs`).
 
 use std::{sync::Arc, time::Instant};
 
@@ -46,18 +46,18 @@ pub(super) async fn login(State(api): State<Arc<Api>>, request: Request) -> Resp
         return login_page(StatusCode::FORBIDDEN, Some("this form was posted from another site"));
     }
     let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0.ip());
-    if !api.console.logins.admits(peer, Instant::now()) {
-        let mut response =
-            login_page(StatusCode::TOO_MANY_REQUESTS, Some("too many wrong tokens from this address; try later"));
-        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
-        return response;
-    }
     let Some(form) = read_form(request, MAX_LOGIN_BYTES).await else {
         return login_page(StatusCode::BAD_REQUEST, Some("the form could not be read"));
     };
+    // The right token always logs in: wrong ones from the same address (a shared proxy) lock no one out.
     if !api.token_matches(field(&form, "token").unwrap_or("")) {
-        api.console.logins.failed("console", peer, Instant::now());
         api.metrics.auth_failures.with_label_values(&["console"]).inc();
+        if api.console.logins.failed("console", peer, Instant::now()) {
+            let mut response =
+                login_page(StatusCode::TOO_MANY_REQUESTS, Some("too many wrong tokens from this address; try later"));
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
+            return response;
+        }
         return login_page(StatusCode::UNAUTHORIZED, Some("wrong token"));
     }
     let (id, _) = api.console.login();

@@ -71,7 +71,7 @@ async fn dead_letters(api: &Api) -> Result<Markup, OpError> {
     // Dead letters per hour over the last 24 hours, stacked by source.
     let hour = 3_600_000_i64;
     let since = (now_ms() / hour - 23) * hour;
-    let series = index.histogram(since, hour, 24);
+    let series = index.histogram(since, hour, 24)?;
     Ok(html! {
         p { (stats.total) " dead-letter entries in all." }
         div.cards {

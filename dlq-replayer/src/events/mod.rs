@@ -6,12 +6,24 @@
 //! `lookup` reads, [`crate::lookup::DedupeState`]). Every record that could match has its MAC checked before its
 //! body is read; one that fails is counted by reason and never shown. Re-drive and re-processing copies of an event
 //! in the inbound topic are counted and skipped: the accepted record is the original. The scan is bounded by
-//! records read and by time, and says what it left unread ([`scan`]).
+//! records read, by time and by librdkafka's fetch bytes, and says what it left unread ([`scan`]).
+//!
+//! At most [`MAX_CONCURRENT_SEARCHES`] searches run at once in a process (the API, the console and the CLI share
+//! the bound): past it a search is refused at once ([`OpError::Busy`], 429 with `Retry-After` on the API). A search
+//! whose caller goes away (the client closed the connection, the page was reloaded) stops at its next poll: its
+//! scan checks a flag the dropped request sets, and its permit is released when the scan thread ends.
 
 pub mod render;
 mod scan;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use hookline_common::redis_connection::RedisConnection;
 use serde::{Deserialize, Serialize};
@@ -21,6 +33,19 @@ use crate::{
     ops::{OpError, Replayer, ReprocessRequest},
 };
 pub use hookline_common::predicate::Condition;
+
+/// How many event searches may run at once in one process: each holds up to a few hundred MiB of fetched records
+/// (docs/benchmarks/event-search.md), in a replayer given 1 GiB beside its index.
+pub const MAX_CONCURRENT_SEARCHES: usize = 1;
+
+/// Sets its flag when dropped: the request that started a scan went away (or ended), so the scan stops.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
 
 /// What to search for.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -149,7 +174,7 @@ pub struct SearchReport {
     pub topics: Vec<String>,
     pub matches: Vec<Match>,
     pub progress: Progress,
-    /// Why the scan stopped before the end: `limit`, `max_records`, `max_seconds` or `stalled`.
+    /// Why the scan stopped before the end: `limit`, `max_records`, `max_seconds`, `stalled` or `cancelled`.
     pub stopped_by: Option<String>,
     /// What was left unread when it stopped early.
     pub unread: Vec<Unread>,
@@ -165,23 +190,36 @@ impl SearchReport {
 }
 
 impl Replayer {
+    /// How many event searches are running (their scan threads included, after their callers left).
+    pub fn searches_running(&self) -> usize {
+        MAX_CONCURRENT_SEARCHES.saturating_sub(self.searches.available_permits())
+    }
+
     /// Searches accepted events (see the module's doc); `on_progress` is called about once a second from the
-    /// scanning thread.
+    /// scanning thread, and once when it stops (also when the caller went away: dropping the returned future stops
+    /// the scan at its next poll). [`OpError::Busy`] when [`MAX_CONCURRENT_SEARCHES`] run already.
     pub async fn search_events(
         &self,
         request: &SearchRequest,
         on_progress: impl FnMut(&Progress) + Send + 'static,
     ) -> Result<SearchReport, OpError> {
         let criteria = self.criteria(request)?;
+        // Held by the scan thread, so that a search whose caller left still counts until its scan has stopped.
+        let permit = self.searches.clone().try_acquire_owned().map_err(|_| OpError::Busy)?;
         let config = self.config().clone();
         let mut topics = vec![config.kafka.inbound_topic.clone()];
         topics.extend(config.events.source_topics.iter().cloned());
         let keys = self.record_keys().clone();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let _cancel_on_drop = CancelOnDrop(cancelled.clone());
         let scanned = {
             let (kafka, topics, criteria) = (config.kafka.clone(), topics.clone(), criteria.clone());
             let mut on_progress = on_progress;
-            tokio::task::spawn_blocking(move || scan::scan(&kafka, &keys, &topics, &criteria, &mut on_progress))
-                .await??
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                scan::scan(&kafka, &keys, &topics, &criteria, &cancelled, &mut on_progress)
+            })
+            .await??
         };
 
         let mut dedupe_unread = None;

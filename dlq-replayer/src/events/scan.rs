@@ -7,13 +7,14 @@
 
 use std::{
     collections::BTreeMap,
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
 use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, assignment_reader_config, offset_ranges_for_times},
-    record_auth::RecordKeys,
+    record_auth::{RecordKeys, RecordKind},
     wire::{header, now_ms},
 };
 use rdkafka::{
@@ -49,29 +50,35 @@ pub(super) struct Scanned {
     pub stopped_by: Option<&'static str>,
 }
 
-/// Scans `topics` for records matching `criteria`, calling `on_progress` about once a second.
+/// Scans `topics` for records matching `criteria`, calling `on_progress` about once a second and once at the end,
+/// until the end, a bound, or `cancelled` (checked before every poll: the request went away).
 pub(super) fn scan(
     kafka: &KafkaConfig,
     keys: &RecordKeys,
     topics: &[String],
     criteria: &Criteria,
+    cancelled: &AtomicBool,
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<Scanned, KafkaError> {
     let consumer: BaseConsumer<QuietContext> = assignment_reader_config(
         kafka,
         &[
             // Read as fast as the broker sends, in memory the replayer's pod has: librdkafka's prefetch queue is
-            // per partition (16 MiB each: 12 inbound partitions hold at most 192 MiB).
+            // per partition (16 MiB each: 12 inbound partitions hold at most 192 MiB), and one fetch response is at
+            // most 16 MiB (a record larger than the partition bound still comes, alone).
             ("fetch.wait.max.ms", "50"),
             ("queued.min.messages", "100000"),
             ("queued.max.messages.kbytes", "16384"),
-            ("fetch.max.bytes", "52428800"),
-            ("max.partition.fetch.bytes", "8388608"),
+            ("fetch.max.bytes", "16777216"),
+            ("max.partition.fetch.bytes", "4194304"),
         ],
     )
     .create_with_context(QuietContext::new("event-search"))?;
     let mut ranges = Vec::new();
     for topic in topics {
+        if cancelled.load(Ordering::Relaxed) {
+            return Ok(Scanned { stopped_by: Some("cancelled"), ..Scanned::default() });
+        }
         ranges.extend(ranges_of(&consumer, topic, criteria.since_ms, criteria.until_ms)?);
     }
     let mut scanned = Scanned::default();
@@ -95,6 +102,10 @@ pub(super) fn scan(
     let now = now_ms();
     let progress = &mut scanned.progress;
     while !open.is_empty() {
+        if cancelled.load(Ordering::Relaxed) {
+            scanned.stopped_by = Some("cancelled");
+            break;
+        }
         if progress.records_read >= criteria.max_records {
             scanned.stopped_by = Some("max_records");
             break;
@@ -179,7 +190,14 @@ pub(super) fn scan(
             continue;
         }
         progress.candidates += 1;
-        let verdict = keys.verify(message.topic(), message.key(), message.payload(), message.headers(), now);
+        let verdict = keys.verify_as(
+            RecordKind::Inbound,
+            message.topic(),
+            message.key(),
+            message.payload(),
+            message.headers(),
+            now,
+        );
         if !verdict.accepted() {
             *progress.refused.entry(verdict.label().to_owned()).or_default() += 1;
             continue;
@@ -209,6 +227,8 @@ pub(super) fn scan(
         });
     }
     progress.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    // Once more at the end: a caller that went away is told where the scan stopped.
+    on_progress(progress);
     for ((topic, partition), (next, end)) in open {
         if next < end {
             scanned.unread.push(Unread { topic, partition, from_offset: next, to_offset: end });

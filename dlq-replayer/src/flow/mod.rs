@@ -21,7 +21,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use futures_util::future::join_all;
+use futures_util::{StreamExt as _, future::join_all};
 use hookline_common::{
     config::KafkaConfig,
     http_client::{self, HttpsClient},
@@ -42,6 +42,12 @@ use crate::{
 
 /// How many refusal codes a source lists, most frequent first.
 const TOP_REFUSALS: usize = 3;
+/// At most this many addresses of one admin name are asked (the first, in address order): a large headless
+/// Service, or a resolver that answers hundreds of records, must not make the sampler hold hundreds of 4 MiB
+/// answers at once.
+const MAX_ADDRESSES_PER_NAME: usize = 64;
+/// At most this many `/metrics` fetches at once, across every configured URL.
+const MAX_CONCURRENT_FETCHES: usize = 16;
 
 /// A consumer service sampled: its name, group and replicas' admin URLs.
 #[derive(Debug, Clone)]
@@ -353,7 +359,9 @@ async fn read_all<T>(client: &HttpsClient, urls: &[String], parse: fn(&str) -> T
             }
         }
     }
-    let answers = join_all(endpoints.iter().map(|endpoint| fetch_metrics(client, endpoint))).await;
+    // Built first: a stream over a closure borrowing `client` is not `Send` for every lifetime the task needs.
+    let fetches: Vec<_> = endpoints.iter().map(|endpoint| fetch_metrics(client, endpoint)).collect();
+    let answers: Vec<_> = futures_util::stream::iter(fetches).buffered(MAX_CONCURRENT_FETCHES).collect().await;
     for (endpoint, answer) in endpoints.into_iter().zip(answers) {
         readings.insert(endpoint, answer.map(|text| parse(&text)));
     }
@@ -377,12 +385,25 @@ async fn endpoints_of(url: &str) -> Result<Vec<String>, String> {
         .await
         .map_err(|_| format!("no DNS answer for `{host}` within {} s", FETCH_TIMEOUT.as_secs()))?
         .map_err(|error| format!("DNS: {error}"))?;
-    let addresses: BTreeSet<SocketAddr> = resolved.collect();
+    Ok(endpoints_from(url, uri.path(), resolved.collect()))
+}
+
+/// The endpoints of `url` (whose path is `path`) resolved to `addresses`: itself when it is one address or only
+/// loopback ones, else each address, the first [`MAX_ADDRESSES_PER_NAME`] of them.
+fn endpoints_from(url: &str, path: &str, addresses: BTreeSet<SocketAddr>) -> Vec<String> {
     if addresses.len() <= 1 || addresses.iter().all(|address| address.ip().is_loopback()) {
-        return itself;
+        return vec![url.to_owned()];
     }
-    let path = uri.path().trim_end_matches('/');
-    Ok(addresses.into_iter().map(|address| format!("http://{address}{path}")).collect())
+    if addresses.len() > MAX_ADDRESSES_PER_NAME {
+        tracing::warn!(
+            url,
+            addresses = addresses.len(),
+            asked = MAX_ADDRESSES_PER_NAME,
+            "an admin name resolves to more addresses than the flow sampler asks: only the first are read"
+        );
+    }
+    let path = path.trim_end_matches('/');
+    addresses.into_iter().take(MAX_ADDRESSES_PER_NAME).map(|address| format!("http://{address}{path}")).collect()
 }
 
 /// A process's `/metrics` text, or why there is none; the whole exchange within [`FETCH_TIMEOUT`].
@@ -414,6 +435,21 @@ async fn fetch_metrics(client: &HttpsClient, url: &str) -> Result<String, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_with_hundreds_of_addresses_is_asked_at_its_first_64() {
+        let addresses: BTreeSet<SocketAddr> =
+            (0..300_u32).map(|n| SocketAddr::from((std::net::Ipv4Addr::from(0x0a00_0000 + n), 9091))).collect();
+        let endpoints = endpoints_from("http://gateway:9091/", "/", addresses);
+        assert_eq!(endpoints.len(), MAX_ADDRESSES_PER_NAME);
+        assert_eq!(endpoints[0], "http://10.0.0.0:9091");
+        let two: BTreeSet<SocketAddr> =
+            ["10.0.0.1:9091", "10.0.0.2:9091"].iter().map(|address| address.parse().unwrap()).collect();
+        assert_eq!(
+            endpoints_from("http://gateway:9091", "", two),
+            vec!["http://10.0.0.1:9091", "http://10.0.0.2:9091"]
+        );
+    }
 
     #[tokio::test]
     async fn an_address_a_loopback_name_and_an_https_url_are_asked_as_configured() {

@@ -1,163 +1,54 @@
-//! Building the index: its compact state (interned strings, packed positions, entries per partition in offset
-//! order) and how a DLQ record or a status record changes it.
+//! Building the index: its state (entries per partition in offset order, the newest in memory and the oldest on
+//! disk past the budget, interned strings), how a DLQ record (its MAC checked) or a status record changes it, and
+//! what it holds in memory.
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::Arc,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, header, header_str};
-use rdkafka::{Message, message::BorrowedMessage};
+use hookline_common::{
+    record_auth::{Verdict, outcome},
+    wire::{EntryStatus, EntryStatusRecord, header, header_str, now_ms},
+};
+use rdkafka::{
+    Message,
+    message::{BorrowedMessage, Headers},
+};
 
-use super::{Index, Position, Status};
+pub(super) use super::compact::{
+    INLINE_ERROR, Interner, MAX_STRING_BYTES, Meta, Origin, Origins, PackedPosition, StatusMeta, event_id,
+    inline_error, truncate_utf8,
+};
+use super::{
+    Index, IndexError, Position, Status,
+    spill::{Segment, SpillFile},
+};
 
-/// A string table: each distinct value is stored once and named by its number (0 is "none").
-#[derive(Debug, Default)]
-pub(super) struct Interner {
-    pub(super) ids: HashMap<Arc<str>, u32>,
-    pub(super) values: Vec<Arc<str>>,
+/// One record of the DLQ topic, as the index reads it.
+pub(super) struct DlqRecord<'a, H> {
+    pub(super) position: Position,
+    pub(super) key: Option<&'a [u8]>,
+    pub(super) payload: Option<&'a [u8]>,
+    pub(super) headers: Option<&'a H>,
+    pub(super) timestamp_ms: Option<i64>,
 }
 
-impl Interner {
-    pub(super) fn intern(&mut self, value: Option<&str>) -> u32 {
-        let Some(value) = value else { return 0 };
-        if let Some(&id) = self.ids.get(value) {
-            return id;
-        }
-        let value: Arc<str> = Arc::from(value);
-        self.values.push(value.clone());
-        let id = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
-        self.ids.insert(value, id);
-        id
-    }
-
-    pub(super) fn get(&self, id: u32) -> Option<&str> {
-        (id > 0).then(|| self.values.get(id as usize - 1).map(|value| &**value)).flatten()
-    }
-
-    pub(super) fn lookup(&self, value: &str) -> Option<u32> {
-        self.ids.get(value).copied()
-    }
-}
-
-/// An optional [`Position`] in 12 bytes with 4-byte alignment (an `Option<Position>` takes 24): a partition of
-/// -1 is none. Entries hold two, and there are millions of entries.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct PackedPosition {
-    pub(super) partition: i32,
-    pub(super) offset_low: u32,
-    pub(super) offset_high: u32,
-}
-
-impl PackedPosition {
-    pub(super) fn pack(position: Option<Position>) -> Self {
-        match position {
-            Some(Position { partition, offset }) => {
-                let bits = offset as u64;
-                Self { partition, offset_low: bits as u32, offset_high: (bits >> 32) as u32 }
-            }
-            None => Self { partition: -1, offset_low: 0, offset_high: 0 },
-        }
-    }
-
-    pub(super) fn get(self) -> Option<Position> {
-        (self.partition >= 0).then(|| Position {
-            partition: self.partition,
-            offset: ((u64::from(self.offset_high) << 32) | u64::from(self.offset_low)) as i64,
-        })
-    }
-}
-
-/// Where an entry came from: its original topic and the consumer service that dead-lettered it (interned
-/// strings), so that an entry names both with one number.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub(super) struct Origin {
-    pub(super) topic: u32,
-    pub(super) service: u32,
-}
-
-/// The distinct [`Origin`]s, numbered from 0 (the origin with neither).
-#[derive(Debug)]
-pub(super) struct Origins {
-    ids: HashMap<Origin, u32>,
-    pub(super) values: Vec<Origin>,
-}
-
-impl Default for Origins {
-    fn default() -> Self {
-        Self { ids: HashMap::from([(Origin::default(), 0)]), values: vec![Origin::default()] }
-    }
-}
-
-impl Origins {
-    fn intern(&mut self, origin: Origin) -> u32 {
-        if let Some(&id) = self.ids.get(&origin) {
-            return id;
-        }
-        let id = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
-        self.values.push(origin);
-        self.ids.insert(origin, id);
-        id
-    }
-
-    pub(super) fn get(&self, id: u32) -> Origin {
-        self.values.get(id as usize).copied().unwrap_or_default()
-    }
-}
-
-/// The latest status record of an entry, compacted.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct StatusMeta {
-    pub(super) status: EntryStatus,
-    pub(super) at_ms: i64,
-    pub(super) by: u32,
-    pub(super) note: u32,
-    pub(super) new_entry: PackedPosition,
-}
-
-/// One entry in the index (no body, no header table).
-#[derive(Debug)]
-pub(super) struct Meta {
-    pub(super) offset: i64,
-    /// Where the event id is in its partition's [`Partition::event_ids`]; a length of `u32::MAX` is none.
-    pub(super) event_id_at: u32,
-    pub(super) event_id_len: u32,
-    pub(super) source: u32,
-    pub(super) event_type: u32,
-    pub(super) error_class: u32,
-    pub(super) error: u32,
-    /// The (original topic, service) pair, as a number in [`State::origins`]: few distinct pairs exist, and an
-    /// entry holding both strings' numbers would outgrow the per-entry budget.
-    pub(super) origin: u32,
-    pub(super) original_partition: i32,
-    pub(super) attempts: u32,
-    pub(super) original_offset: i64,
-    pub(super) first_failure_at_ms: i64,
-    /// The DLQ header, or else the record's timestamp: when the entry became a dead letter.
-    pub(super) last_failure_at_ms: i64,
-    pub(super) body_bytes: u32,
-    /// How many times the entry was re-driven (the highest count any status record carried).
-    pub(super) replays: u32,
-    pub(super) replay_of: PackedPosition,
-    pub(super) status: Option<StatusMeta>,
-}
-
-/// One DLQ partition's entries, in offset order, and their event ids in one buffer (one allocation per
+/// One DLQ partition's entries, in offset order: the oldest on disk ([`Segment`]s, past the memory budget), the
+/// newest in memory with their event ids and any error message not interned in one buffer (one allocation per
 /// partition instead of one per entry: at a million entries, allocator overhead was a third of the index).
 #[derive(Debug, Default)]
 pub(super) struct Partition {
+    pub(super) cold: Vec<Segment>,
     pub(super) metas: Vec<Meta>,
-    pub(super) event_ids: Vec<u8>,
-}
-
-impl Partition {
-    pub(super) fn event_id(&self, meta: &Meta) -> Option<&str> {
-        if meta.event_id_len == u32::MAX {
-            return None;
-        }
-        let start = meta.event_id_at as usize;
-        self.event_ids.get(start..start + meta.event_id_len as usize).and_then(|bytes| std::str::from_utf8(bytes).ok())
-    }
+    /// Per entry, from its `event_id_at`: its event id, then its error message when that is not interned.
+    pub(super) blob: Vec<u8>,
+    /// The offset of the last entry added (in memory or on disk).
+    pub(super) last_offset: Option<i64>,
 }
 
 /// Grows a vector by an eighth when full, not by doubling: a million entries would otherwise carry up to a
@@ -165,6 +56,28 @@ impl Partition {
 fn reserve_an_eighth<T>(vector: &mut Vec<T>, more: usize) {
     if vector.len() + more > vector.capacity() {
         vector.reserve_exact(vector.len() / 8 + more.max(1024));
+    }
+}
+
+/// What the index may hold in memory, and where the rest goes.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    /// The index's heap, counted from its structures: past it, the oldest entries move to disk.
+    pub memory_bytes: usize,
+    /// Where the spill file is made (unlinked at once: it lives as long as the index).
+    pub spill_dir: PathBuf,
+}
+
+impl Budget {
+    /// The share of the budget the string table may take before error messages stop being interned.
+    fn strings_bytes(&self) -> usize {
+        self.memory_bytes / 8
+    }
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Self { memory_bytes: usize::MAX, spill_dir: std::env::temp_dir() }
     }
 }
 
@@ -182,33 +95,59 @@ pub(super) struct State {
     /// Next offset to apply, per partition of the status topic (for read-your-writes).
     pub(super) status_next: HashMap<i32, i64>,
     pub(super) n_entries: usize,
+    /// Entries whose record did not verify (included in `n_entries`).
+    pub(super) n_unverified: usize,
+    pub(super) budget: Budget,
+    /// The entries past the budget, made on the first spill.
+    pub(super) spill: Option<SpillFile>,
+    /// Entries on disk (included in `n_entries`).
+    pub(super) n_spilled: usize,
+    /// A spill failed (the disk): the index stays in memory, over its budget, rather than lose entries.
+    pub(super) spill_failed: bool,
 }
 
 impl State {
-    pub(super) fn get(&self, position: Position) -> Option<&Meta> {
-        let entries = &self.partitions.get(&position.partition)?.metas;
-        entries.binary_search_by_key(&position.offset, |meta| meta.offset).ok().map(|index| &entries[index])
+    pub(super) fn new(budget: Budget) -> Self {
+        Self { budget, ..Self::default() }
     }
 
-    pub(super) fn get_mut(&mut self, position: Position) -> Option<&mut Meta> {
-        let entries = &mut self.partitions.get_mut(&position.partition)?.metas;
-        entries.binary_search_by_key(&position.offset, |meta| meta.offset).ok().map(move |index| &mut entries[index])
-    }
-
-    pub(super) fn add_entry(&mut self, dlq_topic: &str, message: &BorrowedMessage<'_>) {
-        let headers = message.headers();
+    /// Adds the entry of one DLQ record. `verified`: its MAC verified (or it is unsigned inside
+    /// `accept_unsigned_until`); otherwise it comes from a writer without the record key and is indexed as a
+    /// minimal `unverified` entry: none of its strings (each could be megabytes, and none can be believed).
+    pub(super) fn add_entry<H: Headers>(&mut self, dlq_topic: &str, record: &DlqRecord<'_, H>, verified: bool) {
+        let position = record.position;
+        if !verified {
+            let meta = Meta {
+                unverified: true,
+                last_failure_at_ms: record.timestamp_ms.unwrap_or(0),
+                body_bytes: u32::try_from(record.payload.map_or(0, <[u8]>::len)).unwrap_or(u32::MAX),
+                ..Meta::empty(position.offset)
+            };
+            self.push_entry(position.partition, meta, None, None);
+            return;
+        }
+        let headers = record.headers;
         let text = |name: &'static str| header_str(headers, name).and_then(Result::ok);
         let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());
-        let position = Position { partition: message.partition(), offset: message.offset() };
+        // An error message the table holds already is named by its number; a new one is interned only while the
+        // table is within its share of the budget, else kept with the entry.
+        let error = text(header::dlq::ERROR);
+        let error = error.as_deref().map(|error| truncate_utf8(error, MAX_STRING_BYTES));
+        let interned_error = match error {
+            None => Some(0),
+            Some(error) => self.strings.lookup(error).or_else(|| {
+                (self.strings.bytes < self.budget.strings_bytes()).then(|| self.strings.intern(Some(error)))
+            }),
+        };
         let strings = &mut self.strings;
-        let mut meta = Meta {
+        let meta = Meta {
             offset: position.offset,
             event_id_at: 0,
             event_id_len: u32::MAX,
             source: strings.intern(text(header::SOURCE).as_deref()),
             event_type: strings.intern(text(header::EVENT_TYPE).as_deref()),
             error_class: strings.intern(text(header::dlq::ERROR_CLASS).as_deref()),
-            error: strings.intern(text(header::dlq::ERROR).as_deref()),
+            error: interned_error.unwrap_or(0),
             origin: self.origins.intern(Origin {
                 topic: strings.intern(text(header::dlq::ORIGINAL_TOPIC).as_deref()),
                 // The service header, or for an entry written before services had names its consumer group
@@ -219,40 +158,87 @@ impl State {
             original_partition: number(header::dlq::ORIGINAL_PARTITION)
                 .and_then(|n| i32::try_from(n).ok())
                 .unwrap_or(-1),
-            attempts: number(header::dlq::ATTEMPTS).and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
+            attempts: number(header::dlq::ATTEMPTS).map_or(0, |n| u16::try_from(n.max(0)).unwrap_or(u16::MAX)),
+            unverified: false,
             original_offset: number(header::dlq::ORIGINAL_OFFSET).unwrap_or(-1),
             first_failure_at_ms: number(header::dlq::FIRST_FAILURE_AT_MS).unwrap_or(0),
-            last_failure_at_ms: number(header::dlq::LAST_FAILURE_AT_MS)
-                .or_else(|| message.timestamp().to_millis())
-                .unwrap_or(0),
+            last_failure_at_ms: number(header::dlq::LAST_FAILURE_AT_MS).or(record.timestamp_ms).unwrap_or(0),
             // A dead letter by reference: the length of the body it points to.
             body_bytes: number(header::dlq::BODY_BY_REFERENCE)
-                .or_else(|| message.payload().map(|body| i64::try_from(body.len()).unwrap_or(i64::MAX)))
+                .or_else(|| record.payload.map(|body| i64::try_from(body.len()).unwrap_or(i64::MAX)))
                 .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            by_reference: number(header::dlq::BODY_BY_REFERENCE).is_some(),
             replays: 0,
             replay_of: PackedPosition::pack(text(header::REPLAY_OF).and_then(|id| Position::parse(dlq_topic, &id))),
             status: None,
         };
-        if let Some((status, replays)) = self.take_early_statuses_up_to(position) {
-            meta.status = Some(status);
-            meta.replays = replays;
-        }
         // A dead letter by reference carries its event id under its own name (see `header::dlq::EVENT_ID`).
         let event_id = text(header::EVENT_ID).or_else(|| text(header::dlq::EVENT_ID));
-        let partition = self.partitions.entry(position.partition).or_default();
+        let inline = if interned_error.is_none() { error } else { None };
+        self.push_entry(position.partition, meta, event_id.as_deref(), inline);
+    }
+
+    /// Appends an entry to its partition, unless the tail has passed its offset already.
+    fn push_entry(&mut self, partition: i32, mut meta: Meta, event_id: Option<&str>, inline_error: Option<&str>) {
+        if meta.status.is_none() {
+            if let Some((status, replays)) = self.take_early_statuses_up_to(Position { partition, offset: meta.offset })
+            {
+                meta.status = Some(status);
+                meta.replays = meta.replays.max(replays);
+            }
+        }
+        let partition = self.partitions.entry(partition).or_default();
         // Tailing delivers a partition in offset order; a re-read after a reassignment is skipped.
-        if partition.metas.last().is_some_and(|last| last.offset >= position.offset) {
+        if partition.last_offset.is_some_and(|last| last >= meta.offset) {
             return;
         }
-        if let Some(event_id) = event_id.filter(|id| u32::try_from(partition.event_ids.len() + id.len()).is_ok()) {
-            reserve_an_eighth(&mut partition.event_ids, event_id.len());
-            meta.event_id_at = partition.event_ids.len() as u32;
-            meta.event_id_len = event_id.len() as u32;
-            partition.event_ids.extend_from_slice(event_id.as_bytes());
+        let event_id = event_id.map(|id| truncate_utf8(id, MAX_STRING_BYTES)).unwrap_or_default();
+        let inline_error = inline_error.unwrap_or_default();
+        let more = event_id.len() + inline_error.len();
+        let Ok(at) = u32::try_from(partition.blob.len()) else { return };
+        if u32::try_from(partition.blob.len() + more).is_ok() {
+            meta.event_id_at = at;
+            reserve_an_eighth(&mut partition.blob, more);
+            if meta.event_id_len == u32::MAX && !event_id.is_empty() {
+                meta.event_id_len = event_id.len() as u32;
+                partition.blob.extend_from_slice(event_id.as_bytes());
+            }
+            if !inline_error.is_empty() {
+                meta.error = INLINE_ERROR | inline_error.len() as u32;
+                partition.blob.extend_from_slice(inline_error.as_bytes());
+            }
         }
         reserve_an_eighth(&mut partition.metas, 1);
+        if meta.unverified {
+            self.n_unverified += 1;
+        }
+        partition.last_offset = Some(meta.offset);
         partition.metas.push(meta);
         self.n_entries += 1;
+    }
+
+    /// The heap the index holds, counted from its structures (allocator overhead not included): entries in
+    /// memory with their vectors' spare capacity, their buffers, interned strings and their table, early statuses,
+    /// and the directory of what is on disk.
+    pub(super) fn memory_bytes(&self) -> usize {
+        let entries: usize = self
+            .partitions
+            .values()
+            .map(|partition| {
+                partition.metas.capacity() * std::mem::size_of::<Meta>()
+                    + partition.blob.capacity()
+                    + partition.cold.capacity() * std::mem::size_of::<Segment>()
+            })
+            .sum();
+        let strings = self.strings.bytes
+            + self.strings.values.len() * 16
+            + self.strings.ids.capacity() * (std::mem::size_of::<(Arc<str>, u32)>() + 1)
+            + self.strings.values.capacity() * std::mem::size_of::<Arc<str>>();
+        let origins = self.origins.values.capacity() * std::mem::size_of::<Origin>()
+            + self.origins.ids.capacity() * (std::mem::size_of::<(Origin, u32)>() + 1);
+        // A B-tree node holds up to 11 pairs; count each pair with a node's share of overhead.
+        let early = self.early_statuses.len() * (std::mem::size_of::<(Position, (StatusMeta, u32))>() + 16);
+        entries + strings + origins + early
     }
 
     /// Applies a status record (already checked by the caller). A status for a position the DLQ tail has passed
@@ -264,7 +250,7 @@ impl State {
         position: Position,
         record: &EntryStatusRecord,
         dlq_topic: &str,
-    ) -> Option<super::status::Dropped> {
+    ) -> Result<Option<super::status::Dropped>, IndexError> {
         let status = StatusMeta {
             status: record.status,
             at_ms: record.at_ms,
@@ -274,30 +260,30 @@ impl State {
         };
         let replays = record.replays.unwrap_or(0);
         let passed = self.tail_has_passed(position);
-        match self.get_mut(position) {
-            Some(meta) => {
-                meta.status = Some(status);
-                meta.replays = meta.replays.max(replays);
-                None
-            }
-            None if passed => Some(super::status::Dropped::NoSuchEntry),
-            None => {
-                let seen = self.early_statuses.get(&position).map(|(_, n)| *n);
-                if seen.is_none() && self.early_statuses.len() >= super::status::MAX_EARLY_STATUSES {
-                    return Some(super::status::Dropped::TooManyEarly);
-                }
-                self.early_statuses.insert(position, (status, seen.unwrap_or(0).max(replays)));
-                None
-            }
+        let found = self.update(position, |meta| {
+            meta.status = Some(status);
+            meta.replays = meta.replays.max(replays);
+        })?;
+        if found {
+            return Ok(None);
         }
+        if passed {
+            return Ok(Some(super::status::Dropped::NoSuchEntry));
+        }
+        let seen = self.early_statuses.get(&position).map(|(_, n)| *n);
+        if seen.is_none() && self.early_statuses.len() >= super::status::MAX_EARLY_STATUSES {
+            return Ok(Some(super::status::Dropped::TooManyEarly));
+        }
+        self.early_statuses.insert(position, (status, seen.unwrap_or(0).max(replays)));
+        Ok(None)
     }
 
     /// Whether the DLQ tail has read `position`'s partition at or past its offset.
     fn tail_has_passed(&self, position: Position) -> bool {
         self.partitions
             .get(&position.partition)
-            .and_then(|partition| partition.metas.last())
-            .is_some_and(|last| last.offset >= position.offset)
+            .and_then(|partition| partition.last_offset)
+            .is_some_and(|last| last >= position.offset)
     }
 
     /// The early status of the entry at `position`, if any, and every early status of its partition before it
@@ -316,6 +302,9 @@ impl State {
     }
 
     pub(super) fn status_of(&self, meta: &Meta, replay_outcome_timeout_ms: i64, now: i64) -> Status {
+        if meta.unverified {
+            return Status::Unverified;
+        }
         match meta.status.map(|status| (status.status, status.at_ms)) {
             None => Status::New,
             Some((EntryStatus::Replayed, at_ms)) if now.saturating_sub(at_ms) > replay_outcome_timeout_ms => {
@@ -330,7 +319,7 @@ impl State {
     }
 
     /// How many entries this one's event went through before it: one per `hookline-replay-of` link.
-    pub(super) fn failed_again_depth(&self, meta: &Meta) -> u32 {
+    pub(super) fn failed_again_depth(&self, meta: &Meta) -> Result<u32, IndexError> {
         let mut depth = 0_u32;
         let mut cursor = meta.replay_of.get();
         while let Some(parent) = cursor {
@@ -338,51 +327,101 @@ impl State {
             if depth > 1_000 {
                 break; // A cycle cannot happen (a replay is always a later record), but never loop on bad data.
             }
-            cursor = self.get(parent).and_then(|parent| parent.replay_of.get());
+            cursor = self.meta_at(parent)?.and_then(|parent| parent.replay_of.get());
         }
-        depth
+        Ok(depth)
+    }
+}
+
+/// The MAC outcomes of the DLQ records the index has read (the status records' are [`super::StatusCounts`]).
+#[derive(Debug, Default)]
+pub struct EntryCounts {
+    /// Per value of [`outcome::ALL`], in that order.
+    auth: [AtomicU64; outcome::ALL.len()],
+}
+
+impl EntryCounts {
+    fn count(&self, verdict: &Verdict) {
+        let label = verdict.label();
+        if let Some(at) = outcome::ALL.iter().position(|known| *known == label) {
+            self.auth[at].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `(outcome, count)` for every outcome of the MAC check of DLQ records.
+    pub fn auth(&self) -> Vec<(&'static str, u64)> {
+        outcome::ALL.iter().zip(&self.auth).map(|(label, count)| (*label, count.load(Ordering::Relaxed))).collect()
     }
 }
 
 impl Index {
-    /// The heap the index holds, counted from its structures (allocator overhead not included): entries with
-    /// their vectors' spare capacity, event ids, interned strings and their table, early statuses.
-    pub fn approx_bytes(&self) -> usize {
-        let state = self.read();
-        let entries: usize = state
-            .partitions
-            .values()
-            .map(|partition| partition.metas.capacity() * std::mem::size_of::<Meta>() + partition.event_ids.capacity())
-            .sum();
-        let strings: usize = state.strings.values.iter().map(|value| value.len() + 16).sum::<usize>()
-            + state.strings.ids.capacity() * (std::mem::size_of::<(Arc<str>, u32)>() + 1)
-            + state.strings.values.capacity() * std::mem::size_of::<Arc<str>>();
-        let origins = state.origins.values.capacity() * std::mem::size_of::<Origin>()
-            + state.origins.ids.capacity() * (std::mem::size_of::<(Origin, u32)>() + 1);
-        // A B-tree node holds up to 11 pairs; count each pair with a node's share of overhead.
-        let early = state.early_statuses.len() * (std::mem::size_of::<(Position, (StatusMeta, u32))>() + 16);
-        entries + strings + origins + early
+    /// The DLQ records' MAC outcomes so far.
+    pub fn entry_counts(&self) -> &EntryCounts {
+        &self.entry_counts
     }
 
-    /// Applies a batch of records of either topic, in the order they were read. A status record is applied only
-    /// when its MAC verifies ([`super::status`]).
+    /// Entries whose record did not verify (listed as `unverified`).
+    pub fn unverified_len(&self) -> usize {
+        self.read().n_unverified
+    }
+
+    /// The bytes of the interned strings (each at most 2 KiB), and how many values were cut to that.
+    pub fn string_bytes(&self) -> (usize, u64) {
+        let state = self.read();
+        (state.strings.bytes, state.strings.truncated)
+    }
+
+    /// The heap the index holds, counted from its structures (allocator overhead not included; see
+    /// [`Budget`]).
+    pub fn approx_bytes(&self) -> usize {
+        self.read().memory_bytes()
+    }
+
+    /// Entries on disk, past the memory budget, and the bytes of the spill file.
+    pub fn spilled(&self) -> (usize, u64) {
+        let state = self.read();
+        (state.n_spilled, state.spill.as_ref().map_or(0, SpillFile::len))
+    }
+
+    /// Applies a batch of records of either topic, in the order they were read. A DLQ record whose MAC does not
+    /// verify becomes a minimal `unverified` entry; a status record is applied only when its MAC verifies
+    /// ([`super::status`]).
     pub(super) fn apply(&self, dlq_status_topic: &str, batch: &[BorrowedMessage<'_>]) {
         let mut state = self.write();
         for message in batch {
             if message.topic() == self.dlq_topic {
-                state.add_entry(&self.dlq_topic, message);
+                let record = DlqRecord {
+                    position: Position { partition: message.partition(), offset: message.offset() },
+                    key: message.key(),
+                    payload: message.payload(),
+                    headers: message.headers(),
+                    timestamp_ms: message.timestamp().to_millis(),
+                };
+                self.add_dlq_record(&mut state, &record);
             } else if message.topic() == dlq_status_topic {
                 state.status_next.insert(message.partition(), message.offset() + 1);
                 self.apply_status_record(&mut state, message);
             }
         }
+        state.enforce_budget();
+    }
+
+    /// Checks a DLQ record's MAC and adds its entry: a full one when it verifies, a minimal `unverified` one
+    /// otherwise.
+    pub(super) fn add_dlq_record<H: Headers>(&self, state: &mut State, record: &DlqRecord<'_, H>) {
+        let verdict = self.record_keys.verify(&self.dlq_topic, record.key, record.payload, record.headers, now_ms());
+        state.add_entry(&self.dlq_topic, record, verdict.accepted());
+        self.entry_counts.count(&verdict);
     }
 
     /// Records a status this process wrote, before the tail reads it back (the CLI's index is not tailed).
     pub fn apply_own_status(&self, position: Position, record: &EntryStatusRecord) {
-        let dropped = self.write().apply_status(position, record, &self.dlq_topic);
-        if let Some(dropped) = dropped {
-            self.status_counts.count_dropped(dropped);
+        match self.write().apply_status(position, record, &self.dlq_topic) {
+            Ok(Some(dropped)) => self.status_counts.count_dropped(dropped),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::error!(error = %error, entry_id = %position.id(&self.dlq_topic), "status not applied")
+            }
         }
     }
 }
@@ -418,26 +457,10 @@ mod tests {
     /// What `add_entry` appends for a record at `offset` of partition 0.
     fn entry_at(state: &mut State, offset: i64) -> Option<(StatusMeta, u32)> {
         let early = state.take_early_statuses_up_to(Position { partition: 0, offset });
-        let meta = Meta {
-            offset,
-            event_id_at: 0,
-            event_id_len: u32::MAX,
-            source: 0,
-            event_type: 0,
-            error_class: 0,
-            error: 0,
-            origin: 0,
-            original_partition: -1,
-            attempts: 0,
-            original_offset: -1,
-            first_failure_at_ms: 0,
-            last_failure_at_ms: 0,
-            body_bytes: 0,
-            replays: 0,
-            replay_of: PackedPosition::pack(None),
-            status: early.map(|(status, _)| status),
-        };
-        state.partitions.entry(0).or_default().metas.push(meta);
+        let meta = Meta { status: early.map(|(status, _)| status), ..Meta::empty(offset) };
+        let partition = state.partitions.entry(0).or_default();
+        partition.metas.push(meta);
+        partition.last_offset = Some(offset);
         early
     }
 
@@ -447,21 +470,21 @@ mod tests {
         let mut state = State::default();
         let at = |offset| Position { partition: 0, offset };
         // Early statuses wait for their entry; those the tail passes without an entry are dropped with it.
-        assert_eq!(state.apply_status(at(3), &status(), "dlq"), None);
-        assert_eq!(state.apply_status(at(5), &status(), "dlq"), None);
-        assert_eq!(state.apply_status(at(9), &status(), "dlq"), None);
+        assert_eq!(state.apply_status(at(3), &status(), "dlq").unwrap(), None);
+        assert_eq!(state.apply_status(at(5), &status(), "dlq").unwrap(), None);
+        assert_eq!(state.apply_status(at(9), &status(), "dlq").unwrap(), None);
         assert!(entry_at(&mut state, 4).is_none());
         assert!(entry_at(&mut state, 5).is_some(), "the status waiting for offset 5 is applied");
         assert_eq!(state.early_statuses.keys().copied().collect::<Vec<_>>(), vec![at(9)], "offset 3 will never come");
         // A status for a position the tail has passed, where no entry is, is dropped at once.
-        assert_eq!(state.apply_status(at(2), &status(), "dlq"), Some(Dropped::NoSuchEntry));
+        assert_eq!(state.apply_status(at(2), &status(), "dlq").unwrap(), Some(Dropped::NoSuchEntry));
         // At most MAX_EARLY_STATUSES wait; a new one past that is dropped (an update of a waiting one is kept).
         for offset in 0..MAX_EARLY_STATUSES as i64 {
-            state.apply_status(at(1_000 + offset), &status(), "dlq");
+            state.apply_status(at(1_000 + offset), &status(), "dlq").unwrap();
         }
         assert_eq!(state.early_statuses.len(), MAX_EARLY_STATUSES);
-        assert_eq!(state.apply_status(at(i64::MAX), &status(), "dlq"), Some(Dropped::TooManyEarly));
-        assert_eq!(state.apply_status(at(9), &status(), "dlq"), None);
+        assert_eq!(state.apply_status(at(i64::MAX), &status(), "dlq").unwrap(), Some(Dropped::TooManyEarly));
+        assert_eq!(state.apply_status(at(9), &status(), "dlq").unwrap(), None);
         assert_eq!(state.early_statuses.len(), MAX_EARLY_STATUSES);
     }
 }

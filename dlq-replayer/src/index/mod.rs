@@ -9,13 +9,21 @@
 //! their numbers. Bodies and full headers are fetched from Kafka by partition and offset when one entry is shown or
 //! re-driven ([`crate::fetch`]).
 //!
+//! Every DLQ record's MAC is checked as it is indexed: one that does not verify (a writer without the record key)
+//! becomes a minimal `unverified` entry holding none of its strings, and every string kept is cut to 2 KiB.
+//!
 //! `build` holds the compact state and applies records to it, `status` checks the status records' MACs before
 //! any is applied and bounds those waiting for their entry, `query` answers from it (filters, pages, counts),
 //! `tail` reads the two topics into it.
 
 mod build;
+mod compact;
+#[cfg(test)]
+mod index_tests;
 mod query;
+mod spill;
 mod status;
+mod store;
 mod tail;
 
 use std::{
@@ -34,10 +42,18 @@ use serde::Serialize;
 
 use self::build::State;
 pub use self::{
+    build::{Budget, EntryCounts},
     query::Query,
     status::{Dropped, MAX_EARLY_STATUSES, StatusCounts},
     tail::{reader, reader_config, tail},
 };
+
+/// A failure of the index's own storage: the file it moves entries to past its memory budget.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("the dead-letter index's spill file")]
+    Spill(#[from] std::io::Error),
+}
 
 /// Where an entry lives in the DLQ topic: its id is `<dlq topic>:<partition>:<offset>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -72,10 +88,13 @@ pub enum Status {
     Succeeded,
     FailedAgain,
     Discarded,
+    /// The DLQ record's MAC did not verify: a writer without the record key wrote it. The index holds nothing it
+    /// claims (`show` reads the record itself); never untriaged, never taken by `replay --all` alone.
+    Unverified,
 }
 
 impl Status {
-    pub const ALL: [Status; 7] = [
+    pub const ALL: [Status; 8] = [
         Self::New,
         Self::Replayed,
         Self::ReplayOverdue,
@@ -83,6 +102,7 @@ impl Status {
         Self::Succeeded,
         Self::FailedAgain,
         Self::Discarded,
+        Self::Unverified,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -94,6 +114,7 @@ impl Status {
             Self::Succeeded => "succeeded",
             Self::FailedAgain => "failed_again",
             Self::Discarded => "discarded",
+            Self::Unverified => "unverified",
         }
     }
 
@@ -178,6 +199,10 @@ pub struct Untriaged {
 pub struct Gauges {
     pub counts: Vec<((Status, String, String, String), usize)>,
     pub untriaged: BTreeMap<(String, String), Untriaged>,
+    /// Per (source, service): the unresolved dead letters by reference (not succeeded, discarded or superseded),
+    /// whose bodies expire with the original topic's retention, and when the oldest one's event first failed (its
+    /// original record is at least that old).
+    pub by_reference: BTreeMap<(String, String), Untriaged>,
 }
 
 /// The index, shared between the tail that advances it and the readers.
@@ -191,18 +216,27 @@ pub struct Index {
     /// Checks every status record before it is applied ([`status`]).
     record_keys: RecordKeys,
     status_counts: StatusCounts,
+    /// The DLQ records' MAC outcomes.
+    entry_counts: EntryCounts,
 }
 
 impl Index {
-    pub fn new(dlq_topic: &str, max_failed_again: u32, replay_outcome_timeout_s: u64, record_keys: RecordKeys) -> Self {
+    pub fn new(
+        dlq_topic: &str,
+        max_failed_again: u32,
+        replay_outcome_timeout_s: u64,
+        record_keys: RecordKeys,
+        budget: Budget,
+    ) -> Self {
         Self {
             dlq_topic: dlq_topic.to_owned(),
             max_failed_again,
             replay_outcome_timeout_ms: i64::try_from(replay_outcome_timeout_s.saturating_mul(1000)).unwrap_or(i64::MAX),
-            state: RwLock::new(State::default()),
+            state: RwLock::new(State::new(budget)),
             caught_up: AtomicBool::new(false),
             record_keys,
             status_counts: StatusCounts::default(),
+            entry_counts: EntryCounts::default(),
         }
     }
 

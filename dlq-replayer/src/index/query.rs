@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use hookline_common::wire::{DeadLetterEntry, EntryStatusRecord, now_ms};
 
 use super::{
-    Criteria, Entry, Gauges, Index, Page, Position, Stats, Status, Untriaged,
-    build::{Meta, State},
+    Criteria, Entry, Gauges, Index, IndexError, Page, Position, Stats, Status, Untriaged,
+    build::{Meta, State, event_id, inline_error},
 };
 
 /// How counts name a string the entry has no value for (a record without a source header, say).
@@ -24,8 +24,9 @@ pub struct Query {
     status: Option<Status>,
     since_ms: Option<i64>,
     until_ms: Option<i64>,
-    /// For a text filter: which interned error messages contain it.
-    errors: Option<Vec<bool>>,
+    /// For a text filter: which interned error messages contain it, and the text in lower case (for the
+    /// messages kept per entry, not interned).
+    errors: Option<(Vec<bool>, String)>,
     /// A named value the index has never seen: nothing matches.
     impossible: bool,
 }
@@ -48,9 +49,10 @@ impl Index {
         let error_class = lookup(&criteria.error_class);
         let errors = criteria.text.as_ref().map(|text| {
             let text = text.to_lowercase();
-            std::iter::once(false)
+            let interned = std::iter::once(false)
                 .chain(state.strings.values.iter().map(|value| value.to_lowercase().contains(&text)))
-                .collect()
+                .collect();
+            (interned, text)
         });
         Query {
             source,
@@ -65,7 +67,7 @@ impl Index {
         }
     }
 
-    fn matches(&self, state: &State, query: &Query, meta: &Meta, now: i64) -> bool {
+    fn matches(&self, state: &State, query: &Query, meta: &Meta, blob: &[u8], now: i64) -> bool {
         !query.impossible
             && query.source.is_none_or(|source| meta.source == source)
             && query.service.is_none_or(|service| state.origins.get(meta.origin).service == service)
@@ -73,16 +75,23 @@ impl Index {
             && query.error_class.is_none_or(|class| meta.error_class == class)
             && query.since_ms.is_none_or(|since| meta.last_failure_at_ms >= since)
             && query.until_ms.is_none_or(|until| meta.last_failure_at_ms < until)
-            && query.errors.as_ref().is_none_or(|errors| errors.get(meta.error as usize).copied().unwrap_or(false))
+            && query.errors.as_ref().is_none_or(|(errors, text)| match inline_error(meta, blob) {
+                Some(error) => error.to_lowercase().contains(text.as_str()),
+                None => errors.get(meta.error as usize).copied().unwrap_or(false),
+            })
             && query.status.is_none_or(|status| status == state.status_of(meta, self.replay_outcome_timeout_ms, now))
     }
 
-    fn entry_of(&self, state: &State, partition: i32, meta: &Meta, now: i64) -> Entry {
+    fn entry_of(&self, state: &State, partition: i32, meta: &Meta, blob: &[u8], now: i64) -> Result<Entry, IndexError> {
         let strings = &state.strings;
         let text = |id: u32| strings.get(id).map(str::to_owned);
         let origin = state.origins.get(meta.origin);
-        let event_id = state.partitions.get(&partition).and_then(|part| part.event_id(meta)).map(str::to_owned);
-        let failed_again = state.failed_again_depth(meta);
+        let event_id = event_id(meta, blob).map(str::to_owned);
+        let error = match inline_error(meta, blob) {
+            Some(error) => Some(error.to_owned()),
+            None => text(meta.error),
+        };
+        let failed_again = state.failed_again_depth(meta)?;
         let last_status = meta.status.map(|status| EntryStatusRecord {
             status: status.status,
             at_ms: status.at_ms,
@@ -92,7 +101,7 @@ impl Index {
             note: text(status.note),
             replays: (meta.replays > 0).then_some(meta.replays),
         });
-        Entry {
+        Ok(Entry {
             entry: DeadLetterEntry {
                 id: Position { partition, offset: meta.offset }.id(&self.dlq_topic),
                 partition,
@@ -102,8 +111,8 @@ impl Index {
                 event_id,
                 event_type: text(meta.event_type),
                 error_class: text(meta.error_class),
-                error: text(meta.error),
-                attempts: (meta.attempts > 0).then_some(meta.attempts),
+                error,
+                attempts: (meta.attempts > 0).then_some(u32::from(meta.attempts)),
                 original_topic: text(origin.topic),
                 original_partition: (meta.original_partition >= 0).then_some(meta.original_partition),
                 original_offset: (meta.original_offset >= 0).then_some(meta.original_offset),
@@ -117,43 +126,52 @@ impl Index {
             replay_of: meta.replay_of.get().map(|position| position.id(&self.dlq_topic)),
             failed_again,
             flagged: failed_again >= self.max_failed_again,
-        }
+        })
     }
 
-    pub fn get(&self, position: Position) -> Option<Entry> {
+    pub fn get(&self, position: Position) -> Result<Option<Entry>, IndexError> {
         let state = self.read();
-        let meta = state.get(position)?;
-        Some(self.entry_of(&state, position.partition, meta, now_ms()))
+        let Some((meta, blob)) = state.entry_at(position)? else { return Ok(None) };
+        Ok(Some(self.entry_of(&state, position.partition, &meta, &blob, now_ms())?))
     }
 
     /// Up to `limit` matching entries after `after` (exclusive), in (partition, offset) order, and how many match
     /// in all.
-    pub fn page(&self, query: &Query, after: Option<Position>, limit: usize) -> Page {
+    pub fn page(&self, query: &Query, after: Option<Position>, limit: usize) -> Result<Page, IndexError> {
         let state = self.read();
         let now = now_ms();
         let mut entries = Vec::new();
         let mut total_matching = 0;
         let mut last = None;
         let mut more = false;
-        for (&partition, part) in &state.partitions {
-            for meta in &part.metas {
-                if !self.matches(&state, query, meta, now) {
-                    continue;
-                }
-                total_matching += 1;
-                let position = Position { partition, offset: meta.offset };
-                if after.is_some_and(|after| position <= after) {
-                    continue;
-                }
-                if entries.len() < limit {
-                    entries.push(self.entry_of(&state, partition, meta, now));
-                    last = Some(position);
-                } else {
-                    more = true;
-                }
+        let mut failed = None;
+        state.scan(|partition, meta, blob| {
+            if !self.matches(&state, query, meta, blob, now) {
+                return true;
             }
+            total_matching += 1;
+            let position = Position { partition, offset: meta.offset };
+            if after.is_some_and(|after| position <= after) {
+                return true;
+            }
+            if entries.len() < limit {
+                match self.entry_of(&state, partition, meta, blob, now) {
+                    Ok(entry) => entries.push(entry),
+                    Err(error) => {
+                        failed = Some(error);
+                        return false;
+                    }
+                }
+                last = Some(position);
+            } else {
+                more = true;
+            }
+            true
+        })?;
+        if let Some(error) = failed {
+            return Err(error);
         }
-        Page {
+        Ok(Page {
             entries,
             next_cursor: if more {
                 last.map(|position| format!("{}:{}", position.partition, position.offset))
@@ -161,23 +179,43 @@ impl Index {
                 None
             },
             total_matching,
-        }
+        })
     }
 
-    /// The positions of every matching entry (for bulk actions), in listing order.
-    pub fn positions(&self, query: &Query) -> Vec<Position> {
+    /// The last entry of each partition now: what a bulk action started now covers (entries added while it runs,
+    /// such as the new entries of re-driven events that fail again, are not its own).
+    pub fn ends(&self) -> BTreeMap<i32, i64> {
+        self.read().ends()
+    }
+
+    /// The positions of up to `limit` matching entries after `after` (exclusive) and at or before `ends`, in
+    /// listing order: a bulk action walks them a batch at a time (each entry once, whatever it changes), instead
+    /// of holding every matching entry at once.
+    pub fn positions_after(
+        &self,
+        query: &Query,
+        after: Option<Position>,
+        ends: &BTreeMap<i32, i64>,
+        limit: usize,
+    ) -> Result<Vec<Position>, IndexError> {
         let state = self.read();
         let now = now_ms();
         let mut positions = Vec::new();
-        for (&partition, part) in &state.partitions {
-            for meta in part.metas.iter().filter(|meta| self.matches(&state, query, meta, now)) {
-                positions.push(Position { partition, offset: meta.offset });
+        state.scan_after(after, |partition, meta, blob| {
+            let position = Position { partition, offset: meta.offset };
+            if after.is_some_and(|after| position <= after)
+                || ends.get(&partition).is_none_or(|end| meta.offset > *end)
+                || !self.matches(&state, query, meta, blob, now)
+            {
+                return true;
             }
-        }
-        positions
+            positions.push(position);
+            positions.len() < limit
+        })?;
+        Ok(positions)
     }
 
-    pub fn stats(&self, query: &Query) -> Stats {
+    pub fn stats(&self, query: &Query) -> Result<Stats, IndexError> {
         let state = self.read();
         let now = now_ms();
         // Counters indexed by interned number and by status: a million entries, no hashing per entry.
@@ -187,8 +225,8 @@ impl Index {
         let mut by_class = vec![0_usize; n_strings];
         let mut by_status = [0_usize; Status::ALL.len()];
         let mut total = 0;
-        for part in state.partitions.values() {
-            for meta in part.metas.iter().filter(|meta| self.matches(&state, query, meta, now)) {
+        state.scan(|_, meta, blob| {
+            if self.matches(&state, query, meta, blob, now) {
                 total += 1;
                 by_source[meta.source as usize] += 1;
                 by_service[state.origins.get(meta.origin).service as usize] += 1;
@@ -196,7 +234,8 @@ impl Index {
                 let status = state.status_of(meta, self.replay_outcome_timeout_ms, now);
                 by_status[Status::ALL.iter().position(|s| *s == status).unwrap_or(0)] += 1;
             }
-        }
+            true
+        })?;
         let named = |counts: Vec<usize>| -> BTreeMap<String, usize> {
             let mut named = BTreeMap::new();
             for (id, n) in counts.into_iter().enumerate().filter(|(_, n)| *n > 0) {
@@ -205,7 +244,7 @@ impl Index {
             }
             named
         };
-        Stats {
+        Ok(Stats {
             total,
             by_source: named(by_source),
             by_service: named(by_service),
@@ -216,32 +255,41 @@ impl Index {
                 .filter(|(_, n)| *n > 0)
                 .map(|(status, n)| (status.as_str().to_owned(), n))
                 .collect(),
-        }
+        })
     }
 
     /// Counts by (status, source, service, error class), for the `hookline_dlq_entries` gauge, and the untriaged
     /// entries per (source, service).
-    pub fn gauges(&self) -> Gauges {
+    pub fn gauges(&self) -> Result<Gauges, IndexError> {
         let state = self.read();
         let now = now_ms();
         let mut counts: HashMap<(Status, u32, u32, u32), usize> = HashMap::new();
         let mut untriaged: HashMap<(u32, u32), Untriaged> = HashMap::new();
-        for part in state.partitions.values() {
-            for meta in &part.metas {
-                let status = state.status_of(meta, self.replay_outcome_timeout_ms, now);
-                let service = state.origins.get(meta.origin).service;
-                *counts.entry((status, meta.source, service, meta.error_class)).or_default() += 1;
-                if status.is_untriaged() {
-                    let seen = untriaged
-                        .entry((meta.source, service))
-                        .or_insert(Untriaged { count: 0, oldest_at_ms: i64::MAX });
-                    seen.count += 1;
-                    seen.oldest_at_ms = seen.oldest_at_ms.min(meta.last_failure_at_ms);
-                }
+        let mut by_reference: HashMap<(u32, u32), Untriaged> = HashMap::new();
+        state.scan(|_, meta, _| {
+            let status = state.status_of(meta, self.replay_outcome_timeout_ms, now);
+            let service = state.origins.get(meta.origin).service;
+            *counts.entry((status, meta.source, service, meta.error_class)).or_default() += 1;
+            if status.is_untriaged() {
+                let seen =
+                    untriaged.entry((meta.source, service)).or_insert(Untriaged { count: 0, oldest_at_ms: i64::MAX });
+                seen.count += 1;
+                seen.oldest_at_ms = seen.oldest_at_ms.min(meta.last_failure_at_ms);
             }
-        }
+            let resolved = matches!(status, Status::Succeeded | Status::Discarded | Status::FailedAgain);
+            if meta.by_reference && !resolved {
+                let seen = by_reference
+                    .entry((meta.source, service))
+                    .or_insert(Untriaged { count: 0, oldest_at_ms: i64::MAX });
+                seen.count += 1;
+                let failed_at =
+                    if meta.first_failure_at_ms > 0 { meta.first_failure_at_ms } else { meta.last_failure_at_ms };
+                seen.oldest_at_ms = seen.oldest_at_ms.min(failed_at);
+            }
+            true
+        })?;
         let name = |id: u32| state.strings.get(id).unwrap_or(UNKNOWN).to_owned();
-        Gauges {
+        Ok(Gauges {
             counts: counts
                 .into_iter()
                 .map(|((status, source, service, class), n)| ((status, name(source), name(service), name(class)), n))
@@ -250,25 +298,35 @@ impl Index {
                 .into_iter()
                 .map(|((source, service), seen)| ((name(source), name(service)), seen))
                 .collect(),
-        }
+            by_reference: by_reference
+                .into_iter()
+                .map(|((source, service), seen)| ((name(source), name(service)), seen))
+                .collect(),
+        })
     }
 
     /// Dead letters over time: per source, how many entries became dead letters in each `bucket_ms` window
     /// starting at `since_ms` (for the console's chart).
-    pub fn histogram(&self, since_ms: i64, bucket_ms: i64, n_buckets: usize) -> BTreeMap<String, Vec<usize>> {
+    pub fn histogram(
+        &self,
+        since_ms: i64,
+        bucket_ms: i64,
+        n_buckets: usize,
+    ) -> Result<BTreeMap<String, Vec<usize>>, IndexError> {
         let state = self.read();
         let mut series: HashMap<u32, Vec<usize>> = HashMap::new();
-        for part in state.partitions.values() {
-            for meta in part.metas.iter().filter(|meta| meta.last_failure_at_ms >= since_ms) {
+        state.scan(|_, meta, _| {
+            if meta.last_failure_at_ms >= since_ms {
                 let bucket = usize::try_from((meta.last_failure_at_ms - since_ms) / bucket_ms.max(1)).unwrap_or(0);
                 if bucket < n_buckets {
                     series.entry(meta.source).or_insert_with(|| vec![0; n_buckets])[bucket] += 1;
                 }
             }
-        }
-        series
+            true
+        })?;
+        Ok(series
             .into_iter()
             .map(|(source, counts)| (state.strings.get(source).unwrap_or(UNKNOWN).to_owned(), counts))
-            .collect()
+            .collect())
     }
 }

@@ -2,7 +2,10 @@
 //! the record key, as the consumer checks inbound records: whoever may write the topic (every consumer service,
 //! by the ACL table of docs/security.md) but does not hold the key cannot mark another service's dead letter
 //! `succeeded` or `discarded`, which would take it out of `replay --all` and of the untriaged alert. A record that
-//! fails is counted (`hookline_replayer_record_auth_total{outcome}`), logged (rate-limited) and never applied.
+//! fails is counted (`hookline_replayer_record_auth_total{outcome}`), logged (rate-limited) and never applied. An
+//! unsigned status is refused even inside `kafka.record_auth.accept_unsigned_until` (that window is for inbound
+//! records from before the upgrade), and one signed with the gateway's inbound-only key is refused whatever its
+//! headers ([`RecordKind::Status`]).
 //!
 //! Statuses that wait for an entry the DLQ tail has not read yet are bounded too: one for a position the tail has
 //! passed is dropped (no entry can appear behind it), and at most [`MAX_EARLY_STATUSES`] wait at once.
@@ -16,7 +19,7 @@ use std::{
 };
 
 use hookline_common::{
-    record_auth::{Verdict, outcome},
+    record_auth::{RecordKind, Refusal, Verdict, outcome},
     wire::{EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX, now_ms},
 };
 use rdkafka::{Message, message::BorrowedMessage};
@@ -128,19 +131,32 @@ impl Index {
             return;
         }
         let Some(position) = Position::parse(&self.dlq_topic, &key) else { return };
-        let verdict =
-            self.record_keys.verify(message.topic(), message.key(), message.payload(), message.headers(), now_ms());
+        let verdict = self.record_keys.verify_as(
+            RecordKind::Status,
+            message.topic(),
+            message.key(),
+            message.payload(),
+            message.headers(),
+            now_ms(),
+        );
+        // Never believed unsigned, whatever `accept_unsigned_until` says for inbound records: a status hides or
+        // settles a dead letter, and every writer of statuses has signed them since record keys exist. A status
+        // from before then is ignored: its entry shows `new`, seen again rather than hidden.
+        let verdict = match verdict {
+            Verdict::UnsignedAccepted => Verdict::Refused(Refusal::Unsigned),
+            verdict => verdict,
+        };
         self.status_counts.count_auth(&verdict);
         if let Verdict::Refused(refusal) = verdict {
             self.status_counts.log_refused(&key, refusal.as_str());
             return;
         }
         match serde_json::from_slice::<EntryStatusRecord>(value) {
-            Ok(record) => {
-                if let Some(dropped) = state.apply_status(position, &record, &self.dlq_topic) {
-                    self.status_counts.count_dropped(dropped);
-                }
-            }
+            Ok(record) => match state.apply_status(position, &record, &self.dlq_topic) {
+                Ok(Some(dropped)) => self.status_counts.count_dropped(dropped),
+                Ok(None) => {}
+                Err(error) => tracing::error!(entry_id = %key, error = %error, "status record not applied"),
+            },
             Err(error) => tracing::warn!(entry_id = %key, error = %error, "unreadable status record skipped"),
         }
     }

@@ -94,7 +94,7 @@ impl DedupeState {
             Outcome::Processed { at_s } => {
                 Self::Processed { processed_at_ms: Some(at_s * 1000), handling_ms: None, position: None, expires_in_ms }
             }
-            Outcome::Filtered { at_s, filter } => {
+            Outcome::Filtered { at_s, filter, .. } => {
                 Self::Filtered { filter, filtered_at_ms: at_s * 1000, position: None, expires_in_ms }
             }
             Outcome::Dead { marker, .. } => match redis_key::parse_dead_marker(&marker) {

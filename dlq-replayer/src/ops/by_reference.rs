@@ -4,7 +4,7 @@
 //! headers, exactly as an ordinary entry's re-drive sends the DLQ record's.
 
 use hookline_common::{
-    record_auth::Verdict,
+    record_auth::{RecordKind, Verdict},
     wire::{DeadLetterEntry, header, header_str},
 };
 use rdkafka::{Message, message::OwnedMessage};
@@ -50,7 +50,7 @@ impl Replayer {
                 original_event_id.as_deref().unwrap_or("no event id")
             )));
         }
-        if let Verdict::Refused(why) = self.authenticate(&original) {
+        if let Verdict::Refused(why) = self.authenticate(&original, RecordKind::Inbound) {
             if !force {
                 return Ok(Err(format!(
                     "the record its reference names, {topic}:{partition}:{offset}, was not written by hookline: {} \

@@ -10,6 +10,7 @@ mod redrive;
 mod reprocess;
 
 use std::{
+    collections::BTreeMap,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -17,9 +18,9 @@ use std::{
 use base64::Engine as _;
 use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
-    record_auth::{RecordKeys, Verdict},
+    record_auth::{RecordKeys, RecordKind, Verdict},
     telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
-    wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
+    wire::{DeadLetterEntry, EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
 };
 use rdkafka::{
     Message,
@@ -41,7 +42,7 @@ use crate::{
     config::ReplayerConfig,
     fetch::Fetcher,
     filter::Filter,
-    index::{Entry, Index, Position, Status, tail},
+    index::{Budget, Entry, Index, IndexError, Position, Query, Status, tail},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,48 @@ pub enum OpError {
     /// The service's index has not read the topics up to where they were at start yet.
     #[error("the dead-letter index is still being built")]
     NotReady,
+    #[error("the dead-letter index")]
+    Index(#[from] IndexError),
+    /// As many event searches as may run at once are running ([`crate::events::MAX_CONCURRENT_SEARCHES`]): each
+    /// holds hundreds of MiB while it reads.
+    #[error("an event search is running already; try again when it ends")]
+    Busy,
+}
+
+/// The entries a bulk action takes, in listing order. With `all`, the matching positions are read from the index
+/// a batch at a time, each batch after the last position taken and up to the partitions' ends when the action
+/// started: every entry matching then is taken exactly once, whatever the action changes on the way, and the
+/// action holds one batch of entries, not every dead letter at once (a DLQ past the index's memory budget).
+enum Selection {
+    Ids(std::vec::IntoIter<Entry>),
+    All { query: Query, ends: BTreeMap<i32, i64>, after: Option<Position>, batch: std::vec::IntoIter<Position> },
+}
+
+/// Positions read per batch by [`Selection::All`].
+const SELECTION_BATCH: usize = 1024;
+
+impl Selection {
+    fn next(&mut self, index: &Index) -> Result<Option<Entry>, IndexError> {
+        match self {
+            Self::Ids(entries) => Ok(entries.next()),
+            Self::All { query, ends, after, batch } => loop {
+                let position = match batch.next() {
+                    Some(position) => position,
+                    None => {
+                        *batch = index.positions_after(query, *after, ends, SELECTION_BATCH)?.into_iter();
+                        match batch.next() {
+                            Some(position) => position,
+                            None => return Ok(None),
+                        }
+                    }
+                };
+                *after = Some(position);
+                if let Some(entry) = index.get(position)? {
+                    return Ok(Some(entry));
+                }
+            },
+        }
+    }
 }
 
 /// What `replay` should do.
@@ -161,6 +204,8 @@ pub struct Replayer {
     producer: AckedProducer,
     fetcher: Fetcher,
     source: Source,
+    /// Event searches running: each holds a permit until its scan thread ends.
+    pub(crate) searches: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Replayer {
@@ -179,7 +224,8 @@ impl Replayer {
     pub fn new(config: ReplayerConfig) -> Result<Self, KafkaError> {
         let producer = AckedProducer::new(&config.kafka, "replayer-producer")?;
         let fetcher = Fetcher::new(&config.kafka);
-        Ok(Self { config, producer, fetcher, source: Source::PerCall })
+        let searches = Arc::new(tokio::sync::Semaphore::new(crate::events::MAX_CONCURRENT_SEARCHES));
+        Ok(Self { config, producer, fetcher, source: Source::PerCall, searches })
     }
 
     /// A replayer that answers from `index`, which the caller keeps tailing (the service).
@@ -195,7 +241,12 @@ impl Replayer {
     pub fn empty_index(config: &ReplayerConfig) -> Result<Index, KafkaError> {
         let keys = RecordKeys::load(&config.kafka.record_auth)
             .map_err(|problems| KafkaError::ClientCreation(problems.join("; ")))?;
-        Ok(Index::new(&config.kafka.dlq_topic, config.max_failed_again, config.replay_outcome_timeout_s, keys))
+        let budget = Budget {
+            memory_bytes: usize::try_from(config.index.memory_budget_mb.saturating_mul(1024 * 1024))
+                .unwrap_or(usize::MAX),
+            spill_dir: config.index.spill_dir(),
+        };
+        Ok(Index::new(&config.kafka.dlq_topic, config.max_failed_again, config.replay_outcome_timeout_s, keys, budget))
     }
 
     /// The index to answer from: the live one, or one built now up to the topics' high watermarks.
@@ -236,13 +287,13 @@ impl Replayer {
             })
             .transpose()?;
         let index = self.index().await?;
-        Ok(index.page(&index.compile(&criteria), after, limit))
+        Ok(index.page(&index.compile(&criteria), after, limit)?)
     }
 
     pub async fn stats(&self, filter: &Filter) -> Result<Stats, OpError> {
         let criteria = filter.compile().map_err(OpError::BadRequest)?;
         let index = self.index().await?;
-        Ok(index.stats(&index.compile(&criteria)))
+        Ok(index.stats(&index.compile(&criteria))?)
     }
 
     fn position(&self, id: &str) -> Option<Position> {
@@ -253,11 +304,11 @@ impl Replayer {
     pub async fn show(&self, id: &str) -> Result<Option<Detail>, OpError> {
         let Some(position) = self.position(id) else { return Ok(None) };
         let index = self.index().await?;
-        let Some(entry) = index.get(position) else { return Ok(None) };
+        let Some(entry) = index.get(position)? else { return Ok(None) };
         let Some(record) = self.fetch(position).await? else { return Ok(None) };
         let body = record.payload().unwrap_or_default();
         let text = std::str::from_utf8(body).ok().map(str::to_owned);
-        let authenticity = self.authenticate(&record).label();
+        let authenticity = self.authenticate(&record, RecordKind::DeadLetter).label();
         Ok(Some(Detail {
             authenticity,
             headers: headers_of(&record),
@@ -272,9 +323,11 @@ impl Replayer {
         self.producer.record_keys()
     }
 
-    /// The DLQ record's MAC, checked at this replayer's clock.
-    fn authenticate(&self, record: &OwnedMessage) -> Verdict {
-        self.producer.record_keys().verify(record.topic(), record.key(), record.payload(), record.headers(), now_ms())
+    /// The MAC of a record of `kind` (a DLQ record, or an inbound one a by-reference entry or a re-processing
+    /// request names), checked at this replayer's clock.
+    fn authenticate(&self, record: &OwnedMessage, kind: RecordKind) -> Verdict {
+        let keys = self.producer.record_keys();
+        keys.verify_as(kind, record.topic(), record.key(), record.payload(), record.headers(), now_ms())
     }
 
     async fn fetch(&self, position: Position) -> Result<Option<OwnedMessage>, OpError> {
@@ -282,7 +335,8 @@ impl Replayer {
         Ok(tokio::task::spawn_blocking(move || fetcher.fetch(position)).await??)
     }
 
-    /// The entries a request names: by id (unknown ids reported as skipped), or every one the filter matches.
+    /// The entries a request names: by id (unknown ids reported as skipped), or every one the filter matches
+    /// (walked a batch at a time: see [`Selection`]).
     fn select(
         &self,
         index: &Index,
@@ -290,7 +344,7 @@ impl Replayer {
         all: bool,
         filter: &Filter,
         report: &mut Report,
-    ) -> Result<(Vec<Entry>, bool), OpError> {
+    ) -> Result<(Selection, bool), OpError> {
         if ids.is_empty() != all {
             return Err(OpError::BadRequest("give entry ids, or `all` with a filter (not both)".to_owned()));
         }
@@ -299,18 +353,18 @@ impl Replayer {
         if all {
             let query = index.compile(&criteria);
             return Ok((
-                index.positions(&query).into_iter().filter_map(|position| index.get(position)).collect(),
+                Selection::All { query, ends: index.ends(), after: None, batch: Vec::new().into_iter() },
                 has_status,
             ));
         }
         let mut selected = Vec::new();
         for id in ids {
-            match self.position(id).and_then(|position| index.get(position)) {
+            match self.position(id).map(|position| index.get(position)).transpose()?.flatten() {
                 Some(entry) => selected.push(entry),
                 None => report.skipped.push(Skipped { id: id.clone(), reason: "no such entry".to_owned() }),
             }
         }
-        Ok((selected, has_status))
+        Ok((Selection::Ids(selected.into_iter()), has_status))
     }
 
     /// Re-drives entries: `replayed` is recorded, then each is produced to its original topic with its original
@@ -328,10 +382,11 @@ impl Replayer {
         }
         let index = self.index().await?;
         let mut report = Report { dry_run: request.dry_run, ..Report::default() };
-        let (selected, has_status) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
+        let (mut selected, has_status) =
+            self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
         let mut limiter = request.rate.map(RateLimiter::per_second);
         let mut written = Vec::new();
-        for entry in selected {
+        while let Some(mut entry) = selected.next(&index)? {
             if request.all && !has_status && !entry.status.is_untriaged() {
                 continue; // `--all` alone re-drives only entries nobody has dealt with (or whose replay is lost).
             }
@@ -348,7 +403,7 @@ impl Replayer {
             };
             // Unsigned inside `accept_unsigned_until` needs force too: re-driven, the record would come out signed
             // and stay valid after the window closes.
-            let verdict = self.authenticate(&record);
+            let verdict = self.authenticate(&record, RecordKind::DeadLetter);
             if !matches!(verdict, Verdict::Authentic { .. }) {
                 if !request.force {
                     report.skipped.push(Skipped {
@@ -358,6 +413,10 @@ impl Replayer {
                     continue;
                 }
                 tracing::warn!(entry_id = %id, refusal = verdict.label(), by = %request.by, "forced replay of an entry without a valid MAC: to the inbound topic, with its core metadata only");
+            }
+            if entry.status == Status::Unverified {
+                // The index holds nothing an unverified record claims: judge it (and re-drive it) by the record.
+                entry.entry = DeadLetterEntry::from_message(&record);
             }
             if let Some(reason) = redrive::past_retention(&entry, &record, now_ms()).filter(|_| !request.past_retention)
             {
@@ -403,9 +462,9 @@ impl Replayer {
         }
         let index = self.index().await?;
         let mut report = Report { dry_run: request.dry_run, ..Report::default() };
-        let (selected, _) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
+        let (mut selected, _) = self.select(&index, &request.ids, request.all, &request.filter, &mut report)?;
         let mut written = Vec::new();
-        for entry in selected {
+        while let Some(entry) = selected.next(&index)? {
             let id = entry.entry.id.clone();
             if entry.status == Status::Discarded {
                 if !request.all {

@@ -40,25 +40,39 @@ pub const VOUCHED_HEADERS: &[&str] = &[
 /// timeout), and the retention job runs on an interval.
 const RETENTION_MARGIN_MS: i64 = 60 * 60 * 1000;
 
+/// The dedupe retention assumed for an entry whose record does not carry its own: the `postgres` handler's
+/// default `retention_days`, the longest a service keeps its rows unless its config says otherwise.
+pub const DEFAULT_RETENTION_DAYS: i64 = 30;
+
 /// Why `record`'s entry may no longer be re-driven safely, if so: its service's `postgres` handler keeps dedupe
 /// rows [`header::dlq::DEDUPE_RETENTION_DAYS`] days, and an event dead-lettered after a COMMIT whose answer was lost
 /// (`retryable_exhausted` after a timeout or a lost connection) has its effect in the database; once retention
 /// has deleted its row, a re-drive would apply it a second time. `past_retention` re-drives it anyway, once the
 /// operator has checked the database.
+///
+/// A record without the header (dead-lettered before the build that writes it, or by a service whose retention
+/// is not in its config file, such as an application's own transactional handler) is held to
+/// [`DEFAULT_RETENTION_DAYS`]: nothing says its rows are kept longer, so past that it needs `past_retention` too.
 pub fn past_retention(entry: &Entry, record: &OwnedMessage, now_ms: i64) -> Option<String> {
-    let days: i64 = record
-        .headers()?
-        .iter()
-        .find(|h| h.key == header::dlq::DEDUPE_RETENTION_DAYS)
-        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok())?;
+    let carried: Option<i64> = record
+        .headers()
+        .and_then(|headers| headers.iter().find(|h| h.key == header::dlq::DEDUPE_RETENTION_DAYS))
+        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok());
+    let days = carried.unwrap_or(DEFAULT_RETENTION_DAYS);
     let failed_at = entry.entry.first_failure_at_ms.or(entry.entry.last_failure_at_ms)?;
     let kept_until = failed_at.saturating_add(days.saturating_mul(86_400_000)).saturating_sub(RETENTION_MARGIN_MS);
-    (now_ms > kept_until).then(|| {
-        format!(
+    (now_ms > kept_until).then(|| match carried {
+        Some(days) => format!(
             "older than its service's dedupe retention ({days} days): its effect may have been applied already and \
              the row that would make this re-drive a duplicate is deleted; check the database, then replay with \
              past_retention (--past-retention)"
-        )
+        ),
+        None => format!(
+            "older than {days} days (the default dedupe retention) and its record does not say its service's \
+             retention (dead-lettered before the build that records it, or by a service whose retention is not in \
+             its config): its effect may have been applied already and the row that would make this re-drive a \
+             duplicate may be deleted; check the database, then replay with past_retention (--past-retention)"
+        ),
     })
 }
 

@@ -14,6 +14,7 @@ use std::{
     time::Duration,
 };
 
+use hookline_common::record_auth::RecordKind;
 use hookline_common::wire::{EntryStatus, EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX, header, header_str, now_ms};
 use rdkafka::{
     Message, Offset, TopicPartitionList,
@@ -208,7 +209,7 @@ impl Replayer {
         while let Some(record) = records.recv().await {
             let record = record?;
             let Some(selected) = selected.get(&(record.partition(), record.offset())) else { continue };
-            let verdict = self.authenticate(&record);
+            let verdict = self.authenticate(&record, RecordKind::Inbound);
             if !verdict.accepted() {
                 // Never laundered into a signed record: the consumer refused it too.
                 tracing::warn!(at = %selected.position, refusal = verdict.label(), "not re-processed: the record has no valid MAC");

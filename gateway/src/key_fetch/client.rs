@@ -7,7 +7,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use hookline_common::signature::fetched::{KeyUrl, TrustRoots};
-use http::{Request, StatusCode, header};
+use http::{HeaderValue, Request, StatusCode, header};
 use http_body_util::{BodyExt, Either, Empty, Full, Limited};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -38,6 +38,12 @@ impl FetchError {
             Self::Unparsable => "unparsable",
         }
     }
+}
+
+/// What a call of a provider's API adds to a request: its credential, and its form body if it posts one.
+struct ApiCall {
+    authorization: HeaderValue,
+    form: Option<&'static str>,
 }
 
 /// What a fetch returned: the body and the certificates the host presented over TLS (leaf first).
@@ -78,10 +84,24 @@ impl Client {
     /// `GET url` (or `POST` of its JSON body, for a key asked for with a credential: Plaid's), expecting a 200 of
     /// at most `max_response_bytes`.
     pub async fn get(&self, url: &KeyUrl) -> Result<Fetched, FetchError> {
-        tokio::time::timeout(self.timeout, self.exchange(url)).await.map_err(|_| FetchError::Timeout)?
+        tokio::time::timeout(self.timeout, self.exchange(url, None)).await.map_err(|_| FetchError::Timeout)?
     }
 
-    async fn exchange(&self, url: &KeyUrl) -> Result<Fetched, FetchError> {
+    /// A call of a provider's API at `url` (already pinned) with `authorization` (a credential: marked sensitive,
+    /// never logged): `POST` of the form `form` if given, else `GET`; expecting a 200 as [`Self::get`] does.
+    pub async fn call(
+        &self,
+        url: &KeyUrl,
+        authorization: &HeaderValue,
+        form: Option<&'static str>,
+    ) -> Result<Fetched, FetchError> {
+        let mut authorization = authorization.clone();
+        authorization.set_sensitive(true);
+        let call = Some(ApiCall { authorization, form });
+        tokio::time::timeout(self.timeout, self.exchange(url, call)).await.map_err(|_| FetchError::Timeout)?
+    }
+
+    async fn exchange(&self, url: &KeyUrl, call: Option<ApiCall>) -> Result<Fetched, FetchError> {
         let connect = |error: &dyn std::fmt::Display| FetchError::Connect(error.to_string());
         let addresses: Vec<SocketAddr> = match self.resolve.iter().find(|(host, _)| host == url.host()) {
             Some((_, addr)) => vec![*addr],
@@ -114,9 +134,18 @@ impl Client {
             .header(header::HOST, url.host())
             .header(header::USER_AGENT, concat!("hookline-gateway/", env!("CARGO_PKG_VERSION")))
             .header(header::ACCEPT, "*/*");
-        let request = match url.post_body() {
-            None => request.method(http::Method::GET).body(Either::Left(Empty::<Bytes>::new())),
-            Some(body) => request
+        let request = match (url.post_body(), call) {
+            (_, Some(ApiCall { authorization, form: None })) => request
+                .method(http::Method::GET)
+                .header(header::AUTHORIZATION, authorization)
+                .body(Either::Left(Empty::<Bytes>::new())),
+            (_, Some(ApiCall { authorization, form: Some(form) })) => request
+                .method(http::Method::POST)
+                .header(header::AUTHORIZATION, authorization)
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Either::Right(Full::new(Bytes::from_static(form.as_bytes())))),
+            (None, None) => request.method(http::Method::GET).body(Either::Left(Empty::<Bytes>::new())),
+            (Some(body), None) => request
                 .method(http::Method::POST)
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(Either::Right(Full::new(Bytes::copy_from_slice(body)))),

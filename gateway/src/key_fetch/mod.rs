@@ -5,7 +5,10 @@
 //!
 //! One fetch per URL at a time: concurrent requests for a key not yet held wait for the same fetch (bounded by its
 //! timeout), and a failure is remembered for `failure_hold_s`, during which requests naming that key are answered
-//! 503 with `Retry-After` at once. A key past half its TTL is refetched in the background while the held one keeps
+//! 503 with `Retry-After` at once. At most `max_fetches_in_flight` URLs are being fetched at once, and each flight
+//! is forgotten when its last request leaves, even a cancelled one ([`flight`]). Each source fetches at most
+//! `misses_per_source` keys it does not hold per `miss_interval_s` ([`budget`]): a forged request naming a new key
+//! costs one fetch, and past the budget it costs none. A key past half its TTL is refetched in the background while the held one keeps
 //! serving, so once a provider's key is known, requests never wait for the network.
 //!
 //! [`KeyFetchConfig::test_only`] is the one setting tests need that production must never have (their own CA,
@@ -13,11 +16,13 @@
 //! (`serde(skip)`), so only code that builds a `GatewayConfig` value can set it, and its addresses must be
 //! loopback.
 
+mod budget;
 mod cache;
 mod client;
+mod confirmed;
+mod flight;
 
 use std::{
-    collections::HashMap,
     net::SocketAddr,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -27,8 +32,11 @@ use hookline_common::signature::fetched::{FetchedKey, KeyFormat, KeyUrl, TrustRo
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
+use budget::MissBudget;
 use cache::{Cache, Lookup};
 pub use client::FetchError;
+use confirmed::Confirmed;
+use flight::Flights;
 
 /// `[key_fetch]`: how the gateway fetches the keys of the SNS, PayPal, Google Pub/Sub and Plaid sources.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -47,6 +55,13 @@ pub struct KeyFetchConfig {
     /// After a failed fetch, requests needing that key are answered 503 at once for this long (and told to retry
     /// after it).
     pub failure_hold_s: u64,
+    /// At most this many keys not held are fetched for one source per `miss_interval_s` (a forged request naming
+    /// a new key costs one fetch; past this it is answered 503 at once).
+    pub misses_per_source: u32,
+    /// The interval of `misses_per_source`, in seconds.
+    pub miss_interval_s: u64,
+    /// At most this many URLs are being fetched at once; a request needing one more is answered 503 at once.
+    pub max_fetches_in_flight: usize,
     /// Tests only, never read from a file or the environment (see the module's doc).
     #[doc(hidden)]
     #[serde(skip)]
@@ -62,6 +77,9 @@ impl Default for KeyFetchConfig {
             cache_max_entries: 64,
             cache_max_bytes: 1024 * 1024,
             failure_hold_s: 10,
+            misses_per_source: 10,
+            miss_interval_s: 60,
+            max_fetches_in_flight: 32,
             test_only: None,
         }
     }
@@ -95,6 +113,15 @@ impl KeyFetchConfig {
         if !(1..=300).contains(&self.failure_hold_s) {
             problems.push("key_fetch.failure_hold_s must be between 1 and 300".to_owned());
         }
+        if !(1..=10_000).contains(&self.misses_per_source) || !(1..=3_600).contains(&self.miss_interval_s) {
+            problems.push(
+                "key_fetch.misses_per_source must be between 1 and 10000, and miss_interval_s between 1 and 3600"
+                    .to_owned(),
+            );
+        }
+        if !(1..=4_096).contains(&self.max_fetches_in_flight) {
+            problems.push("key_fetch.max_fetches_in_flight must be between 1 and 4096".to_owned());
+        }
         problems
     }
 }
@@ -104,6 +131,10 @@ impl KeyFetchConfig {
 #[error("the provider's key cannot be fetched now")]
 pub struct KeyUnavailable {
     pub retry_after_s: u64,
+    /// The request named a key not held and got nothing: its fetch failed, or the source's miss budget or the
+    /// in-flight bound refused it. Charged to the client address like a failed verification (a request naming a
+    /// key already known to be failing is not: the provider's own retries during an outage land there).
+    pub after_miss: bool,
 }
 
 /// The gateway's fetcher and cache, shared by every source and kept across reloads.
@@ -117,8 +148,12 @@ struct Inner {
     client: client::Client,
     roots: TrustRoots,
     cache: Mutex<Cache>,
-    /// One lock per URL being fetched: the single flight.
-    in_flight: Mutex<HashMap<KeyUrl, Arc<tokio::sync::Mutex<()>>>>,
+    /// One turn per URL being fetched: the single flight.
+    in_flight: Flights,
+    /// Each source's fetches of keys not held.
+    misses: MissBudget,
+    /// SNS subscription confirmations already made.
+    confirmed: Confirmed,
     failure_hold_s: u64,
     metrics: Metrics,
 }
@@ -129,6 +164,15 @@ impl KeyFetcher {
             Some(test) => (TrustRoots::from_pem(&test.roots_pem)?, test.resolve.clone()),
             None => (TrustRoots::mozilla(), Vec::new()),
         };
+        Self::with_roots(config, roots, resolve, metrics)
+    }
+
+    fn with_roots(
+        config: &KeyFetchConfig,
+        roots: TrustRoots,
+        resolve: Vec<(String, SocketAddr)>,
+        metrics: Metrics,
+    ) -> Result<Self, String> {
         let client = client::Client::new(
             &roots,
             resolve,
@@ -146,11 +190,18 @@ impl KeyFetcher {
                 client,
                 roots,
                 cache: Mutex::new(cache),
-                in_flight: Mutex::new(HashMap::new()),
+                in_flight: Flights::new(config.max_fetches_in_flight),
+                confirmed: Confirmed::default(),
+                misses: MissBudget::new(config.misses_per_source, Duration::from_secs(config.miss_interval_s)),
                 failure_hold_s: config.failure_hold_s,
                 metrics,
             }),
         })
+    }
+
+    /// How long a failure is remembered: the `Retry-After` of a key that cannot be had.
+    pub fn failure_hold_s(&self) -> u64 {
+        self.inner.failure_hold_s
     }
 
     /// The roots fetched certificates must chain to.
@@ -158,14 +209,16 @@ impl KeyFetcher {
         &self.inner.roots
     }
 
-    /// The key document at `url` (already pinned), as `format`, from the cache or fetched now.
+    /// The key document at `url` (already pinned), as `format`, from the cache or fetched now within `source`'s
+    /// miss budget.
     pub async fn key(
         &self,
+        source: &str,
         provider: &str,
         format: KeyFormat,
         url: &KeyUrl,
     ) -> Result<Arc<FetchedKey>, KeyUnavailable> {
-        let unavailable = KeyUnavailable { retry_after_s: self.inner.failure_hold_s };
+        let failing = KeyUnavailable { retry_after_s: self.inner.failure_hold_s, after_miss: false };
         match self.lookup(url) {
             Lookup::Hit { certificate, refresh } => {
                 if refresh {
@@ -175,35 +228,89 @@ impl KeyFetcher {
                 }
                 return Ok(certificate);
             }
-            Lookup::Failing => return Err(unavailable),
+            Lookup::Failing => return Err(failing),
             Lookup::Miss => {}
         }
-        let flight = {
-            let mut in_flight = self.inner.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            in_flight.entry(url.clone()).or_default().clone()
-        };
-        let _turn = flight.lock().await;
+        // Refused before joining anything when the source has no fetch left or too many URLs are in flight.
+        self.inner.misses.check(source, Instant::now()).map_err(|wait| self.refused("miss_budget", wait))?;
+        let flight = self
+            .inner
+            .in_flight
+            .join(url)
+            .ok_or_else(|| self.refused("in_flight", Duration::from_secs(self.inner.failure_hold_s)))?;
+        let _turn = flight.turn().await;
         // Whoever held the turn before may have fetched it (or failed to) meanwhile.
-        let result = match self.lookup(url) {
+        match self.lookup(url) {
             Lookup::Hit { certificate, .. } => Ok(certificate),
-            Lookup::Failing => Err(unavailable),
-            Lookup::Miss => self.fetch_into_cache(provider, format, url).await.ok_or(unavailable),
-        };
-        let mut in_flight = self.inner.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if in_flight.get(url).is_some_and(|lock| Arc::strong_count(lock) <= 2) {
-            in_flight.remove(url);
+            Lookup::Failing => Err(failing),
+            Lookup::Miss => {
+                self.inner.misses.spend(source, Instant::now()).map_err(|wait| self.refused("miss_budget", wait))?;
+                self.fetch_into_cache(provider, format, url)
+                    .await
+                    .ok_or(KeyUnavailable { retry_after_s: self.inner.failure_hold_s, after_miss: true })
+            }
         }
-        result
     }
 
-    /// A `GET` of `url` (already pinned) that must answer 200: SNS's subscription confirmation.
+    /// URLs being fetched now (the single flight's entries).
+    pub fn n_in_flight(&self) -> usize {
+        self.inner.in_flight.len()
+    }
+
+    /// Forgets the miss budgets of the sources `keep` says are gone (after a reload).
+    pub fn retain_sources(&self, keep: impl Fn(&str) -> bool) {
+        self.inner.misses.retain_sources(keep);
+    }
+
+    /// A key not held that is not fetched (the source's miss budget, or the in-flight bound): 503, retry after
+    /// `wait`, counted by `reason`.
+    fn refused(&self, reason: &str, wait: Duration) -> KeyUnavailable {
+        self.inner.metrics.key_fetches_refused.with_label_values(&[reason]).inc();
+        KeyUnavailable { retry_after_s: wait.as_secs().saturating_add(1), after_miss: true }
+    }
+
+    /// A `GET` of `url` (already pinned) that must answer 200: SNS's subscription confirmation. One at a time per
+    /// URL, and a URL confirmed lately is not visited again (a replayed capture costs no outbound request).
     pub async fn confirm(&self, provider: &str, url: &KeyUrl) -> Result<(), KeyUnavailable> {
+        if self.inner.confirmed.contains(url, Instant::now()) {
+            return Ok(());
+        }
+        let flight = self
+            .inner
+            .in_flight
+            .join(url)
+            .ok_or_else(|| self.refused("in_flight", Duration::from_secs(self.inner.failure_hold_s)))?;
+        let _turn = flight.turn().await;
+        if self.inner.confirmed.contains(url, Instant::now()) {
+            return Ok(());
+        }
         let result = self.inner.client.get(url).await;
         self.count(provider, "confirmation", result.as_ref().map(|_| ()));
-        result.map(|_| ()).map_err(|error| {
-            tracing::warn!(provider, host = url.host(), error = %error, "subscription confirmation failed");
-            KeyUnavailable { retry_after_s: self.inner.failure_hold_s }
-        })
+        match result {
+            Ok(_) => {
+                self.inner.confirmed.insert(url.clone(), Instant::now());
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(provider, host = url.host(), error = %error, "subscription confirmation failed");
+                Err(KeyUnavailable { retry_after_s: self.inner.failure_hold_s, after_miss: false })
+            }
+        }
+    }
+
+    /// A call of a provider's API (already pinned `url`) with a credential (PayPal's OAuth token, then its event),
+    /// counted under `kind`; never cached.
+    pub async fn call_api(
+        &self,
+        provider: &str,
+        kind: &str,
+        url: &KeyUrl,
+        authorization: &http::HeaderValue,
+        form: Option<&'static str>,
+    ) -> Result<bytes::Bytes, FetchError> {
+        let result = self.inner.client.call(url, authorization, form).await.map(|fetched| fetched.body);
+        self.count(provider, kind, result.as_ref().map(|_| ()));
+        result
     }
 
     fn lookup(&self, url: &KeyUrl) -> Lookup {
@@ -251,5 +358,109 @@ impl KeyFetcher {
             Err(error) => error.outcome(),
         };
         self.inner.metrics.key_fetches.with_label_values(&[provider, kind, outcome]).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hookline_common::signature::fetched::pin::{HostPin, Pins};
+
+    use super::*;
+
+    const HOST: &str = "sns.us-east-1.amazonaws.com";
+    const PINS: Pins = Pins { hosts: &[HostPin::Exact(HOST)], path_prefix: "/", path_suffix: ".pem" };
+
+    fn url(n: usize) -> KeyUrl {
+        KeyUrl::pinned(&format!("https://{HOST}/SimpleNotificationService-{n}.pem"), &PINS, "url").expect("pinned")
+    }
+
+    /// A key host that never says a word: a listener that never accepts (connections complete in the kernel's
+    /// backlog, then wait for TLS for ever; past the backlog, the connect itself waits).
+    async fn silent_host() -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _listener = listener;
+            std::future::pending::<()>().await;
+        });
+        addr
+    }
+
+    fn fetcher(config: &KeyFetchConfig, host: SocketAddr) -> KeyFetcher {
+        let metrics = Metrics::register(&prometheus::Registry::new()).expect("metrics");
+        KeyFetcher::with_roots(config, TrustRoots::mozilla(), vec![(HOST.to_owned(), host)], metrics).expect("fetcher")
+    }
+
+    /// P2: a request cancelled while it waits for its key (the client left: hyper drops its future) leaves nothing
+    /// in the single-flight map, nor do two requests racing for one URL.
+    #[tokio::test]
+    async fn cancelled_fetches_leave_nothing_in_flight() {
+        let config = KeyFetchConfig { misses_per_source: 10_000, ..KeyFetchConfig::default() };
+        let fetcher = fetcher(&config, silent_host().await);
+        for n in 0..1_000 {
+            let url = url(n);
+            let asked = fetcher.key("sns", "sns", KeyFormat::Certificate, &url);
+            assert!(tokio::time::timeout(Duration::from_millis(2), asked).await.is_err(), "the host never answers");
+        }
+        assert_eq!(fetcher.n_in_flight(), 0, "every cancelled fetch's entry was removed");
+
+        // Two waiters on one URL, both cancelled, in either order.
+        let (first, second) = (url(5_000), url(5_000));
+        let (a, b) = tokio::join!(
+            tokio::time::timeout(Duration::from_millis(30), fetcher.key("sns", "sns", KeyFormat::Certificate, &first)),
+            tokio::time::timeout(Duration::from_millis(60), fetcher.key("sns", "sns", KeyFormat::Certificate, &second)),
+        );
+        assert!(a.is_err() && b.is_err());
+        assert_eq!(fetcher.n_in_flight(), 0, "nor does a lost race");
+    }
+
+    /// P2: at most `max_fetches_in_flight` URLs at once; one more is refused at once, and counted as a miss.
+    #[tokio::test]
+    async fn the_single_flight_is_bounded() {
+        let config =
+            KeyFetchConfig { misses_per_source: 10_000, max_fetches_in_flight: 8, ..KeyFetchConfig::default() };
+        let fetcher = fetcher(&config, silent_host().await);
+        let waiting: Vec<_> = (0..8)
+            .map(|n| {
+                let fetcher = fetcher.clone();
+                tokio::spawn(async move { fetcher.key("sns", "sns", KeyFormat::Certificate, &url(n)).await.is_ok() })
+            })
+            .collect();
+        while fetcher.n_in_flight() < 8 {
+            tokio::task::yield_now().await;
+        }
+        let refused = fetcher.key("sns", "sns", KeyFormat::Certificate, &url(100)).await.expect_err("full");
+        assert!(refused.after_miss);
+        assert_eq!(fetcher.n_in_flight(), 8);
+        for task in waiting {
+            task.abort();
+        }
+        while fetcher.n_in_flight() > 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// P6: a source fetches at most `misses_per_source` keys it does not hold; past that, nothing reaches the key
+    /// host and the request is refused at once with a `Retry-After` until the next one.
+    #[tokio::test]
+    async fn a_source_fetches_at_most_its_miss_budget() {
+        let config = KeyFetchConfig { misses_per_source: 3, miss_interval_s: 60, ..KeyFetchConfig::default() };
+        let fetcher = fetcher(&config, silent_host().await);
+        for n in 0..3 {
+            let url = url(n);
+            let asked = fetcher.key("plaid", "plaid", KeyFormat::Certificate, &url);
+            assert!(tokio::time::timeout(Duration::from_millis(20), asked).await.is_err(), "fetching (3 allowed)");
+        }
+        let refused = fetcher.key("plaid", "plaid", KeyFormat::Certificate, &url(3)).await.expect_err("budget spent");
+        assert!(refused.after_miss && refused.retry_after_s >= 1, "{refused:?}");
+        assert!(
+            tokio::time::timeout(
+                Duration::from_millis(20),
+                fetcher.key("other", "sns", KeyFormat::Certificate, &url(4))
+            )
+            .await
+            .is_err(),
+            "another source's budget is its own (it fetches)"
+        );
     }
 }

@@ -238,3 +238,121 @@ fn overrides_replace_the_schemes_identity() {
     assert_eq!(source.forward_headers[0].as_str(), "user-agent");
     assert_eq!(source.forward_headers[2].as_str(), "stripe-signature");
 }
+
+#[test]
+fn paypal_needs_api_credentials_or_the_crc_only_opt_in() {
+    use crate::paypal_api::PayPalOptions;
+    let webhook = secret_file("1JE4291016473214C");
+    let mut config = SourceConfig::new("pp", "paypal", vec![SecretRef::from_file("live", &webhook)]);
+    let problems = problems_of(&config);
+    assert!(problems.contains("api_credentials") && problems.contains("allow_crc_only = true"), "{problems}");
+
+    config.paypal = Some(PayPalOptions { allow_crc_only: true, ..PayPalOptions::default() });
+    let source = Source::from_config(&config, "inbound").expect("the opt-in");
+    assert!(source.paypal.is_none(), "the checksum alone: nothing is confirmed");
+
+    let credentials = secret_file("AZ-client-id:EL-client-secret\n");
+    let api =
+        PayPalOptions { api_credentials: Some(SecretRef::from_file("rest", &credentials)), ..PayPalOptions::default() };
+    config.paypal = Some(PayPalOptions { allow_crc_only: true, ..api.clone() });
+    assert!(problems_of(&config).contains("exclude each other"));
+    config.paypal = Some(api);
+    let source = Source::from_config(&config, "inbound").expect("credentials");
+    assert!(source.paypal.is_some(), "every event confirmed");
+    let printed = format!("{source:?}");
+    assert!(!printed.contains("EL-client-secret") && !printed.contains("QVotY2xpZW50"), "{printed}");
+
+    let bad = secret_file("no-colon");
+    config.paypal =
+        Some(PayPalOptions { api_credentials: Some(SecretRef::from_file("rest", &bad)), ..PayPalOptions::default() });
+    assert!(problems_of(&config).contains("client_id:secret"));
+    let mut github = github(vec![SecretRef::from_file("a", &webhook)]);
+    github.paypal = Some(PayPalOptions::default());
+    assert!(problems_of(&github).contains("[sources.paypal] table is only read by scheme = \"paypal\""));
+}
+
+/// The header a preset's doc names first (`X-Hub-Signature-256: sha256=<hex>` → `X-Hub-Signature-256`).
+fn preset_header(preset: &signature::presets::Preset) -> String {
+    let quoted = preset.header.split('`').nth(1).unwrap_or_default();
+    quoted.split([':', ' ']).next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn every_untimed_presets_signature_is_not_forwarded_without_the_opt_in() {
+    let file = secret_file("a-long-enough-webhook-secret-0123456789");
+    let mut checked = 0;
+    for preset in signature::presets::all() {
+        let header = preset_header(preset);
+        if signature::scheme_by_name(preset.name).is_some_and(|scheme| scheme.is_token()) {
+            continue; // A token is a credential, never forwarded (`carries a credential`), and signs nothing.
+        }
+        let mut config = SourceConfig {
+            forward_headers: vec![header.clone()],
+            ..SourceConfig::new("s", preset.name, vec![SecretRef::from_file("a", &file)])
+        };
+        let refused = |problems: &str| problems.contains("signs no timestamp") || problems.contains("a credential");
+        if preset.timed {
+            assert!(!problems_of(&config).contains("signs no timestamp"), "{}: timed", preset.name);
+            continue;
+        }
+        assert!(refused(&problems_of(&config)), "{} {header}: {}", preset.name, problems_of(&config));
+        config.forward_untimed_signature = true;
+        assert!(!problems_of(&config).contains("signs no timestamp"), "{}: the opt-in", preset.name);
+        checked += 1;
+    }
+    assert!(checked >= 10, "{checked} untimed presets");
+    let meta = SourceConfig {
+        forward_headers: vec!["X-Hub-Signature-256".into()],
+        ..SourceConfig::new("s", "meta", vec![SecretRef::from_file("a", &file)])
+    };
+    assert!(problems_of(&meta).contains("signs no timestamp"), "{}", problems_of(&meta));
+    // A family configured without a timestamp signs none either.
+    let hmac = SourceConfig {
+        forward_headers: vec!["X-Acme-Signature".into()],
+        hmac: Some(
+            serde_json::from_value(serde_json::json!({ "signature_header": "X-Acme-Signature" })).expect("options"),
+        ),
+        ..SourceConfig::new("s", "hmac", vec![SecretRef::from_file("a", &file)])
+    };
+    assert!(problems_of(&hmac).contains("signs no timestamp"), "{}", problems_of(&hmac));
+}
+
+#[test]
+fn only_the_x_scheme_answers_the_x_crc_handshake() {
+    let file = secret_file("a-long-enough-webhook-secret-0123456789");
+    let github = SourceConfig { handshakes: vec![Challenge::XCrc], ..github(vec![SecretRef::from_file("a", &file)]) };
+    assert!(problems_of(&github).contains("only scheme `x`"), "{}", problems_of(&github));
+    let hmac = SourceConfig {
+        handshakes: vec![Challenge::XCrc],
+        hmac: Some(
+            serde_json::from_value(serde_json::json!({ "signature_header": "x-twitter-webhooks-signature" }))
+                .expect("options"),
+        ),
+        ..SourceConfig::new("s", "hmac", vec![SecretRef::from_file("a", &file)])
+    };
+    assert!(problems_of(&hmac).contains("only scheme `x`"), "{}", problems_of(&hmac));
+    let x = SourceConfig { handshakes: vec![Challenge::XCrc], ..SourceConfig::new("x", "x", github.secrets.clone()) };
+    let source = Source::from_config(&x, "inbound").expect("x answers its own handshake");
+    assert_eq!(source.handshakes, vec![Challenge::XCrc]);
+}
+
+#[test]
+fn a_jwt_source_whose_tokens_carry_no_time_is_warned_about() {
+    let file = secret_file("a-long-enough-webhook-secret-0123456789");
+    let jwt = |table: serde_json::Value| SourceConfig {
+        jwt: Some(serde_json::from_value(table).expect("options")),
+        ..SourceConfig::new("j", "jwt", vec![SecretRef::from_file("a", &file)])
+    };
+    let untimed = Source::from_config(&jwt(serde_json::json!({ "body_sha256_claim": "sha256" })), "i").expect("loads");
+    assert!(untimed_jwt_warning(&untimed).is_some_and(|warning| warning.contains("require_iat")));
+    for timed in ["require_iat", "require_exp"] {
+        let source = Source::from_config(&jwt(serde_json::json!({ "body_sha256_claim": "sha256", timed: true })), "i")
+            .expect("loads");
+        assert_eq!(untimed_jwt_warning(&source), None, "{timed}");
+    }
+    let netlify = Source::from_config(&SourceConfig::new("n", "netlify", vec![SecretRef::from_file("a", &file)]), "i")
+        .expect("loads");
+    assert!(untimed_jwt_warning(&netlify).is_some(), "Netlify signs no time");
+    let github = Source::from_config(&github(vec![SecretRef::from_file("a", &file)]), "inbound").expect("loads");
+    assert_eq!(untimed_jwt_warning(&github), None, "not a JWT source");
+}

@@ -67,6 +67,10 @@ impl Default for GooglePubSub {
 }
 
 impl Scheme for GooglePubSub {
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "google_pubsub"
     }

@@ -14,7 +14,9 @@ pub enum HostPin {
     /// This host exactly (`api.paypal.com`).
     Exact(&'static str),
     /// `sns.<region>.amazonaws.com` or `sns.<region>.amazonaws.com.cn`, region letters, digits and `-` (at least 3),
-    /// the pattern AWS's own message validators accept.
+    /// the pattern AWS's own message validators accept, less a region starting with `s3`: `sns.s3-accelerate.
+    /// amazonaws.com` and `sns.s3-<region>.amazonaws.com` are S3 endpoints of a bucket named `sns`, whose owner
+    /// could serve any file there.
     SnsRegional,
 }
 
@@ -28,7 +30,9 @@ impl HostPin {
                     .strip_suffix(".amazonaws.com")
                     .or_else(|| rest.strip_suffix(".amazonaws.com.cn"))
                     .unwrap_or("");
-                region.len() >= 3 && region.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+                region.len() >= 3
+                    && !region.to_ascii_lowercase().starts_with("s3")
+                    && region.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
             }
         }
     }
@@ -183,6 +187,11 @@ mod tests {
             "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-a/../../x.pem",
             "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-a.txt",
             "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-%2e%2e.pem",
+            // S3 endpoints of a bucket named `sns`, not SNS.
+            "https://sns.s3-accelerate.amazonaws.com/SimpleNotificationService-x.pem",
+            "https://sns.s3-us-west-2.amazonaws.com/SimpleNotificationService-x.pem",
+            "https://sns.S3-external-1.amazonaws.com/SimpleNotificationService-x.pem",
+            "https://sns.s3-website-us-east-1.amazonaws.com/SimpleNotificationService-x.pem",
         ] {
             assert_eq!(KeyUrl::pinned(refused, &SNS, "u"), Err(VerifyError::KeyUrlNotPinned("u")), "{refused}");
         }

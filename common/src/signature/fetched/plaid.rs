@@ -88,6 +88,10 @@ fn credentials(raw: &[u8]) -> Option<(&str, &str)> {
 }
 
 impl Scheme for Plaid {
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         match self.environment {
             Environment::Production => "plaid",

@@ -9,6 +9,8 @@
 //! `Type`. Other body fields (`MessageAttributes`, `UnsubscribeURL`) are not signed, so the proof covers these
 //! fields only: the event id is the signed `MessageId`, its type the signed `Type`.
 //!
+//! The certificate must chain to a trusted root and be issued to SNS's own name ([`signing_names`]).
+//!
 //! The source's secrets are the topic ARNs it accepts (anyone can have SNS sign a message from a topic of their
 //! own). `Timestamp` is the publish time and SNS keeps it on retries, so the default window is an hour.
 
@@ -34,6 +36,26 @@ const SUBSCRIBE_PINS: Pins =
 const NOTIFICATION_FIELDS: &[&str] = &["Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"];
 const SUBSCRIPTION_FIELDS: &[&str] =
     &["Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"];
+
+/// The names SNS's signing certificate for the key host `host` (`sns.<region>.amazonaws.com[.cn]`) is issued to,
+/// as AWS's own message validator (the Java SDK's SNS message manager) expects them: `sns.amazonaws.com` in the
+/// commercial regions, `sns-signing.<region>.amazonaws.com` in the opt-in ones, `sns-us-gov-west-1.amazonaws.com`
+/// in GovCloud, `sns-<region>.amazonaws.com.cn` (or `sns.amazonaws.com.cn`) in China. All are AWS's own names: a
+/// certificate a public CA issued to anyone else is refused, whatever host served it.
+pub fn signing_names(host: &str) -> Vec<String> {
+    let region = host.strip_prefix("sns.").unwrap_or_default();
+    match region.strip_suffix(".amazonaws.com.cn") {
+        Some(region) => vec!["sns.amazonaws.com.cn".to_owned(), format!("sns-{region}.amazonaws.com.cn")],
+        None => {
+            let region = region.strip_suffix(".amazonaws.com").unwrap_or_default();
+            vec![
+                "sns.amazonaws.com".to_owned(),
+                format!("sns-signing.{region}.amazonaws.com"),
+                "sns-us-gov-west-1.amazonaws.com".to_owned(),
+            ]
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct Sns {
@@ -95,6 +117,10 @@ impl Message {
 }
 
 impl Scheme for Sns {
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "sns"
     }
@@ -131,7 +157,10 @@ impl Scheme for Sns {
 }
 
 impl FetchedKeyScheme for Sns {
-    fn locate(&self, request: &UnverifiedRequest<'_>, _secrets: &[&Secret]) -> Result<KeyUrl, VerifyError> {
+    /// Nothing is fetched for a message that could not be accepted whatever its signature: a stale one, one from a
+    /// topic this source does not accept (`TopicArn` is signed, so refusing it before the signature is checked
+    /// changes no answer), or one whose certificate is not on the SNS host of the topic's own region.
+    fn locate(&self, request: &UnverifiedRequest<'_>, secrets: &[&Secret]) -> Result<KeyUrl, VerifyError> {
         let message = Message::parse(request.body)?;
         message.required("Signature")?;
         match message.required("SignatureVersion")? {
@@ -141,7 +170,20 @@ impl FetchedKeyScheme for Sns {
         let timestamp = message.required("Timestamp")?;
         let timestamp_ms = parse_rfc3339_ms(timestamp).ok_or(VerifyError::malformed("Timestamp"))?;
         self.tolerance.check(timestamp_ms, request.now_ms)?;
-        KeyUrl::pinned(message.required("SigningCertURL")?, &CERTIFICATE_PINS, "SigningCertURL")
+        let topic = message.required("TopicArn")?;
+        if !secrets.iter().any(|secret| secret.key() == topic.as_bytes()) {
+            return Err(VerifyError::Mismatch);
+        }
+        let url = KeyUrl::pinned(message.required("SigningCertURL")?, &CERTIFICATE_PINS, "SigningCertURL")?;
+        let region = topic.split(':').nth(3);
+        let host_region = url
+            .host()
+            .strip_prefix("sns.")
+            .and_then(|rest| rest.strip_suffix(".amazonaws.com").or_else(|| rest.strip_suffix(".amazonaws.com.cn")));
+        if region.is_none() || host_region != region {
+            return Err(VerifyError::KeyUrlNotPinned("SigningCertURL"));
+        }
+        Ok(url)
     }
 
     fn verify_with(
@@ -159,7 +201,12 @@ impl FetchedKeyScheme for Sns {
         let signature =
             BASE64.decode(message.required("Signature")?).map_err(|_| VerifyError::malformed("Signature"))?;
         let signed = message.signed_string()?;
-        if !key.leaf()?.verifies_rsa(digest, signed.as_bytes(), &signature) {
+        let url = KeyUrl::pinned(message.required("SigningCertURL")?, &CERTIFICATE_PINS, "SigningCertURL")?;
+        let leaf = key.leaf()?;
+        if !leaf.is_issued_to_any(&signing_names(url.host())) {
+            return Err(VerifyError::CertificateUntrusted);
+        }
+        if !leaf.verifies_rsa(digest, signed.as_bytes(), &signature) {
             return Err(VerifyError::Mismatch);
         }
         // Genuinely from SNS; now whether it is from a topic this source accepts.
@@ -208,6 +255,52 @@ mod tests {
         );
         let unknown = Message::parse(br#"{"Type":"Other"}"#).expect("json");
         assert_eq!(unknown.signed_string(), Err(VerifyError::malformed("Type")));
+    }
+
+    /// P6: a message from a topic the source does not accept, or whose certificate is on another region's host,
+    /// is refused before anything is fetched.
+    #[test]
+    fn nothing_is_located_for_another_topic_or_another_regions_certificate() {
+        let now_ms = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+        let topic = Secret::new("orders", b"arn:aws:sns:eu-west-1:123456789012:orders".to_vec());
+        let headers = http::HeaderMap::new();
+        let locate = |arn: &str, certificate: &str| {
+            let body = serde_json::json!({
+                "Type": "Notification", "MessageId": "m", "TopicArn": arn, "Message": "hi",
+                "Timestamp": "2026-01-01T00:00:00.000Z", "SignatureVersion": "2", "Signature": "c2ln",
+                "SigningCertURL": certificate,
+            });
+            let body = bytes::Bytes::from(body.to_string());
+            Sns::default()
+                .locate(&UnverifiedRequest::new(&headers, &body, now_ms), &[&topic])
+                .map(|url| url.to_string())
+        };
+        let ours = "arn:aws:sns:eu-west-1:123456789012:orders";
+        let certificate = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc.pem";
+        assert!(locate(ours, certificate).is_ok());
+        assert_eq!(locate("arn:aws:sns:eu-west-1:123456789012:other", certificate), Err(VerifyError::Mismatch));
+        let elsewhere = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem";
+        assert_eq!(locate(ours, elsewhere), Err(VerifyError::KeyUrlNotPinned("SigningCertURL")));
+        let made_up = "https://sns.xyz-made-up-9.amazonaws.com/SimpleNotificationService-abc.pem";
+        assert_eq!(locate(ours, made_up), Err(VerifyError::KeyUrlNotPinned("SigningCertURL")));
+    }
+
+    #[test]
+    fn the_certificate_names_are_awss_own_for_the_urls_region() {
+        let names = |host: &str| signing_names(host);
+        assert!(names("sns.us-east-1.amazonaws.com").contains(&"sns.amazonaws.com".to_owned()));
+        assert!(names("sns.me-south-1.amazonaws.com").contains(&"sns-signing.me-south-1.amazonaws.com".to_owned()));
+        assert!(names("sns.us-gov-east-1.amazonaws.com").contains(&"sns-us-gov-west-1.amazonaws.com".to_owned()));
+        assert_eq!(
+            names("sns.cn-north-1.amazonaws.com.cn"),
+            ["sns.amazonaws.com.cn", "sns-cn-north-1.amazonaws.com.cn"]
+        );
+        for host in ["sns.us-east-1.amazonaws.com", "sns.cn-north-1.amazonaws.com.cn"] {
+            assert!(
+                names(host).iter().all(|name| name.starts_with("sns") && name.contains(".amazonaws.com")),
+                "{host}"
+            );
+        }
     }
 
     #[test]

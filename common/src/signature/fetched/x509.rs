@@ -4,8 +4,10 @@
 //!
 //! The chain is built from the intermediates in the fetched file and those the key host presented over TLS (SNS
 //! serves the bare leaf). Any extended key usage is accepted: these certificates sign messages, and which purposes
-//! their issuers list says nothing about that; what vouches for the key is the pinned host that served it over
-//! verified TLS and a chain to a trusted root, still valid when the request arrived.
+//! their issuers list says nothing about that. What vouches for the key is the pinned host that served it over
+//! verified TLS, a chain to a trusted root still valid when the request arrived, and the leaf's name: each scheme
+//! requires its provider's signing name ([`CheckedLeaf::is_issued_to_any`]), so a certificate a public CA issued
+//! to anyone else (for a domain of theirs) signs nothing here, even served from a pinned host.
 
 use rustls_pki_types::{
     AlgorithmIdentifier, CertificateDer, InvalidSignature, SignatureVerificationAlgorithm, TrustAnchor, UnixTime,
@@ -118,6 +120,15 @@ pub enum RsaDigest {
 }
 
 impl CheckedLeaf<'_> {
+    /// Whether the leaf is issued to one of `names`: a DNS name of its subjectAltName, which every publicly trusted
+    /// certificate carries (and which holds its subject's common name), matched as TLS matches a server's name.
+    pub fn is_issued_to_any(&self, names: &[String]) -> bool {
+        names.iter().any(|name| {
+            rustls_pki_types::ServerName::try_from(name.as_str())
+                .is_ok_and(|name| self.leaf.verify_is_valid_for_subject_name(&name).is_ok())
+        })
+    }
+
     /// Whether `signature` is the leaf key's RSA PKCS#1 v1.5 signature of `message` (keys of 2048 to 8192 bits).
     pub fn verifies_rsa(&self, digest: RsaDigest, message: &[u8], signature: &[u8]) -> bool {
         let algorithm: &dyn SignatureVerificationAlgorithm = match digest {

@@ -416,6 +416,10 @@ impl Scheme for DocuSign {
 struct JsonObjectOnly(GenericHmac);
 
 impl Scheme for JsonObjectOnly {
+    fn signs_timestamp(&self) -> bool {
+        self.0.signs_timestamp()
+    }
+
     fn name(&self) -> &'static str {
         "x"
     }
@@ -429,5 +433,9 @@ impl Scheme for JsonObjectOnly {
 
     fn identity(&self) -> IdentityRule {
         digest_and(vec![])
+    }
+
+    fn refuses_non_object_bodies(&self) -> bool {
+        true
     }
 }

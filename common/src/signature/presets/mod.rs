@@ -60,6 +60,11 @@ pub fn all() -> impl Iterator<Item = &'static Preset> {
     body_hmac::PRESETS.iter().chain(timed::PRESETS).chain(presented::PRESETS).chain(jwt::PRESETS)
 }
 
+/// Whether `name` is the JWT family or one of its presets (Netlify, Vonage, monday.com).
+pub fn is_jwt(name: &str) -> bool {
+    name == "jwt" || jwt::PRESETS.iter().any(|preset| preset.name == name)
+}
+
 /// The preset named `name`.
 pub fn find(name: &str) -> Option<&'static Preset> {
     all().find(|preset| preset.name == name)
@@ -177,6 +182,15 @@ impl Scheme for PresetScheme {
 
     fn handshakes(&self) -> &'static [Challenge] {
         self.preset.handshakes
+    }
+
+    /// The preset's `timed` (its tests check that the family's scheme agrees).
+    fn signs_timestamp(&self) -> bool {
+        self.preset.timed
+    }
+
+    fn refuses_non_object_bodies(&self) -> bool {
+        self.inner.refuses_non_object_bodies()
     }
 }
 

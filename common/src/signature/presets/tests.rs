@@ -182,3 +182,12 @@ fn docs_providers_md_lists_every_preset_as_built() {
         panic!("docs/providers.md's preset table is stale; the current one is in {}", path.display());
     }
 }
+
+#[test]
+fn every_presets_timed_flag_is_what_its_familys_scheme_checks() {
+    for preset in all() {
+        let inner = (preset.build)(None).unwrap_or_else(|problem| panic!("{}: {problem}", preset.name));
+        assert_eq!(inner.signs_timestamp(), preset.timed, "{}", preset.name);
+        assert_eq!(preset.build(None).expect("builds").signs_timestamp(), preset.timed, "{}", preset.name);
+    }
+}

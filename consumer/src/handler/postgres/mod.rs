@@ -117,10 +117,15 @@ impl Failure {
 /// carry values. A DETAIL (`Failing row contains (...)`, `Key (id)=(42)`), HINT or WHERE, and the message of a
 /// data exception (22), an integrity violation (23, whose message a trigger may also set), a PL/pgSQL `RAISE`
 /// (P0) or any other class, can hold the user's row data: they go to the debug log at most
-/// ([`describe_in_full`]). Without a SQLSTATE, the client's error and its cause.
+/// ([`describe_in_full`]). A PL/pgSQL `RAISE` or `ASSERT` chooses its code, message and names itself
+/// (`RAISE ... USING ERRCODE = '55000', COLUMN = NEW.email`), from whatever its function holds: only its SQLSTATE
+/// is kept, whatever the class. Without a SQLSTATE, the client's error and its cause.
 pub fn describe(error: &tokio_postgres::Error) -> String {
     let Some(db) = error.as_db_error() else { return describe_client_error(error) };
     let code = db.code().code();
+    if db.routine().is_some_and(|routine| USER_RAISED.contains(&routine)) {
+        return format!("{code} (raised by a PL/pgSQL function)");
+    }
     let mut line = code.to_owned();
     if message_names_no_values(code) {
         line.push(' ');
@@ -160,6 +165,10 @@ fn describe_client_error(error: &tokio_postgres::Error) -> String {
         None => error.to_string(),
     }
 }
+
+/// The server routines (the `R` field of an error) that report what a PL/pgSQL function raised: the code, the
+/// message and the names are the function's, not the server's.
+const USER_RAISED: [&str; 2] = ["exec_stmt_raise", "exec_stmt_assert"];
 
 /// SQLSTATE classes whose server messages name objects (a relation, a column, a role) or state a condition
 /// (a timeout, a shutdown, a serialization failure), and never quote a value: connection (08), invalid

@@ -123,6 +123,21 @@ fn epoch_ms(ms: i64) -> SystemTime {
     if ms >= 0 { UNIX_EPOCH + magnitude } else { UNIX_EPOCH - magnitude }
 }
 
+/// The Unix seconds PostgreSQL's `timestamptz` holds (4714-11-24 BC to 294276-12-31 AD). Outside them the
+/// conversion to its microseconds since 2000 overflows: a panic in a debug build, a wrapped time in release.
+const TIMESTAMPTZ_SECONDS: std::ops::RangeInclusive<i64> = -210_866_803_200..=9_224_318_015_999;
+
+/// A float the server can store as `ty`: `NaN` and the infinities (`"NaN"`, `"inf"`, `"infinity"`, `"1e999"`)
+/// are refused, as a `real` past its range would become one.
+fn finite(value: f64, ty: &Type) -> Result<f64, String> {
+    let limit = if *ty == Type::FLOAT4 { f64::from(f32::MAX) } else { f64::MAX };
+    if value.is_finite() && value.abs() <= limit {
+        Ok(value)
+    } else {
+        Err(format!("({value}) is not a finite number in the range of {ty}"))
+    }
+}
+
 /// A JSON value as SQL type `ty`, or why it does not convert (finishing "the value at `/x` ...").
 fn from_json(value: &Value, ty: &Type) -> Result<Bound, String> {
     if value.is_null() {
@@ -154,11 +169,18 @@ fn from_json(value: &Value, ty: &Type) -> Result<Bound, String> {
         Type::INT2 => in_range(integer()?, i16::MIN.into(), i16::MAX.into()),
         Type::INT4 => in_range(integer()?, i32::MIN.into(), i32::MAX.into()),
         Type::INT8 => Ok(Bound::Int(integer()?)),
-        Type::FLOAT4 | Type::FLOAT8 => Ok(Bound::Float(float()?)),
+        Type::FLOAT4 | Type::FLOAT8 => finite(float()?, ty).map(Bound::Float),
         Type::JSON | Type::JSONB => Ok(Bound::Json(value.to_string().into_bytes())),
         Type::TIMESTAMPTZ => match value {
             // Unix seconds, as Stripe's `created` and most providers' integer timestamps.
-            Value::Number(_) => Ok(Bound::Time(epoch_ms(integer()?.saturating_mul(1000)))),
+            Value::Number(_) => {
+                let seconds = integer()?;
+                if TIMESTAMPTZ_SECONDS.contains(&seconds) {
+                    Ok(Bound::Time(epoch_ms(seconds * 1000)))
+                } else {
+                    Err(format!("({seconds}) is out of range for {ty} (Unix seconds from 4714 BC to 294276 AD)"))
+                }
+            }
             Value::String(text) => hookline_common::time::parse_rfc3339_weak_ms(text.trim())
                 .map(|ms| Bound::Time(epoch_ms(ms)))
                 .map_err(|_| format!("(\"{text}\") is not an RFC 3339 time")),
@@ -258,6 +280,27 @@ mod tests {
             (json!(0), Type::TIMESTAMPTZ, Ok(Bound::Time(UNIX_EPOCH))),
             (json!("1970-01-01T00:00:01Z"), Type::TIMESTAMPTZ, Ok(Bound::Time(UNIX_EPOCH + Duration::from_secs(1)))),
             (json!("yesterday"), Type::TIMESTAMPTZ, Err("not an RFC 3339 time")),
+            // Past timestamptz's range the conversion overflowed (a panic in debug, a wrapped time in release).
+            (json!(99_999_999_999_999_i64), Type::TIMESTAMPTZ, Err("out of range")),
+            (json!(-210_866_803_201_i64), Type::TIMESTAMPTZ, Err("out of range")),
+            (json!(i64::MAX), Type::TIMESTAMPTZ, Err("out of range")),
+            (
+                json!(9_224_318_015_999_i64),
+                Type::TIMESTAMPTZ,
+                Ok(Bound::Time(UNIX_EPOCH + Duration::from_secs(9_224_318_015_999))),
+            ),
+            (
+                json!(-210_866_803_200_i64),
+                Type::TIMESTAMPTZ,
+                Ok(Bound::Time(UNIX_EPOCH - Duration::from_secs(210_866_803_200))),
+            ),
+            // Non-finite floats were bound as they are.
+            (json!("NaN"), Type::FLOAT8, Err("not a finite number")),
+            (json!("inf"), Type::FLOAT8, Err("not a finite number")),
+            (json!("-infinity"), Type::FLOAT8, Err("not a finite number")),
+            (json!("1e999"), Type::FLOAT8, Err("not a finite number")),
+            (json!(1e300), Type::FLOAT4, Err("not a finite number")),
+            (json!(-2.5), Type::FLOAT4, Ok(Bound::Float(-2.5))),
         ];
         for (value, ty, expected) in cases {
             let got = from_json(value, ty);

@@ -1,0 +1,628 @@
+//! The dedupe layout's states and transitions against a real Redis, on a single Redis and on the stack's Redis
+//! Cluster (issue 44): claimed, held by another, renewed, released, lapsed, done, filtered, dead; the remembered
+//! outcomes kept in compact (listpack) buckets; a source's own window; the previous layout's keys honoured in a
+//! rolling upgrade, and its protocol run beside this one.
+//!
+//! And claims and done markers made together (one script call for many records, issue 37): for events in every
+//! state the one-event rule knows (free, done, dead, dead and taken over by an allowlisted type or a re-drive,
+//! filtered, filtered and taken over by an allowlisted type it does not record (P8), held by another consumer, our
+//! own claim re-sent, the same event twice in one batch), the many-event call answers
+//! event by event what the one-event calls answer one after another, and marks done exactly what they mark.
+
+use std::{collections::HashMap, time::Duration};
+
+use hookline_common::{
+    config::RedisConfig,
+    redis_connection::RedisConnection,
+    wire::{
+        dedupe_layout::{self, EventHash, Outcome},
+        now_ms,
+        redis_key::{self, DoneMarker, FilteredMarker},
+    },
+};
+use hookline_consumer::dedupe::{Claim, ClaimToken, Dedupe, LayoutHistory, previous_layout};
+use hookline_tests::{redis_cluster_urls, redis_url};
+
+fn config(cluster: bool) -> RedisConfig {
+    RedisConfig {
+        url: if cluster { redis_cluster_urls() } else { redis_url() },
+        cluster,
+        key_prefix: format!("test:{}", uuid::Uuid::new_v4().simple()),
+        claim_lease_ms: 1_000,
+        ..RedisConfig::default()
+    }
+}
+
+async fn dedupe() -> Dedupe {
+    Dedupe::connect(&config(false), "billing").await.expect("redis")
+}
+
+fn acquired(claim: Claim) -> ClaimToken {
+    match claim {
+        Claim::Acquired(token) => token,
+        other => panic!("expected the claim, got {other:?}"),
+    }
+}
+
+fn marker(offset: i64) -> DoneMarker {
+    DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "webhooks.inbound".into(), partition: 0, offset }
+}
+
+/// What a claim answered, without its random claim value: the variant, and for an acquired claim whether it took
+/// over a dead marker or a filtered outcome.
+fn shape(claim: &Claim) -> String {
+    match claim {
+        Claim::Acquired(token) => {
+            let token = format!("{token:?}");
+            if token.contains("took_over: Some(\"dead:") {
+                "acquired over a dead marker"
+            } else if token.contains("took_over: Some(\"f") {
+                "acquired over a filtered outcome"
+            } else if token.contains("took_over: Some") {
+                "acquired over something else"
+            } else {
+                "acquired"
+            }
+            .to_owned()
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+fn filtered_marker(filter: &str, offset: i64) -> FilteredMarker {
+    FilteredMarker {
+        filter: filter.into(),
+        filtered_at_ms: 1,
+        topic: "t".into(),
+        partition: 0,
+        offset,
+        types: Vec::new(),
+    }
+}
+
+/// Puts keys into every state and returns the tokens to claim them with next, in order.
+async fn prepare(dedupe: &Dedupe) -> Vec<ClaimToken> {
+    let typed = |id: &str, event_type: &str| dedupe.token("github", id).recording_type(Some(event_type));
+    let done = acquired(dedupe.claim(&dedupe.token("github", "done")).await.expect("redis"));
+    assert!(dedupe.mark_done(&done, &marker(1)).await.expect("redis"));
+    for id in ["dead", "dead-new-type", "dead-redrive"] {
+        let first = acquired(dedupe.claim(&typed(id, "bogus")).await.expect("redis"));
+        dedupe.mark_dead(&first, "webhooks.dlq:0:1").await.expect("redis");
+    }
+    for id in ["filtered", "filtered-new-type"] {
+        let first = acquired(dedupe.claim(&typed(id, "issues").allowlisted()).await.expect("redis"));
+        assert!(dedupe.mark_filtered(&first, &filtered_marker("noise", 1)).await.expect("redis"));
+    }
+    let held = dedupe.token("github", "held");
+    acquired(dedupe.claim(&held).await.expect("redis"));
+    let own = acquired(dedupe.claim(&dedupe.token("github", "own")).await.expect("redis"));
+    vec![
+        dedupe.token("github", "free"),
+        dedupe.token("github", "done"),
+        typed("dead", "push"),
+        typed("dead-new-type", "push").allowlisted(),
+        dedupe.redrive_token("github", "dead-redrive").recording_type(Some("push")),
+        typed("filtered", "issues").allowlisted(),
+        typed("filtered-new-type", "push").allowlisted(),
+        dedupe.token("github", "held"),
+        own,
+        dedupe.token("github", "twice"),
+        dedupe.token("github", "twice"),
+    ]
+}
+
+/// The answers of the one-event rule for [`prepare`]'s states.
+const ONE_EVENT_ANSWERS: [&str; 11] = [
+    "acquired",
+    "AlreadyDone",
+    "DeadLettered",
+    "acquired over a dead marker",
+    "acquired over a dead marker",
+    "AlreadyDone",
+    "acquired over a filtered outcome",
+    "HeldByOther",
+    "acquired",
+    "acquired",
+    "HeldByOther",
+];
+
+#[tokio::test]
+async fn every_claim_answer_holds_on_a_redis_cluster() {
+    // Needs `scripts/stack start-redis-cluster` (scripts/test starts it).
+    let dedupe = Dedupe::connect(&config(true), "billing").await.expect("redis cluster");
+    assert!(!dedupe.claims_together(), "a cluster claims one event at a time");
+    let mut answers = Vec::new();
+    for token in &prepare(&dedupe).await {
+        answers.push(shape(&dedupe.claim(token).await.expect("redis")));
+    }
+    assert_eq!(answers, ONE_EVENT_ANSWERS);
+}
+
+#[tokio::test]
+async fn claims_and_done_markers_made_together_answer_what_one_key_calls_answer() {
+    let (alone, together) = (dedupe().await, dedupe().await);
+    assert!(together.claims_together(), "a single Redis claims together");
+
+    let tokens = prepare(&alone).await;
+    let mut lone_claims = Vec::new();
+    for token in &tokens {
+        lone_claims.push(alone.claim(token).await.expect("redis"));
+    }
+    let tokens = prepare(&together).await;
+    let refs: Vec<&ClaimToken> = tokens.iter().collect();
+    let claims = together.claim_together(&refs).await.expect("redis");
+
+    let lone: Vec<String> = lone_claims.iter().map(shape).collect();
+    let batched: Vec<String> = claims.iter().map(shape).collect();
+    assert_eq!(lone, ONE_EVENT_ANSWERS, "the one-event rule, as the dedupe tests know it");
+    assert_eq!(batched, lone, "the many-key call answers key by key what the one-key calls answer");
+
+    // Marked done together: every acquired claim is still ours; a claim we never held is not, and is not taken.
+    let mut acquired_tokens: Vec<ClaimToken> = Vec::new();
+    for claim in claims {
+        if let Claim::Acquired(token) = claim {
+            acquired_tokens.push(token);
+        }
+    }
+    let markers: Vec<DoneMarker> = (0..acquired_tokens.len()).map(|n| marker(n as i64 + 10)).collect();
+    let pairs: Vec<(&ClaimToken, &DoneMarker)> = acquired_tokens.iter().zip(&markers).collect();
+    let still_ours = together.done_together(&pairs).await.expect("redis");
+    assert_eq!(still_ours, vec![true; acquired_tokens.len()]);
+    for token in &acquired_tokens {
+        assert_eq!(together.claim(token).await.expect("redis"), Claim::AlreadyDone, "marked done");
+    }
+    // A second done call for the same claims (a reply lost) still says they were ours.
+    assert_eq!(together.done_together(&pairs).await.expect("redis"), vec![true; acquired_tokens.len()]);
+    // A done call for a claim this consumer does not hold says so (and, like the one-key call, marks the key done).
+    let stranger = together.token("github", "held");
+    assert_eq!(together.done_together(&[(&stranger, &markers[0])]).await.expect("redis"), vec![false]);
+}
+
+async fn raw(config: &RedisConfig) -> RedisConnection {
+    RedisConnection::connect(config).await.expect("redis")
+}
+
+/// The outcome the event's buckets hold, read as lookup reads it.
+async fn outcome(config: &RedisConfig, source: &str, event_id: &str) -> Option<Outcome> {
+    let mut connection = raw(config).await;
+    let hash = EventHash::new(source, event_id);
+    let now_s = u64::try_from(now_ms() / 1000).expect("redis");
+    let mut found = None;
+    for bucket in hash.window_buckets(&config.key_prefix, "billing", now_s, config.dedupe_ttl_s) {
+        let value: Option<String> =
+            redis::cmd("HGET").arg(&bucket).arg(&hash.field[..]).query_async(&mut connection).await.expect("redis");
+        found = found.or(value.as_deref().and_then(Outcome::decode));
+    }
+    found
+}
+
+/// Every state and transition of one event on the bucketed layout.
+async fn states_and_transitions(cluster: bool) {
+    let config = config(cluster);
+    let dedupe = Dedupe::connect(&config, "billing").await.expect("redis");
+    let done = |offset| DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "t".into(), partition: 0, offset };
+
+    // Free, claimed; our claim re-sent is still ours; another consumer's claim is held, not a duplicate.
+    let first = dedupe.token("github", "e1");
+    assert_eq!(dedupe.claim(&first).await.expect("redis"), Claim::Acquired(first.clone()));
+    assert_eq!(dedupe.claim(&first).await.expect("redis"), Claim::Acquired(first.clone()), "a re-sent claim");
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"), Claim::HeldByOther);
+    // Renewed; released (compare-and-delete): a stranger's release takes nothing, then another claims it.
+    assert!(dedupe.renew(&first).await.expect("redis"));
+    dedupe.release(&dedupe.token("github", "e1")).await.expect("redis");
+    assert_eq!(
+        dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"),
+        Claim::HeldByOther,
+        "not ours to free"
+    );
+    dedupe.release(&first).await.expect("redis");
+    assert!(!dedupe.renew(&first).await.expect("redis"), "released: nothing to renew");
+    let second = acquired(dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"));
+    // The held claim is waited on: done, it answers done to the one waiting.
+    let waiting = dedupe.token("github", "e1");
+    assert_eq!(dedupe.claim(&waiting).await.expect("redis"), Claim::HeldByOther);
+    assert!(dedupe.mark_done(&second, &done(1)).await.expect("redis"));
+    assert!(dedupe.mark_done(&second, &done(1)).await.expect("redis"), "a re-sent done: still ours");
+    assert_eq!(dedupe.claim(&waiting).await.expect("redis"), Claim::AlreadyDone);
+    assert!(matches!(outcome(&config, "github", "e1").await, Some(Outcome::Processed { .. })));
+    // A stranger's dead marker never replaces a done outcome.
+    dedupe.mark_dead(&dedupe.token("github", "e1"), "webhooks.dlq:0:9").await.expect("redis");
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"), Claim::AlreadyDone);
+    // A re-processing run has its own claim.
+    acquired(dedupe.claim(&dedupe.reprocess_token("run-1", "github", "e1")).await.expect("redis"));
+
+    // A lapsed lease (the owner died): another consumer claims; the late owner's done says the claim was lost,
+    // and leaves the new owner's claim alone.
+    let dying = acquired(dedupe.claim(&dedupe.token("github", "e2")).await.expect("redis"));
+    tokio::time::sleep(dedupe.lease() + Duration::from_millis(300)).await;
+    let taker = acquired(dedupe.claim(&dedupe.token("github", "e2")).await.expect("redis"));
+    assert!(!dedupe.mark_done(&dying, &done(2)).await.expect("redis"), "the lease had lapsed");
+    assert!(dedupe.renew(&taker).await.expect("redis"), "the new owner's claim is still there");
+    assert!(dedupe.mark_done(&taker, &done(2)).await.expect("redis"));
+
+    // Filtered: a done outcome naming the filter, and the types of the copies filtered (none here).
+    let filtered = acquired(dedupe.claim(&dedupe.token("github", "e3")).await.expect("redis"));
+    assert!(dedupe.mark_filtered(&filtered, &filtered_marker("test_mode", 3)).await.expect("redis"));
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e3")).await.expect("redis"), Claim::AlreadyDone);
+    let found = outcome(&config, "github", "e3").await;
+    assert!(
+        matches!(&found, Some(Outcome::Filtered { filter, types: Some(types), .. }) if filter == "test_mode" && types.is_empty()),
+        "{found:?}"
+    );
+
+    // Dead: skipped; a re-drive claims over it; released, the dead outcome is as it was; done, it is done.
+    let dying =
+        acquired(dedupe.claim(&dedupe.token("github", "e4").recording_type(Some("push"))).await.expect("redis"));
+    dedupe.mark_dead(&dying, "webhooks.dlq:0:4").await.expect("redis");
+    dedupe.mark_dead(&dying, "webhooks.dlq:0:4").await.expect("redis"); // re-sent
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e4")).await.expect("redis"), Claim::DeadLettered);
+    match outcome(&config, "github", "e4").await {
+        Some(Outcome::Dead { marker, .. }) => {
+            assert_eq!(marker, redis_key::dead_marker("webhooks.dlq:0:4", &[redis_key::dead_marker_type("push")]));
+        }
+        other => panic!("expected the dead outcome, got {other:?}"),
+    }
+    let redrive = acquired(dedupe.claim(&dedupe.redrive_token("github", "e4")).await.expect("redis"));
+    assert_eq!(
+        dedupe.claim(&dedupe.token("github", "e4")).await.expect("redis"),
+        Claim::HeldByOther,
+        "the re-drive runs"
+    );
+    dedupe.release(&redrive).await.expect("redis");
+    assert_eq!(dedupe.claim(&dedupe.token("github", "e4")).await.expect("redis"), Claim::DeadLettered);
+    let redrive = acquired(dedupe.claim(&dedupe.redrive_token("github", "e4")).await.expect("redis"));
+    assert!(dedupe.mark_done(&redrive, &done(4)).await.expect("redis"));
+    assert_eq!(dedupe.claim(&dedupe.redrive_token("github", "e4")).await.expect("redis"), Claim::AlreadyDone);
+
+    // The remembered outcomes sit in compact buckets, which expire whole; the claim keys are gone.
+    let mut connection = raw(&config).await;
+    let hash = EventHash::new("github", "e1");
+    let now_s = u64::try_from(now_ms() / 1000).expect("redis");
+    let bucket = hash.bucket_key(&config.key_prefix, "billing", dedupe_layout::write_slot(now_s));
+    let encoding: String =
+        redis::cmd("OBJECT").arg("ENCODING").arg(&bucket).query_async(&mut connection).await.expect("redis");
+    assert_eq!(encoding, "listpack");
+    let ttl_ms: i64 = redis::cmd("PTTL").arg(&bucket).query_async(&mut connection).await.expect("redis");
+    assert!(
+        ttl_ms > i64::try_from(config.dedupe_ttl_s * 1000).expect("redis"),
+        "the bucket outlives the window: {ttl_ms}"
+    );
+    let claim: Option<String> = redis::cmd("GET")
+        .arg(hash.claim_key(&config.key_prefix, "billing"))
+        .query_async(&mut connection)
+        .await
+        .expect("redis");
+    assert_eq!(claim, None, "done ends the claim");
+}
+
+#[tokio::test]
+async fn every_state_and_transition_of_the_bucketed_layout_on_a_single_redis() {
+    states_and_transitions(false).await;
+}
+
+#[tokio::test]
+async fn every_state_and_transition_of_the_bucketed_layout_on_a_redis_cluster() {
+    // Needs `scripts/stack start-redis-cluster` (scripts/test starts it).
+    states_and_transitions(true).await;
+}
+
+#[tokio::test]
+async fn a_source_with_a_short_window_processes_a_re_sent_event_again_after_it() {
+    for cluster in [false, true] {
+        let config = config(cluster);
+        let dedupe = Dedupe::connect(&config, "billing")
+            .await
+            .expect("redis")
+            .with_source_windows(HashMap::from([("shopify".to_owned(), 2)]));
+        let marker = DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "t".into(), partition: 0, offset: 0 };
+        for source in ["shopify", "github"] {
+            let token = acquired(dedupe.claim(&dedupe.token(source, "e1")).await.expect("redis"));
+            assert!(dedupe.mark_done(&token, &marker).await.expect("redis"));
+            assert_eq!(dedupe.claim(&dedupe.token(source, "e1")).await.expect("redis"), Claim::AlreadyDone, "{source}");
+        }
+        // Redis's clock counts whole seconds: 3 s is past a 2 s window whatever the second the done fell in.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        acquired(dedupe.claim(&dedupe.token("shopify", "e1")).await.expect("redis"));
+        assert_eq!(
+            dedupe.claim(&dedupe.token("github", "e1")).await.expect("redis"),
+            Claim::AlreadyDone,
+            "the default window"
+        );
+    }
+}
+
+/// A dedupe honouring the previous layout: in its upgrade period (`writing`), or after it (reading only).
+async fn upgraded(config: &RedisConfig, writing: bool) -> Dedupe {
+    let mut dedupe = Dedupe::connect(config, "billing").await.expect("redis");
+    let period_ms = 3_600_000;
+    let since_ms = if writing { now_ms() } else { now_ms() - period_ms - 1 };
+    dedupe.honour_legacy_layout(LayoutHistory { upgraded: true, since_ms }, period_ms);
+    assert!(!dedupe.claims_together(), "the previous layout's keys are claimed one by one");
+    dedupe
+}
+
+/// Writes the previous layout's key of an event as the previous build wrote it.
+async fn write_previous(config: &RedisConfig, event_id: &str, value: &str, ttl_ms: u64) {
+    let key = redis_key::dedupe(&config.key_prefix, "billing", "github", event_id);
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async(&mut raw(config).await)
+        .await
+        .expect("redis");
+}
+
+#[tokio::test]
+async fn keys_of_the_previous_layout_make_the_new_one_skip_until_they_expire() {
+    for (cluster, writing) in [(false, false), (false, true), (true, false), (true, true)] {
+        let config = config(cluster);
+        let dedupe = upgraded(&config, writing).await;
+        let ttl = 3_600_000;
+        write_previous(&config, "done", "done:1767000001230:18:3:18233:webhooks.inbound", ttl).await;
+        write_previous(&config, "plain", "done", ttl).await;
+        write_previous(&config, "filtered", "done:filtered:test_mode:1767000001230:3:1:webhooks.inbound", ttl).await;
+        write_previous(
+            &config,
+            "dead",
+            &redis_key::dead_marker("webhooks.dlq:0:1", &[redis_key::dead_marker_type("bogus")]),
+            ttl,
+        )
+        .await;
+        let issues = redis_key::dead_marker_type("issues");
+        let typed_filtered = format!("done:filtered:noise:1767000001230:3:1:webhooks.inbound;types=,{issues},");
+        write_previous(&config, "filtered-typed", &typed_filtered, ttl).await;
+        write_previous(&config, "claimed", "claim:an-old-instance", ttl).await;
+        write_previous(&config, "short", "done", 1_000).await;
+        let claim = |id: &str| {
+            let token = dedupe.token("github", id);
+            let dedupe = dedupe.clone();
+            async move { dedupe.claim(&token).await }
+        };
+        let case = format!("cluster {cluster}, upgrade period {writing}");
+        assert_eq!(claim("done").await.expect("redis"), Claim::AlreadyDone, "{case}");
+        assert_eq!(claim("plain").await.expect("redis"), Claim::AlreadyDone, "{case}");
+        assert_eq!(claim("filtered").await.expect("redis"), Claim::AlreadyDone, "{case}");
+        assert_eq!(claim("dead").await.expect("redis"), Claim::DeadLettered, "{case}");
+        assert_eq!(claim("claimed").await.expect("redis"), Claim::HeldByOther, "{case}");
+        acquired(claim("fresh").await.expect("redis"));
+        // An allowlisted type the old marker does not record claims over it, and its dead marker keeps both types.
+        let typed = dedupe.token("github", "dead").recording_type(Some("push")).allowlisted();
+        let over = acquired(dedupe.claim(&typed).await.expect("redis"));
+        dedupe.mark_dead(&over, "webhooks.dlq:0:2").await.expect("redis");
+        let both = [redis_key::dead_marker_type("bogus"), redis_key::dead_marker_type("push")];
+        assert!(
+            matches!(outcome(&config, "github", "dead").await, Some(Outcome::Dead { marker, .. }) if marker == redis_key::dead_marker("webhooks.dlq:0:2", &both)),
+            "{case}"
+        );
+        // P8 on the old keys: a filtered marker that records types is claimed over by an allowlisted type it does
+        // not record (and the new outcome keeps both types); one from before types were recorded, by nothing.
+        let copy = |id: &str, event_type: &str| dedupe.token("github", id).recording_type(Some(event_type));
+        let pushed = || copy("filtered-typed", "push").allowlisted();
+        assert_eq!(
+            dedupe.claim(&copy("filtered", "push").allowlisted()).await.expect("redis"),
+            Claim::AlreadyDone,
+            "{case}"
+        );
+        assert_eq!(dedupe.claim(&copy("filtered-typed", "push")).await.expect("redis"), Claim::AlreadyDone, "{case}");
+        assert_eq!(
+            dedupe.claim(&copy("filtered-typed", "issues").allowlisted()).await.expect("redis"),
+            Claim::AlreadyDone,
+            "{case}"
+        );
+        let over = acquired(dedupe.claim(&pushed()).await.expect("redis"));
+        assert!(dedupe.mark_filtered(&over, &filtered_marker("noise", 2)).await.expect("redis"), "{case}");
+        let both = vec![issues.clone(), redis_key::dead_marker_type("push")];
+        let found = outcome(&config, "github", "filtered-typed").await;
+        assert!(
+            matches!(&found, Some(Outcome::Filtered { types: Some(types), .. }) if *types == both),
+            "{case}: {found:?}"
+        );
+        assert_eq!(dedupe.claim(&pushed()).await.expect("redis"), Claim::AlreadyDone, "{case}");
+        // Expired, the old key no longer counts.
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        acquired(claim("short").await.expect("redis"));
+    }
+}
+
+/// What the previous build's consumer does with one event's key: its scripts, with its arguments.
+struct PreviousInstance {
+    config: RedisConfig,
+    token: String,
+}
+
+impl PreviousInstance {
+    fn key(&self, id: &str) -> String {
+        redis_key::dedupe(&self.config.key_prefix, "billing", "github", id)
+    }
+
+    async fn run<T: redis::FromRedisValue>(&self, script: &str, id: &str, args: &[String]) -> T {
+        let script = redis::Script::new(script);
+        let mut invocation = script.key(self.key(id));
+        invocation.arg(&self.token);
+        for arg in args {
+            invocation.arg(arg);
+        }
+        invocation.invoke_async(&mut raw(&self.config).await).await.expect("redis")
+    }
+
+    async fn claim(&self, id: &str) -> String {
+        self.claim_as(id, "").await
+    }
+
+    /// A claim by a copy of allowlisted type `hex` (empty: none).
+    async fn claim_as(&self, id: &str, hex: &str) -> String {
+        let args = [self.config.claim_lease_ms.to_string(), "done".into(), "0".into(), hex.to_owned()];
+        self.run(previous_layout::CLAIM_SCRIPT, id, &args).await
+    }
+
+    async fn done(&self, id: &str) -> i64 {
+        let marker = DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "t".into(), partition: 0, offset: 1 };
+        let ttl = (self.config.dedupe_ttl_s * 1000).to_string();
+        self.run(previous_layout::DONE_SCRIPT, id, &[marker.encode(), ttl]).await
+    }
+
+    async fn dead(&self, id: &str) -> i64 {
+        let ttl = (self.config.dedupe_ttl_s * 1000).to_string();
+        self.run(previous_layout::DEAD_SCRIPT, id, &[redis_key::dead_marker("webhooks.dlq:0:5", &[]), ttl]).await
+    }
+
+    async fn release(&self, id: &str) -> i64 {
+        let ttl = (self.config.dedupe_ttl_s * 1000).to_string();
+        self.run(previous_layout::RELEASE_SCRIPT, id, &[String::new(), ttl]).await
+    }
+}
+
+async fn previous_protocol_beside_the_new_one(cluster: bool) {
+    let config = config(cluster);
+    let new = upgraded(&config, true).await;
+    let old = PreviousInstance { config: config.clone(), token: "claim:old-instance".to_owned() };
+    let marker = DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "t".into(), partition: 0, offset: 2 };
+
+    // The old instance processes an event: the new one waits for it, then skips it.
+    assert_eq!(old.claim("a").await, "acquired");
+    assert_eq!(new.claim(&new.token("github", "a")).await.expect("redis"), Claim::HeldByOther);
+    assert_eq!(old.done("a").await, 1);
+    assert_eq!(new.claim(&new.token("github", "a")).await.expect("redis"), Claim::AlreadyDone);
+
+    // The new instance processes an event: the old one waits for it, then skips it.
+    let token = acquired(new.claim(&new.token("github", "b")).await.expect("redis"));
+    assert_eq!(old.claim("b").await, "held");
+    assert!(new.renew(&token).await.expect("redis"));
+    assert!(new.mark_done(&token, &marker).await.expect("redis"));
+    assert_eq!(old.claim("b").await, "done");
+
+    // A retryable failure on the new instance gives the event to whichever claims next, the old one included; a
+    // claim the new one could not take in its own layout gives the old key back.
+    let token = acquired(new.claim(&new.token("github", "c")).await.expect("redis"));
+    new.release(&token).await.expect("redis");
+    assert_eq!(old.claim("c").await, "acquired");
+    assert_eq!(new.claim(&new.token("github", "c")).await.expect("redis"), Claim::HeldByOther);
+    assert_eq!(old.release("c").await, 1);
+    acquired(new.claim(&new.token("github", "c")).await.expect("redis"));
+
+    // Dead letters, both ways.
+    assert_eq!(old.claim("d").await, "acquired");
+    assert_eq!(old.dead("d").await, 1);
+    assert_eq!(new.claim(&new.token("github", "d")).await.expect("redis"), Claim::DeadLettered);
+    let token = acquired(new.claim(&new.token("github", "e")).await.expect("redis"));
+    new.mark_dead(&token, "webhooks.dlq:0:6").await.expect("redis");
+    assert_eq!(old.claim("e").await, "dead");
+
+    // Filtered by the new one: a done to the old one, but for a copy of an allowlisted type it does not record
+    // (P8: the old key's marker records the types as the previous build's would).
+    let typed = new.token("github", "f").recording_type(Some("issues")).allowlisted();
+    let token = acquired(new.claim(&typed).await.expect("redis"));
+    assert!(new.mark_filtered(&token, &filtered_marker("x", 7)).await.expect("redis"));
+    assert_eq!(old.claim("f").await, "done");
+    assert_eq!(old.claim_as("f", &redis_key::dead_marker_type("issues")).await, "done");
+    let over = old.claim_as("f", &redis_key::dead_marker_type("push")).await;
+    assert!(over.starts_with("over:done:filtered:x:"), "{over}");
+    assert_eq!(new.claim(&new.token("github", "f")).await.expect("redis"), Claim::HeldByOther, "the old one runs it");
+}
+
+#[tokio::test]
+async fn the_previous_protocol_beside_the_new_one_never_processes_an_event_twice() {
+    previous_protocol_beside_the_new_one(false).await;
+}
+
+#[tokio::test]
+async fn the_previous_protocol_beside_the_new_one_on_a_redis_cluster() {
+    // Needs `scripts/stack start-redis-cluster` (scripts/test starts it).
+    previous_protocol_beside_the_new_one(true).await;
+}
+
+/// `INFO` field `name` of a Redis, as a number.
+async fn info_number(connection: &mut RedisConnection, section: &str, name: &str) -> f64 {
+    let info: String = redis::cmd("INFO").arg(section).query_async(connection).await.expect("redis");
+    let line = info.lines().find_map(|line| line.strip_prefix(&format!("{name}:"))).unwrap_or_else(|| panic!("{name}"));
+    line.trim().parse().expect("redis")
+}
+
+/// Redis `used_memory` and CPU (user + sys, s) now.
+async fn memory_and_cpu(connection: &mut RedisConnection) -> (f64, f64) {
+    let memory = info_number(connection, "memory", "used_memory").await;
+    let cpu =
+        info_number(connection, "cpu", "used_cpu_user").await + info_number(connection, "cpu", "used_cpu_sys").await;
+    (memory, cpu)
+}
+
+/// The measurement of docs/benchmarks/dedupe-layout.md: Redis bytes and CPU per remembered event, the previous
+/// layout's scripts against this one's, each event claimed then marked done, at the defaults. Run it against a
+/// Redis of its own (it flushes it): `redis-server --port 16999 --save '' --appendonly no`, then
+/// `DEDUPE_BYTES_REDIS=redis://127.0.0.1:16999 DEDUPE_BYTES_EVENTS=1000000 cargo test --release -p hookline-tests
+/// --test dedupe_together -- --ignored --nocapture bytes_per_remembered_event`.
+#[tokio::test]
+#[ignore = "a measurement: needs a Redis of its own, which it flushes"]
+async fn bytes_per_remembered_event() {
+    use futures_util::StreamExt;
+    let url = std::env::var("DEDUPE_BYTES_REDIS").expect("DEDUPE_BYTES_REDIS: a Redis this measurement may flush");
+    let events: usize = std::env::var("DEDUPE_BYTES_EVENTS").map_or(1_000_000, |n| n.parse().expect("redis"));
+    let config = RedisConfig {
+        url,
+        key_prefix: "hookline:dedupe".to_owned(),
+        response_timeout_ms: 60_000,
+        ..RedisConfig::default()
+    };
+    let mut connection = raw(&config).await;
+    // Event ids as a provider sends them (a UUID), the topic and positions of a busy inbound topic.
+    let id = |n: usize| format!("{:08x}-5d1c-4b8e-9f3a-{:012x}", n, n * 7919);
+    let marker = |n: usize| DoneMarker {
+        processed_at_ms: 1_767_000_001_230 + n as i64,
+        handling_ms: 3,
+        topic: "webhooks.inbound".into(),
+        partition: (n % 12) as i32,
+        offset: 18_233_000 + n as i64,
+    };
+    println!("| layout | events | used_memory growth | bytes per event | Redis CPU per event (claim + done) |");
+    println!("|---|---|---|---|---|");
+    for layout in ["previous (one key per event)", "bucketed"] {
+        let _: () = redis::cmd("FLUSHALL").arg("SYNC").query_async(&mut connection).await.expect("redis");
+        let dedupe = Dedupe::connect(&config, "billing").await.expect("redis");
+        let previous = PreviousInstance { config: config.clone(), token: "claim:9b2e4c1a-previous".to_owned() };
+        let previous_connection = raw(&config).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (memory_before, cpu_before) = memory_and_cpu(&mut connection).await;
+        futures_util::stream::iter(0..events)
+            .for_each_concurrent(512, |n| {
+                let (dedupe, previous, mut previous_connection) = (&dedupe, &previous, previous_connection.clone());
+                async move {
+                    if layout == "bucketed" {
+                        let token = acquired(dedupe.claim(&dedupe.token("github", &id(n))).await.expect("redis"));
+                        assert!(dedupe.mark_done(&token, &marker(n)).await.expect("redis"));
+                    } else {
+                        let key = redis_key::dedupe("hookline:dedupe", "billing", "github", &id(n));
+                        let claim: String = redis::Script::new(previous_layout::CLAIM_SCRIPT)
+                            .key(&key)
+                            .arg(&previous.token)
+                            .arg(previous.config.claim_lease_ms)
+                            .arg("done")
+                            .arg("0")
+                            .arg("")
+                            .invoke_async(&mut previous_connection)
+                            .await
+                            .expect("redis");
+                        assert_eq!(claim, "acquired");
+                        let done: i64 = redis::Script::new(previous_layout::DONE_SCRIPT)
+                            .key(&key)
+                            .arg(&previous.token)
+                            .arg(marker(n).encode())
+                            .arg(previous.config.dedupe_ttl_s * 1000)
+                            .invoke_async(&mut previous_connection)
+                            .await
+                            .expect("redis");
+                        assert_eq!(done, 1);
+                    }
+                }
+            })
+            .await;
+        let (memory_after, cpu_after) = memory_and_cpu(&mut connection).await;
+        let growth = memory_after - memory_before;
+        println!(
+            "| {layout} | {events} | {growth:.0} B | {:.1} B | {:.2} µs |",
+            growth / events as f64,
+            (cpu_after - cpu_before) * 1e6 / events as f64
+        );
+    }
+}
