@@ -298,7 +298,8 @@ async fn lookup_follows_a_dead_letter_through_its_replay_and_the_replays_outcome
 
 #[tokio::test]
 /// (That a fresh service ignores the previous layout's keys, and an upgraded one honours them:
-/// `tests/tests/dedupe_together.rs`. Here the service is fresh, so the plain `done` is lookup's to read only.)
+/// `tests/tests/suite/dedupe_previous_layout.rs`. Here the service is fresh, so the plain `done` is lookup's to
+/// read only.)
 async fn a_plain_done_marker_of_an_earlier_consumer_is_read_by_lookup() {
     let stack = TestStack::builder().consumer().build().await;
     let service_name = stack.consumer_config.service_name().to_owned();
@@ -359,7 +360,7 @@ async fn with_trace_lookup_reads_the_trace_id_of_the_records_traceparent() {
 
 /// The scripts against a real Redis: a done outcome is done for the claim script, a re-sent done (its reply lost)
 /// still finds its claim's work done, a dead marker never replaces it, and lookup's reader finds it. (The previous
-/// layout's markers, plain `done` included: `tests/tests/dedupe_together.rs`.)
+/// layout's markers, plain `done` included: `tests/tests/suite/dedupe_previous_layout.rs`.)
 #[tokio::test]
 async fn every_dedupe_script_takes_the_done_outcome() {
     use hookline_common::wire::dedupe_layout::Outcome;
