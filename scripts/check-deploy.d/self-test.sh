@@ -15,7 +15,11 @@ self_test() {
     mkdir -p "$d"
     cp "$ROOT/docker-compose.yml" "$ROOT/.dockerignore" "$d/"
     (cd "$ROOT" && tar -cf - --exclude=deploy/tools deploy) | (cd "$d" && tar -xf -)
-    if [ -f "$ROOT/docs/runbook.md" ]; then mkdir -p "$d/docs" && cp "$ROOT/docs/runbook.md" "$d/docs/"; fi
+    # The runbook (alert links) and the security page (its kafka-acls commands, opscheck -acl-doc).
+    mkdir -p "$d/docs"
+    for doc in runbook.md security.md; do
+      if [ -f "$ROOT/docs/$doc" ]; then cp "$ROOT/docs/$doc" "$d/docs/"; fi
+    done
     echo "$d"
   }
   # case_ NAME STAGE FILE SED_EXPR EXPECTED_REGEX (SED_EXPR is literal: no shell expansion)

@@ -1,6 +1,6 @@
 package main
 
-// Record keys. Keys by role (docs/security.md, "Records only hookline could write"): the internet-facing gateway
+// Record keys. Keys by role (docs/record-trust.md, "Records only hookline could write"): the internet-facing gateway
 // signs with a key of its own, which every reader (consumers, replayer, reconciler) holds to verify the gateway's
 // records and lists in kafka.record_auth.inbound_only_keys, so that a stolen gateway key can sign inbound records
 // only (the same check runs on the compose files, deploy/tools/composecheck/record_keys.go). And a window in which readers process records without a MAC (kafka.record_auth.accept_unsigned_until)
