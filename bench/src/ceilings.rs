@@ -22,7 +22,11 @@ use hookline_common::{
         redis_key::{DEDUPE_CLAIM_PREFIX, DEDUPE_DONE, DoneMarker},
     },
 };
-use hookline_consumer::dedupe::{CLAIM_SCRIPT, Claim, DONE_SCRIPT, Dedupe};
+// The pipelined-scripts ceiling measures the previous layout's one-key scripts (the figures published with it).
+use hookline_consumer::dedupe::{
+    Claim, Dedupe,
+    previous_layout::{CLAIM_SCRIPT, DONE_SCRIPT},
+};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::{body::Incoming, service::service_fn};

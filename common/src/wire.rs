@@ -117,6 +117,7 @@ pub mod default_topic {
 }
 
 mod dead_letter;
+pub mod dedupe_layout;
 mod done_marker;
 mod fetched;
 mod record_view;

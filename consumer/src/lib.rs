@@ -132,10 +132,13 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         return started.map_err(ConsumerError::HandlerStart);
     }
 
+    for warning in config.window_warnings() {
+        tracing::warn!("{warning}");
+    }
     // Never process without the dedupe gate: wait for Redis before joining the group.
     let dedupe = loop {
         match Dedupe::connect(&config.redis, &service).await {
-            Ok(dedupe) => break dedupe,
+            Ok(dedupe) => break dedupe.with_source_windows(config.source_windows()),
             Err(error) => {
                 // A configuration Redis will never accept ends the start; only an unreachable Redis is waited for.
                 if let Some(refusal) = redis_security::refusal(&config.redis, error.redis_error()) {

@@ -86,6 +86,9 @@ pub(crate) async fn take_over(
         sources: config.service.source_topics.clone(),
     };
     let consumer = &start.consumer;
+    // Whether the service's key was there before this start: it ran on an earlier build, so on the previous
+    // dedupe layout unless a build of this one recorded its layout first.
+    let mut ran_before = true;
     let history = loop {
         match dedupe.recorded_history().await {
             Ok(Some(history)) => break history,
@@ -97,6 +100,7 @@ pub(crate) async fn take_over(
                         service::group_committed_before(consumer, &inbound)
                     })
                     .await?;
+                ran_before = upgraded;
                 match dedupe.record_history(upgraded).await {
                     Ok(history) => break history,
                     Err(error) => start.outage_log_redis(&error),
@@ -109,6 +113,27 @@ pub(crate) async fn take_over(
             () = tokio::time::sleep(REDIS_CONNECT_BACKOFF) => {}
         }
     };
+    let layout = loop {
+        match dedupe.record_layout(ran_before).await {
+            Ok(layout) => break layout,
+            Err(error) => start.outage_log_redis(&error),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(REDIS_CONNECT_BACKOFF) => {}
+        }
+    };
+    let upgrade_period_ms =
+        i64::try_from(config.redis.dedupe_upgrade_period_s.saturating_mul(1000)).unwrap_or(i64::MAX);
+    dedupe.honour_legacy_layout(layout, upgrade_period_ms);
+    if layout.upgraded {
+        tracing::info!(
+            since_ms = layout.since_ms,
+            upgrade_period_s = config.redis.dedupe_upgrade_period_s,
+            "service ran on the previous dedupe layout: writing its keys beside the buckets for the upgrade period, \
+             reading them until they expire"
+        );
+    }
     let honour_until_ms = dedupe.unscoped_keys_expire_at(history);
     if history.upgraded && now_ms() < honour_until_ms {
         dedupe.honour_unscoped_keys(honour_until_ms);

@@ -16,8 +16,8 @@ REDIS_ACL_PASSWORD_FILE="$STACK_DIR/redis-acl-password"
 # Exactly the ACL docs/security.md ("Redis: TLS and ACL users") gives a consumer service, on the key prefix the
 # TLS tests use: the tests passing over this user prove it is enough. READONLY and CLUSTER SLOTS are what the
 # cluster client sends on each node connection.
-REDIS_ACL_RULES=(resetkeys '~hookline:*' resetchannels -@all +ping +get +set +del +pexpire +evalsha '+script|load'
-  '+cluster|slots' +readonly)
+REDIS_ACL_RULES=(resetkeys '~hookline:*' resetchannels -@all +ping +get +set +del +pexpire +hget +hset +pttl +time
+  +evalsha '+script|load' '+cluster|slots' +readonly)
 
 # redis_acl_password: prints the ACL user's password, generating it the first time.
 redis_acl_password() {

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod browser;
 mod builder;
+mod dedupe_state;
 mod delivery;
 mod fake_endpoint;
 pub mod forward;
@@ -49,6 +50,7 @@ mod stack_env;
 
 pub use crate::{
     builder::TestStackBuilder,
+    dedupe_state::dedupe_outcome,
     delivery::{Delivery, Reply, TEST_SECRET, body_event_id, push_meta},
     fake_endpoint::FakeEndpoint,
     handler::{TestHandler, routed},

@@ -14,15 +14,20 @@ pub struct RedisConfig {
     /// password of a `redis://user:password@host` URL.
     #[serde(serialize_with = "redact::url_list_passwords")]
     pub url: String,
-    /// Connect to a Redis Cluster. Every dedupe script touches a single key, so no hash tags are needed.
+    /// Connect to a Redis Cluster. Every dedupe script touches one event's keys, which share a hash tag.
     pub cluster: bool,
-    /// Dedupe keys are `<key_prefix>:svc=<service>:<source>:<event id>`.
+    /// Every dedupe key starts with it (docs/dedupe.md).
     pub key_prefix: String,
     /// How long a processed event id is remembered. 72 hours covers the retry windows of the providers we
     /// know (Stripe retries for up to 3 days, GitHub does not redeliver on its own, Shopify for 48 hours).
     pub dedupe_ttl_s: u64,
     /// How long a consumer's claim on an event lives if the consumer dies while processing it.
     pub claim_lease_ms: u64,
+    /// A rolling upgrade from the previous dedupe layout (one key per event): for this long after a service's first
+    /// start on the bucketed layout, its consumers also claim and mark the previous layout's keys, so instances of
+    /// the previous build running beside them never process an event twice (docs/dedupe.md). Cover the whole
+    /// rollout, and any rollback: after it, a previous build would not see what the new one processed.
+    pub dedupe_upgrade_period_s: u64,
     /// Bound on each Redis command; a timed-out claim is treated as uncertain and read back.
     pub response_timeout_ms: u64,
     /// Redis 6 ACL user (`AUTH <username> <password>`); without it, the `default` user.
@@ -45,6 +50,7 @@ impl Default for RedisConfig {
             key_prefix: "hookline:dedupe".to_owned(),
             dedupe_ttl_s: 72 * 3600,
             claim_lease_ms: 30_000,
+            dedupe_upgrade_period_s: 6 * 3600,
             response_timeout_ms: 2_000,
             username: None,
             password: None,
@@ -62,6 +68,10 @@ impl RedisConfig {
         );
         problems.check(!self.key_prefix.is_empty(), "redis.key_prefix is empty");
         problems.check(self.dedupe_ttl_s >= 60, "redis.dedupe_ttl_s must be at least 60");
+        problems.check(
+            self.dedupe_ttl_s <= crate::wire::dedupe_layout::MAX_WINDOW_S,
+            "redis.dedupe_ttl_s must be at most 2592000 (30 days)",
+        );
         problems.check(self.claim_lease_ms >= 1_000, "redis.claim_lease_ms must be at least 1000");
         problems.check(self.response_timeout_ms >= 50, "redis.response_timeout_ms must be at least 50");
         validate_security(self, problems);

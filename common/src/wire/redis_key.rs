@@ -85,6 +85,12 @@ pub fn service(prefix: &str, service: &str) -> String {
     format!("{prefix}:svc={service}")
 }
 
+/// When a service first started on the bucketed dedupe layout ([`super::dedupe_layout`]) and whether it ran on
+/// the previous one before: `<prefix>:svc=<service>:layout` holds `upgraded:<ms>` or `new:<ms>`. Set once.
+pub fn layout(prefix: &str, service: &str) -> String {
+    format!("{prefix}:svc={service}:layout")
+}
+
 /// The key a consumer's start exercises every dedupe script on, to learn before fetching anything whether its
 /// Redis user may run them (`<prefix>:svc=<service>:start-check`): a claim, renewed and released, then
 /// claimed again and marked done with a one-second TTL. Never an event's key (those have a source and an id).

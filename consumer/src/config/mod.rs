@@ -1,13 +1,17 @@
 //! The consumer's configuration.
 
 pub mod postgres;
+pub mod windows;
 
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
 };
 
-use hookline_common::config::{self, ConfigError, KafkaConfig, Problems, RedisConfig, env};
+use hookline_common::{
+    config::{self, ConfigError, KafkaConfig, Problems, RedisConfig, env},
+    wire::dedupe_layout,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -240,6 +244,12 @@ pub struct SourceRulesConfig {
     /// JSON Schema file per event type (`"*"` for every type without its own), relative to the config file.
     #[serde(serialize_with = "config::sorted_map")]
     pub schemas: HashMap<String, String>,
+    /// The provider the source's events come from (its gateway `scheme`, e.g. `stripe`): a provider with a
+    /// documented retry schedule sets the source's default dedupe window ([`windows`]).
+    pub provider: Option<String>,
+    /// How long the source's processed events are remembered (its dedupe window), seconds; absent: its
+    /// provider's default, else `redis.dedupe_ttl_s`. At least 1, at most 30 days.
+    pub dedupe_ttl_s: Option<u64>,
 }
 
 /// How much the consumer does at once.
@@ -413,6 +423,12 @@ impl ConsumerConfig {
             );
         }
         problems.check(self.alert.interval_s > 0, "alert.interval_s must be positive");
+        for (name, source) in &self.sources {
+            problems.check(
+                source.dedupe_ttl_s.is_none_or(|window| (1..=dedupe_layout::MAX_WINDOW_S).contains(&window)),
+                format!("sources.{name}.dedupe_ttl_s must be between 1 and 2592000 (30 days)"),
+            );
+        }
     }
 }
 

@@ -1,57 +1,30 @@
 //! Claims and done markers of records started together, in one script call each (on a single Redis).
 //!
-//! The records the scheduler lets start at the same moment are claimed by one call of a script that applies
-//! [`CLAIM_SCRIPT`]'s rule to each of its keys, and those whose handler succeeded together are marked done by one
-//! call applying [`DONE_SCRIPT`]'s rule to each. The many-key scripts are made from the one-key ones at start (the
-//! one-key body becomes a Lua function called once per key), so the rule is written once and every reply is what
-//! the one-key script would have said for that key: the two-phase claim and its guarantees hold key by key. A
-//! failed call fails every key in it, and the caller falls back to the one-key calls, which retry on their own.
+//! The records the scheduler lets start at the same moment are claimed by one call of a script that applies the
+//! claim rule ([`scripts`]) to each event, and those whose handler succeeded together are marked done by one call
+//! applying the done rule to each. The rule is the same Lua function the one-event script runs, so every reply is
+//! what the one-event script would have said for that event: the two-phase claim and its guarantees hold event by
+//! event. A failed call fails every event in it, and the caller falls back to the one-event calls, which retry on
+//! their own.
 //!
-//! Not on a Redis Cluster (the keys live in different slots) nor for a token that reads the unscoped layout
-//! first: those take the one-key calls.
+//! Not on a Redis Cluster (the events' keys live in different slots) nor for a token that reads the unscoped or
+//! the previous layout first: those take the one-event calls.
 
-use hookline_common::wire::redis_key::DoneMarker;
+use hookline_common::{redis_connection::RedisConnection, wire::redis_key::DoneMarker};
 use redis::{RedisResult, Script};
 
-use super::{CLAIM_SCRIPT, Claim, ClaimToken, DONE_SCRIPT, Dedupe, DedupeError};
-use hookline_common::redis_connection::RedisConnection;
+use super::{Claim, ClaimToken, Dedupe, DedupeError, Op, PROCESSED, scripts};
 
-/// Arguments per key of the many-key claim script: what [`CLAIM_SCRIPT`] reads as `ARGV[1..=5]`.
-const CLAIM_ARGS: usize = 5;
-/// Arguments per key of the many-key done script: what [`DONE_SCRIPT`] reads as `ARGV[1..=3]`.
-const DONE_ARGS: usize = 3;
-
-/// The many-key form of a one-key script taking `width` arguments: its body becomes `one(key, a1, ..., aN)`,
-/// called for each key with that key's arguments (as locals: no table per key), and the replies come back in key
-/// order.
-pub(super) fn many_keys(one_key: &str, width: usize) -> String {
-    let mut body = one_key.replace("KEYS[1]", "key");
-    for n in (1..=width).rev() {
-        body = body.replace(&format!("ARGV[{n}]"), &format!("a{n}"));
-    }
-    let params: Vec<String> = (1..=width).map(|n| format!("a{n}")).collect();
-    let args: Vec<String> = (1..=width).map(|n| format!("ARGV[base + {n}]")).collect();
-    format!(
-        "local function one(key, {})\n{body}\nend\nlocal replies = {{}}\nfor i, key in ipairs(KEYS) do\n  local base = \
-         (i - 1) * {width}\n  replies[i] = one(key, {})\nend\nreturn replies\n",
-        params.join(", "),
-        args.join(", ")
-    )
-}
-
-/// The many-key scripts, made once per [`Dedupe`].
+/// The many-event scripts, made once per [`Dedupe`].
 #[derive(Debug)]
-pub(super) struct ManyKeys {
+pub(super) struct ManyEvents {
     claim: Script,
     done: Script,
 }
 
-impl ManyKeys {
+impl ManyEvents {
     pub(super) fn new() -> Self {
-        Self {
-            claim: Script::new(&many_keys(CLAIM_SCRIPT, CLAIM_ARGS)),
-            done: Script::new(&many_keys(DONE_SCRIPT, DONE_ARGS)),
-        }
+        Self { claim: Script::new(&scripts::claim_many()), done: Script::new(&scripts::done_many()) }
     }
 }
 
@@ -61,11 +34,14 @@ impl Dedupe {
     pub fn claims_together(&self) -> bool {
         matches!(self.connection, RedisConnection::Single(_))
             && self.unscoped_until_ms.is_none_or(|until_ms| until_ms <= hookline_common::wire::now_ms())
+            && !self.legacy_read_now()
     }
 
     /// Whether `token` can be claimed together with others ([`Self::claims_together`], and no unscoped key).
     pub fn can_claim_together(&self, token: &ClaimToken) -> bool {
-        matches!(self.connection, RedisConnection::Single(_)) && token.unscoped_key.is_none()
+        matches!(self.connection, RedisConnection::Single(_))
+            && token.unscoped_key.is_none()
+            && token.legacy_key.is_none()
     }
 
     /// Claims every token in one script call; each reply is what [`Self::claim`] would have answered for it.
@@ -77,10 +53,7 @@ impl Dedupe {
         }
         let mut invocation = self.many.claim.prepare_invoke();
         for token in tokens {
-            let redrive = if token.redrive { "1" } else { "0" };
-            let new_type = token.event_type.as_deref().filter(|_| token.type_allowlisted).unwrap_or("");
-            invocation.key(&token.key);
-            invocation.arg(&token.value).arg(self.lease_ms).arg(super::DEDUPE_DONE).arg(redrive).arg(new_type);
+            self.push_event(&mut invocation, &Op::Claim, token);
         }
         let replies: RedisResult<Vec<String>> = invocation.invoke_async(&mut self.connection.clone()).await;
         let replies = replies?;
@@ -97,9 +70,9 @@ impl Dedupe {
             return Err(refused("cannot mark done together"));
         }
         let mut invocation = self.many.done.prepare_invoke();
-        for (token, marker) in done {
-            invocation.key(&token.key);
-            invocation.arg(&token.value).arg(marker.encode()).arg(self.done_ttl_ms);
+        let processed = Op::Done(PROCESSED.to_owned());
+        for (token, _) in done {
+            self.push_event(&mut invocation, &processed, token);
         }
         let replies: RedisResult<Vec<i64>> = invocation.invoke_async(&mut self.connection.clone()).await;
         let replies = replies?;
@@ -113,21 +86,4 @@ impl Dedupe {
 /// An error of ours, not Redis's, failing a many-key call (its callers then take the one-key calls).
 fn refused(why: &'static str) -> DedupeError {
     DedupeError(redis::RedisError::from(std::io::Error::other(why)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_many_key_script_calls_the_one_key_rule_per_key() {
-        let script = many_keys(DONE_SCRIPT, DONE_ARGS);
-        assert!(!script.contains("KEYS[1]") && !script.contains("ARGV[1]"), "{script}");
-        assert!(script.contains("local function one(key, a1, a2, a3)"), "{script}");
-        assert!(script.contains("redis.call('SET', key, a2, 'PX', a3)"), "{script}");
-        assert!(script.contains("replies[i] = one(key, ARGV[base + 1], ARGV[base + 2], ARGV[base + 3])"), "{script}");
-        // `ARGV[10]` must not be read as `ARGV[1]` followed by `0`.
-        let wide = many_keys("return ARGV[10] .. ARGV[1]", 10);
-        assert!(wide.contains("return a10 .. a1"), "{wide}");
-    }
 }

@@ -248,6 +248,7 @@ mod tests {
             json: true,
             event_types: Some(vec!["push".into(), "ping".into()]),
             schemas: HashMap::from([("push".to_owned(), "push.json".to_owned())]),
+            ..SourceRulesConfig::default()
         };
         let router = router(rules, &dir);
 

@@ -235,7 +235,8 @@ impl Lookup {
         }
         for answer in answers {
             match &answer.dedupe {
-                DedupeState::Processed { position: Some(position), .. } | DedupeState::Filtered { position, .. } => {
+                DedupeState::Processed { position: Some(position), .. }
+                | DedupeState::Filtered { position: Some(position), .. } => {
                     candidates.push(position.clone());
                 }
                 _ => {}

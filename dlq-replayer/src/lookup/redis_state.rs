@@ -1,9 +1,14 @@
-//! One service's dedupe key for an event, read (GET and PTTL, never a write) and decoded; and which consumer
-//! groups are hookline services (they have a service key).
+//! One service's dedupe state for an event, read (GET, HGET and PTTL, never a write) and decoded: its claim key
+//! and its buckets ([`dedupe_layout`]), then its key in the previous layout (written before the upgrade and during
+//! it); and which consumer groups are hookline services (they have a service key).
 
 use hookline_common::{
     redis_connection::RedisConnection,
-    wire::redis_key::{self, DEDUPE_CLAIM_PREFIX, DoneMarker, FilteredMarker},
+    wire::{
+        dedupe_layout::{self, EventHash, Outcome},
+        now_ms,
+        redis_key::{self, DEDUPE_CLAIM_PREFIX, DoneMarker, FilteredMarker},
+    },
 };
 use serde::Serialize;
 
@@ -20,7 +25,8 @@ pub enum DedupeState {
     Absent,
     /// A consumer holds the claim now (it is processing the event); the lease ends in `expires_in_ms`.
     Claimed { expires_in_ms: Option<i64> },
-    /// Processed. `position` etc. are absent for a plain `done` written by a consumer before markers had details.
+    /// Processed. `position` etc. are absent for a plain `done` written by a consumer before markers had details,
+    /// and for the bucketed layout, which keeps only when (to the second).
     /// Any later copy of the event is skipped as a duplicate for `expires_in_ms`.
     Processed {
         processed_at_ms: Option<i64>,
@@ -29,8 +35,8 @@ pub enum DedupeState {
         expires_in_ms: Option<i64>,
     },
     /// Skipped by the service's route filter `filter` (never handled): any later copy is skipped as a duplicate
-    /// for `expires_in_ms`; `reprocess` for the service runs it.
-    Filtered { filter: String, filtered_at_ms: i64, position: RecordPosition, expires_in_ms: Option<i64> },
+    /// for `expires_in_ms`; `reprocess` for the service runs it. No position in the bucketed layout.
+    Filtered { filter: String, filtered_at_ms: i64, position: Option<RecordPosition>, expires_in_ms: Option<i64> },
     /// Dead-lettered as DLQ entry `entry_id`: a re-send is skipped, a re-drive of the entry runs it.
     DeadLettered { entry_id: String, expires_in_ms: Option<i64> },
     /// A value lookup does not know (a newer build's?), shown as it is.
@@ -51,7 +57,11 @@ impl DedupeState {
             return Self::Filtered {
                 filter: marker.filter,
                 filtered_at_ms: marker.filtered_at_ms,
-                position: RecordPosition { topic: marker.topic, partition: marker.partition, offset: marker.offset },
+                position: Some(RecordPosition {
+                    topic: marker.topic,
+                    partition: marker.partition,
+                    offset: marker.offset,
+                }),
                 expires_in_ms,
             };
         }
@@ -76,9 +86,27 @@ impl DedupeState {
         }
         Self::Unknown { value: value.to_owned() }
     }
+
+    /// The state a bucket's outcome says, the bucket living `expires_in_ms` more (an upper bound: the source's
+    /// window may end it sooner).
+    pub fn from_outcome(outcome: Outcome, expires_in_ms: Option<i64>) -> Self {
+        match outcome {
+            Outcome::Processed { at_s } => {
+                Self::Processed { processed_at_ms: Some(at_s * 1000), handling_ms: None, position: None, expires_in_ms }
+            }
+            Outcome::Filtered { at_s, filter, .. } => {
+                Self::Filtered { filter, filtered_at_ms: at_s * 1000, position: None, expires_in_ms }
+            }
+            Outcome::Dead { marker, .. } => match redis_key::parse_dead_marker(&marker) {
+                Some((entry_id, _)) => Self::DeadLettered { entry_id: entry_id.to_owned(), expires_in_ms },
+                None => Self::Unknown { value: marker },
+            },
+        }
+    }
 }
 
-/// The service's dedupe key for the event, read with its time to live.
+/// The service's dedupe state for the event: its claim, else its latest outcome in the buckets of the longest window
+/// a source may have, else its key in the previous layout, read with its time to live.
 pub async fn read(
     connection: &RedisConnection,
     prefix: &str,
@@ -86,14 +114,42 @@ pub async fn read(
     source: &str,
     event_id: &str,
 ) -> Result<DedupeState, OpError> {
-    let key = redis_key::dedupe(prefix, service, source, event_id);
     let mut connection = connection.clone();
-    // Two commands on one key (one slot on a cluster); a key that changes in between is read as it was at the
-    // GET with the TTL it had a moment later: good enough for an answer a person reads.
-    let value: Option<String> =
-        redis::cmd("GET").arg(&key).query_async(&mut connection).await.map_err(OpError::Redis)?;
-    let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut connection).await.map_err(OpError::Redis)?;
-    Ok(DedupeState::decode(value.as_deref(), (ttl_ms >= 0).then_some(ttl_ms)))
+    let hash = EventHash::new(source, event_id);
+    // Commands on one event's keys (one slot on a cluster); a state that changes in between is read as it was at
+    // each read: good enough for an answer a person reads.
+    let claim_key = hash.claim_key(prefix, service);
+    let (value, ttl_ms) = get_with_ttl(&mut connection, &claim_key).await?;
+    if value.is_some() {
+        return Ok(DedupeState::decode(value.as_deref(), ttl_ms));
+    }
+    let now_s = u64::try_from(now_ms() / 1000).unwrap_or(0);
+    let mut latest: Option<(Outcome, String)> = None;
+    for bucket in hash.window_buckets(prefix, service, now_s, dedupe_layout::MAX_WINDOW_S) {
+        let value: Option<String> = redis::cmd("HGET")
+            .arg(&bucket)
+            .arg(&hash.field[..])
+            .query_async(&mut connection)
+            .await
+            .map_err(OpError::Redis)?;
+        let Some(outcome) = value.as_deref().and_then(Outcome::decode) else { continue };
+        if latest.as_ref().is_none_or(|(best, _)| outcome.at_s() > best.at_s()) {
+            latest = Some((outcome, bucket));
+        }
+    }
+    if let Some((outcome, bucket)) = latest {
+        let ttl_ms: i64 = redis::cmd("PTTL").arg(&bucket).query_async(&mut connection).await.map_err(OpError::Redis)?;
+        return Ok(DedupeState::from_outcome(outcome, (ttl_ms >= 0).then_some(ttl_ms)));
+    }
+    let (value, ttl_ms) = get_with_ttl(&mut connection, &redis_key::dedupe(prefix, service, source, event_id)).await?;
+    Ok(DedupeState::decode(value.as_deref(), ttl_ms))
+}
+
+/// A string key's value and its time to live.
+async fn get_with_ttl(connection: &mut RedisConnection, key: &str) -> Result<(Option<String>, Option<i64>), OpError> {
+    let value: Option<String> = redis::cmd("GET").arg(key).query_async(connection).await.map_err(OpError::Redis)?;
+    let ttl_ms: i64 = redis::cmd("PTTL").arg(key).query_async(connection).await.map_err(OpError::Redis)?;
+    Ok((value, (ttl_ms >= 0).then_some(ttl_ms)))
 }
 
 /// The consumer groups among `groups` that are hookline services: those with a service key
@@ -155,7 +211,7 @@ mod tests {
             DedupeState::Filtered {
                 filter: "test_mode".to_owned(),
                 filtered_at_ms: 1_767_000_001_230,
-                position: RecordPosition { topic: "webhooks.inbound".to_owned(), partition: 3, offset: 18_233 },
+                position: Some(RecordPosition { topic: "webhooks.inbound".to_owned(), partition: 3, offset: 18_233 }),
                 expires_in_ms: Some(7),
             }
         );

@@ -58,7 +58,11 @@ pub fn render_text(answer: &Answer, with_trace: bool) -> Vec<String> {
                 details.push(format!("  trace: {}", accepted.trace_id.as_deref().unwrap_or("no trace")));
             }
         }
-        None => summary.push("accepted: record not found (past the topic's retention?)".to_owned()),
+        // Dedupe outcomes name no record (docs/dedupe.md): only a retry record or a DLQ entry does.
+        None => summary.push(
+            "accepted: no record named (a processed event's outcome keeps no position; event search finds it by id)"
+                .to_owned(),
+        ),
     }
     for service in &answer.services {
         summary.push(format!("{}: {}", service.service, service_summary(service)));
@@ -120,15 +124,18 @@ fn service_details(service: &ServiceAnswer, event_id: &str, with_trace: bool) ->
             let until = expires_in_ms.map_or_else(String::new, |ms| format!(" for {}", duration(ms)));
             lines.push(format!("  {name}: processed record {}; later copies are duplicates{until}", position(at)));
         }
-        DedupeState::Processed { position: None, .. } => {
-            lines.push(format!("  {name}: processed (plain done marker of an earlier consumer: no details)"));
-            lines.push(format!("  {name}: later copies are duplicates"));
+        DedupeState::Processed { position: None, processed_at_ms, expires_in_ms, .. } => {
+            if processed_at_ms.is_none() {
+                lines.push(format!("  {name}: processed (plain done marker of an earlier consumer: no details)"));
+            }
+            let until = expires_in_ms.map_or_else(String::new, |ms| format!(" for up to {}", duration(ms)));
+            lines.push(format!("  {name}: later copies are duplicates{until}"));
         }
         DedupeState::Filtered { filter, position: at, expires_in_ms, .. } => {
             let until = expires_in_ms.map_or_else(String::new, |ms| format!(" for {}", duration(ms)));
+            let record = at.as_ref().map_or_else(|| "the event".to_owned(), |at| format!("record {}", position(at)));
             lines.push(format!(
-                "  {name}: record {} skipped by its route's filter `{filter}`; later copies are duplicates{until}",
-                position(at)
+                "  {name}: {record} skipped by its route's filter `{filter}`; later copies are duplicates{until}"
             ));
             lines.push(format!(
                 "  {name}: to run it: hookline-replayer reprocess --service {name} --event-id {event_id}"

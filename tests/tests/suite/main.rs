@@ -22,6 +22,7 @@ mod consumer_lag;
 mod consumer_services;
 mod dead_letter_resend;
 mod dedupe_dead_marker;
+mod dedupe_previous_layout;
 mod dedupe_together;
 mod doc_links;
 mod forward_signed;

@@ -13,7 +13,6 @@ use std::{
     time::Duration,
 };
 
-use hookline_common::wire::redis_key;
 use hookline_tests::{Delivery, TestStack, eventually};
 
 /// A `redis-server` with the AOF on, owned by this test.
@@ -124,11 +123,12 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_done_marker() {
     let client = redis::Client::open(redis.url()).expect("client");
     let mut connection = client.get_multiplexed_async_connection().await.expect("connection");
     for delivery in &deliveries {
-        let key = redis_key::dedupe(&prefix, &service, "github", &delivery.delivery_id);
-        let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection).await.expect("GET");
+        let outcome =
+            hookline_tests::dedupe_outcome(&mut connection, &prefix, &service, "github", &delivery.delivery_id).await;
         assert!(
-            value.as_deref().is_some_and(redis_key::is_done),
-            "done marker of {key} survived two crashes: {value:?}"
+            matches!(outcome, Some((hookline_common::wire::dedupe_layout::Outcome::Processed { .. }, _))),
+            "done outcome of {} survived two crashes: {outcome:?}",
+            delivery.delivery_id
         );
     }
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 use hookline_common::{
     config::{RedisTls, SecretRef},
     redis_connection::RedisConnection,
-    wire::redis_key,
 };
 use hookline_tests::{
     Delivery, TestStack, eventually,
@@ -36,10 +35,18 @@ async fn pipeline_over(redis: hookline_common::config::RedisConfig) {
 
     let mut connection = RedisConnection::connect(&stack.redis).await.expect("connect as the ACL user");
     let service = stack.consumer_config.service_name().to_owned();
-    let key = redis_key::dedupe(&stack.redis.key_prefix, &service, "github", &event.delivery_id);
-    let marker: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection).await.expect("GET");
-    let marker = marker.as_deref().and_then(redis_key::DoneMarker::decode);
-    assert!(marker.is_some(), "the done marker, with its details, is in the TLS Redis");
+    let outcome = hookline_tests::dedupe_outcome(
+        &mut connection,
+        &stack.redis.key_prefix,
+        &service,
+        "github",
+        &event.delivery_id,
+    )
+    .await;
+    assert!(
+        matches!(outcome, Some((hookline_common::wire::dedupe_layout::Outcome::Processed { .. }, _))),
+        "the done outcome is in the TLS Redis: {outcome:?}"
+    );
     stack.shutdown().await;
 }
 

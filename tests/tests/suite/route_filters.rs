@@ -7,7 +7,7 @@
 use hookline_common::time::format_rfc3339_millis;
 use std::{sync::Arc, time::Duration};
 
-use hookline_common::wire::{header, header_str, now_ms, redis_key};
+use hookline_common::wire::{dedupe_layout::Outcome, header, header_str, now_ms, redis_key};
 use hookline_consumer::config::{FilterConfig, HandlerConfig, RouteConfig};
 use hookline_dlq_replayer::{
     ReplayerConfig,
@@ -76,27 +76,18 @@ async fn a_filtered_event_is_skipped_with_its_reason_for_one_service_processed_b
     assert_eq!(stack.consumer_events("filtered").await, 1, "only billing filters");
     assert_eq!(stack.consumer_events("dead_lettered").await, 0, "a filter never makes poison");
 
-    // Billing's dedupe key holds the filtered marker: the reason, and the record skipped.
-    let inbound = stack.inbound_records().await;
-    let bot_record = inbound
-        .iter()
-        .find(|r| header_str(r.headers(), header::EVENT_ID).and_then(Result::ok).as_deref() == Some(&bot.delivery_id))
-        .expect("the bot's inbound record")
-        .clone();
+    // Billing's buckets hold the filtered outcome: the reason (the record's position is not kept).
     let mut redis = redis::Client::open(stack.redis.url.as_str())
         .expect("redis url")
         .get_multiplexed_async_connection()
         .await
         .expect("redis");
-    let key = redis_key::dedupe(&stack.redis.key_prefix, "billing", "github", &bot.delivery_id);
-    let value: String = redis::cmd("GET").arg(&key).query_async(&mut redis).await.expect("GET");
-    let marker = redis_key::FilteredMarker::decode(&value).unwrap_or_else(|| panic!("not a filtered marker: {value}"));
-    assert_eq!(
-        (marker.filter.as_str(), marker.topic.as_str(), marker.partition, marker.offset),
-        ("bot_push", stack.kafka.inbound_topic.as_str(), bot_record.partition(), bot_record.offset())
-    );
-    let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut redis).await.expect("PTTL");
-    assert!(ttl_ms > 3_600_000, "the done TTL, not a lease: {ttl_ms}");
+    let outcome =
+        hookline_tests::dedupe_outcome(&mut redis, &stack.redis.key_prefix, "billing", "github", &bot.delivery_id)
+            .await;
+    let Some((Outcome::Filtered { filter, .. }, ttl_ms)) = outcome else { panic!("not filtered: {outcome:?}") };
+    assert_eq!(filter, "bot_push");
+    assert!(ttl_ms > 3_600_000, "the window, not a lease: {ttl_ms}");
 
     // The provider delivers the bot's push again: a duplicate for both services, processed by neither.
     stack.post_accepted(&bot).await;
@@ -128,14 +119,13 @@ async fn a_filtered_event_is_skipped_with_its_reason_for_one_service_processed_b
     match state_of(&answer, "billing") {
         DedupeState::Filtered { filter, position, expires_in_ms, .. } => {
             assert_eq!(filter, "bot_push");
-            assert_eq!((position.partition, position.offset), (bot_record.partition(), bot_record.offset()));
+            assert_eq!(position, None, "the bucketed layout keeps no position (docs/dedupe.md)");
             assert!(expires_in_ms.is_some_and(|ms| ms > 0));
         }
         other => panic!("billing: not filtered: {other:?}"),
     }
     assert!(matches!(state_of(&answer, &other), DedupeState::Processed { .. }), "{answer:#?}");
-    let inbound_position = answer.accepted.as_ref().and_then(|a| a.inbound.clone()).expect("accepted");
-    assert_eq!(inbound_position.offset, bot_record.offset(), "found from the filtered marker too");
+    // The bucketed layout keeps no record position: lookup finds no accepted record from a filtered outcome.
     let text = render_text(&answer, false).join("\n");
     println!("{text}");
     assert!(text.contains("billing: filtered ") && text.contains("by `bot_push` (skipped, not processed)"), "{text}");
@@ -232,9 +222,8 @@ async fn the_filtered_marker_is_done_to_every_dedupe_script() {
     assert_eq!(dedupe.claim(&dedupe.redrive_token("github", "evt_1")).await.expect("claim"), Claim::AlreadyDone);
     let client = redis::Client::open(redis.url.as_str()).expect("client");
     let mut connection = client.get_multiplexed_async_connection().await.expect("connection");
-    let key = redis_key::dedupe(&redis.key_prefix, "billing", "github", "evt_1");
-    let stored: String = redis::cmd("GET").arg(&key).query_async(&mut connection).await.expect("GET");
-    assert_eq!(redis_key::FilteredMarker::decode(&stored), Some(marker));
+    let stored = hookline_tests::dedupe_outcome(&mut connection, &redis.key_prefix, "billing", "github", "evt_1").await;
+    assert!(matches!(&stored, Some((Outcome::Filtered { filter, .. }, _)) if *filter == marker.filter), "{stored:?}");
 
     // A re-processing run claims its own key, then marks the event's own key done over the filtered marker.
     let run = dedupe.reprocess_token("run-1", "github", "evt_1");
@@ -248,8 +237,8 @@ async fn the_filtered_marker_is_done_to_every_dedupe_script() {
     };
     assert!(dedupe.mark_done(&run, &done).await.expect("run done"));
     dedupe.mark_done(&dedupe.token("github", "evt_1"), &done).await.expect("own done");
-    let stored: String = redis::cmd("GET").arg(&key).query_async(&mut connection).await.expect("GET");
-    assert_eq!(redis_key::DoneMarker::decode(&stored), Some(done), "{stored}");
+    let stored = hookline_tests::dedupe_outcome(&mut connection, &redis.key_prefix, "billing", "github", "evt_1").await;
+    assert!(matches!(stored, Some((Outcome::Processed { .. }, _))), "{stored:?}");
     assert_eq!(
         dedupe.claim(&dedupe.reprocess_token("run-1", "github", "evt_1")).await.expect("claim"),
         Claim::AlreadyDone
