@@ -53,7 +53,7 @@ pub use batch::MAX_BATCH;
 pub use history::{LayoutHistory, ServiceHistory};
 /// The previous layout's scripts, as the previous build runs them (for tests that run it beside this one).
 pub mod previous_layout {
-    pub use super::legacy::{CLAIM_SCRIPT, DEAD_SCRIPT, DONE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
+    pub use crate::dedupe::legacy::{CLAIM_SCRIPT, DEAD_SCRIPT, DONE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
 }
 
 /// The outcome of trying to claim an event.

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_tests::TestStack;
+use hookline_tests::{TestStack, eventually};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -76,7 +76,13 @@ async fn slow_login_posts_neither_lock_out_the_probes_nor_outlast_the_body_timeo
         assert_eq!(status, Some(400), "a stalled login post ends with the body timeout");
     }
     assert!(started.elapsed() < Duration::from_secs(20), "within the 10 s body timeout: {:?}", started.elapsed());
-    assert_eq!(get("127.0.0.2", api.addr, "/ui/login").await, Some(200), "the listener is free again");
+    // The clients close; a served connection is let go once its client has closed, or after the lingering close's
+    // 2 s (issue 45 item 5: the server reads and discards what a client still sends before closing).
+    drop(slow);
+    eventually(Duration::from_secs(10), "the listener is free again", || async {
+        get("127.0.0.2", api.addr, "/ui/login").await == Some(200)
+    })
+    .await;
     api.stop().await;
     stack.shutdown().await;
 }
