@@ -125,13 +125,15 @@ pub async fn read(
     }
     let now_s = u64::try_from(now_ms() / 1000).unwrap_or(0);
     let mut latest: Option<(Outcome, String)> = None;
-    for bucket in hash.window_buckets(prefix, service, now_s, dedupe_layout::MAX_WINDOW_S) {
-        let value: Option<String> = redis::cmd("HGET")
-            .arg(&bucket)
-            .arg(&hash.field[..])
-            .query_async(&mut connection)
-            .await
-            .map_err(OpError::Redis)?;
+    // Every bucket of the longest window (120 of them) in one round trip: they share the event's hash tag, so one
+    // slot on a cluster; an event search looks up thousands of events, each one a pipeline, not 120 calls.
+    let buckets = hash.window_buckets(prefix, service, now_s, dedupe_layout::MAX_WINDOW_S);
+    let mut pipeline = redis::pipe();
+    for bucket in &buckets {
+        pipeline.cmd("HGET").arg(bucket).arg(&hash.field[..]);
+    }
+    let values: Vec<Option<String>> = pipeline.query_async(&mut connection).await.map_err(OpError::Redis)?;
+    for (bucket, value) in buckets.into_iter().zip(values) {
         let Some(outcome) = value.as_deref().and_then(Outcome::decode) else { continue };
         if latest.as_ref().is_none_or(|(best, _)| outcome.at_s() > best.at_s()) {
             latest = Some((outcome, bucket));
