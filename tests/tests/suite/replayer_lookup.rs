@@ -315,6 +315,11 @@ async fn a_plain_done_marker_of_an_earlier_consumer_is_read_by_lookup() {
         .query_async(&mut connection)
         .await
         .expect("SET");
+    // The service is found once its consumer group has joined (lookup finds services by their groups).
+    eventually(Duration::from_secs(30), "the service's group is known", || async {
+        look_up(&stack, &delivery.delivery_id).await.services.iter().any(|s| s.service == service_name)
+    })
+    .await;
     let answer = look_up(&stack, &delivery.delivery_id).await;
     assert!(matches!(service(&answer, &service_name).dedupe, DedupeState::Processed { position: None, .. }));
     assert!(answer.accepted.is_none(), "a plain marker names no record to read");
