@@ -12,10 +12,11 @@ use rdkafka::{
     admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
     client::DefaultClientContext,
     config::RDKafkaLogLevel,
-    consumer::{BaseConsumer, Consumer, ConsumerContext},
+    consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance},
     error::{KafkaError, RDKafkaErrorCode},
     message::{BorrowedMessage, OwnedMessage},
     producer::ProducerContext,
+    types::RDKafkaRespErr,
 };
 
 use crate::{
@@ -194,7 +195,49 @@ impl ClientContext for QuietContext {
     }
 }
 
-impl ConsumerContext for QuietContext {}
+impl ConsumerContext for QuietContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, partitions: &mut TopicPartitionList) {
+        rebalance_cooperatively(self, consumer, err, partitions);
+    }
+}
+
+/// What rdkafka's default rebalance does, for a group of ours (always `cooperative-sticky`: [`consumer_config`]
+/// sets it and `kafka.properties` may not change it), without the two requests that can hang for ever while the
+/// consumer closes.
+///
+/// The default asks librdkafka for the group's rebalance protocol and then (un)assigns: each is a request to the
+/// group's queue, answered by librdkafka's main thread and waited for without a deadline. Once the group has
+/// terminated, librdkafka drops such a request unanswered (`rd_kafka_cgrp_op_serve`), so a rebalance event still
+/// queued when the close completed hung the consumer's `Drop`, the thread that runs it and the service's shutdown
+/// (librdkafka#4041, rust-rdkafka#509; seen here as a test that never ended). Here the protocol is known without
+/// asking, and a group already closed is not asked anything: a closed group has nothing to (un)assign.
+pub fn rebalance_cooperatively<C: ConsumerContext>(
+    context: &C,
+    consumer: &BaseConsumer<C>,
+    err: RDKafkaRespErr,
+    partitions: &mut TopicPartitionList,
+) {
+    let rebalance = match err {
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalance::Assign(partitions),
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => Rebalance::Revoke(partitions),
+        _ => {
+            let code: RDKafkaErrorCode = err.into();
+            tracing::error!(error = %code, "rebalance error");
+            Rebalance::Error(KafkaError::Rebalance(code))
+        }
+    };
+    context.pre_rebalance(consumer, &rebalance);
+    if !consumer.closed() {
+        let outcome = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => consumer.incremental_assign(partitions),
+            _ => consumer.incremental_unassign(partitions),
+        };
+        if let Err(error) = outcome {
+            tracing::warn!(error = %error, "rebalance: (un)assigning partitions");
+        }
+    }
+    context.post_rebalance(consumer, &rebalance);
+}
 
 impl ProducerContext for QuietContext {
     type DeliveryOpaque = ();

@@ -15,6 +15,7 @@ use rdkafka::{
     config::RDKafkaLogLevel,
     consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer},
     error::KafkaError,
+    types::RDKafkaRespErr,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -132,6 +133,10 @@ fn partitions_of(list: &TopicPartitionList) -> Vec<PartitionKey> {
 }
 
 impl ConsumerContext for GroupContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, partitions: &mut TopicPartitionList) {
+        hookline_common::kafka::rebalance_cooperatively(self, consumer, err, partitions);
+    }
+
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(list) => self.split(list),
