@@ -7,10 +7,8 @@ use std::{
     sync::Arc,
 };
 
-use hookline_common::{
-    signature::{self, IdentityRule, Scheme, SchemeOptions, Secret, handshake::Challenge},
-    wire::now_ms,
-};
+use hookline_common::wire::now_ms;
+use hookline_signature::{self as signature, IdentityRule, Scheme, SchemeOptions, Secret, handshake::Challenge};
 use http::HeaderName;
 
 use crate::{
