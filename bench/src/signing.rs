@@ -70,7 +70,9 @@ impl Signer {
     /// `secret` as it would appear in the gateway's secret file.
     pub fn new(scheme: SchemeKind, secret: &str, body_bytes: usize) -> Result<Self, String> {
         let key = match scheme {
-            SchemeKind::StandardWebhooks => standard_webhooks::decode_secret(secret.as_bytes())?,
+            SchemeKind::StandardWebhooks => {
+                standard_webhooks::decode_secret(secret.as_bytes()).map_err(|error| error.to_string())?
+            }
             SchemeKind::Github | SchemeKind::Stripe => secret.as_bytes().to_vec(),
             SchemeKind::Sendgrid => {
                 use base64::Engine;

@@ -60,8 +60,9 @@ impl Source {
     ) -> Result<Self, Vec<String>> {
         let verifications_per_source = verifications_per_source.max(1);
         let mut problems = Vec::new();
-        let scheme =
-            signature::build(&config.scheme, &scheme_options(config)).map_err(|problem| problems.push(problem)).ok();
+        let scheme = signature::build(&config.scheme, &scheme_options(config))
+            .map_err(|problem| problems.push(problem.to_string()))
+            .ok();
         let tables = [
             ("hmac", config.hmac.is_some()),
             ("structured", config.structured.is_some()),
@@ -336,6 +337,7 @@ fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<S
         let key = secret_ref.load().map_err(|problem| problems.push(problem)).ok().and_then(|raw| {
             scheme
                 .decode_secret(&raw)
+                .map_err(|problem| problem.to_string())
                 .and_then(|key| key_strength(scheme, &raw, key, &secret_ref.id))
                 .map_err(|problem| problems.push(format!("secret `{}`: {problem}", secret_ref.id)))
                 .ok()

@@ -37,6 +37,7 @@ use super::{
     generic::{Encoding, SecretEncoding, TimestampUnit, decode_with},
     support::{Algorithm, BASE64_LENIENT, Tolerance, first_hmac_match, hex_of_len},
 };
+use crate::{BuildError, SecretError};
 
 /// Default window (seconds) when a timestamp field is configured.
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
@@ -112,31 +113,32 @@ impl Parsed {
 }
 
 impl BodyFields {
-    pub fn new(options: &BodyFieldsOptions, tolerance: Option<Tolerance>) -> Result<Self, String> {
+    pub fn new(options: &BodyFieldsOptions, tolerance: Option<Tolerance>) -> Result<Self, BuildError> {
         if options.signed_fields.is_empty() {
-            return Err("body_fields.signed_fields must name at least one field".to_owned());
+            return Err("body_fields.signed_fields must name at least one field".into());
         }
         let fields = options.signed_fields.iter().chain([&options.signature]).chain(&options.timestamp);
         for field in fields.chain(&options.event_type).chain(&options.single_item) {
             if options.format == BodyFormat::Json && !field.starts_with('/') {
-                return Err(format!("body_fields: JSON pointer `{field}` must start with `/`"));
+                return Err(format!("body_fields: JSON pointer `{field}` must start with `/`").into());
             }
         }
         if options.signed_fields.contains(&options.signature) {
-            return Err("body_fields.signature cannot also be a signed field".to_owned());
+            return Err("body_fields.signature cannot also be a signed field".into());
         }
         for (key, value) in [("timestamp", &options.timestamp), ("event_type", &options.event_type)] {
             if let Some(field) = value.as_ref().filter(|field| !options.signed_fields.contains(field)) {
                 return Err(format!(
                     "body_fields.{key} `{field}` is not one of signed_fields: an unsigned value proves nothing"
-                ));
+                )
+                .into());
             }
         }
         if options.single_item.is_some() && options.format != BodyFormat::Json {
-            return Err("body_fields.single_item needs format = \"json\"".to_owned());
+            return Err("body_fields.single_item needs format = \"json\"".into());
         }
         if tolerance.is_some() && options.timestamp.is_none() {
-            return Err("tolerance_s needs body_fields.timestamp".to_owned());
+            return Err("tolerance_s needs body_fields.timestamp".into());
         }
         let tolerance =
             options.timestamp.as_ref().map(|_| tolerance.unwrap_or(Tolerance::seconds(DEFAULT_TOLERANCE_S)));
@@ -196,7 +198,7 @@ impl Scheme for BodyFields {
         self.name
     }
 
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         decode_with(self.options.secret_encoding, raw)
     }
 
@@ -285,7 +287,7 @@ mod tests {
         assert!(BodyFields::new(&options("signature = \"/s\"\nsigned_fields = []\n"), None).is_err());
         assert!(BodyFields::new(&options("signature = \"s\"\nsigned_fields = [\"/a\"]\n"), None).is_err());
         let unsigned_time = options("signature = \"/s\"\nsigned_fields = [\"/a\"]\ntimestamp = \"/t\"\n");
-        assert!(BodyFields::new(&unsigned_time, None).unwrap_err().contains("not one of signed_fields"));
+        assert!(BodyFields::new(&unsigned_time, None).unwrap_err().to_string().contains("not one of signed_fields"));
         assert!(
             BodyFields::new(&options("signature = \"/s\"\nsigned_fields = [\"/a\"]\n"), Some(Tolerance::seconds(1)))
                 .is_err()

@@ -23,6 +23,7 @@ use super::{
     family::TimestampedPublicKey,
     support::{Tolerance, hex_of_len},
 };
+use crate::SecretError;
 
 /// Discord documents no window; ours, like Stripe's and Slack's.
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
@@ -62,7 +63,7 @@ impl Scheme for Discord {
     }
 
     /// The public key, hex as shown in the developer portal.
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         self.signed.decode_ed25519_key(raw, hex_of_len, "the public key must be 64 hex digits")
     }
 

@@ -120,3 +120,72 @@ impl VerifyError {
         Self::MalformedSignature(Cow::Borrowed(header))
     }
 }
+
+/// Why a scheme cannot be built from a source's configuration: one line of the operator's problem list (the
+/// gateway prefixes it with the source). Built at start-up or on reload, never per request.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum BuildError {
+    /// No scheme and no preset has this name.
+    #[error("unknown scheme `{name}` (known: {known}, and the {presets} presets listed in docs/providers.md)")]
+    UnknownScheme { name: String, known: String, presets: usize },
+    /// The scheme signs no timestamp, so a tolerance cannot apply to it.
+    #[error(
+        "scheme `{0}` signs no timestamp, so tolerance_s cannot apply: remove it (docs/configuration/gateway.md, 'What each scheme signs')"
+    )]
+    ToleranceWithoutTimestamp(String),
+    /// The scheme's options are missing, contradict each other, or would let a captured request be accepted as
+    /// another event; the text names the option and why.
+    #[error("{0}")]
+    Options(Cow<'static, str>),
+}
+
+impl From<String> for BuildError {
+    fn from(problem: String) -> Self {
+        Self::Options(problem.into())
+    }
+}
+
+impl From<&'static str> for BuildError {
+    fn from(problem: &'static str) -> Self {
+        Self::Options(problem.into())
+    }
+}
+
+/// Why a configured secret is not a key its scheme can use: one line of the operator's problem list (the gateway
+/// prefixes it with the secret's id). It never holds the secret or a decoder's own error, which would name the
+/// offending byte of the secret.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum SecretError {
+    /// The secret (a key, a public key, an ARN, credentials: `what`) is not UTF-8 text.
+    #[error("{what} is not UTF-8")]
+    NotUtf8 { what: &'static str },
+    /// The text is not in the encoding the scheme reads it in.
+    #[error("{what} is not {encoding}")]
+    NotEncoded { what: &'static str, encoding: &'static str },
+    /// It decodes, but not to a key the scheme can use; the text says what one looks like.
+    #[error("{0}")]
+    Invalid(Cow<'static, str>),
+}
+
+impl From<String> for SecretError {
+    fn from(problem: String) -> Self {
+        Self::Invalid(problem.into())
+    }
+}
+
+impl From<&'static str> for SecretError {
+    fn from(problem: &'static str) -> Self {
+        Self::Invalid(problem.into())
+    }
+}
+
+/// Why a PEM file of CA certificates cannot be the trust roots of fetched keys.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustRootsError {
+    #[error("a CA certificate does not parse")]
+    Pem(#[source] rustls_pki_types::pem::Error),
+    #[error("a CA certificate is not usable as a root")]
+    NotARoot(#[source] webpki::Error),
+    #[error("no CA certificate found")]
+    Empty,
+}

@@ -20,6 +20,7 @@ use super::{
         first_hmac_match, hex_of_len, hmac, parse_unix, required_header,
     },
 };
+use crate::SecretError;
 
 /// An HMAC of the raw body, written `<prefix><hex or base64>` in one header. The header is looked up
 /// case-insensitively and named as the provider spells it in errors.
@@ -304,9 +305,9 @@ impl TimestampedPublicKey<ed25519_dalek::VerifyingKey> {
         &self,
         raw: &[u8],
         decode: fn(&str, usize) -> Option<Vec<u8>>,
-        expected: &str,
-    ) -> Result<Vec<u8>, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
+        expected: &'static str,
+    ) -> Result<Vec<u8>, SecretError> {
+        let text = std::str::from_utf8(raw).map_err(|_| SecretError::NotUtf8 { what: "the public key" })?;
         let bytes = decode(text.trim(), 32).ok_or(expected)?;
         let key = ed25519_key(&bytes).ok_or("the public key is not a valid Ed25519 point")?;
         self.keys.remember(&bytes, key);

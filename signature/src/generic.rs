@@ -26,6 +26,7 @@ use super::{
     FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{BASE64_LENIENT, Tolerance, first_hmac_match, parse_rfc3339_ms, parse_unix},
 };
+use crate::{BuildError, SecretError};
 
 /// Default window when a timestamp header is configured (seconds).
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
@@ -107,13 +108,13 @@ pub enum Part {
 }
 
 /// Parses a template such as `{id}.{timestamp}.{body}`; any other `{...}` is an error.
-pub fn parse_template(template: &str) -> Result<Vec<Part>, String> {
+pub fn parse_template(template: &str) -> Result<Vec<Part>, BuildError> {
     parse_template_for(template, TimestampUnit::Seconds)
 }
 
 /// [`parse_template`] for timestamps written in `unit`: an RFC 3339 timestamp ends in `Z`, so `{timestamp}{body}`
 /// (Zendesk's) is unambiguous for it, and for it alone.
-pub fn parse_template_for(template: &str, unit: TimestampUnit) -> Result<Vec<Part>, String> {
+pub fn parse_template_for(template: &str, unit: TimestampUnit) -> Result<Vec<Part>, BuildError> {
     let mut parts = Vec::new();
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -126,18 +127,18 @@ pub fn parse_template_for(template: &str, unit: TimestampUnit) -> Result<Vec<Par
             "id" => Part::Id,
             "timestamp" => Part::Timestamp,
             "body" => Part::Body,
-            other => return Err(format!("signed_content `{template}`: unknown placeholder `{{{other}}}`")),
+            other => return Err(format!("signed_content `{template}`: unknown placeholder `{{{other}}}`").into()),
         });
         rest = &after[close + 1..];
     }
     if rest.contains('}') {
-        return Err(format!("signed_content `{template}`: stray `}}`"));
+        return Err(format!("signed_content `{template}`: stray `}}`").into());
     }
     if !rest.is_empty() {
         parts.push(Part::Literal(rest.as_bytes().to_vec()));
     }
     if !parts.contains(&Part::Body) {
-        return Err(format!("signed_content `{template}` must include {{body}}"));
+        return Err(format!("signed_content `{template}` must include {{body}}").into());
     }
     check_unambiguous(template, &parts, unit)?;
     Ok(parts)
@@ -148,10 +149,10 @@ pub fn parse_template_for(template: &str, unit: TimestampUnit) -> Result<Vec<Par
 /// Each placeholder appears once; two placeholders are never adjacent (`{id}{body}`); and the separator beside
 /// `{timestamp}` does not start or end, on its side, with a digit (a timestamp is digits only). An `{id}` value may
 /// not contain its separators: [`GenericHmac::verify`] refuses one that does, as a malformed id header.
-fn check_unambiguous(template: &str, parts: &[Part], unit: TimestampUnit) -> Result<(), String> {
+fn check_unambiguous(template: &str, parts: &[Part], unit: TimestampUnit) -> Result<(), BuildError> {
     for placeholder in [Part::Id, Part::Timestamp, Part::Body] {
         if parts.iter().filter(|part| **part == placeholder).count() > 1 {
-            return Err(format!("signed_content `{template}` uses a placeholder twice"));
+            return Err(format!("signed_content `{template}` uses a placeholder twice").into());
         }
     }
     for pair in parts.windows(2) {
@@ -172,7 +173,8 @@ fn check_unambiguous(template: &str, parts: &[Part], unit: TimestampUnit) -> Res
             return Err(format!(
                 "signed_content `{template}` is ambiguous ({reason}): the same signature would cover other values, \
                  so a captured request could be re-sent as another event; put a separator such as `.` between them"
-            ));
+            )
+            .into());
         }
     }
     Ok(())
@@ -209,36 +211,37 @@ pub struct GenericHmac {
     tolerance: Option<Tolerance>,
 }
 
-fn header_name(key: &str, name: &str) -> Result<HeaderName, String> {
-    HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("hmac.{key} `{name}` is not a valid header name"))
+fn header_name(key: &str, name: &str) -> Result<HeaderName, BuildError> {
+    HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| BuildError::from(format!("hmac.{key} `{name}` is not a valid header name")))
 }
 
 impl GenericHmac {
     /// Validates the options; `tolerance` overrides [`DEFAULT_TOLERANCE_S`] when a timestamp header is set.
-    pub fn new(options: &GenericHmacOptions, tolerance: Option<Tolerance>) -> Result<Self, String> {
+    pub fn new(options: &GenericHmacOptions, tolerance: Option<Tolerance>) -> Result<Self, BuildError> {
         let template = parse_template_for(&options.signed_content, options.timestamp_unit)?;
         let id_header = options.id_header.as_deref().map(|name| header_name("id_header", name)).transpose()?;
         let timestamp_header =
             options.timestamp_header.as_deref().map(|name| header_name("timestamp_header", name)).transpose()?;
         if template.contains(&Part::Id) && id_header.is_none() {
-            return Err("hmac.signed_content uses {id} but hmac.id_header is not set".to_owned());
+            return Err("hmac.signed_content uses {id} but hmac.id_header is not set".into());
         }
         if template.contains(&Part::Timestamp) && timestamp_header.is_none() {
-            return Err("hmac.signed_content uses {timestamp} but hmac.timestamp_header is not set".to_owned());
+            return Err("hmac.signed_content uses {timestamp} but hmac.timestamp_header is not set".into());
         }
         // A value that is checked but not signed proves nothing: anyone can change it on a captured request.
         if timestamp_header.is_some() && !template.contains(&Part::Timestamp) {
             return Err("hmac.timestamp_header is set but hmac.signed_content has no {timestamp}: \
                         an unsigned timestamp cannot stop a replay"
-                .to_owned());
+                .into());
         }
         if id_header.is_some() && !template.contains(&Part::Id) {
             return Err("hmac.id_header is set but hmac.signed_content has no {id}: \
                         an unsigned id cannot be the dedupe key (use event_id = \"body_sha256\" instead)"
-                .to_owned());
+                .into());
         }
         if tolerance.is_some() && timestamp_header.is_none() {
-            return Err("tolerance_s needs hmac.timestamp_header (and {timestamp} in hmac.signed_content)".to_owned());
+            return Err("tolerance_s needs hmac.timestamp_header (and {timestamp} in hmac.signed_content)".into());
         }
         let tolerance = timestamp_header.as_ref().map(|_| tolerance.unwrap_or(Tolerance::seconds(DEFAULT_TOLERANCE_S)));
         Ok(Self {
@@ -259,12 +262,15 @@ impl GenericHmac {
 }
 
 /// The key a configured secret's bytes give under `encoding` (shared by the configurable families).
-pub(crate) fn decode_with(encoding: SecretEncoding, raw: &[u8]) -> Result<Vec<u8>, String> {
-    let text = || std::str::from_utf8(raw).map(str::trim).map_err(|_| "the secret is not UTF-8".to_owned());
+pub(crate) fn decode_with(encoding: SecretEncoding, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
+    let what = "the secret";
+    let text = || std::str::from_utf8(raw).map(str::trim).map_err(|_| SecretError::NotUtf8 { what });
     match encoding {
         SecretEncoding::Utf8 => Ok(raw.to_vec()),
-        SecretEncoding::Base64 => BASE64_LENIENT.decode(text()?).map_err(|_| "the secret is not base64".to_owned()),
-        SecretEncoding::Hex => hex::decode(text()?).map_err(|_| "the secret is not hex".to_owned()),
+        SecretEncoding::Base64 => {
+            BASE64_LENIENT.decode(text()?).map_err(|_| SecretError::NotEncoded { what, encoding: "base64" })
+        }
+        SecretEncoding::Hex => hex::decode(text()?).map_err(|_| SecretError::NotEncoded { what, encoding: "hex" }),
     }
 }
 
@@ -290,7 +296,7 @@ impl Scheme for GenericHmac {
         self.name
     }
 
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         decode_with(self.secret_encoding, raw)
     }
 
@@ -460,7 +466,7 @@ mod tests {
     fn ambiguous_templates_are_refused_with_the_reason() {
         for bad in ["{id}{body}", "{timestamp}{body}", "{body}{id}", "{timestamp}1{body}", "{body}.2{timestamp}"] {
             let problem = parse_template(bad).expect_err(bad);
-            assert!(problem.contains("ambiguous"), "{bad}: {problem}");
+            assert!(problem.to_string().contains("ambiguous"), "{bad}: {problem}");
         }
         assert!(parse_template("{body}.{body}").is_err(), "a placeholder twice");
         for good in ["{id}.{timestamp}.{body}", "{timestamp}.{body}", "v0:{timestamp}:{body}", "{body}.{id}", "{body}"]

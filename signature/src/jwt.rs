@@ -37,6 +37,7 @@ use super::{
     generic::{SecretEncoding, decode_with},
     support::{Algorithm, Tolerance, equal, first_hmac_match, hmac},
 };
+use crate::{BuildError, SecretError};
 
 /// Default window for `iat` (seconds, both directions).
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
@@ -141,21 +142,21 @@ pub struct JwtScheme {
 
 impl JwtScheme {
     /// `tolerance` is the `iat` window, which needs `require_iat` (else it is refused, not ignored).
-    pub fn new(options: &JwtOptions, tolerance: Option<Tolerance>) -> Result<Self, String> {
+    pub fn new(options: &JwtOptions, tolerance: Option<Tolerance>) -> Result<Self, BuildError> {
         let header = http::HeaderName::from_bytes(options.header.as_bytes())
             .map_err(|_| format!("jwt.header `{}` is not a valid header name", options.header))?;
         if tolerance.is_some() && !options.require_iat {
-            return Err("tolerance_s applies to `iat`: set jwt.require_iat = true, or remove tolerance_s".to_owned());
+            return Err("tolerance_s applies to `iat`: set jwt.require_iat = true, or remove tolerance_s".into());
         }
         let audience = match (&options.audience, options.audience_is_public_url) {
-            (Some(_), true) => return Err("jwt: set audience or audience_is_public_url, not both".to_owned()),
-            (Some(audience), false) if audience.is_empty() => return Err("jwt.audience is empty".to_owned()),
+            (Some(_), true) => return Err("jwt: set audience or audience_is_public_url, not both".into()),
+            (Some(audience), false) if audience.is_empty() => return Err("jwt.audience is empty".into()),
             (Some(audience), false) => Audience::Exactly(audience.clone()),
             (None, true) => Audience::PublicUrl,
             (None, false) => Audience::Any,
         };
         if options.issuer.as_deref() == Some("") || options.body_sha256_claim.as_deref() == Some("") {
-            return Err("jwt.issuer and jwt.body_sha256_claim may not be empty".to_owned());
+            return Err("jwt.issuer and jwt.body_sha256_claim may not be empty".into());
         }
         Ok(Self {
             display: Cow::Owned(options.header.clone()),
@@ -255,7 +256,7 @@ impl Scheme for JwtScheme {
         "jwt"
     }
 
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         decode_with(self.secret_encoding, raw)
     }
 
@@ -470,7 +471,7 @@ mod tests {
         let bad = |text: &str, tolerance: Option<Tolerance>| {
             toml::from_str::<JwtOptions>(text)
                 .map_err(|error| error.to_string())
-                .and_then(|options| JwtScheme::new(&options, tolerance))
+                .and_then(|options| JwtScheme::new(&options, tolerance).map_err(|error| error.to_string()))
                 .is_err()
         };
         assert!(!bad("", None));

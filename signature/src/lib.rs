@@ -57,7 +57,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use secrecy::{ExposeSecret, SecretSlice};
 
-pub use error::VerifyError;
+pub use error::{BuildError, SecretError, TrustRootsError, VerifyError};
 pub use fetched::verify_fetched;
 pub use generic::GenericHmacOptions;
 pub use github::GitHub;
@@ -351,7 +351,7 @@ pub trait Scheme: Send + Sync + fmt::Debug {
     /// Turns a configured secret's bytes into the key the scheme uses, or says why they cannot be one: the Standard
     /// Webhooks family strips `whsec_` and base64-decodes, Discord and SendGrid take public keys. Called when the
     /// config is loaded, so a bad key fails validation instead of every request.
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         Ok(raw.to_vec())
     }
 

@@ -5,6 +5,7 @@ use super::{
     paddle, pagerduty, presets, sendgrid, shopify, slack, square, standard_webhooks, stripe, structured, support,
     token, twilio, twitch, typeform, unsigned, woocommerce, zoom,
 };
+use crate::BuildError;
 
 /// Per-source options a scheme is built with.
 #[derive(Debug, Clone, Default)]
@@ -70,7 +71,7 @@ pub fn all_names() -> impl Iterator<Item = &'static str> {
 }
 
 /// The scheme registered under a config name, configured with `options`; an error names what is wrong.
-pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, String> {
+pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, BuildError> {
     let tolerance = options.tolerance_s.map(support::Tolerance::seconds);
     let with_default = |default_s: u64| tolerance.or(Some(support::Tolerance::seconds(default_s)));
     let scheme: Box<dyn Scheme> = match name {
@@ -141,19 +142,17 @@ pub fn build(name: &str, options: &SchemeOptions) -> Result<Box<dyn Scheme>, Str
         other => match presets::find(other) {
             Some(preset) => preset.build(tolerance)?,
             None => {
-                return Err(format!(
-                    "unknown scheme `{other}` (known: {}, and the {} presets listed in docs/providers.md)",
-                    SCHEME_NAMES.join(", "),
-                    presets::all().count()
-                ));
+                return Err(BuildError::UnknownScheme {
+                    name: other.to_owned(),
+                    known: SCHEME_NAMES.join(", "),
+                    presets: presets::all().count(),
+                });
             }
         },
     };
     // Decided by the built scheme (its preset's `timed`, its family's options), never by a list of names.
     if options.tolerance_s.is_some() && !scheme.signs_timestamp() {
-        return Err(format!(
-            "scheme `{name}` signs no timestamp, so tolerance_s cannot apply: remove it (docs/configuration/gateway.md, 'What each scheme signs')"
-        ));
+        return Err(BuildError::ToleranceWithoutTimestamp(name.to_owned()));
     }
     Ok(scheme)
 }

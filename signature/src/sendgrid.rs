@@ -18,6 +18,7 @@ use super::{
     family::TimestampedPublicKey,
     support::{BASE64_LENIENT, Tolerance},
 };
+use crate::SecretError;
 
 /// SendGrid documents no window; ours, like Stripe's and Slack's.
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
@@ -57,11 +58,13 @@ impl Scheme for SendGrid {
     }
 
     /// The verification key: base64 of the DER SubjectPublicKeyInfo.
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "the public key is not UTF-8".to_owned())?;
-        let der = BASE64_LENIENT.decode(text.trim()).map_err(|_| "the public key is not base64".to_owned())?;
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
+        let what = "the public key";
+        let text = std::str::from_utf8(raw).map_err(|_| SecretError::NotUtf8 { what })?;
+        let der =
+            BASE64_LENIENT.decode(text.trim()).map_err(|_| SecretError::NotEncoded { what, encoding: "base64" })?;
         let key = VerifyingKey::from_public_key_der(&der)
-            .map_err(|_| "the public key is not a P-256 SPKI DER key".to_owned())?;
+            .map_err(|_| SecretError::Invalid("the public key is not a P-256 SPKI DER key".into()))?;
         self.signed.keys.remember(&der, key);
         Ok(der)
     }

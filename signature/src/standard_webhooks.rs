@@ -14,6 +14,7 @@ use super::{
     FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{Algorithm, BASE64, BASE64_LENIENT, Tolerance, check_seconds, first_hmac_match, hmac, parse_unix},
 };
+use crate::SecretError;
 
 /// The three header names of one spelling of the scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,12 +81,15 @@ fn gitlab_identity() -> IdentityRule {
 }
 
 /// Decodes a Standard Webhooks secret: `whsec_` prefix optional, base64 with or without padding.
-pub fn decode_secret(raw: &[u8]) -> Result<Vec<u8>, String> {
-    let text = std::str::from_utf8(raw).map_err(|_| "the secret is not UTF-8".to_owned())?;
+pub fn decode_secret(raw: &[u8]) -> Result<Vec<u8>, SecretError> {
+    let what = "the secret";
+    let text = std::str::from_utf8(raw).map_err(|_| SecretError::NotUtf8 { what })?;
     let encoded = text.strip_prefix("whsec_").unwrap_or(text);
-    let key = BASE64_LENIENT.decode(encoded).map_err(|_| "the secret is not base64 after `whsec_`".to_owned())?;
+    let key = BASE64_LENIENT
+        .decode(encoded)
+        .map_err(|_| SecretError::NotEncoded { what, encoding: "base64 after `whsec_`" })?;
     if key.is_empty() {
-        return Err("the secret decodes to no bytes".to_owned());
+        return Err(SecretError::Invalid("the secret decodes to no bytes".into()));
     }
     Ok(key)
 }
@@ -113,7 +117,7 @@ impl Scheme for StandardWebhooks {
         self.name
     }
 
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         decode_secret(raw)
     }
 

@@ -30,6 +30,7 @@ use super::{
     generic::{Encoding, Part, SecretEncoding, TimestampUnit, parse_template_for},
     support::{Algorithm, BASE64_LENIENT, Tolerance, first_hmac_match, hex_of_len},
 };
+use crate::{BuildError, SecretError};
 
 /// Default window (seconds) when a timestamp entry is configured.
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
@@ -103,38 +104,36 @@ pub struct Structured {
 
 impl Structured {
     /// Validates `options`; `tolerance` overrides [`DEFAULT_TOLERANCE_S`] (refused without a timestamp key).
-    pub fn new(options: &StructuredOptions, tolerance: Option<Tolerance>) -> Result<Self, String> {
+    pub fn new(options: &StructuredOptions, tolerance: Option<Tolerance>) -> Result<Self, BuildError> {
         let header = http::HeaderName::from_bytes(options.header.as_bytes())
             .map_err(|_| format!("structured.header `{}` is not a valid header name", options.header))?;
         if options.entry_separator.is_empty() || options.pair_separator.is_empty() {
-            return Err("structured.entry_separator and structured.pair_separator must not be empty".to_owned());
+            return Err("structured.entry_separator and structured.pair_separator must not be empty".into());
         }
         if options.entry_separator.contains(&options.pair_separator)
             || options.pair_separator.contains(&options.entry_separator)
         {
-            return Err("structured.entry_separator and structured.pair_separator must differ".to_owned());
+            return Err("structured.entry_separator and structured.pair_separator must differ".into());
         }
         let default_template = if options.timestamp_key.is_some() { "{timestamp}.{body}" } else { "{body}" };
         let text = options.signed_content.as_deref().unwrap_or(default_template);
         let template = parse_template_for(text, options.timestamp_unit)?;
         if template.contains(&Part::Id) {
-            return Err(format!("structured.signed_content `{text}`: {{id}} is not available in this family"));
+            return Err(format!("structured.signed_content `{text}`: {{id}} is not available in this family").into());
         }
         match (&options.timestamp_key, template.contains(&Part::Timestamp)) {
             (Some(_), false) => {
                 return Err("structured.timestamp_key is set but structured.signed_content has no {timestamp}: \
                             an unsigned timestamp cannot stop a replay"
-                    .to_owned());
+                    .into());
             }
             (None, true) => {
-                return Err(
-                    "structured.signed_content uses {timestamp} but structured.timestamp_key is not set".to_owned()
-                );
+                return Err("structured.signed_content uses {timestamp} but structured.timestamp_key is not set".into());
             }
             _ => {}
         }
         if tolerance.is_some() && options.timestamp_key.is_none() {
-            return Err("tolerance_s needs structured.timestamp_key".to_owned());
+            return Err("tolerance_s needs structured.timestamp_key".into());
         }
         let tolerance =
             options.timestamp_key.as_ref().map(|_| tolerance.unwrap_or(Tolerance::seconds(DEFAULT_TOLERANCE_S)));
@@ -217,7 +216,7 @@ impl Scheme for Structured {
         self.name
     }
 
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         super::generic::decode_with(self.options.secret_encoding, raw)
     }
 
@@ -301,7 +300,7 @@ mod tests {
         assert!(Structured::new(&untimed, None).is_ok());
         assert!(Structured::new(&untimed, Some(Tolerance::seconds(5))).is_err());
         let unsigned_time = StructuredOptions { signed_content: Some("{body}".into()), ..StructuredOptions::new("x") };
-        assert!(Structured::new(&unsigned_time, None).unwrap_err().contains("unsigned timestamp"));
+        assert!(Structured::new(&unsigned_time, None).unwrap_err().to_string().contains("unsigned timestamp"));
         let same = StructuredOptions { entry_separator: "=".into(), ..StructuredOptions::new("x") };
         assert!(Structured::new(&same, None).is_err());
         let with_id =

@@ -10,6 +10,7 @@ use super::{
     family::TimestampedPublicKey,
     support::{Tolerance, base64_of_len},
 };
+use crate::SecretError;
 
 /// Telnyx's SDKs' window (seconds).
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
@@ -49,7 +50,7 @@ impl Scheme for Telnyx {
     }
 
     /// The public key, base64 as the portal shows it.
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         self.signed.decode_ed25519_key(raw, base64_of_len, "the public key must be 32 bytes in base64")
     }
 

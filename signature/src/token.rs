@@ -25,6 +25,7 @@ use super::{
     FieldSource, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     support::{BASE64_LENIENT, digest_equal},
 };
+use crate::BuildError;
 
 /// `[sources.token]`.
 #[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
@@ -61,20 +62,20 @@ pub struct Token {
 }
 
 impl Token {
-    pub fn new(options: &TokenOptions) -> Result<Self, String> {
+    pub fn new(options: &TokenOptions) -> Result<Self, BuildError> {
         let given = [options.header.is_some(), options.query.is_some(), options.json_pointer.is_some()];
         if options.basic && (options.query.is_some() || options.json_pointer.is_some()) {
-            return Err("token.basic reads the Authorization header: set no query or json_pointer".to_owned());
+            return Err("token.basic reads the Authorization header: set no query or json_pointer".into());
         }
         if !options.basic && given.iter().filter(|given| **given).count() != 1 {
-            return Err("token needs exactly one of header, query or json_pointer".to_owned());
+            return Err("token needs exactly one of header, query or json_pointer".into());
         }
         if !options.prefix.is_empty() && (options.header.is_none() || options.basic) {
-            return Err("token.prefix applies only to a header token".to_owned());
+            return Err("token.prefix applies only to a header token".into());
         }
         let location = if options.basic {
             if options.header.as_deref().is_some_and(|name| !name.eq_ignore_ascii_case("authorization")) {
-                return Err("token.basic reads the Authorization header".to_owned());
+                return Err("token.basic reads the Authorization header".into());
             }
             Location::Basic
         } else if let Some(name) = &options.header {
@@ -87,7 +88,7 @@ impl Token {
         } else {
             let pointer = options.json_pointer.clone().unwrap_or_default();
             if !pointer.starts_with('/') {
-                return Err(format!("token.json_pointer `{pointer}` must start with `/`"));
+                return Err(format!("token.json_pointer `{pointer}` must start with `/`").into());
             }
             match pointer.split_once("/*") {
                 None => Location::Body { array: None, field: pointer },
@@ -95,7 +96,9 @@ impl Token {
                     Location::Body { array: Some(array.to_owned()), field: field.to_owned() }
                 }
                 Some(_) => {
-                    return Err(format!("token.json_pointer `{pointer}`: `*` may appear once, as a whole segment"));
+                    return Err(
+                        format!("token.json_pointer `{pointer}`: `*` may appear once, as a whole segment").into()
+                    );
                 }
             }
         };

@@ -161,7 +161,14 @@ struct Inner {
 impl KeyFetcher {
     pub fn new(config: &KeyFetchConfig, metrics: Metrics) -> Result<Self, String> {
         let (roots, resolve) = match &config.test_only {
-            Some(test) => (TrustRoots::from_pem(&test.roots_pem)?, test.resolve.clone()),
+            Some(test) => {
+                let roots =
+                    TrustRoots::from_pem(&test.roots_pem).map_err(|error| match std::error::Error::source(&error) {
+                        Some(source) => format!("{error}: {source}"),
+                        None => error.to_string(),
+                    })?;
+                (roots, test.resolve.clone())
+            }
             None => (TrustRoots::mozilla(), Vec::new()),
         };
         Self::with_roots(config, roots, resolve, metrics)

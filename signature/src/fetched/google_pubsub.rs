@@ -19,6 +19,7 @@ use super::{
     jwt::Jwt,
     pin::{HostPin, Pins},
 };
+use crate::SecretError;
 
 /// Clock skew allowed around the token's `iat` and `exp` (seconds).
 pub const DEFAULT_TOLERANCE_S: u64 = 60;
@@ -89,10 +90,10 @@ impl Scheme for GooglePubSub {
     }
 
     /// A service account's email address.
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         let text = super::secret_text(raw, "the service account")?;
         if !text.contains('@') || text.contains(char::is_whitespace) {
-            return Err("a google_pubsub source's secrets are service account emails".to_owned());
+            return Err("a google_pubsub source's secrets are service account emails".into());
         }
         Ok(text.as_bytes().to_vec())
     }

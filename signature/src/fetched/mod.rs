@@ -24,6 +24,7 @@ pub mod x509;
 use std::fmt;
 
 use super::{Secret, SignatureMatch, UnverifiedRequest, Verified, VerifyError, active_secrets};
+use crate::SecretError;
 pub use pin::{KeyPost, KeyUrl};
 pub use x509::{FetchedCertificate, TrustRoots};
 
@@ -61,8 +62,8 @@ pub(crate) fn verify_offline(
 
 /// A secret that is text (an account, an ARN, credentials): UTF-8, surrounding whitespace trimmed; `what` names it
 /// in the error.
-pub(crate) fn secret_text<'a>(raw: &'a [u8], what: &str) -> Result<&'a str, String> {
-    Ok(std::str::from_utf8(raw).map_err(|_| format!("{what} is not UTF-8"))?.trim())
+pub(crate) fn secret_text<'a>(raw: &'a [u8], what: &'static str) -> Result<&'a str, SecretError> {
+    Ok(std::str::from_utf8(raw).map_err(|_| SecretError::NotUtf8 { what })?.trim())
 }
 
 /// A scheme whose verification needs a certificate fetched from the provider.

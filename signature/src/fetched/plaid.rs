@@ -21,6 +21,7 @@ use super::{
     jwt::Jwt,
     pin::{HostPin, Pins},
 };
+use crate::SecretError;
 
 /// How old `iat` may be (Plaid: 5 minutes), and how far ahead of our clock.
 pub const DEFAULT_TOLERANCE_S: u64 = 300;
@@ -104,10 +105,10 @@ impl Scheme for Plaid {
     }
 
     /// The API credentials, `client_id:secret`.
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         let text = super::secret_text(raw, "the Plaid credentials")?;
         if credentials(text.as_bytes()).is_none() || text.contains(char::is_whitespace) {
-            return Err("a plaid source's secrets are its API credentials, `client_id:secret`".to_owned());
+            return Err("a plaid source's secrets are its API credentials, `client_id:secret`".into());
         }
         Ok(text.as_bytes().to_vec())
     }

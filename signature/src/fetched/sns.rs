@@ -23,6 +23,7 @@ use super::{
     pin::{HostPin, Pins},
     x509::RsaDigest,
 };
+use crate::SecretError;
 use base64::Engine;
 
 /// SNS keeps a message's `Timestamp` across its delivery retries (up to an hour with a custom delivery policy).
@@ -130,11 +131,11 @@ impl Scheme for Sns {
     }
 
     /// A topic ARN (`arn:aws:sns:<region>:<account>:<topic>`).
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         let text = super::secret_text(raw, "the topic ARN")?;
         let parts: Vec<&str> = text.split(':').collect();
         if parts.len() != 6 || parts[0] != "arn" || !parts[1].starts_with("aws") || parts[2] != "sns" {
-            return Err("an sns source's secrets are topic ARNs (arn:aws:sns:<region>:<account>:<topic>)".to_owned());
+            return Err("an sns source's secrets are topic ARNs (arn:aws:sns:<region>:<account>:<topic>)".into());
         }
         Ok(text.as_bytes().to_vec())
     }

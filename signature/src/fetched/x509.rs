@@ -15,6 +15,8 @@ use rustls_pki_types::{
 };
 use webpki::{EndEntityCert, ExtendedKeyUsageValidator, KeyPurposeIdIter};
 
+use crate::TrustRootsError;
+
 /// The roots a fetched certificate must chain to: the Mozilla roots compiled in (webpki-roots), or, in tests, a
 /// CA of their own.
 #[derive(Debug, Clone)]
@@ -29,16 +31,15 @@ impl TrustRoots {
     }
 
     /// The CA certificates of a PEM file and nothing else (tests' own CA).
-    pub fn from_pem(pem: &[u8]) -> Result<Self, String> {
+    pub fn from_pem(pem: &[u8]) -> Result<Self, TrustRootsError> {
         let mut anchors = Vec::new();
         for der in CertificateDer::pem_slice_iter(pem) {
-            let der = der.map_err(|error| format!("a CA certificate does not parse: {error}"))?;
-            let anchor = webpki::anchor_from_trusted_cert(&der)
-                .map_err(|error| format!("a CA certificate is not usable as a root: {error}"))?;
+            let der = der.map_err(TrustRootsError::Pem)?;
+            let anchor = webpki::anchor_from_trusted_cert(&der).map_err(TrustRootsError::NotARoot)?;
             anchors.push(anchor.to_owned());
         }
         if anchors.is_empty() {
-            return Err("no CA certificate found".to_owned());
+            return Err(TrustRootsError::Empty);
         }
         Ok(Self { anchors })
     }

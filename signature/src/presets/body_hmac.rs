@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use base64::Engine;
 
 use super::{Preset, Reply};
+use crate::BuildError;
 use crate::{
     FieldSource, GenericHmacOptions, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     generic::{Encoding, GenericHmac, SecretEncoding, TimestampUnit},
@@ -23,7 +24,7 @@ fn body(
     encoding: Encoding,
     algorithm: Algorithm,
     secret_encoding: SecretEncoding,
-) -> Result<Box<dyn Scheme>, String> {
+) -> Result<Box<dyn Scheme>, BuildError> {
     Ok(Box::new(GenericHmac::new(&body_options(header, prefix, encoding, algorithm, secret_encoding), None)?))
 }
 

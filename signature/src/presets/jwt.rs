@@ -3,19 +3,20 @@
 //! scheme: `allow_token = true`).
 
 use super::Preset;
+use crate::BuildError;
 use crate::{
     FieldSource, IdentityRule, Scheme,
     jwt::{JwtOptions, JwtScheme},
     support::Tolerance,
 };
 
-fn build(options: JwtOptions, tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, String> {
+fn build(options: JwtOptions, tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, BuildError> {
     Ok(Box::new(JwtScheme::new(&options, tolerance)?))
 }
 
 /// Netlify deploy notifications with a JWS secret token: `X-Webhook-Signature` holds an HS256 JWT with
 /// `iss: "netlify"` and `sha256`, the body's hex SHA-256. No time is signed.
-fn netlify(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, String> {
+fn netlify(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, BuildError> {
     let options = JwtOptions {
         header: "X-Webhook-Signature".to_owned(),
         issuer: Some("netlify".to_owned()),
@@ -28,7 +29,7 @@ fn netlify(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, String> {
 /// Vonage signed webhooks (Messages, Dispatch, Voice): `Authorization: Bearer <HS256 JWT>` signed with the
 /// account's signature secret; claims `iss: "Vonage"`, `iat`, `jti`, `api_key`, `application_id` and
 /// `payload_hash`, the body's hex SHA-256.
-fn vonage(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, String> {
+fn vonage(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, BuildError> {
     let options = JwtOptions {
         prefix: "Bearer ".to_owned(),
         issuer: Some("Vonage".to_owned()),
@@ -42,7 +43,7 @@ fn vonage(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, String> {
 /// monday.com app integrations and board webhooks: `Authorization: <HS256 JWT>` (no `Bearer`) signed with the
 /// app's signing secret (client secret for lifecycle webhooks); claims `aud` (the endpoint URL: the source's
 /// `public_url`), `iat`, `exp`, `accountId`, `userId`, `shortLivedToken`. Nothing binds the body: a token.
-fn monday(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, String> {
+fn monday(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, BuildError> {
     let options =
         JwtOptions { audience_is_public_url: true, require_iat: true, require_exp: true, ..JwtOptions::default() };
     build(options, tolerance)

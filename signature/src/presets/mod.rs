@@ -18,9 +18,10 @@ use super::{
     AcceptedReply, Handshake, IdentityRule, Scheme, Secret, SignatureMatch, UnverifiedRequest, VerifyError,
     handshake::Challenge, support::Tolerance,
 };
+use crate::{BuildError, SecretError};
 
 /// Builds a preset's scheme with the source's tolerance (`None`: the preset's default).
-pub(crate) type Build = fn(Option<Tolerance>) -> Result<Box<dyn Scheme>, String>;
+pub(crate) type Build = fn(Option<Tolerance>) -> Result<Box<dyn Scheme>, BuildError>;
 
 /// One named provider.
 #[derive(Debug)]
@@ -110,12 +111,13 @@ impl Preset {
     }
 
     /// The preset's scheme, with `tolerance` instead of its default window when given.
-    pub fn build(&'static self, tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, String> {
+    pub fn build(&'static self, tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, BuildError> {
         if tolerance.is_some() && !self.timed {
             return Err(format!(
                 "scheme `{}` signs no timestamp, so tolerance_s cannot apply: remove it (docs/providers.md)",
                 self.name
-            ));
+            )
+            .into());
         }
         Ok(Box::new(PresetScheme { preset: self, inner: (self.build)(tolerance)? }))
     }
@@ -133,7 +135,7 @@ impl Scheme for PresetScheme {
         self.preset.name
     }
 
-    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
+    fn decode_secret(&self, raw: &[u8]) -> Result<Vec<u8>, SecretError> {
         self.inner.decode_secret(raw)
     }
 

@@ -3,6 +3,7 @@
 //! body over some of its fields (the body-fields family: Mailgun, Adyen).
 
 use super::{Preset, Reply};
+use crate::BuildError;
 use crate::{
     FieldSource, IdentityRule, Scheme,
     body_fields::{BodyFields, BodyFieldsOptions, BodyFormat},
@@ -12,19 +13,19 @@ use crate::{
     token::{Token, TokenOptions},
 };
 
-fn header(name: &str) -> Result<Box<dyn Scheme>, String> {
+fn header(name: &str) -> Result<Box<dyn Scheme>, BuildError> {
     Ok(Box::new(Token::new(&TokenOptions { header: Some(name.to_owned()), ..TokenOptions::default() })?))
 }
 
-fn basic() -> Result<Box<dyn Scheme>, String> {
+fn basic() -> Result<Box<dyn Scheme>, BuildError> {
     Ok(Box::new(Token::new(&TokenOptions { basic: true, ..TokenOptions::default() })?))
 }
 
-fn body_pointer(pointer: &str) -> Result<Box<dyn Scheme>, String> {
+fn body_pointer(pointer: &str) -> Result<Box<dyn Scheme>, BuildError> {
     Ok(Box::new(Token::new(&TokenOptions { json_pointer: Some(pointer.to_owned()), ..TokenOptions::default() })?))
 }
 
-fn query(name: &str) -> Result<Box<dyn Scheme>, String> {
+fn query(name: &str) -> Result<Box<dyn Scheme>, BuildError> {
     Ok(Box::new(Token::new(&TokenOptions { query: Some(name.to_owned()), ..TokenOptions::default() })?))
 }
 
@@ -37,7 +38,7 @@ fn digest_and(event_type: Vec<FieldSource>) -> IdentityRule {
 }
 
 /// Mailgun: `signature.signature` = hex HMAC-SHA256(signing key, `signature.timestamp` + `signature.token`).
-fn mailgun(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, String> {
+fn mailgun(tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, BuildError> {
     let options = BodyFieldsOptions {
         format: BodyFormat::Json,
         signature: "/signature/signature".to_owned(),
@@ -62,7 +63,7 @@ const ADYEN_ITEM: &str = "/notificationItems/0/NotificationRequestItem";
 /// Adyen standard notifications: `additionalData.hmacSignature` = base64 HMAC-SHA256(hex-decoded key,
 /// `pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success`),
 /// absent fields signing as empty.
-fn adyen(_tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, String> {
+fn adyen(_tolerance: Option<Tolerance>) -> Result<Box<dyn Scheme>, BuildError> {
     let field = |name: &str| format!("{ADYEN_ITEM}/{name}");
     let options = BodyFieldsOptions {
         format: BodyFormat::Json,

@@ -172,7 +172,7 @@ fn a_tolerance_is_refused_for_untimed_presets_and_honoured_for_timed_ones() {
 /// docs/providers.md's table is this module's: a preset added here and not there (or changed) fails.
 #[test]
 fn docs_providers_md_lists_every_preset_as_built() {
-    let doc = include_str!("../../../../docs/providers.md");
+    let doc = include_str!("../../../docs/providers.md");
     let start = doc.find("<!-- presets:start -->\n").expect("start marker") + "<!-- presets:start -->\n".len();
     let end = doc.find("<!-- presets:end -->").expect("end marker");
     let expected = markdown_table();

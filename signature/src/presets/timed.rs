@@ -2,6 +2,7 @@
 //! 3339), the structured-header family (`t=..,v1=..`), the Standard Webhooks family, and Telnyx's Ed25519.
 
 use super::Preset;
+use crate::BuildError;
 use crate::{
     FieldSource, GenericHmacOptions, IdentityRule, Scheme,
     generic::{Encoding, GenericHmac, SecretEncoding, TimestampUnit},
@@ -22,7 +23,7 @@ fn timed_hmac(
     template: &str,
     timestamp_header: &str,
     unit: TimestampUnit,
-) -> Result<Box<dyn Scheme>, String> {
+) -> Result<Box<dyn Scheme>, BuildError> {
     let options = GenericHmacOptions {
         signature_header: header.to_owned(),
         prefix: prefix.to_owned(),
@@ -42,7 +43,7 @@ fn structured(
     tolerance: Option<Tolerance>,
     default_s: u64,
     options: StructuredOptions,
-) -> Result<Box<dyn Scheme>, String> {
+) -> Result<Box<dyn Scheme>, BuildError> {
     let tolerance = options.timestamp_key.as_ref().map(|_| tolerance.unwrap_or(Tolerance::seconds(default_s)));
     Ok(Box::new(Structured::new(&options, tolerance)?))
 }
