@@ -4,7 +4,7 @@
 //! gateway must refuse it with 401 and never produce it.
 
 use bytes::Bytes;
-use hookline_common::signature::{github, standard_webhooks, stripe};
+use hookline_signature::{github, standard_webhooks, stripe};
 use http::{HeaderName, HeaderValue};
 
 /// The signature schemes the generator speaks.
@@ -70,7 +70,9 @@ impl Signer {
     /// `secret` as it would appear in the gateway's secret file.
     pub fn new(scheme: SchemeKind, secret: &str, body_bytes: usize) -> Result<Self, String> {
         let key = match scheme {
-            SchemeKind::StandardWebhooks => standard_webhooks::decode_secret(secret.as_bytes())?,
+            SchemeKind::StandardWebhooks => {
+                standard_webhooks::decode_secret(secret.as_bytes()).map_err(|error| error.to_string())?
+            }
             SchemeKind::Github | SchemeKind::Stripe => secret.as_bytes().to_vec(),
             SchemeKind::Sendgrid => {
                 use base64::Engine;
@@ -171,7 +173,7 @@ impl Signer {
 
 /// `sha256:<hex>` of a body, as the gateway computes it.
 fn body_sha256(body: &[u8]) -> String {
-    use hookline_common::signature::{FieldSource, IdentityRule};
+    use hookline_signature::{FieldSource, IdentityRule};
     IdentityRule::new(vec![FieldSource::BodySha256], vec![])
         .identify(&http::HeaderMap::new(), body)
         .event_id
@@ -211,15 +213,14 @@ mod tests {
         let private = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgmz9uo59iGvMCdhjSEbJzQqNAFzh1Dxfk/9equBGYMg2hRANCAAQoSfOBJ01hSGIAXcdc2w5oxTPs2OPHOGEVekCtHU/SbqCO7QU/3MQOV45D4MpXgSS18HNcBiGKHkLV5fbkWENF";
         let public = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEKEnzgSdNYUhiAF3HXNsOaMUz7NjjxzhhFXpArR1P0m6gju0FP9zEDleOQ+DKV4EktfBzXAYhih5C1eX25FhDRQ==";
         let signer = Signer::new(SchemeKind::Sendgrid, private, 256).unwrap();
-        let scheme = hookline_common::signature::scheme_by_name("sendgrid").unwrap();
-        let secret = hookline_common::signature::Secret::new("k", scheme.decode_secret(public.as_bytes()).unwrap());
+        let scheme = hookline_signature::scheme_by_name("sendgrid").unwrap();
+        let secret = hookline_signature::Secret::new("k", scheme.decode_secret(public.as_bytes()).unwrap());
         let now_s = 1_700_000_000;
         for (kind, expected) in [(SignatureKind::Valid, true), (SignatureKind::Forged, false)] {
             let request = signer.request("evt", now_s, kind);
             let headers: http::HeaderMap = request.headers.into_iter().collect();
-            let unverified = hookline_common::signature::UnverifiedRequest::new(&headers, &request.body, now_s * 1000);
-            let verified =
-                hookline_common::signature::verify(scheme.as_ref(), &unverified, std::slice::from_ref(&secret));
+            let unverified = hookline_signature::UnverifiedRequest::new(&headers, &request.body, now_s * 1000);
+            let verified = hookline_signature::verify(scheme.as_ref(), &unverified, std::slice::from_ref(&secret));
             assert_eq!(verified.is_ok(), expected, "{kind:?}: {verified:?}");
         }
     }

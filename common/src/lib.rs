@@ -1,6 +1,5 @@
-//! What the hookline services share: the wire format of the Kafka records and Redis keys ([`wire`]), the
-//! signature schemes that decide authenticity ([`signature`]), Kafka client settings that keep data safe
-//! ([`kafka`]) with their TLS and SASL settings
+//! What the hookline services share at run time: the wire format of the Kafka records and Redis keys ([`wire`]),
+//! Kafka client settings that keep data safe ([`kafka`]) with their TLS and SASL settings
 //! ([`kafka_security`]), and the one producer every writer uses ([`producer`]), which signs every record
 //! ([`record_auth`]), one Redis connection type
 //! ([`redis_connection`]), configuration loading ([`config`]), HTTP/admin plumbing and logging ([`http`],
@@ -8,7 +7,8 @@
 //! ([`metrics_catalog`]), and the conditions on an event's JSON body that event search and the consumer's route
 //! filters share ([`predicate`]); RFC 3339 times read and written one way ([`time`]).
 //!
-//! This crate knows nothing about any one service or public route.
+//! This crate knows nothing about any one service or public route, and nothing of the provider signature schemes:
+//! those are the `hookline-signature` crate, which needs nothing from here.
 
 pub mod cli;
 pub mod config;
@@ -26,7 +26,6 @@ pub mod record_auth;
 pub mod redis_connection;
 pub mod redis_security;
 pub mod signals;
-pub mod signature;
 pub mod telemetry;
 pub mod time;
 pub mod wire;

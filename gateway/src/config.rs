@@ -4,11 +4,11 @@ use std::path::Path;
 
 use hookline_common::{
     config::{self, ConfigError, KafkaConfig, Problems, SecretRef, env},
-    signature::{
-        FieldSource, GenericHmacOptions, body_fields::BodyFieldsOptions, handshake::Challenge, jwt::JwtOptions,
-        structured::StructuredOptions, token::TokenOptions,
-    },
     telemetry::traces::TelemetryConfig,
+};
+use hookline_signature::{
+    FieldSource, GenericHmacOptions, body_fields::BodyFieldsOptions, handshake::Challenge, jwt::JwtOptions,
+    structured::StructuredOptions, token::TokenOptions,
 };
 use serde::{Deserialize, Serialize};
 
@@ -166,7 +166,7 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1_000_000;
 pub struct SourceConfig {
     /// Served at `POST /webhooks/{name}`. Required, like `scheme`: empty, it is refused when the source is built.
     pub name: String,
-    /// Signature scheme name (see `hookline_common::signature::SCHEME_NAMES`). `none` accepts unsigned requests:
+    /// Signature scheme name (see `hookline_signature::SCHEME_NAMES`). `none` accepts unsigned requests:
     /// an explicit opt-in for trusted internal senders, logged as a warning at every (re)load.
     pub scheme: String,
     /// Secrets tried in order; more than one during a rotation. Required by every scheme but `none`.
@@ -374,7 +374,7 @@ mod tests {
         let config: GatewayConfig =
             config::parse_str(block, "docs/configuration/gateway.md").expect("the example parses");
         let schemes: std::collections::HashSet<&str> = config.sources.iter().map(|s| s.scheme.as_str()).collect();
-        for name in hookline_common::signature::SCHEME_NAMES {
+        for name in hookline_signature::SCHEME_NAMES {
             assert!(schemes.contains(name), "the documented example has no `{name}` source");
         }
         let directory = std::env::temp_dir().join(format!("hookline-config-doc-{}", std::process::id()));

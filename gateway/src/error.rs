@@ -5,7 +5,8 @@
 //! is a 503 with `Retry-After`, so the provider retries; never a 2xx for anything the broker has not acknowledged.
 
 use bytes::Bytes;
-use hookline_common::{http::Body, signature::VerifyError};
+use hookline_common::http::Body;
+use hookline_signature::VerifyError;
 use http::{HeaderValue, Response, StatusCode, header};
 
 use crate::produce::ProduceError;

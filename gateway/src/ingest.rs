@@ -23,12 +23,12 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use hookline_common::{
     http::{Body, PeerAddr},
-    signature::{
-        self, Coverage, UnverifiedRequest,
-        handshake::{Challenge, HandshakeKeys},
-    },
     telemetry::traces::{TraceSpan, attribute},
     wire::{EventMeta, now_ms},
+};
+use hookline_signature::{
+    self as signature, Coverage, UnverifiedRequest,
+    handshake::{Challenge, HandshakeKeys},
 };
 use http::{Method, Request, Response, header};
 use hyper::body::Incoming;

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use bytes::Bytes;
-use hookline_common::signature::{self, Coverage, UnverifiedRequest, VerifyError, handshake::HandshakeKeys};
+use hookline_signature::{self as signature, Coverage, UnverifiedRequest, VerifyError, handshake::HandshakeKeys};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
 use crate::{config::GatewayConfig, source::Source};

@@ -5,17 +5,15 @@
 //! credentials (`[sources.paypal] api_credentials`, `client_id:secret`): once the signature verified, the gateway
 //! asks PayPal for the event the body names (`GET /v1/notifications/webhooks-events/{id}` with an OAuth token of
 //! those credentials, cached until shortly before it expires) and produces the body only when every member of it
-//! is what PayPal holds ([`hookline_common::signature::fetched::paypal::confirmed`]). A body PayPal does not know
+//! is what PayPal holds ([`hookline_signature::fetched::paypal::confirmed`]). A body PayPal does not know
 //! is refused 401 `not_confirmed`; PayPal's API that cannot be reached is a 503 with `Retry-After` (PayPal
 //! retries), never a 401. Without credentials a source must opt in to the checksum alone (`allow_crc_only`).
 
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use hookline_common::{
-    config::SecretRef,
-    signature::{Verified, VerifyError, fetched::paypal},
-};
+use hookline_common::config::SecretRef;
+use hookline_signature::{Verified, VerifyError, fetched::paypal};
 use http::{HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 

@@ -13,9 +13,9 @@ use hookline_common::{
     config::KafkaConfig,
     kafka::properties_set_linger,
     producer::{AckedProducer, QueueWait},
-    signature::Verified,
     wire::{EventMeta, header},
 };
+use hookline_signature::Verified;
 use rdkafka::{
     error::KafkaError,
     message::{Header, OwnedHeaders},
@@ -195,10 +195,8 @@ impl EventProducer {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use hookline_common::{
-        signature::{self, GitHub, Secret, UnverifiedRequest},
-        wire::EventMeta,
-    };
+    use hookline_common::wire::EventMeta;
+    use hookline_signature::{self as signature, GitHub, Secret, UnverifiedRequest};
     use http::{HeaderMap, HeaderValue};
 
     use super::VerifiedWebhook;

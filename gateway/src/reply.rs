@@ -3,10 +3,8 @@
 //! `reply`, and a handshake's answer. Errors are [`crate::error`]'s.
 
 use bytes::Bytes;
-use hookline_common::{
-    http::Body,
-    signature::{AcceptedReply, Handshake},
-};
+use hookline_common::http::Body;
+use hookline_signature::{AcceptedReply, Handshake};
 use http::{HeaderValue, Response, StatusCode, header};
 
 use crate::config::ReplyConfig;

@@ -7,10 +7,8 @@ use std::{
     sync::Arc,
 };
 
-use hookline_common::{
-    signature::{self, IdentityRule, Scheme, SchemeOptions, Secret, handshake::Challenge},
-    wire::now_ms,
-};
+use hookline_common::wire::now_ms;
+use hookline_signature::{self as signature, IdentityRule, Scheme, SchemeOptions, Secret, handshake::Challenge};
 use http::HeaderName;
 
 use crate::{
@@ -62,8 +60,9 @@ impl Source {
     ) -> Result<Self, Vec<String>> {
         let verifications_per_source = verifications_per_source.max(1);
         let mut problems = Vec::new();
-        let scheme =
-            signature::build(&config.scheme, &scheme_options(config)).map_err(|problem| problems.push(problem)).ok();
+        let scheme = signature::build(&config.scheme, &scheme_options(config))
+            .map_err(|problem| problems.push(problem.to_string()))
+            .ok();
         let tables = [
             ("hmac", config.hmac.is_some()),
             ("structured", config.structured.is_some()),
@@ -338,6 +337,7 @@ fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<S
         let key = secret_ref.load().map_err(|problem| problems.push(problem)).ok().and_then(|raw| {
             scheme
                 .decode_secret(&raw)
+                .map_err(|problem| problem.to_string())
                 .and_then(|key| key_strength(scheme, &raw, key, &secret_ref.id))
                 .map_err(|problem| problems.push(format!("secret `{}`: {problem}", secret_ref.id)))
                 .ok()

@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hookline_common::signature::{
-    self, UnverifiedRequest, Verified,
+use hookline_signature::{
+    self as signature, UnverifiedRequest, Verified,
     fetched::{Confirmation, FetchedKeyScheme},
 };
 use http::{HeaderMap, Method};

@@ -7,8 +7,8 @@ use std::{path::Path, time::Duration};
 use hookline_common::{
     config::{self, ConfigError, KafkaConfig, Problems, RedisConfig, SecretRef, env},
     http_client,
-    signature::FieldSource,
 };
+use hookline_signature::FieldSource;
 use serde::{Deserialize, Serialize};
 
 const DAY_S: u64 = 24 * 3600;

@@ -7,10 +7,10 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use hookline_common::{
     config::KafkaConfig,
     producer::{AckedProducer, QueueWait},
-    signature::{Provenance, Verified},
     telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
     wire::{self, EventMeta, header},
 };
+use hookline_signature::{Provenance, Verified};
 use rdkafka::{message::Header, producer::FutureRecord};
 use serde::Serialize;
 

@@ -46,7 +46,7 @@ impl Delivery {
     }
 
     pub fn signature(&self, secret: &str) -> String {
-        hookline_common::signature::github::sign(secret.as_bytes(), &self.body)
+        hookline_signature::github::sign(secret.as_bytes(), &self.body)
     }
 
     /// The request GitHub would send to the `github` source of the gateway at `gateway`, carrying `signature` as

@@ -6,7 +6,8 @@
 //! knows either verifies. The string to sign is the one the gateway verifies inbound Standard Webhooks with
 //! ([`standard_webhooks::sign`]).
 
-use hookline_common::{config::SecretRef, signature::standard_webhooks};
+use hookline_common::config::SecretRef;
+use hookline_signature::standard_webhooks;
 
 /// Request header names of the scheme.
 pub mod header_name {

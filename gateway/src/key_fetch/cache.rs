@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::signature::fetched::{FetchedKey, KeyUrl};
+use hookline_signature::fetched::{FetchedKey, KeyUrl};
 
 #[derive(Debug)]
 enum Entry {
@@ -134,7 +134,7 @@ impl Cache {
 
 #[cfg(test)]
 mod tests {
-    use hookline_common::signature::fetched::{
+    use hookline_signature::fetched::{
         FetchedCertificate,
         pin::{HostPin, Pins},
     };

@@ -6,7 +6,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use hookline_common::signature::fetched::{KeyUrl, TrustRoots};
+use hookline_signature::fetched::{KeyUrl, TrustRoots};
 use http::{HeaderValue, Request, StatusCode, header};
 use http_body_util::{BodyExt, Either, Empty, Full, Limited};
 use hyper_util::rt::TokioIo;

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::signature::fetched::KeyUrl;
+use hookline_signature::fetched::KeyUrl;
 
 pub const REMEMBERED_FOR: Duration = Duration::from_secs(2 * 3_600);
 pub const MAX_REMEMBERED: usize = 256;
@@ -49,7 +49,7 @@ impl Confirmed {
 
 #[cfg(test)]
 mod tests {
-    use hookline_common::signature::fetched::pin::{HostPin, Pins};
+    use hookline_signature::fetched::pin::{HostPin, Pins};
 
     use super::*;
 

@@ -11,7 +11,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use hookline_common::signature::fetched::KeyUrl;
+use hookline_signature::fetched::KeyUrl;
 
 #[derive(Debug)]
 pub struct Flights {

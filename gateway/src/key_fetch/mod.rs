@@ -1,6 +1,6 @@
 //! Keys fetched from providers (SNS's and PayPal's signing certificates, Google's OIDC key set, Plaid's keys by id, asked
 //! for by a `POST` with the source's API credentials): only from URLs that passed the
-//! scheme's pins (`hookline_common::signature::fetched::pin`), over https verified against the trust roots,
+//! scheme's pins (`hookline_signature::fetched::pin`), over https verified against the trust roots,
 //! within a timeout and a response size cap, cached with a TTL and bounded in count and bytes ([`cache`]).
 //!
 //! One fetch per URL at a time: concurrent requests for a key not yet held wait for the same fetch (bounded by its
@@ -28,7 +28,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::signature::fetched::{FetchedKey, KeyFormat, KeyUrl, TrustRoots};
+use hookline_signature::fetched::{FetchedKey, KeyFormat, KeyUrl, TrustRoots};
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
@@ -161,7 +161,14 @@ struct Inner {
 impl KeyFetcher {
     pub fn new(config: &KeyFetchConfig, metrics: Metrics) -> Result<Self, String> {
         let (roots, resolve) = match &config.test_only {
-            Some(test) => (TrustRoots::from_pem(&test.roots_pem)?, test.resolve.clone()),
+            Some(test) => {
+                let roots =
+                    TrustRoots::from_pem(&test.roots_pem).map_err(|error| match std::error::Error::source(&error) {
+                        Some(source) => format!("{error}: {source}"),
+                        None => error.to_string(),
+                    })?;
+                (roots, test.resolve.clone())
+            }
             None => (TrustRoots::mozilla(), Vec::new()),
         };
         Self::with_roots(config, roots, resolve, metrics)
@@ -363,7 +370,7 @@ impl KeyFetcher {
 
 #[cfg(test)]
 mod tests {
-    use hookline_common::signature::fetched::pin::{HostPin, Pins};
+    use hookline_signature::fetched::pin::{HostPin, Pins};
 
     use super::*;
 

@@ -10,7 +10,7 @@
 //! defaulting either way, is what keeps an upgrade from silently changing where events go: defaulting to `false`
 //! would stop routing every GitHub event by type, defaulting to `true` would keep the weaker behaviour unasked.
 
-use hookline_common::signature::{HeaderType, IdentityRule, Scheme};
+use hookline_signature::{HeaderType, IdentityRule, Scheme};
 
 use super::Source;
 use crate::config::SourceConfig;
@@ -74,7 +74,8 @@ pub(super) fn log_header_type(source: &Source) {
 
 #[cfg(test)]
 mod tests {
-    use hookline_common::{config::SecretRef, signature};
+    use hookline_common::config::SecretRef;
+    use hookline_signature as signature;
 
     use super::*;
 

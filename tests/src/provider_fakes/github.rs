@@ -267,7 +267,7 @@ async fn post_github(gateway_url: &str, secret: &str, delivery: &GithubDelivery)
         ("x-github-delivery".to_owned(), delivery.guid.clone()),
         ("x-github-event".to_owned(), delivery.event.clone()),
         ("x-github-hook-id".to_owned(), "1".to_owned()),
-        ("x-hub-signature-256".to_owned(), hookline_common::signature::github::sign(secret.as_bytes(), &delivery.body)),
+        ("x-hub-signature-256".to_owned(), hookline_signature::github::sign(secret.as_bytes(), &delivery.body)),
     ];
     send_webhook(gateway_url, headers, delivery.body.clone()).await
 }

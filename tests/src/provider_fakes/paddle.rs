@@ -243,7 +243,7 @@ async fn post_paddle(gateway_url: &str, secret: &str, notification: &PaddleNotif
             .unwrap_or(0);
     let headers = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
-        ("paddle-signature".to_owned(), hookline_common::signature::paddle::sign(secret.as_bytes(), &body, now_s)),
+        ("paddle-signature".to_owned(), hookline_signature::paddle::sign(secret.as_bytes(), &body, now_s)),
     ];
     send_webhook(gateway_url, headers, body).await
 }

@@ -17,8 +17,9 @@ use std::{sync::Arc, time::Duration};
 
 use base64::Engine;
 use bytes::Bytes;
-use hookline_common::{config::SecretRef, signature::fetched::paypal::crc32};
+use hookline_common::config::SecretRef;
 use hookline_gateway::{config::SourceConfig, paypal_api::PayPalOptions};
+use hookline_signature::fetched::paypal::crc32;
 use hookline_tests::{
     Delivery, Reply, TestStack,
     key_server::{KeyServer, PAYPAL_HOST, RsaKey, SNS_HOST, Served, TestCa},

@@ -4,8 +4,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hookline_common::{config::SecretRef, signature::standard_webhooks, wire::header};
+use hookline_common::{config::SecretRef, wire::header};
 use hookline_gateway::config::SourceConfig;
+use hookline_signature::standard_webhooks;
 use hookline_tests::{Delivery, TEST_SECRET, TestStack, body_event_id};
 use http::{Request, StatusCode};
 use http_body_util::Full;
@@ -88,7 +89,7 @@ async fn a_source_ordering_key_keys_the_record_and_rides_in_its_header() {
     std::fs::write(&path, SECRET).expect("write secret");
     let stack = TestStack::builder()
         .gateway_source(SourceConfig {
-            ordering_key: Some(hookline_common::signature::FieldSource::pointer("/data/object/id")),
+            ordering_key: Some(hookline_signature::FieldSource::pointer("/data/object/id")),
             ..SourceConfig::new("stripe", "stripe", vec![SecretRef::from_file("s", path.display().to_string())])
         })
         .build()
@@ -96,7 +97,7 @@ async fn a_source_ordering_key_keys_the_record_and_rides_in_its_header() {
     let now = i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs()).expect("now");
     let send = |body: &'static [u8]| {
         let request = Request::post(format!("http://{}/webhooks/stripe", stack.gateway_addr))
-            .header("stripe-signature", hookline_common::signature::stripe::sign(SECRET.as_bytes(), body, now))
+            .header("stripe-signature", hookline_signature::stripe::sign(SECRET.as_bytes(), body, now))
             .body(Full::new(body.into()))
             .expect("request");
         stack.send(request)

@@ -5,8 +5,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hookline_common::{config::SecretRef, signature::stripe};
+use hookline_common::config::SecretRef;
 use hookline_gateway::{config::SourceConfig, rejection_ring::PER_SOURCE};
+use hookline_signature::stripe;
 use hookline_tests::{Reply, TestStack, forward::secret_file};
 use http::{Request, StatusCode};
 use http_body_util::Full;

@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use hookline_common::{config::SecretRef, signature::github};
+use hookline_common::config::SecretRef;
 use hookline_gateway::config::SourceConfig;
+use hookline_signature::github;
 use hookline_tests::{Reply, TestStack, eventually};
 use http::{Request, StatusCode};
 use http_body_util::Full;

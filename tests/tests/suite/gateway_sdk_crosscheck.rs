@@ -18,8 +18,8 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use hookline_common::signature::{
-    self, SchemeOptions, Secret, UnverifiedRequest, VerifyError, slack, standard_webhooks, stripe, twilio,
+use hookline_signature::{
+    self as signature, SchemeOptions, Secret, UnverifiedRequest, VerifyError, slack, standard_webhooks, stripe, twilio,
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
@@ -276,7 +276,7 @@ fn jwt_presets() -> Vec<JwtPreset> {
 
 #[test]
 fn jwt_presets_agree_with_pyjwt_in_both_directions_and_refuse_its_twins() {
-    use hookline_common::signature::{Coverage, jwt};
+    use hookline_signature::{Coverage, jwt};
 
     let now = now_s();
     let mut cases = Vec::new();

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use hookline_common::{kafka::read_topic, signature::github};
+use hookline_common::kafka::read_topic;
+use hookline_signature::github;
 use hookline_tests::{TEST_SECRET, TestStack};
 use rdkafka::Message;
 use tokio::{

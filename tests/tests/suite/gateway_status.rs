@@ -13,10 +13,10 @@ use bytes::Bytes;
 use hookline_common::{
     config::SecretRef,
     kafka::{TopicSpec, ensure_topics, read_topic},
-    signature::{slack, standard_webhooks, stripe, twilio, twitch, zoom},
     wire::header,
 };
 use hookline_gateway::config::{Limits, SourceConfig};
+use hookline_signature::{slack, standard_webhooks, stripe, twilio, twitch, zoom};
 use hookline_tests::{Reply, TestStack};
 use http::{Request, StatusCode};
 use http_body_util::Full;
@@ -69,7 +69,7 @@ async fn stack_with_providers(stripe_topic: &str) -> TestStack {
         .gateway_source(source("zoom", "zoom", vec![secret("zoom", ZOOM_SECRET)]))
         .gateway_source(source("twitch", "twitch", vec![secret("twitch", TWITCH_SECRET)]))
         .gateway_source(SourceConfig {
-            event_id: Some(hookline_common::signature::FieldSource::header("X-Request-Id")),
+            event_id: Some(hookline_signature::FieldSource::header("X-Request-Id")),
             ..source("internal", "none", vec![])
         })
         .build()

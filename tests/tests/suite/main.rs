@@ -66,3 +66,4 @@ mod replayer_services;
 mod replayer_trust;
 mod route_filters;
 mod route_hold;
+mod signature_time;

@@ -236,7 +236,7 @@ async fn a_stripe_event_missed_is_fetched_over_tls_produced_once_and_its_late_we
             .unwrap_or(0);
     let request = Request::post(format!("http://{}/webhooks/stripe", stack.gateway_addr))
         .header("content-type", "application/json")
-        .header("stripe-signature", hookline_common::signature::stripe::sign(TEST_SECRET.as_bytes(), &body, timestamp))
+        .header("stripe-signature", hookline_signature::stripe::sign(TEST_SECRET.as_bytes(), &body, timestamp))
         .body(Full::new(body.clone()))
         .expect("request");
     assert_eq!(stack.send(request).await.status, 202);

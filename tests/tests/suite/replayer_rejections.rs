@@ -13,10 +13,10 @@ use bytes::Bytes;
 use hookline_common::{
     config::SecretRef,
     http::{Body, ServeLimits, serve},
-    signature::stripe,
 };
 use hookline_dlq_replayer::{ReplayerConfig, ServeError, config::GatewaysConfig, rejections::MAX_RESPONSE_BYTES};
 use hookline_gateway::config::SourceConfig;
+use hookline_signature::stripe;
 use hookline_tests::{Reply, TestStack, forward::secret_file};
 use http::{Request, Response, StatusCode, header};
 use http_body_util::Full;
