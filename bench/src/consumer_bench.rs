@@ -89,6 +89,9 @@ pub struct ConsumerRow {
     /// the handler uses it: ~0 for the `log` handler), the consumer instances together, and the bench.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<crate::cpu::CpuPerEvent>,
+    /// End to end: the largest peak resident set (`VmHWM` in /proc, read as the drain ends) of the instances, MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_rss_mib: Option<f64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -123,7 +126,8 @@ pub async fn run(config: &ConsumerBenchConfig) -> anyhow::Result<ConsumerReport>
         let cpu = row.cpu.map_or_else(String::new, |cpu| {
             format!("; CPU per event: consumer {:.1} µs, database {:.1} µs", cpu.process_us, cpu.database_us)
         });
-        eprintln!("consumer-bench: {instances} consumer(s) {:.0} events/s{cpu}", row.events_per_s);
+        let rss = row.peak_rss_mib.map_or_else(String::new, |mib| format!("; peak RSS {mib:.0} MiB"));
+        eprintln!("consumer-bench: {instances} consumer(s) {:.0} events/s{cpu}{rss}", row.events_per_s);
         rows.push(row);
     }
     let raw = rows[0].events_per_s;
@@ -173,6 +177,7 @@ async fn raw_consume(config: &ConsumerBenchConfig, n_events: u64) -> anyhow::Res
         duplicates: 0,
         dead_lettered: 0,
         cpu: None,
+        peak_rss_mib: None,
     })
 }
 
@@ -277,6 +282,12 @@ kind = "log"
     };
     let ((totals, done_at, cpu_after), (first_at, first_count, cpu_before)) = (totals, first.expect("set before done"));
     let duration_s = done_at.duration_since(first_at).as_secs_f64();
+    // VmHWM is the process's own high-water mark: read once at the end, it holds the peak of the whole drain.
+    let peak_rss_mib = instances
+        .iter()
+        .filter_map(|instance| crate::h2_flood::peak_rss_bytes(instance.child.id()))
+        .max()
+        .map(|bytes| bytes as f64 / f64::from(1 << 20));
     drop(instances);
     Ok(ConsumerRow {
         kind: "end_to_end".to_owned(),
@@ -288,6 +299,7 @@ kind = "log"
         duplicates: totals.duplicates,
         dead_lettered: totals.dead_lettered,
         cpu: Some(cpu_before.per_event(&cpu_after, n_events - first_count)),
+        peak_rss_mib,
     })
 }
 

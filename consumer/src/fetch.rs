@@ -9,7 +9,9 @@
 //! "A large backlog"). A reader that simply stops reading leaves its records queued in librdkafka, whose fetcher
 //! stops by itself once the partition's own queue holds `queued.min.messages` records or
 //! `queued.max.messages.kbytes` (per partition once its queue is split off), and resumes `fetch.queue.backoff.ms`
-//! later: nothing is discarded, and prefetch stays bounded per partition.
+//! later: nothing is discarded, and prefetch stays bounded per partition. Those thresholds are checked before a
+//! fetch, and a fetch's limits are in compressed bytes: what one fetch adds is bounded by `fetch.max.bytes`
+//! ([`bound_prefetch`]).
 //!
 //! The queue of a partition is split off in the assign callback *before* librdkafka starts fetching it, so none of
 //! its records ever lands in the consumer's main queue (librdkafka does not re-forward a queue the application
@@ -54,19 +56,29 @@ const LOST_WAKEUP_POLL: Duration = Duration::from_millis(250);
 /// A reader waiting for room looks again at least this often, whatever it was told.
 const ROOM_RECHECK: Duration = Duration::from_millis(200);
 
-/// librdkafka's prefetch, bounded per partition from `processing`: a partition's queue holds up to a window of
-/// records or `partition_prefetch_bytes`, plus the fetch response in flight (`fetch.message.max.bytes`, before
-/// decompression). Settings the operator put in `kafka.properties` win.
+/// librdkafka's prefetch, bounded per partition from `processing`: a partition is fetched only while its queue holds
+/// under a window of records and `partition_prefetch_bytes`, and one fetch response carries at most
+/// `fetch_max_bytes` compressed for all its partitions together (a first batch larger comes alone), so the fetch that
+/// takes a queue over its threshold adds at most 255 x that decompressed ([`crate::memory`]). librdkafka refuses a
+/// `fetch.max.bytes` below `message.max.bytes`, which sizes nothing else a consumer sends: it is lowered with it.
+/// Settings the operator put in `kafka.properties` win, and stay consistent: an operator's `message.max.bytes` above
+/// `fetch_max_bytes` raises the fetch to it, an operator's `fetch.max.bytes` lowers `message.max.bytes` under it.
 pub(crate) fn bound_prefetch(client_config: &mut ClientConfig, config: &ConsumerConfig) {
     let processing = &config.processing;
+    let properties = &config.kafka.properties;
+    let operator = |key: &str| properties.get(key).and_then(|value| value.trim().parse::<usize>().ok());
+    let fetch_max = operator("fetch.max.bytes")
+        .unwrap_or_else(|| processing.fetch_max_bytes.max(operator("message.max.bytes").unwrap_or(0)));
     let settings = [
         ("queued.min.messages", processing.partition_window.max(1).to_string()),
         ("queued.max.messages.kbytes", (processing.partition_prefetch_bytes / 1024).max(1).to_string()),
-        ("fetch.message.max.bytes", processing.partition_prefetch_bytes.max(1024).to_string()),
+        ("message.max.bytes", processing.fetch_max_bytes.min(fetch_max).to_string()),
+        ("fetch.max.bytes", fetch_max.to_string()),
+        ("fetch.message.max.bytes", fetch_max.to_string()),
         ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_owned()),
     ];
     for (key, value) in settings {
-        if !config.kafka.properties.contains_key(key) {
+        if !properties.contains_key(key) {
             client_config.set(key, value);
         }
     }
@@ -279,5 +291,41 @@ fn admission_of(record: &Record, topics: &ServiceTopics) -> Admission {
             attempts,
         },
         Err(_) => Admission { due_at_ms, first_failure_at_ms, attempts, ..Admission::default() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounded(properties: &[(&str, &str)]) -> ClientConfig {
+        let mut config = ConsumerConfig::default();
+        for (key, value) in properties {
+            config.kafka.properties.insert((*key).to_owned(), (*value).to_owned());
+        }
+        let mut client_config = ClientConfig::new();
+        bound_prefetch(&mut client_config, &config);
+        client_config
+    }
+
+    #[test]
+    fn a_fetch_response_is_bounded_in_compressed_bytes_for_every_partition_together() {
+        let client_config = bounded(&[]);
+        let fetch_max = ConsumerConfig::default().processing.fetch_max_bytes.to_string();
+        assert_eq!(client_config.get("fetch.max.bytes"), Some(fetch_max.as_str()));
+        assert_eq!(client_config.get("fetch.message.max.bytes"), Some(fetch_max.as_str()));
+        // librdkafka refuses a fetch.max.bytes below message.max.bytes.
+        assert_eq!(client_config.get("message.max.bytes"), Some(fetch_max.as_str()));
+        assert_eq!(client_config.get("queued.max.messages.kbytes"), Some("1024"));
+    }
+
+    #[test]
+    fn an_operators_settings_win_and_stay_consistent_for_librdkafka() {
+        let raised = bounded(&[("message.max.bytes", "1000000")]);
+        assert_eq!(raised.get("message.max.bytes"), None, "the operator's, applied later");
+        assert_eq!(raised.get("fetch.max.bytes"), Some("1000000"));
+        let lowered = bounded(&[("fetch.max.bytes", "8192")]);
+        assert_eq!(lowered.get("fetch.max.bytes"), None, "the operator's, applied later");
+        assert_eq!(lowered.get("message.max.bytes"), Some("8192"));
     }
 }

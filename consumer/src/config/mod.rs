@@ -269,9 +269,14 @@ pub struct ProcessingConfig {
     /// `partition_window` bounds it in records (docs/operations.md, "Memory").
     pub max_window_bytes: u64,
     /// librdkafka's prefetch per assigned partition: it stops fetching a partition once its queue holds this many
-    /// bytes (`queued.max.messages.kbytes`) or `partition_window` records (`queued.min.messages`), and asks for
-    /// at most this many bytes of it per fetch (`fetch.message.max.bytes`; a larger record still comes, alone).
+    /// bytes of payload (`queued.max.messages.kbytes`) or `partition_window` records (`queued.min.messages`).
+    /// Checked before each fetch: the fetch that takes a queue over it adds what `fetch_max_bytes` brings.
     pub partition_prefetch_bytes: usize,
+    /// Compressed bytes of one fetch response, every partition of it together (`fetch.max.bytes`, and
+    /// `fetch.message.max.bytes` per partition; a first record batch larger still comes, alone). librdkafka's
+    /// limits are all in compressed bytes and hookline's lz4 records decompress up to 255 times, so this, not
+    /// `partition_prefetch_bytes`, is what bounds a fetch in memory: 255 x this (docs/operations.md, "Memory").
+    pub fetch_max_bytes: usize,
     /// Default per-route limit of records in the handler stage (see `[[routes]] max_in_flight`), for routes and
     /// sources without their own.
     pub route_max_in_flight: usize,
@@ -298,6 +303,7 @@ impl Default for ProcessingConfig {
             partition_window: 1024,
             max_window_bytes: 192 * 1024 * 1024,
             partition_prefetch_bytes: 1024 * 1024,
+            fetch_max_bytes: 16 * 1024,
             route_max_in_flight: 128,
             revoke_wait_ms: 10_000,
             defer_delay_ms: 1_000,
@@ -408,6 +414,11 @@ impl ConsumerConfig {
         problems.check(
             (4096..=1 << 30).contains(&self.processing.partition_prefetch_bytes),
             "processing.partition_prefetch_bytes must be between 4096 and 1073741824",
+        );
+        // librdkafka's own floor for `message.max.bytes`, which `fetch.max.bytes` may not be below.
+        problems.check(
+            (1000..=64 << 20).contains(&self.processing.fetch_max_bytes),
+            "processing.fetch_max_bytes must be between 1000 and 67108864",
         );
         problems.check(self.processing.route_max_in_flight > 0, "processing.route_max_in_flight must be positive");
         problems.check(self.processing.breaker_cooldown_ms > 0, "processing.breaker_cooldown_ms must be positive");
