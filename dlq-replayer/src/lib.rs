@@ -44,6 +44,9 @@ use crate::{api::Api, metrics::Metrics, ops::Replayer};
 pub enum ServeError {
     #[error("configuration: {0}")]
     Config(String),
+    /// The API token's secret cannot be read.
+    #[error("configuration: {0}")]
+    ApiToken(#[source] hookline_common::config::SecretError),
     #[error("kafka")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot register metrics")]
@@ -65,7 +68,7 @@ pub async fn serve_api(
         .as_ref()
         .ok_or_else(|| ServeError::Config("`api_token` is required to serve the admin API".to_owned()))?
         .load()
-        .map_err(ServeError::Config)?;
+        .map_err(ServeError::ApiToken)?;
     if token.len() < MIN_TOKEN_BYTES {
         return Err(ServeError::Config(format!(
             "`api_token` must be at least {MIN_TOKEN_BYTES} characters (it has {}): use a random one, e.g. \

@@ -90,7 +90,7 @@ impl HttpHandler {
                     .map_err(|error| problems.push(error_chain(&error)))
                     .ok(),
                 Err(problem) => {
-                    problems.push(problem);
+                    problems.push(problem.to_string());
                     None
                 }
             },
@@ -121,7 +121,7 @@ impl HttpHandler {
                     }
                 },
                 Err(problem) => {
-                    problems.push(problem);
+                    problems.push(problem.to_string());
                     None
                 }
             },

@@ -296,7 +296,7 @@ impl Replayer {
             .iter()
             .map(|text| text.parse::<Condition>())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(bad)?;
+            .map_err(|error| bad(error.to_string()))?;
         let events = &self.config().events;
         let limit = request.limit.unwrap_or(events.default_limit);
         if limit == 0 {
