@@ -87,8 +87,9 @@ pub enum ConsumerError {
     RedisRefused(#[from] hookline_common::redis_security::RedisRefusal),
     /// A handler can never run with its configuration (a statement that does not prepare, a database that refuses
     /// the credentials): said in one line at start.
+    /// (Its Display says the handler's error, so it is not also its source: an error chain prints it once.)
     #[error("handler: {0}")]
-    HandlerStart(String),
+    HandlerStart(crate::handler::StartError),
 }
 
 /// Runs the consumer until `shutdown`: then it stops fetching and starting records, lets the records in the

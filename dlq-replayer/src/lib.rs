@@ -44,9 +44,10 @@ use crate::{api::Api, metrics::Metrics, ops::Replayer};
 pub enum ServeError {
     #[error("configuration: {0}")]
     Config(String),
-    /// The API token's secret cannot be read.
+    /// The API token's secret cannot be read. (Its Display says why, so it is not also its source: an error chain
+    /// prints it once.)
     #[error("configuration: {0}")]
-    ApiToken(#[source] hookline_common::config::SecretError),
+    ApiToken(hookline_common::config::SecretError),
     #[error("kafka")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot register metrics")]

@@ -11,7 +11,8 @@ use std::{
 use hookline_common::wire::InboundEvent;
 
 use super::{
-    BoxFuture, Handler, HandlerError, StartContext, http::HttpHandler, log::LogHandler, postgres::PostgresHandler,
+    BoxFuture, Handler, HandlerError, StartContext, StartError, http::HttpHandler, log::LogHandler,
+    postgres::PostgresHandler,
 };
 use crate::config::{HandlerConfig, RouteConfig, RouteMatch, SourceRulesConfig};
 
@@ -180,15 +181,13 @@ impl Handler for Router {
         allowlist.is_some_and(|types| !event.meta.event_type.as_ref().is_some_and(|t| types.contains(t)))
     }
 
-    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), StartError>> {
+        let within = |place: String| move |problem| StartError::In { place, problem: Box::new(problem) };
         Box::pin(async move {
-            self.default.start(context).await.map_err(|problem| format!("[handler]: {problem}"))?;
+            self.default.start(context).await.map_err(within("[handler]".to_owned()))?;
             for (index, route) in self.routes.iter().enumerate() {
-                route
-                    .handler
-                    .start(context)
-                    .await
-                    .map_err(|problem| format!("routes[{index}] (source `{}`): {problem}", route.matcher.source()))?;
+                let place = format!("routes[{index}] (source `{}`)", route.matcher.source());
+                route.handler.start(context).await.map_err(within(place))?;
             }
             Ok(())
         })

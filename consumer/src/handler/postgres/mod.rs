@@ -32,7 +32,7 @@ use self::{
     sqlstate::{Disposition, classify_error},
     work::{Effect, Statements, TransactionalHandler, WorkError},
 };
-use super::{BoxFuture, Handler, HandlerError, StartContext};
+use super::{BoxFuture, Handler, HandlerError, StartContext, StartError};
 use crate::config::postgres::{Isolation, PostgresConfig};
 use crate::metrics::{Metrics, postgres_outcome};
 
@@ -275,12 +275,14 @@ impl PostgresHandler {
     /// Connects (waiting while the database is unreachable) and prepares everything the work will run. A
     /// connection lost while preparing (a restart, a failover) is waited out too; what the database refuses (a
     /// missing table, a statement that does not prepare, wrong credentials) ends the start.
-    async fn prepare(&self, context: &StartContext) -> Result<(), String> {
+    async fn prepare(&self, context: &StartContext) -> Result<(), StartError> {
         loop {
             let client = loop {
                 match self.pool.get().await {
                     Ok(client) => break client,
-                    Err(error) if start_refusal(&error) => return Err(pool_error_line(&error)),
+                    Err(error) if start_refusal(&error) => {
+                        return Err(StartError::Connect { line: pool_error_line(&error), source: error });
+                    }
                     Err(error) => tracing::warn!(error = %pool_error_line(&error), "postgres unreachable; waiting"),
                 }
                 tokio::select! {
@@ -290,7 +292,7 @@ impl PostgresHandler {
             };
             match self.prepare_on(&client).await {
                 Ok(()) => return Ok(()),
-                Err(StartProblem::Refused(line)) => return Err(line),
+                Err(StartProblem::Refused(line)) => return Err(StartError::Refused(line)),
                 Err(StartProblem::Lost(line)) => {
                     tracing::warn!(error = %line, "postgres connection lost while preparing; waiting");
                 }
@@ -519,7 +521,7 @@ impl Handler for PostgresHandler {
         "postgres"
     }
 
-    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), StartError>> {
         Box::pin(async move {
             self.prepare(context).await?;
             if !matches!(self.work, Work::Inbox(_)) && self.started.get().is_none() {
