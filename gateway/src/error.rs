@@ -189,8 +189,8 @@ pub enum GatewayError {
     Metrics(#[from] prometheus::Error),
     #[error("the Kafka producer hit a fatal error and must be restarted: {0}")]
     ProducerFatal(String),
-    #[error("cannot build the key fetcher: {0}")]
-    KeyFetch(String),
+    #[error("cannot build the key fetcher")]
+    KeyFetch(#[from] crate::key_fetch::BuildError),
 }
 
 #[cfg(test)]

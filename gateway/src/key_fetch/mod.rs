@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::metrics::Metrics;
 use budget::MissBudget;
 use cache::{Cache, Lookup};
-pub use client::FetchError;
+pub use client::{BuildError, FetchError};
 use confirmed::Confirmed;
 use flight::Flights;
 
@@ -159,9 +159,13 @@ struct Inner {
 }
 
 impl KeyFetcher {
-    pub fn new(config: &KeyFetchConfig, metrics: Metrics) -> Result<Self, String> {
+    pub fn new(config: &KeyFetchConfig, metrics: Metrics) -> Result<Self, BuildError> {
         let (roots, resolve) = match &config.test_only {
-            Some(test) => (TrustRoots::from_pem(&test.roots_pem)?, test.resolve.clone()),
+            Some(test) => {
+                let roots =
+                    TrustRoots::from_pem(&test.roots_pem).map_err(|error| BuildError::Roots(error.to_string()))?;
+                (roots, test.resolve.clone())
+            }
             None => (TrustRoots::mozilla(), Vec::new()),
         };
         Self::with_roots(config, roots, resolve, metrics)
@@ -172,7 +176,7 @@ impl KeyFetcher {
         roots: TrustRoots,
         resolve: Vec<(String, SocketAddr)>,
         metrics: Metrics,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BuildError> {
         let client = client::Client::new(
             &roots,
             resolve,
