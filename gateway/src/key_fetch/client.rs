@@ -13,6 +13,8 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 
+use crate::error::KeyFetchBuildError;
+
 /// Why a fetch failed (the label of `hookline_gateway_key_fetches_total`'s `outcome`).
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
@@ -52,18 +54,6 @@ pub struct Fetched {
     pub presented: Vec<CertificateDer<'static>>,
 }
 
-/// Why the key fetcher cannot be built.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// The test-only trust roots do not parse.
-    #[error("{0}")]
-    Roots(String),
-    #[error("a fixed address for {host} must be loopback, not {addr}")]
-    NotLoopback { host: String, addr: SocketAddr },
-    #[error("{0}")]
-    Tls(#[source] rustls::Error),
-}
-
 #[derive(Debug)]
 pub struct Client {
     tls: Arc<rustls::ClientConfig>,
@@ -79,14 +69,14 @@ impl Client {
         resolve: Vec<(String, SocketAddr)>,
         timeout: Duration,
         max_response_bytes: usize,
-    ) -> Result<Self, BuildError> {
+    ) -> Result<Self, KeyFetchBuildError> {
         if let Some((host, addr)) = resolve.iter().find(|(_, addr)| !addr.ip().is_loopback()) {
-            return Err(BuildError::NotLoopback { host: host.clone(), addr: *addr });
+            return Err(KeyFetchBuildError::NotLoopback { host: host.clone(), addr: *addr });
         }
         let store = rustls::RootCertStore { roots: roots.anchors().to_vec() };
         let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
-            .map_err(BuildError::Tls)?
+            .map_err(KeyFetchBuildError::Tls)?
             .with_root_certificates(store)
             .with_no_client_auth();
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];

@@ -31,10 +31,10 @@ use std::{
 use hookline_common::signature::fetched::{FetchedKey, KeyFormat, KeyUrl, TrustRoots};
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::Metrics;
+use crate::{error::KeyFetchBuildError, metrics::Metrics};
 use budget::MissBudget;
 use cache::{Cache, Lookup};
-pub use client::{BuildError, FetchError};
+pub use client::FetchError;
 use confirmed::Confirmed;
 use flight::Flights;
 
@@ -159,11 +159,11 @@ struct Inner {
 }
 
 impl KeyFetcher {
-    pub fn new(config: &KeyFetchConfig, metrics: Metrics) -> Result<Self, BuildError> {
+    pub fn new(config: &KeyFetchConfig, metrics: Metrics) -> Result<Self, KeyFetchBuildError> {
         let (roots, resolve) = match &config.test_only {
             Some(test) => {
-                let roots =
-                    TrustRoots::from_pem(&test.roots_pem).map_err(|error| BuildError::Roots(error.to_string()))?;
+                let roots = TrustRoots::from_pem(&test.roots_pem)
+                    .map_err(|error| KeyFetchBuildError::Roots(error.to_string()))?;
                 (roots, test.resolve.clone())
             }
             None => (TrustRoots::mozilla(), Vec::new()),
@@ -176,7 +176,7 @@ impl KeyFetcher {
         roots: TrustRoots,
         resolve: Vec<(String, SocketAddr)>,
         metrics: Metrics,
-    ) -> Result<Self, BuildError> {
+    ) -> Result<Self, KeyFetchBuildError> {
         let client = client::Client::new(
             &roots,
             resolve,
