@@ -52,10 +52,12 @@ impl std::fmt::Debug for SourceRules {
 pub fn build_handler(config: &HandlerConfig, timeout: Duration, config_dir: &Path) -> Result<Box<dyn Handler>, String> {
     match config.kind.as_str() {
         "log" => Ok(Box::new(LogHandler::default())),
-        "http" => Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir)?)),
+        "http" => {
+            Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir).map_err(|error| error.to_string())?))
+        }
         "postgres" => {
             let postgres = config.postgres.as_ref().ok_or("a `postgres` handler needs a [handler.postgres] table")?;
-            Ok(Box::new(PostgresHandler::from_config(postgres, config_dir)?))
+            Ok(Box::new(PostgresHandler::from_config(postgres, config_dir).map_err(|error| error.to_string())?))
         }
         other => Err(format!("unknown handler kind `{other}` (known: log, http, postgres)")),
     }
