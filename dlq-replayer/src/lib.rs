@@ -48,6 +48,12 @@ pub enum ServeError {
     /// prints it once.)
     #[error("configuration: {0}")]
     ApiToken(hookline_common::config::SecretError),
+    /// (Its Display says why, so it is not also its source: an error chain prints it once.)
+    #[error("configuration: {0}")]
+    Rejections(rejections::GathererError),
+    /// (Its Display says why, so it is not also its source: an error chain prints it once.)
+    #[error("configuration: {0}")]
+    Flow(flow::FlowError),
     #[error("kafka")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot register metrics")]
@@ -104,9 +110,9 @@ pub async fn serve_api(
             })
             .map_err(|error| ServeError::Config(format!("cannot start the index thread: {error}")))?
     };
-    let rejections = rejections::Gatherer::new(&config.gateways).map_err(ServeError::Config)?;
+    let rejections = rejections::Gatherer::new(&config.gateways).map_err(ServeError::Rejections)?;
     let replayer = Replayer::live(config.clone(), index.clone())?;
-    let flow = Arc::new(flow::Flow::new(&config).map_err(ServeError::Config)?);
+    let flow = Arc::new(flow::Flow::new(&config).map_err(ServeError::Flow)?);
     let api = Arc::new(Api {
         replayer: replayer.clone(),
         token: SecretSlice::from(token),
