@@ -138,15 +138,26 @@ pub fn tls_client_config(
     })
 }
 
+/// Why a configured outbound URL is refused: said after the key that holds it (`handler url `...` names no host`).
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    #[error("not a URL ({0})")]
+    NotAUrl(#[source] http::uri::InvalidUri),
+    #[error("must start with http:// or https://")]
+    Scheme,
+    #[error("names no host")]
+    NoHost,
+}
+
 /// Checks a configured outbound URL: it parses, is `http://` or `https://`, and names a host.
-pub fn check_url(url: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = url.parse().map_err(|error| format!("not a URL ({error})"))?;
+pub fn check_url(url: &str) -> Result<http::Uri, UrlError> {
+    let uri: http::Uri = url.parse().map_err(UrlError::NotAUrl)?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
-        _ => return Err("must start with http:// or https://".to_owned()),
+        _ => return Err(UrlError::Scheme),
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err("names no host".to_owned());
+        return Err(UrlError::NoHost);
     }
     Ok(uri)
 }

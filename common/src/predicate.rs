@@ -63,10 +63,21 @@ impl Op {
     }
 }
 
-impl FromStr for Condition {
-    type Err = String;
+/// Why a condition's text does not parse: what was given, and what a condition looks like.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConditionError(String);
 
-    fn from_str(text: &str) -> Result<Self, String> {
+impl FromStr for Condition {
+    type Err = ConditionError;
+
+    fn from_str(text: &str) -> Result<Self, ConditionError> {
+        Self::parse_text(text).map_err(ConditionError)
+    }
+}
+
+impl Condition {
+    fn parse_text(text: &str) -> Result<Self, String> {
         let text = text.trim();
         let usage = || format!("`{text}`: a condition is '<json pointer> <op> <value>', e.g. '/customer == \"cus_1\"'");
         let (pointer, rest) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
@@ -207,7 +218,7 @@ mod tests {
             ("/a < \"x\"", "compares numbers"),
         ] {
             let error = text.parse::<Condition>().expect_err(text);
-            assert!(error.contains(says), "{text}: {error}");
+            assert!(error.to_string().contains(says), "{text}: {error}");
         }
     }
 }

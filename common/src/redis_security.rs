@@ -186,7 +186,9 @@ impl StreamingCredentialsProvider for SecretCredentials {
             .password
             .load()
             .map(|password| BasicAuth::new(self.username.clone(), String::from_utf8_lossy(&password).into_owned()))
-            .map_err(|problem| RedisError::from((ErrorKind::AuthenticationFailed, "redis.password", problem)));
+            .map_err(|problem| {
+                RedisError::from((ErrorKind::AuthenticationFailed, "redis.password", problem.to_string()))
+            });
         Box::pin(OnceThenPending(Some(current)))
     }
 }

@@ -87,8 +87,9 @@ pub enum ConsumerError {
     RedisRefused(#[from] hookline_common::redis_security::RedisRefusal),
     /// A handler can never run with its configuration (a statement that does not prepare, a database that refuses
     /// the credentials): said in one line at start.
+    /// (Its Display says the handler's error, so it is not also its source: an error chain prints it once.)
     #[error("handler: {0}")]
-    HandlerStart(String),
+    HandlerStart(crate::handler::StartError),
 }
 
 /// Runs the consumer until `shutdown`: then it stops fetching and starting records, lets the records in the
@@ -112,54 +113,22 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     let registry = metrics::service_registry(&service)?;
     let metrics = Metrics::register(&registry)?;
     let readiness = Arc::new(Readiness::of(format!("service {service}")));
-    let redis_ready = readiness.check("redis");
-    let kafka_ready = readiness.check("kafka");
-    let assigned_ready = readiness.check("partitions_assigned");
-    let retry_topic_ready = readiness.check("retry_topic");
-    let tasks = TaskTracker::new();
-    let admin_shutdown = shutdown.child_token();
-    tasks.spawn(serve_admin(admin, registry, readiness.clone(), admin_shutdown.clone()).in_current_span());
+    let flags = Flags {
+        redis: readiness.check("redis"),
+        kafka: readiness.check("kafka"),
+        assigned: readiness.check("partitions_assigned"),
+        retry_topic: readiness.check("retry_topic"),
+    };
+    let background = Background::serve_admin(admin, registry, readiness, &shutdown);
 
-    // A handler that must reach its database first does so before the group is joined; what it can never run with
-    // ends the start.
-    let start_context =
-        handler::StartContext { service: service.clone(), metrics: metrics.clone(), shutdown: shutdown.clone() };
-    let started = handler.start(&start_context).await;
-    if started.is_err() || shutdown.is_cancelled() {
-        admin_shutdown.cancel();
-        tasks.close();
-        tasks.wait().await;
-        return started.map_err(ConsumerError::HandlerStart);
-    }
-
-    for warning in config.window_warnings() {
-        tracing::warn!("{warning}");
-    }
-    // Never process without the dedupe gate: wait for Redis before joining the group.
-    let dedupe = loop {
-        match Dedupe::connect(&config.redis, &service).await {
-            Ok(dedupe) => break dedupe.with_source_windows(config.source_windows()),
-            Err(error) => {
-                // A configuration Redis will never accept ends the start; only an unreachable Redis is waited for.
-                if let Some(refusal) = redis_security::refusal(&config.redis, error.redis_error()) {
-                    admin_shutdown.cancel();
-                    tasks.close();
-                    tasks.wait().await;
-                    return Err(refusal.into());
-                }
-                tracing::warn!(error = %error, cause = ?std::error::Error::source(&error), "redis unreachable; waiting")
-            }
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => {
-                tasks.close();
-                tasks.wait().await;
-                return Ok(());
-            }
-            () = tokio::time::sleep(REDIS_CONNECT_BACKOFF) => {}
+    let dedupe = match start_handler_and_connect(&config, handler.as_ref(), &service, &metrics, &shutdown).await {
+        Ok(Some(dedupe)) => dedupe,
+        ended => {
+            background.stop().await;
+            return ended.map(|_| ());
         }
     };
-    redis_ready.store(true, Ordering::Relaxed);
+    flags.redis.store(true, Ordering::Relaxed);
 
     let shared = Arc::new(Shared {
         scheduler: Mutex::new(
@@ -169,16 +138,11 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         notify: Notify::new(),
         revoke_wait: Duration::from_millis(config.processing.revoke_wait_ms),
     });
-    let mut client_config = consumer_config(&config.kafka, &config.kafka.group_id);
-    client_config.set("auto.offset.reset", config.service.starts_at.as_str());
-    fetch::bound_prefetch(&mut client_config, &config);
-    let consumer: Arc<GroupConsumer> = Arc::new(client_config.create_with_context(GroupContext::new(shared.clone()))?);
-    consumer.context().attach(&consumer);
+    let consumer = group_consumer(&config, &shared)?;
     let outage_log = Arc::new(LogThrottle::new(OUTAGE_LOG_INTERVAL));
     let start = Start { consumer: consumer.clone(), metrics: metrics.clone(), outage_log: outage_log.clone() };
     let Some((dedupe, topics)) = take_over(&config, dedupe, &start, &shutdown).await else {
-        tasks.close();
-        tasks.wait().await;
+        background.stop().await;
         return Ok(());
     };
     let pipeline = Pipeline {
@@ -190,76 +154,201 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         handler_timeout: Duration::from_millis(config.handler.timeout_ms),
         retry: config.retry.clone(),
         metrics: metrics.clone(),
-        alerts: Alerts::start(alerts, shutdown.clone(), &tasks),
-        redis_ready: redis_ready.clone(),
+        alerts: Alerts::start(alerts, shutdown.clone(), &background.tasks),
+        redis_ready: flags.redis.clone(),
         outage_log: outage_log.clone(),
         shutdown: shutdown.clone(),
     };
     let keys = pipeline.dead_letters.record_keys();
-    tracing::info!(
-        key_ids = ?keys.key_ids(),
-        signing_key = keys.signing_key_id(now_ms()).unwrap_or("none valid now"),
-        accept_unsigned_until_ms = keys.accept_unsigned_until_ms(),
-        "record keys loaded: records are signed with the signing key; records without a valid MAC are dead-lettered as unauthenticated_record"
-    );
-    let unsigned_window = metrics.unsigned_window_remaining.clone();
-    tasks.spawn(metrics::track_unsigned_window(keys.accept_unsigned_until_ms(), unsigned_window, shutdown.clone()));
-    tasks.spawn(
-        watch(
-            consumer.clone(),
-            dedupe,
-            metrics.clone(),
-            Flags { kafka: kafka_ready, redis: redis_ready, assigned: assigned_ready, retry_topic: retry_topic_ready },
-            Topics { inbound: topics.inbound.clone(), retry: topics.retry.clone() },
-            shutdown.clone(),
-        )
-        .in_current_span(),
-    );
-
+    background.watch(keys, &start, dedupe, flags, &topics, &shutdown);
     // Route pauses first: an instance started while a route is paused must know it before its first record.
-    let control_caught_up = Arc::new(Notify::new());
-    tasks.spawn_blocking({
-        let (kafka, service, keys) = (config.kafka.clone(), config.service_name().to_owned(), keys.clone());
-        let (shared, metrics, shutdown) = (shared.clone(), metrics.clone(), shutdown.clone());
-        let caught_up = control_caught_up.clone();
-        let span = tracing::Span::current();
-        move || {
-            let _entered = span.enter();
-            let apply = |pause| apply_pause(&shared, pause);
-            control::follow(&kafka, &service, &keys, &metrics, &shutdown, apply, move || caught_up.notify_one());
-        }
-    });
-    tokio::select! {
-        () = control_caught_up.notified() => {}
-        () = tokio::time::sleep(CONTROL_CATCH_UP_WAIT) => tracing::warn!(
-            topic = %config.kafka.control_topic,
-            wait_s = CONTROL_CATCH_UP_WAIT.as_secs(),
-            "the control topic could not be read up to its end: joining the group without knowing every route pause"
-        ),
-        () = shutdown.cancelled() => {}
-    }
-    // The retry topics are read like the inbound one: a parked event comes back through the same path when due.
-    consumer.subscribe(&topics.subscription())?;
-    tracing::info!(
-        service = %service,
-        group = %config.kafka.group_id,
-        topic = %topics.inbound,
-        retry_topic = %topics.retry,
-        shared_retry_topic = topics.shared_retry.as_deref().unwrap_or(""),
-        "consumer joined"
-    );
+    background.follow_control(&config, keys, &shared, &metrics, &shutdown).await;
+    background.subscribe(&config, &consumer, &topics)?;
+    let intake = Intake { shared, consumer: consumer.clone(), metrics, pipeline, topics, service, outage_log };
+    let intake = Arc::new(intake);
+    fetch_until_shutdown(&intake, &shutdown).await;
 
-    let subscribed = topics.subscription().into_iter().map(str::to_owned).collect();
-    tasks.spawn(memory::warn_if_unfit(config.processing.clone(), consumer.clone(), subscribed).in_current_span());
-    let intake = Arc::new(Intake {
-        shared: shared.clone(),
-        consumer: consumer.clone(),
-        metrics: metrics.clone(),
-        pipeline: pipeline.clone(),
-        topics,
-        service,
-        outage_log,
-    });
+    if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
+        // Nothing stored since the last auto-commit is the usual reason; the rest is redelivered.
+        tracing::debug!(error = %error, "final commit");
+    }
+    let dead_letters = intake.pipeline.dead_letters.clone();
+    let _ = tokio::task::spawn_blocking(move || dead_letters.flush(Duration::from_secs(5))).await;
+    background.stop().await;
+    tracing::info!("consumer stopped");
+    Ok(())
+}
+
+/// Starts the handler (a handler that must reach its database first does so before the group is joined; what it
+/// can never run with ends the start), then waits for Redis: never process without the dedupe gate. `None` on
+/// shutdown.
+async fn start_handler_and_connect(
+    config: &ConsumerConfig,
+    handler: &dyn Handler,
+    service: &str,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Result<Option<Dedupe>, ConsumerError> {
+    let start_context =
+        handler::StartContext { service: service.to_owned(), metrics: metrics.clone(), shutdown: shutdown.clone() };
+    handler.start(&start_context).await.map_err(ConsumerError::HandlerStart)?;
+    if shutdown.is_cancelled() {
+        return Ok(None);
+    }
+    for warning in config.window_warnings() {
+        tracing::warn!("{warning}");
+    }
+    loop {
+        match Dedupe::connect(&config.redis, service).await {
+            Ok(dedupe) => return Ok(Some(dedupe.with_source_windows(config.source_windows()))),
+            Err(error) => {
+                // A configuration Redis will never accept ends the start; only an unreachable Redis is waited for.
+                if let Some(refusal) = redis_security::refusal(&config.redis, error.redis_error()) {
+                    return Err(refusal.into());
+                }
+                tracing::warn!(error = %error, cause = ?std::error::Error::source(&error), "redis unreachable; waiting")
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            () = tokio::time::sleep(REDIS_CONNECT_BACKOFF) => {}
+        }
+    }
+}
+
+/// The group's client, with its rebalance context attached: not yet subscribed.
+fn group_consumer(config: &ConsumerConfig, shared: &Arc<Shared>) -> Result<Arc<GroupConsumer>, ConsumerError> {
+    let mut client_config = consumer_config(&config.kafka, &config.kafka.group_id);
+    client_config.set("auto.offset.reset", config.service.starts_at.as_str());
+    fetch::bound_prefetch(&mut client_config, config);
+    let consumer: Arc<GroupConsumer> = Arc::new(client_config.create_with_context(GroupContext::new(shared.clone()))?);
+    consumer.context().attach(&consumer);
+    Ok(consumer)
+}
+
+/// The tasks beside the fetch loop: the admin listener, the alerts, the watchers and the control topic's follower.
+struct Background {
+    tasks: TaskTracker,
+    admin_shutdown: CancellationToken,
+}
+
+impl Background {
+    fn serve_admin(
+        admin: TcpListener,
+        registry: prometheus::Registry,
+        readiness: Arc<Readiness>,
+        shutdown: &CancellationToken,
+    ) -> Self {
+        let tasks = TaskTracker::new();
+        let admin_shutdown = shutdown.child_token();
+        tasks.spawn(serve_admin(admin, registry, readiness, admin_shutdown.clone()).in_current_span());
+        Self { tasks, admin_shutdown }
+    }
+
+    /// Logs the record keys, and starts what keeps `/readyz` and the gauges true: the unsigned window's countdown
+    /// and [`watch`].
+    fn watch(
+        &self,
+        keys: &hookline_common::record_auth::RecordKeys,
+        start: &Start,
+        dedupe: Dedupe,
+        flags: Flags,
+        topics: &service::ServiceTopics,
+        shutdown: &CancellationToken,
+    ) {
+        tracing::info!(
+            key_ids = ?keys.key_ids(),
+            signing_key = keys.signing_key_id(now_ms()).unwrap_or("none valid now"),
+            accept_unsigned_until_ms = keys.accept_unsigned_until_ms(),
+            "record keys loaded: records are signed with the signing key; records without a valid MAC are dead-lettered as unauthenticated_record"
+        );
+        let unsigned_window = start.metrics.unsigned_window_remaining.clone();
+        self.tasks.spawn(metrics::track_unsigned_window(
+            keys.accept_unsigned_until_ms(),
+            unsigned_window,
+            shutdown.clone(),
+        ));
+        self.tasks.spawn(
+            watch(
+                start.consumer.clone(),
+                dedupe,
+                start.metrics.clone(),
+                flags,
+                Topics { inbound: topics.inbound.clone(), retry: topics.retry.clone() },
+                shutdown.clone(),
+            )
+            .in_current_span(),
+        );
+    }
+
+    /// Follows the control topic (operators' route pauses) on a thread of its own, and waits until it has read
+    /// the topic to its end, or [`CONTROL_CATCH_UP_WAIT`], or shutdown.
+    async fn follow_control(
+        &self,
+        config: &ConsumerConfig,
+        keys: &hookline_common::record_auth::RecordKeys,
+        shared: &Arc<Shared>,
+        metrics: &Metrics,
+        shutdown: &CancellationToken,
+    ) {
+        let control_caught_up = Arc::new(Notify::new());
+        self.tasks.spawn_blocking({
+            let (kafka, service, keys) = (config.kafka.clone(), config.service_name().to_owned(), keys.clone());
+            let (shared, metrics, shutdown) = (shared.clone(), metrics.clone(), shutdown.clone());
+            let caught_up = control_caught_up.clone();
+            let span = tracing::Span::current();
+            move || {
+                let _entered = span.enter();
+                let apply = |pause| apply_pause(&shared, pause);
+                control::follow(&kafka, &service, &keys, &metrics, &shutdown, apply, move || caught_up.notify_one());
+            }
+        });
+        tokio::select! {
+            () = control_caught_up.notified() => {}
+            () = tokio::time::sleep(CONTROL_CATCH_UP_WAIT) => tracing::warn!(
+                topic = %config.kafka.control_topic,
+                wait_s = CONTROL_CATCH_UP_WAIT.as_secs(),
+                "the control topic could not be read up to its end: joining the group without knowing every route pause"
+            ),
+            () = shutdown.cancelled() => {}
+        }
+    }
+
+    /// Joins the group: the retry topics are read like the inbound one, so a parked event comes back through the
+    /// same path when due. Then checks, beside the fetch loop, that the prefetch bounds fit the memory.
+    fn subscribe(
+        &self,
+        config: &ConsumerConfig,
+        consumer: &Arc<GroupConsumer>,
+        topics: &service::ServiceTopics,
+    ) -> Result<(), ConsumerError> {
+        consumer.subscribe(&topics.subscription())?;
+        tracing::info!(
+            service = %config.service_name(),
+            group = %config.kafka.group_id,
+            topic = %topics.inbound,
+            retry_topic = %topics.retry,
+            shared_retry_topic = topics.shared_retry.as_deref().unwrap_or(""),
+            "consumer joined"
+        );
+        let subscribed = topics.subscription().into_iter().map(str::to_owned).collect();
+        let check = memory::warn_if_unfit(config.processing.clone(), consumer.clone(), subscribed);
+        self.tasks.spawn(check.in_current_span());
+        Ok(())
+    }
+
+    /// Stops the admin listener and waits for every task beside the fetch loop.
+    async fn stop(self) {
+        self.admin_shutdown.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+/// The fetch loop: starts the partitions' readers and the jobs the scheduler allows, until shutdown; then stops
+/// the readers and lets the records in the handler finish.
+async fn fetch_until_shutdown(intake: &Arc<Intake>, shutdown: &CancellationToken) {
+    let (shared, consumer, pipeline) = (&intake.shared, &intake.consumer, &intake.pipeline);
     let workers = TaskTracker::new();
     let mut routes_reported_at = Instant::now();
     let (readers, readers_guard) = (TaskTracker::new(), rebalance::ReadersGuard(consumer.clone()));
@@ -267,7 +356,7 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         intake.start_readers(&readers);
         // Pauses first: whether a partition is paused decides whether a saturated route's record is deferred.
         intake.apply_pauses();
-        start_ready(&shared, &consumer, &pipeline, &workers);
+        start_ready(shared, consumer, pipeline, &workers);
         intake.apply_pauses();
         let wake = shared.lock().next_wake(Instant::now(), now_ms()).unwrap_or(IDLE_WAKE);
         tokio::select! {
@@ -280,22 +369,7 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
                 Err(error) => intake.fetch_failed(&error),
             },
         }
-        let mut scheduler = shared.lock();
-        metrics.in_flight.set(i64::try_from(scheduler.running()).unwrap_or(i64::MAX));
-        metrics.windowed.set(i64::try_from(scheduler.windowed()).unwrap_or(i64::MAX));
-        metrics.windowed_bytes.set(i64::try_from(scheduler.windowed_bytes()).unwrap_or(i64::MAX));
-        if routes_reported_at.elapsed() >= ROUTE_REPORT_INTERVAL {
-            metrics.report_routes(&scheduler.route_reports(), now_ms());
-            routes_reported_at = Instant::now();
-        }
-        for (route, open) in scheduler.breaker_changes() {
-            metrics.route_breaker_open.with_label_values(&[&route]).set(i64::from(open));
-            if open {
-                tracing::warn!(route = %route, "circuit breaker open: the route's records are deferred");
-            } else {
-                tracing::info!(route = %route, "circuit breaker closed");
-            }
-        }
+        report_scheduler(shared, &intake.metrics, &mut routes_reported_at);
     }
 
     shutdown.cancel();
@@ -304,16 +378,27 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     readers.wait().await;
     workers.close();
     workers.wait().await;
-    if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
-        // Nothing stored since the last auto-commit is the usual reason; the rest is redelivered.
-        tracing::debug!(error = %error, "final commit");
+}
+
+/// Brings the scheduler's gauges up to date (the routes' at most every [`ROUTE_REPORT_INTERVAL`]), and reports
+/// the breakers that opened or closed.
+fn report_scheduler(shared: &Shared, metrics: &Metrics, routes_reported_at: &mut Instant) {
+    let mut scheduler = shared.lock();
+    metrics.in_flight.set(i64::try_from(scheduler.running()).unwrap_or(i64::MAX));
+    metrics.windowed.set(i64::try_from(scheduler.windowed()).unwrap_or(i64::MAX));
+    metrics.windowed_bytes.set(i64::try_from(scheduler.windowed_bytes()).unwrap_or(i64::MAX));
+    if routes_reported_at.elapsed() >= ROUTE_REPORT_INTERVAL {
+        metrics.report_routes(&scheduler.route_reports(), now_ms());
+        *routes_reported_at = Instant::now();
     }
-    let dead_letters = pipeline.dead_letters.clone();
-    let _ = tokio::task::spawn_blocking(move || dead_letters.flush(Duration::from_secs(5))).await;
-    tasks.close();
-    tasks.wait().await;
-    tracing::info!("consumer stopped");
-    Ok(())
+    for (route, open) in scheduler.breaker_changes() {
+        metrics.route_breaker_open.with_label_values(&[&route]).set(i64::from(open));
+        if open {
+            tracing::warn!(route = %route, "circuit breaker open: the route's records are deferred");
+        } else {
+            tracing::info!(route = %route, "circuit breaker closed");
+        }
+    }
 }
 
 /// How long the start waits to have read the control topic (route pauses) before it joins the group anyway: an

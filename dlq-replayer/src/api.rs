@@ -157,7 +157,7 @@ async fn list_entries(State(api): ApiState, RawQuery(query): RawQuery) -> Respon
                 json(StatusCode::OK, &page)
             })
         }
-        Err(problem) => op_error(OpError::BadRequest(problem)),
+        Err(problem) => op_error(OpError::BadRequest(problem.to_string())),
     }
 }
 
@@ -167,21 +167,21 @@ async fn stats(State(api): ApiState, RawQuery(query): RawQuery) -> Response {
             answer(api.replayer.stats(&filter).await, |stats| json(StatusCode::OK, &stats))
         }
         Ok(_) => op_error(OpError::BadRequest("stats take no cursor or limit".to_owned())),
-        Err(problem) => op_error(OpError::BadRequest(problem)),
+        Err(problem) => op_error(OpError::BadRequest(problem.to_string())),
     }
 }
 
 async fn rejections(State(api): ApiState, RawQuery(query): RawQuery) -> Response {
     match rejections_query(query.as_deref().unwrap_or("")) {
         Ok(source) => json(StatusCode::OK, &api.rejections.gather(source.as_deref()).await),
-        Err(problem) => op_error(OpError::BadRequest(problem)),
+        Err(problem) => op_error(OpError::BadRequest(problem.to_string())),
     }
 }
 
 async fn search_events(State(api): ApiState, RawQuery(query): RawQuery) -> Response {
     match crate::events::SearchRequest::from_query(query.as_deref().unwrap_or("")) {
         Ok(search) => answer(api.replayer.search_events(&search, |_| {}).await, |report| json(StatusCode::OK, &report)),
-        Err(problem) => op_error(OpError::BadRequest(problem)),
+        Err(problem) => op_error(OpError::BadRequest(problem.to_string())),
     }
 }
 
@@ -328,8 +328,17 @@ pub struct ListQuery {
     pub limit: Option<usize>,
 }
 
+/// Why a query string is refused (a bad request, said to the caller).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    #[error("unknown query parameter `{0}`")]
+    Unknown(String),
+    #[error("limit must be a number from 1 to {MAX_PAGE}")]
+    Limit,
+}
+
 /// The filter from query parameters named like its fields, plus `cursor` and `limit`.
-pub fn parse_query(query: &str) -> Result<ListQuery, String> {
+pub fn parse_query(query: &str) -> Result<ListQuery, QueryError> {
     let mut list = ListQuery::default();
     let filter = &mut list.filter;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
@@ -347,22 +356,22 @@ pub fn parse_query(query: &str) -> Result<ListQuery, String> {
             "limit" => {
                 let limit =
                     value.as_deref().and_then(|v| v.parse::<usize>().ok()).filter(|n| (1..=MAX_PAGE).contains(n));
-                list.limit = Some(limit.ok_or_else(|| format!("limit must be a number from 1 to {MAX_PAGE}"))?);
+                list.limit = Some(limit.ok_or(QueryError::Limit)?);
             }
-            other => return Err(format!("unknown query parameter `{other}`")),
+            other => return Err(QueryError::Unknown(other.to_owned())),
         }
     }
     Ok(list)
 }
 
 /// The `source` of `GET /v1/rejections?source=<name>` (and of the console's page), the only parameter it takes.
-pub fn rejections_query(query: &str) -> Result<Option<String>, String> {
+pub fn rejections_query(query: &str) -> Result<Option<String>, QueryError> {
     let mut source = None;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         match key.as_ref() {
             "source" if !value.is_empty() => source = Some(value.into_owned()),
             "source" => {}
-            other => return Err(format!("unknown query parameter `{other}`")),
+            other => return Err(QueryError::Unknown(other.to_owned())),
         }
     }
     Ok(source)

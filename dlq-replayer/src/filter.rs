@@ -28,17 +28,12 @@ pub struct Filter {
 
 impl Filter {
     /// Parses the times and the status; the names are matched against the index ([`crate::index::Index::compile`]).
-    pub fn compile(&self) -> Result<Criteria, String> {
+    pub fn compile(&self) -> Result<Criteria, FilterError> {
         let status = self
             .status
             .as_deref()
             .filter(|text| !text.is_empty())
-            .map(|text| {
-                Status::parse(text).ok_or_else(|| {
-                    let known: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
-                    format!("unknown status `{text}` (known: {})", known.join(", "))
-                })
-            })
+            .map(|text| Status::parse(text).ok_or_else(|| FilterError::UnknownStatus(text.to_owned())))
             .transpose()?;
         let named = |value: &Option<String>| value.clone().filter(|value| !value.is_empty());
         Ok(Criteria {
@@ -55,7 +50,7 @@ impl Filter {
 }
 
 /// `1700000000000` (ms), `2026-12-02T10:00:00Z`, or an age before now: `90s`, `15m`, `2h`, `3d`.
-fn parse_time_ms(text: &str) -> Result<i64, String> {
+fn parse_time_ms(text: &str) -> Result<i64, FilterError> {
     if let Ok(ms) = text.parse::<i64>() {
         return Ok(ms);
     }
@@ -68,7 +63,21 @@ fn parse_time_ms(text: &str) -> Result<i64, String> {
     if let Ok(age) = humantime::parse_duration(text) {
         return Ok(to_ms(SystemTime::now().checked_sub(age).unwrap_or(UNIX_EPOCH)));
     }
-    Err(format!("`{text}` is not a time: give ms since the epoch, an RFC 3339 time, or an age such as 2h"))
+    Err(FilterError::NotATime(text.to_owned()))
+}
+
+/// Why a filter does not compile: said to the operator as a bad request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    #[error("unknown status `{0}` (known: {known})", known = known_statuses())]
+    UnknownStatus(String),
+    #[error("`{0}` is not a time: give ms since the epoch, an RFC 3339 time, or an age such as 2h")]
+    NotATime(String),
+}
+
+fn known_statuses() -> String {
+    let known: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
+    known.join(", ")
 }
 
 #[cfg(test)]
@@ -88,6 +97,6 @@ mod tests {
     #[test]
     fn unknown_status_is_refused() {
         let filter = Filter { status: Some("gone".into()), ..Filter::default() };
-        assert!(filter.compile().unwrap_err().contains("unknown status"));
+        assert!(filter.compile().unwrap_err().to_string().contains("unknown status"));
     }
 }

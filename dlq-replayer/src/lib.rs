@@ -44,6 +44,16 @@ use crate::{api::Api, metrics::Metrics, ops::Replayer};
 pub enum ServeError {
     #[error("configuration: {0}")]
     Config(String),
+    /// The API token's secret cannot be read. (Its Display says why, so it is not also its source: an error chain
+    /// prints it once.)
+    #[error("configuration: {0}")]
+    ApiToken(hookline_common::config::SecretError),
+    /// (Its Display says why, so it is not also its source: an error chain prints it once.)
+    #[error("configuration: {0}")]
+    Rejections(rejections::GathererError),
+    /// (Its Display says why, so it is not also its source: an error chain prints it once.)
+    #[error("configuration: {0}")]
+    Flow(flow::FlowError),
     #[error("kafka")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot register metrics")]
@@ -65,7 +75,7 @@ pub async fn serve_api(
         .as_ref()
         .ok_or_else(|| ServeError::Config("`api_token` is required to serve the admin API".to_owned()))?
         .load()
-        .map_err(ServeError::Config)?;
+        .map_err(ServeError::ApiToken)?;
     if token.len() < MIN_TOKEN_BYTES {
         return Err(ServeError::Config(format!(
             "`api_token` must be at least {MIN_TOKEN_BYTES} characters (it has {}): use a random one, e.g. \
@@ -100,9 +110,9 @@ pub async fn serve_api(
             })
             .map_err(|error| ServeError::Config(format!("cannot start the index thread: {error}")))?
     };
-    let rejections = rejections::Gatherer::new(&config.gateways).map_err(ServeError::Config)?;
+    let rejections = rejections::Gatherer::new(&config.gateways).map_err(ServeError::Rejections)?;
     let replayer = Replayer::live(config.clone(), index.clone())?;
-    let flow = Arc::new(flow::Flow::new(&config).map_err(ServeError::Config)?);
+    let flow = Arc::new(flow::Flow::new(&config).map_err(ServeError::Flow)?);
     let api = Arc::new(Api {
         replayer: replayer.clone(),
         token: SecretSlice::from(token),

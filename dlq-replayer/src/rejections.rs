@@ -112,19 +112,30 @@ pub struct Gatherer {
     token: Option<SecretString>,
 }
 
+/// Why the gateways' rejections cannot be gathered: said at start, and `serve` stops.
+#[derive(Debug, thiserror::Error)]
+pub enum GathererError {
+    #[error("cannot build the gateways' HTTP client: {0}")]
+    Client(#[source] http_client::ClientError),
+    #[error("gateways.token: {0}")]
+    Token(#[source] hookline_common::config::SecretError),
+    #[error("gateways.token is not UTF-8")]
+    TokenNotUtf8(#[source] std::string::FromUtf8Error),
+}
+
 impl Gatherer {
     /// A gatherer for `config`'s gateways, with the token already read (so a missing token file stops `serve`
     /// at start rather than every request).
-    pub fn new(config: &GatewaysConfig) -> Result<Self, String> {
+    pub fn new(config: &GatewaysConfig) -> Result<Self, GathererError> {
         let client = http_client::client_with(http_client::ClientOptions {
             connect_timeout: Some(FETCH_TIMEOUT),
             ..http_client::ClientOptions::default()
         })
-        .map_err(|error| format!("cannot build the gateways' HTTP client: {error}"))?;
+        .map_err(GathererError::Client)?;
         let token = match &config.token {
             Some(secret) => {
-                let bytes = secret.load().map_err(|problem| format!("gateways.token: {problem}"))?;
-                let text = String::from_utf8(bytes).map_err(|_| "gateways.token is not UTF-8".to_owned())?;
+                let bytes = secret.load().map_err(GathererError::Token)?;
+                let text = String::from_utf8(bytes).map_err(GathererError::TokenNotUtf8)?;
                 Some(SecretString::from(text))
             }
             None => None,

@@ -190,8 +190,20 @@ pub enum GatewayError {
     Metrics(#[from] prometheus::Error),
     #[error("the Kafka producer hit a fatal error and must be restarted: {0}")]
     ProducerFatal(String),
-    #[error("cannot build the key fetcher: {0}")]
-    KeyFetch(String),
+    #[error("cannot build the key fetcher")]
+    KeyFetch(#[from] KeyFetchBuildError),
+}
+
+/// Why the key fetcher cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFetchBuildError {
+    /// The test-only trust roots do not parse.
+    #[error("{0}")]
+    Roots(String),
+    #[error("a fixed address for {host} must be loopback, not {addr}")]
+    NotLoopback { host: String, addr: std::net::SocketAddr },
+    #[error("{0}")]
+    Tls(#[source] rustls::Error),
 }
 
 #[cfg(test)]

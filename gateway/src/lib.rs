@@ -81,7 +81,7 @@ pub async fn run_with_origin(
     let registry = Registry::new();
     let metrics = Metrics::register(&registry)?;
     let producer = EventProducer::new(&config.kafka, &config.producer)?;
-    let fetcher = key_fetch::KeyFetcher::new(&config.key_fetch, metrics.clone()).map_err(GatewayError::KeyFetch)?;
+    let fetcher = key_fetch::KeyFetcher::new(&config.key_fetch, metrics.clone())?;
     let ingest = Arc::new(Ingest::new(&config.limits, sources, producer.clone(), metrics, fetcher));
     let reloader = Arc::new(Reloader::new(origin, &config, ingest.clone()));
     let readiness = Arc::new(Readiness::default());

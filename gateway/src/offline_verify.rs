@@ -23,25 +23,57 @@ pub struct CapturedRequest {
     pub body: Bytes,
 }
 
+/// Why a captured request does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error("no empty line between the head and the body")]
+    NoBlankLine,
+    #[error("the request head is not UTF-8")]
+    HeadNotUtf8(#[source] std::str::Utf8Error),
+    #[error("the first line `{0}` is not `METHOD /path HTTP/1.1`")]
+    RequestLine(String),
+    #[error("`{method}` is not a method")]
+    Method {
+        method: String,
+        #[source]
+        source: http::method::InvalidMethod,
+    },
+    #[error("header line `{0}` has no `:`")]
+    NoColon(String),
+    #[error("`{name}` is not a header name")]
+    HeaderName {
+        name: String,
+        #[source]
+        source: http::header::InvalidHeaderName,
+    },
+    #[error("the value of `{name}` is not a header value")]
+    HeaderValue {
+        name: String,
+        #[source]
+        source: http::header::InvalidHeaderValue,
+    },
+}
+
 impl CapturedRequest {
     /// Parses `bytes` (see the module docs), or says what is wrong with them.
-    pub fn parse(bytes: &[u8]) -> Result<Self, String> {
-        let (head, body) = split_head(bytes).ok_or("no empty line between the head and the body")?;
-        let head = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8".to_owned())?;
+    pub fn parse(bytes: &[u8]) -> Result<Self, CaptureError> {
+        let (head, body) = split_head(bytes).ok_or(CaptureError::NoBlankLine)?;
+        let head = std::str::from_utf8(head).map_err(CaptureError::HeadNotUtf8)?;
         let mut lines = head.lines().map(|line| line.trim_end_matches('\r'));
         let request_line = lines.next().unwrap_or_default();
         let mut words = request_line.split_whitespace();
         let (Some(method), Some(target)) = (words.next(), words.next()) else {
-            return Err(format!("the first line `{request_line}` is not `METHOD /path HTTP/1.1`"));
+            return Err(CaptureError::RequestLine(request_line.to_owned()));
         };
-        let method = Method::from_bytes(method.as_bytes()).map_err(|_| format!("`{method}` is not a method"))?;
+        let method = Method::from_bytes(method.as_bytes())
+            .map_err(|source| CaptureError::Method { method: method.to_owned(), source })?;
         let mut headers = HeaderMap::new();
         for line in lines.filter(|line| !line.is_empty()) {
-            let (name, value) = line.split_once(':').ok_or_else(|| format!("header line `{line}` has no `:`"))?;
+            let (name, value) = line.split_once(':').ok_or_else(|| CaptureError::NoColon(line.to_owned()))?;
             let name = HeaderName::from_bytes(name.trim().as_bytes())
-                .map_err(|_| format!("`{}` is not a header name", name.trim()))?;
+                .map_err(|source| CaptureError::HeaderName { name: name.trim().to_owned(), source })?;
             let value = HeaderValue::from_str(value.trim())
-                .map_err(|_| format!("the value of `{name}` is not a header value"))?;
+                .map_err(|source| CaptureError::HeaderValue { name: name.to_string(), source })?;
             headers.append(name, value);
         }
         Ok(Self { method, target: target.to_owned(), headers, body: Bytes::copy_from_slice(body) })

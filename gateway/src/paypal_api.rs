@@ -91,7 +91,7 @@ impl PayPalApi {
             }
             (None, true) => None,
             (Some(credentials), false) => {
-                let raw = credentials.load().map_err(|problem| problems.push(problem)).ok()?;
+                let raw = credentials.load().map_err(|problem| problems.push(problem.to_string())).ok()?;
                 let text = String::from_utf8(raw).unwrap_or_default();
                 let text = text.trim();
                 let valid = text.split_once(':').is_some_and(|(id, secret)| {

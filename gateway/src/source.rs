@@ -88,8 +88,8 @@ impl Source {
             None => {
                 // The scheme is unknown, but the secrets can still be checked: every problem at once.
                 for secret_ref in &config.secrets {
-                    problems.extend(secret_ref.load().err());
-                    problems.extend(secret_ref.validity_ms().err());
+                    problems.extend(secret_ref.load().err().map(|problem| problem.to_string()));
+                    problems.extend(secret_ref.validity_ms().err().map(|problem| problem.to_string()));
                 }
                 Vec::new()
             }
@@ -266,8 +266,8 @@ fn handshakes_of(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<
 fn load_verify_tokens(config: &SourceConfig, problems: &mut Vec<String>) -> Vec<Secret> {
     let mut tokens = Vec::new();
     for token_ref in &config.verify_tokens {
-        let validity = token_ref.validity_ms().map_err(|problem| problems.push(problem)).ok();
-        let raw = token_ref.load().map_err(|problem| problems.push(problem)).ok();
+        let validity = token_ref.validity_ms().map_err(|problem| problems.push(problem.to_string())).ok();
+        let raw = token_ref.load().map_err(|problem| problems.push(problem.to_string())).ok();
         match (raw, validity) {
             (Some(raw), _) if raw.iter().all(u8::is_ascii_whitespace) => {
                 problems.push(format!("verify token `{}` is blank", token_ref.id));
@@ -333,8 +333,8 @@ fn load_secrets(config: &SourceConfig, scheme: &dyn Scheme, problems: &mut Vec<S
         } else if !ids.insert(secret_ref.id.as_str()) {
             problems.push(format!("secret id `{}` is used twice", secret_ref.id));
         }
-        let validity = secret_ref.validity_ms().map_err(|problem| problems.push(problem)).ok();
-        let key = secret_ref.load().map_err(|problem| problems.push(problem)).ok().and_then(|raw| {
+        let validity = secret_ref.validity_ms().map_err(|problem| problems.push(problem.to_string())).ok();
+        let key = secret_ref.load().map_err(|problem| problems.push(problem.to_string())).ok().and_then(|raw| {
             scheme
                 .decode_secret(&raw)
                 .map_err(|problem| problem.to_string())

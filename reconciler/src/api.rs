@@ -217,10 +217,14 @@ impl ApiClient {
     }
 }
 
+/// The credential cannot be sent as a header value (it holds a control character, a line break...).
+#[derive(Debug, thiserror::Error)]
+#[error("the credential holds characters a header cannot")]
+pub struct CredentialError(#[source] http::header::InvalidHeaderValue);
+
 /// The credential header, marked sensitive so no debug output shows it.
-pub fn credential_header(name: HeaderName, value: &str) -> Result<(HeaderName, HeaderValue), String> {
-    let mut value =
-        HeaderValue::from_str(value).map_err(|_| "the credential holds characters a header cannot".to_owned())?;
+pub fn credential_header(name: HeaderName, value: &str) -> Result<(HeaderName, HeaderValue), CredentialError> {
+    let mut value = HeaderValue::from_str(value).map_err(CredentialError)?;
     value.set_sensitive(true);
     Ok((name, value))
 }

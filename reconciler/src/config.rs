@@ -388,7 +388,7 @@ impl ReconcilerConfig {
         problems.check(self.index_catch_up_timeout_ms >= 1_000, "index_catch_up_timeout_ms must be at least 1000");
         problems.check(self.run_lease_s >= 60, "run_lease_s must be at least 60");
         if let Err(problem) = self.index_complete_since_ms() {
-            problems.push(problem);
+            problems.push(problem.to_string());
         }
         let mut names = std::collections::HashSet::new();
         for source in &self.sources {
@@ -398,16 +398,25 @@ impl ReconcilerConfig {
     }
 
     /// [`Self::index_complete_since`] in ms since the epoch.
-    pub fn index_complete_since_ms(&self) -> Result<Option<i64>, String> {
+    pub fn index_complete_since_ms(&self) -> Result<Option<i64>, IndexCompleteSinceError> {
         let Some(text) = &self.index_complete_since else { return Ok(None) };
         let ms = hookline_common::time::parse_rfc3339_weak_ms(text.trim())
-            .map_err(|_| format!("index_complete_since `{text}` is not an RFC 3339 time like 2026-06-01T00:00:00Z"))?;
+            .map_err(|source| IndexCompleteSinceError { text: text.clone(), source })?;
         Ok(Some(ms))
     }
 
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {
         self.sources.iter().find(|source| source.name == name)
     }
+}
+
+/// `index_complete_since` is not a time.
+#[derive(Debug, thiserror::Error)]
+#[error("index_complete_since `{text}` is not an RFC 3339 time like 2026-06-01T00:00:00Z")]
+pub struct IndexCompleteSinceError {
+    text: String,
+    #[source]
+    source: hookline_common::time::ParseError,
 }
 
 #[cfg(test)]

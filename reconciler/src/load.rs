@@ -29,7 +29,7 @@ impl Loaded {
         hookline_common::redis_security::check(&config.redis, &mut problems);
         let mut credentials = HashMap::new();
         for source in &config.sources {
-            let credential = source.credential.load().and_then(|bytes| {
+            let credential = source.credential.load().map_err(|problem| problem.to_string()).and_then(|bytes| {
                 String::from_utf8(bytes).map_err(|_| format!("secret `{}` is not UTF-8", source.credential.id))
             });
             match credential {

@@ -21,7 +21,7 @@ mod secret;
 pub use kafka::{KafkaConfig, KafkaSaslConfig, KafkaTlsConfig, REFUSED_PROPERTIES, SaslMechanism, refused_property};
 pub use record_auth::{MIN_RECORD_KEY_BYTES, RecordAuthConfig};
 pub use redis::{RedisConfig, RedisTls};
-pub use secret::SecretRef;
+pub use secret::{SecretError, SecretRef, ValidityError};
 
 /// Environment variables that override the file, the same for every service.
 pub mod env {
@@ -139,9 +139,11 @@ mod tests {
         assert_eq!(secret.validity_ms(), Ok((Some(1_780_272_000_000), Some(1_782_864_000_500))));
         let reversed =
             SecretRef { not_before: secret.not_after.clone(), not_after: secret.not_before.clone(), ..secret };
-        assert!(reversed.validity_ms().is_err_and(|problem| problem.contains("not_before is after not_after")));
+        assert!(
+            reversed.validity_ms().is_err_and(|problem| problem.to_string().contains("not_before is after not_after"))
+        );
         let garbage = SecretRef { not_after: Some("next tuesday".into()), ..SecretRef::from_file("s", "/f") };
-        assert!(garbage.validity_ms().is_err_and(|problem| problem.contains("RFC 3339")));
+        assert!(garbage.validity_ms().is_err_and(|problem| problem.to_string().contains("RFC 3339")));
         assert_eq!(SecretRef::from_file("s", "/f").validity_ms(), Ok((None, None)));
     }
 

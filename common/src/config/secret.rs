@@ -33,11 +33,14 @@ impl SecretRef {
     }
 
     /// `not_before` and `not_after` as ms since the Unix epoch, or why they cannot be read.
-    pub fn validity_ms(&self) -> Result<(Option<i64>, Option<i64>), String> {
-        let parse = |key: &str, value: &Option<String>| -> Result<Option<i64>, String> {
+    pub fn validity_ms(&self) -> Result<(Option<i64>, Option<i64>), ValidityError> {
+        let parse = |key: &'static str, value: &Option<String>| -> Result<Option<i64>, ValidityError> {
             let Some(text) = value else { return Ok(None) };
-            let ms = crate::time::parse_rfc3339_ms(text.trim()).map_err(|_| {
-                format!("secret `{}`: {key} `{text}` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z", self.id)
+            let ms = crate::time::parse_rfc3339_ms(text.trim()).map_err(|source| ValidityError::NotATime {
+                id: self.id.clone(),
+                key,
+                text: text.clone(),
+                source,
             })?;
             Ok(Some(ms))
         };
@@ -45,26 +48,66 @@ impl SecretRef {
         let not_after = parse("not_after", &self.not_after)?;
         if let (Some(start), Some(end)) = (not_before, not_after) {
             if start > end {
-                return Err(format!("secret `{}`: not_before is after not_after", self.id));
+                return Err(ValidityError::Reversed { id: self.id.clone() });
             }
         }
         Ok((not_before, not_after))
     }
 
     /// Reads the secret's bytes, or says why it cannot.
-    pub fn load(&self) -> Result<Vec<u8>, String> {
+    pub fn load(&self) -> Result<Vec<u8>, SecretError> {
+        let id = || self.id.clone();
         let value = match (&self.env, &self.file) {
-            (Some(var), None) => std::env::var(var)
-                .map_err(|_| format!("secret `{}`: environment variable {var} is not set", self.id))?,
+            (Some(var), None) => {
+                std::env::var(var).map_err(|source| SecretError::EnvNotSet { id: id(), var: var.clone(), source })?
+            }
             (None, Some(path)) => std::fs::read_to_string(path)
-                .map_err(|error| format!("secret `{}`: cannot read {path}: {error}", self.id))?
+                .map_err(|source| SecretError::Read { id: id(), path: path.clone(), source })?
                 .trim_end_matches(['\r', '\n'])
                 .to_owned(),
-            _ => return Err(format!("secret `{}`: give exactly one of `env` or `file`", self.id)),
+            _ => return Err(SecretError::NotOneSource { id: id() }),
         };
         if value.is_empty() {
-            return Err(format!("secret `{}` is empty", self.id));
+            return Err(SecretError::Empty { id: id() });
         }
         Ok(value.into_bytes())
     }
+}
+
+/// Why a secret's value cannot be read. Said as one line naming the secret, after the key that refers to it.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret `{id}`: environment variable {var} is not set")]
+    EnvNotSet {
+        id: String,
+        var: String,
+        #[source]
+        source: std::env::VarError,
+    },
+    #[error("secret `{id}`: cannot read {path}: {source}")]
+    Read {
+        id: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("secret `{id}`: give exactly one of `env` or `file`")]
+    NotOneSource { id: String },
+    #[error("secret `{id}` is empty")]
+    Empty { id: String },
+}
+
+/// Why a secret's validity window (`not_before`, `not_after`) cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidityError {
+    #[error("secret `{id}`: {key} `{text}` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z")]
+    NotATime {
+        id: String,
+        key: &'static str,
+        text: String,
+        #[source]
+        source: crate::time::ParseError,
+    },
+    #[error("secret `{id}`: not_before is after not_after")]
+    Reversed { id: String },
 }

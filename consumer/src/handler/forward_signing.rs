@@ -59,8 +59,8 @@ impl SigningKeys {
             } else if !ids.insert(secret.id.as_str()) {
                 problems.push(format!("signing secret id `{}` is used twice", secret.id));
             }
-            let validity = secret.validity_ms().map_err(|problem| problems.push(problem)).ok();
-            let key = secret.load().map_err(|problem| problems.push(problem)).ok().and_then(|raw| {
+            let validity = secret.validity_ms().map_err(|problem| problems.push(problem.to_string())).ok();
+            let key = secret.load().map_err(|problem| problems.push(problem.to_string())).ok().and_then(|raw| {
                 standard_webhooks::decode_secret(&raw)
                     .map_err(|problem| problems.push(format!("signing secret `{}`: {problem}", secret.id)))
                     .ok()

@@ -70,14 +70,32 @@ pub struct HttpHandler {
     forward_headers: Vec<HeaderName>,
 }
 
+/// Why an `http` handler cannot be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpConfigError {
+    #[error("an `http` handler needs `url`")]
+    NoUrl,
+    /// The URL is refused (shown without its password).
+    #[error("handler url `{shown_url}` {source}")]
+    Url {
+        shown_url: String,
+        #[source]
+        source: http_client::UrlError,
+    },
+    /// Every other problem found (secrets, certificates, headers, the client), each one line, said joined by `; `.
+    #[error("{}", .0.join("; "))]
+    Problems(Vec<String>),
+}
+
 impl HttpHandler {
     /// Builds the handler of one route (or of `[handler]`): checks the URL, reads the secrets and certificates,
     /// and builds the route's client. Every problem is reported, joined.
-    pub fn from_config(config: &HandlerConfig, timeout: Duration, config_dir: &Path) -> Result<Self, String> {
+    pub fn from_config(config: &HandlerConfig, timeout: Duration, config_dir: &Path) -> Result<Self, HttpConfigError> {
         let mut problems = Vec::new();
-        let url = config.url.as_deref().ok_or("an `http` handler needs `url`")?;
+        let url = config.url.as_deref().ok_or(HttpConfigError::NoUrl)?;
         let shown_url = redact::url_password(url);
-        let url = http_client::check_url(url).map_err(|problem| format!("handler url `{shown_url}` {problem}"))?;
+        let url = http_client::check_url(url)
+            .map_err(|source| HttpConfigError::Url { shown_url: shown_url.to_string(), source })?;
         let https = url.scheme_str() == Some("https");
         if !https && (config.ca_file.is_some() || config.client_certificate.is_some() || config.client_key.is_some()) {
             problems
@@ -90,7 +108,7 @@ impl HttpHandler {
                     .map_err(|error| problems.push(error_chain(&error)))
                     .ok(),
                 Err(problem) => {
-                    problems.push(problem);
+                    problems.push(problem.to_string());
                     None
                 }
             },
@@ -121,7 +139,7 @@ impl HttpHandler {
                     }
                 },
                 Err(problem) => {
-                    problems.push(problem);
+                    problems.push(problem.to_string());
                     None
                 }
             },
@@ -147,7 +165,7 @@ impl HttpHandler {
         .ok();
         let client = match client {
             Some(client) if problems.is_empty() => client,
-            _ => return Err(problems.join("; ")),
+            _ => return Err(HttpConfigError::Problems(problems)),
         };
         if signing.is_none() {
             tracing::warn!(
@@ -353,6 +371,7 @@ mod tests {
 
     fn build(config: HandlerConfig) -> Result<HttpHandler, String> {
         HttpHandler::from_config(&config, Duration::from_secs(1), Path::new("/nonexistent"))
+            .map_err(|error| error.to_string())
     }
 
     fn http(url: &str) -> HandlerConfig {

@@ -11,7 +11,7 @@ use hookline_common::{
     wire::InboundEvent,
 };
 
-use super::{BoxFuture, Handler, HandlerError, StartContext};
+use super::{BoxFuture, Handler, HandlerError, StartContext, StartError};
 
 #[derive(Debug, Default)]
 pub struct LogHandler {
@@ -24,7 +24,7 @@ impl Handler for LogHandler {
         "log"
     }
 
-    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), StartError>> {
         let _ = self.service.set(context.service.clone());
         Box::pin(async { Ok(()) })
     }

@@ -48,6 +48,27 @@ impl HandlerError {
     }
 }
 
+/// Why a handler can never run with its configuration ([`Handler::start`]): said in one line, and the start ends.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The database refuses what the configuration asks (a missing table, a statement that does not prepare);
+    /// every refusal found, in one line.
+    #[error("{0}")]
+    Refused(String),
+    /// No connection can ever be made with this configuration (wrong credentials, an unknown database, a
+    /// certificate that does not verify): the pool's error, as the line says it.
+    #[error("{line}")]
+    Connect {
+        line: String,
+        #[source]
+        source: deadpool_postgres::PoolError,
+    },
+    /// The handler of one place of the configuration (`[handler]`, or a route's). (Its Display says the
+    /// problem, so it is not also its source: an error chain prints it once.)
+    #[error("{place}: {problem}")]
+    In { place: String, problem: Box<StartError> },
+}
+
 pub trait Handler: Send + Sync + std::fmt::Debug + 'static {
     /// Name recorded in metrics and in dead-letter records.
     fn name(&self) -> &str;
@@ -74,7 +95,7 @@ pub trait Handler: Send + Sync + std::fmt::Debug + 'static {
     /// Called once before the consumer joins its group: a handler that must reach something first (the
     /// `postgres` handler prepares its statements) does it here. An error is a configuration the handler can
     /// never run with and ends the start; something merely unreachable is waited for until `context.shutdown`.
-    fn start<'a>(&'a self, _context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a self, _context: &'a StartContext) -> BoxFuture<'a, Result<(), StartError>> {
         Box::pin(async { Ok(()) })
     }
 

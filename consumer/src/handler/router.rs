@@ -11,7 +11,8 @@ use std::{
 use hookline_common::wire::InboundEvent;
 
 use super::{
-    BoxFuture, Handler, HandlerError, StartContext, http::HttpHandler, log::LogHandler, postgres::PostgresHandler,
+    BoxFuture, Handler, HandlerError, StartContext, StartError, http::HttpHandler, log::LogHandler,
+    postgres::PostgresHandler,
 };
 use crate::config::{HandlerConfig, RouteConfig, RouteMatch, SourceRulesConfig};
 
@@ -51,10 +52,12 @@ impl std::fmt::Debug for SourceRules {
 pub fn build_handler(config: &HandlerConfig, timeout: Duration, config_dir: &Path) -> Result<Box<dyn Handler>, String> {
     match config.kind.as_str() {
         "log" => Ok(Box::new(LogHandler::default())),
-        "http" => Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir)?)),
+        "http" => {
+            Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir).map_err(|error| error.to_string())?))
+        }
         "postgres" => {
             let postgres = config.postgres.as_ref().ok_or("a `postgres` handler needs a [handler.postgres] table")?;
-            Ok(Box::new(PostgresHandler::from_config(postgres, config_dir)?))
+            Ok(Box::new(PostgresHandler::from_config(postgres, config_dir).map_err(|error| error.to_string())?))
         }
         other => Err(format!("unknown handler kind `{other}` (known: log, http, postgres)")),
     }
@@ -180,15 +183,13 @@ impl Handler for Router {
         allowlist.is_some_and(|types| !event.meta.event_type.as_ref().is_some_and(|t| types.contains(t)))
     }
 
-    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), StartError>> {
+        let within = |place: String| move |problem| StartError::In { place, problem: Box::new(problem) };
         Box::pin(async move {
-            self.default.start(context).await.map_err(|problem| format!("[handler]: {problem}"))?;
+            self.default.start(context).await.map_err(within("[handler]".to_owned()))?;
             for (index, route) in self.routes.iter().enumerate() {
-                route
-                    .handler
-                    .start(context)
-                    .await
-                    .map_err(|problem| format!("routes[{index}] (source `{}`): {problem}", route.matcher.source()))?;
+                let place = format!("routes[{index}] (source `{}`)", route.matcher.source());
+                route.handler.start(context).await.map_err(within(place))?;
             }
             Ok(())
         })

@@ -151,7 +151,7 @@ pub(super) async fn list(
 ) -> Response {
     let list = match parse_query(query.as_deref().unwrap_or("")) {
         Ok(list) => list,
-        Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem),
+        Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem.to_string()),
     };
     let filter = list.filter;
     let page_result = api.replayer.page(&filter, list.cursor.as_deref(), list.limit.unwrap_or(PAGE_SIZE)).await;

@@ -28,7 +28,7 @@ pub(super) async fn rejections_page(
 ) -> Response {
     let source = match rejections_query(query.as_deref().unwrap_or("")) {
         Ok(source) => source,
-        Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem),
+        Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem.to_string()),
     };
     if !api.rejections.is_configured() {
         let content = html! {

@@ -28,7 +28,7 @@ pub(super) async fn search_page(
 ) -> Response {
     let request = match SearchRequest::from_query(query.as_deref().unwrap_or("")) {
         Ok(request) => request,
-        Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem),
+        Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem.to_string()),
     };
     let mut conditions: Vec<&str> = request.conditions.iter().map(String::as_str).collect();
     conditions.resize(conditions.len().max(3), "");

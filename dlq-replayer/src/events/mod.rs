@@ -70,9 +70,11 @@ pub struct SearchRequest {
 impl SearchRequest {
     /// The request from query parameters (`GET /v1/events`, the console's page): `source`, `type`, `since`,
     /// `until`, `where` (repeatable), `limit`, `max_records`, `max_seconds`; empty values are absent.
-    pub fn from_query(query: &str) -> Result<Self, String> {
+    pub fn from_query(query: &str) -> Result<Self, SearchQueryError> {
         let mut request = Self::default();
-        let number = |key: &str, value: &str| value.parse::<u64>().map_err(|_| format!("{key} must be a number"));
+        let number = |key: &'static str, value: &str| {
+            value.parse::<u64>().map_err(|source| SearchQueryError::NotANumber { key, source })
+        };
         for (key, value) in form_urlencoded::parse(query.as_bytes()) {
             let value = value.trim();
             if value.is_empty() {
@@ -87,11 +89,24 @@ impl SearchRequest {
                 "limit" => request.limit = Some(usize::try_from(number("limit", value)?).unwrap_or(usize::MAX)),
                 "max_records" => request.max_records = Some(number("max_records", value)?),
                 "max_seconds" => request.max_seconds = Some(number("max_seconds", value)?),
-                other => return Err(format!("unknown query parameter `{other}`")),
+                other => return Err(SearchQueryError::Unknown(other.to_owned())),
             }
         }
         Ok(request)
     }
+}
+
+/// Why a search's query string is refused (a bad request, said to the caller).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SearchQueryError {
+    #[error("unknown query parameter `{0}`")]
+    Unknown(String),
+    #[error("{key} must be a number")]
+    NotANumber {
+        key: &'static str,
+        #[source]
+        source: std::num::ParseIntError,
+    },
 }
 
 /// A parsed request.
@@ -296,7 +311,7 @@ impl Replayer {
             .iter()
             .map(|text| text.parse::<Condition>())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(bad)?;
+            .map_err(|error| bad(error.to_string()))?;
         let events = &self.config().events;
         let limit = request.limit.unwrap_or(events.default_limit);
         if limit == 0 {

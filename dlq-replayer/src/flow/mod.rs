@@ -143,14 +143,19 @@ pub struct FlowView {
     pub services: Vec<ServiceFlow>,
 }
 
+/// The flow's HTTP client cannot be built: said at start, and `serve` stops.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the flow's HTTP client: {0}")]
+pub struct FlowError(#[source] http_client::ClientError);
+
 impl Flow {
     /// A sampler of `config`'s gateways and flow services (nothing is read until [`Flow::run`]).
-    pub fn new(config: &ReplayerConfig) -> Result<Self, String> {
+    pub fn new(config: &ReplayerConfig) -> Result<Self, FlowError> {
         let client = http_client::client_with(http_client::ClientOptions {
             connect_timeout: Some(FETCH_TIMEOUT),
             ..http_client::ClientOptions::default()
         })
-        .map_err(|error| format!("cannot build the flow's HTTP client: {error}"))?;
+        .map_err(FlowError)?;
         let services = config
             .flow
             .services

@@ -278,7 +278,7 @@ impl Replayer {
     /// One page of the entries the filter matches: up to `limit` after `cursor` (a previous page's
     /// `next_cursor`).
     pub async fn page(&self, filter: &Filter, cursor: Option<&str>, limit: usize) -> Result<Page, OpError> {
-        let criteria = filter.compile().map_err(OpError::BadRequest)?;
+        let criteria = filter.compile().map_err(|error| OpError::BadRequest(error.to_string()))?;
         let after = cursor
             .filter(|cursor| !cursor.is_empty())
             .map(|cursor| {
@@ -295,7 +295,7 @@ impl Replayer {
     }
 
     pub async fn stats(&self, filter: &Filter) -> Result<Stats, OpError> {
-        let criteria = filter.compile().map_err(OpError::BadRequest)?;
+        let criteria = filter.compile().map_err(|error| OpError::BadRequest(error.to_string()))?;
         let index = self.index().await?;
         Ok(index.stats(&index.compile(&criteria))?)
     }
@@ -352,7 +352,7 @@ impl Replayer {
         if ids.is_empty() != all {
             return Err(OpError::BadRequest("give entry ids, or `all` with a filter (not both)".to_owned()));
         }
-        let criteria = filter.compile().map_err(OpError::BadRequest)?;
+        let criteria = filter.compile().map_err(|error| OpError::BadRequest(error.to_string()))?;
         let has_status = criteria.status.is_some();
         if all {
             let query = index.compile(&criteria);

@@ -13,6 +13,8 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 
+use crate::error::KeyFetchBuildError;
+
 /// Why a fetch failed (the label of `hookline_gateway_key_fetches_total`'s `outcome`).
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
@@ -67,14 +69,14 @@ impl Client {
         resolve: Vec<(String, SocketAddr)>,
         timeout: Duration,
         max_response_bytes: usize,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, KeyFetchBuildError> {
         if let Some((host, addr)) = resolve.iter().find(|(_, addr)| !addr.ip().is_loopback()) {
-            return Err(format!("a fixed address for {host} must be loopback, not {addr}"));
+            return Err(KeyFetchBuildError::NotLoopback { host: host.clone(), addr: *addr });
         }
         let store = rustls::RootCertStore { roots: roots.anchors().to_vec() };
         let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
-            .map_err(|error| error.to_string())?
+            .map_err(KeyFetchBuildError::Tls)?
             .with_root_certificates(store)
             .with_no_client_auth();
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];

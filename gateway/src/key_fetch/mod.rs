@@ -31,7 +31,7 @@ use std::{
 use hookline_signature::fetched::{FetchedKey, KeyFormat, KeyUrl, TrustRoots};
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::Metrics;
+use crate::{error::KeyFetchBuildError, metrics::Metrics};
 use budget::MissBudget;
 use cache::{Cache, Lookup};
 pub use client::FetchError;
@@ -159,13 +159,13 @@ struct Inner {
 }
 
 impl KeyFetcher {
-    pub fn new(config: &KeyFetchConfig, metrics: Metrics) -> Result<Self, String> {
+    pub fn new(config: &KeyFetchConfig, metrics: Metrics) -> Result<Self, KeyFetchBuildError> {
         let (roots, resolve) = match &config.test_only {
             Some(test) => {
                 let roots =
                     TrustRoots::from_pem(&test.roots_pem).map_err(|error| match std::error::Error::source(&error) {
-                        Some(source) => format!("{error}: {source}"),
-                        None => error.to_string(),
+                        Some(source) => KeyFetchBuildError::Roots(format!("{error}: {source}")),
+                        None => KeyFetchBuildError::Roots(error.to_string()),
                     })?;
                 (roots, test.resolve.clone())
             }
@@ -179,7 +179,7 @@ impl KeyFetcher {
         roots: TrustRoots,
         resolve: Vec<(String, SocketAddr)>,
         metrics: Metrics,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, KeyFetchBuildError> {
         let client = client::Client::new(
             &roots,
             resolve,

@@ -112,7 +112,7 @@ impl ProviderClient {
             http::header::AUTHORIZATION,
             &format!("Bearer {}", credential.expose_secret()),
         )
-        .map_err(setup)?;
+        .map_err(|error| setup(error.to_string()))?;
         headers.insert(name, value);
         headers.insert(http::header::USER_AGENT, http::HeaderValue::from_static("hookline-reconciler"));
         match source.provider {

@@ -32,7 +32,7 @@ use self::{
     sqlstate::{Disposition, classify_error},
     work::{Effect, Statements, TransactionalHandler, WorkError},
 };
-use super::{BoxFuture, Handler, HandlerError, StartContext};
+use super::{BoxFuture, Handler, HandlerError, StartContext, StartError};
 use crate::config::postgres::{Isolation, PostgresConfig};
 use crate::metrics::{Metrics, postgres_outcome};
 
@@ -199,14 +199,45 @@ fn message_names_no_values(code: &str) -> bool {
         )
 }
 
+/// Why a `postgres` handler cannot be built, or its SQL run outside an event's path (a migration).
+#[derive(Debug, thiserror::Error)]
+pub enum PostgresError {
+    /// The configuration's problems, each one line (said joined by `; `).
+    #[error("{}", .0.join("; "))]
+    Config(Vec<String>),
+    #[error(transparent)]
+    Table(#[from] gate::InvalidTableName),
+    /// The statements or the inbox as configured do not build: every problem found, in one line.
+    #[error("{0}")]
+    Work(String),
+    /// No connection from the pool: the line says why (without the credentials).
+    #[error("{line}")]
+    Pool {
+        line: String,
+        #[source]
+        source: PoolError,
+    },
+    /// The database refused the SQL: the line says it, with its SQLSTATE.
+    #[error("{line}")]
+    Database {
+        line: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The handler of one place of the consumer's configuration (`[handler]`, or a route's). (Its Display says
+    /// the problem, so it is not also its source: an error chain prints it once.)
+    #[error("{place}.postgres: {problem}")]
+    In { place: String, problem: Box<PostgresError> },
+}
+
 impl PostgresHandler {
     /// A configured handler (`statements` or `inbox`); nothing is connected until [`Handler::start`].
-    pub fn from_config(config: &PostgresConfig, config_dir: &Path) -> Result<Self, String> {
+    pub fn from_config(config: &PostgresConfig, config_dir: &Path) -> Result<Self, PostgresError> {
         let work = match &config.inbox {
-            Some(inbox) => Work::Inbox(Inbox::new(inbox)?),
+            Some(inbox) => Work::Inbox(Inbox::new(inbox).map_err(PostgresError::Work)?),
             None => {
-                let gate = DedupeTable::new(&config.dedupe_table).map_err(|error| error.to_string())?;
-                Work::Statements(Statements::new(&config.statements, &gate)?)
+                let gate = DedupeTable::new(&config.dedupe_table)?;
+                Work::Statements(Statements::new(&config.statements, &gate).map_err(PostgresError::Work)?)
             }
         };
         Self::build(config, config_dir, work)
@@ -218,18 +249,18 @@ impl PostgresHandler {
         config: &PostgresConfig,
         config_dir: &Path,
         work: Arc<dyn TransactionalHandler>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PostgresError> {
         let limits = checks::Limits { handler_timeout_ms: u64::MAX, max_in_flight: usize::MAX, dedupe_ttl_s: 0 };
         let problems = checks::problems(config, &limits, true);
         if !problems.is_empty() {
-            return Err(problems.join("; "));
+            return Err(PostgresError::Config(problems));
         }
         Self::build(config, config_dir, Work::Custom(work))
     }
 
-    fn build(config: &PostgresConfig, config_dir: &Path, work: Work) -> Result<Self, String> {
-        let gate = DedupeTable::new(&config.dedupe_table).map_err(|error| error.to_string())?;
-        let pool = pool::build(config, config_dir, "hookline-consumer").map_err(|problems| problems.join("; "))?;
+    fn build(config: &PostgresConfig, config_dir: &Path, work: Work) -> Result<Self, PostgresError> {
+        let gate = DedupeTable::new(&config.dedupe_table)?;
+        let pool = pool::build(config, config_dir, "hookline-consumer").map_err(PostgresError::Config)?;
         let (isolation, level) = match config.isolation {
             Isolation::ReadCommitted => (IsolationLevel::ReadCommitted, "READ COMMITTED"),
             Isolation::RepeatableRead => (IsolationLevel::RepeatableRead, "REPEATABLE READ"),
@@ -253,34 +284,37 @@ impl PostgresHandler {
     }
 
     /// [`Self::migration_sql`] of a configured handler, without building it: no secret is read, nothing connects.
-    pub fn migration_sql_of(config: &PostgresConfig) -> Result<String, String> {
+    pub fn migration_sql_of(config: &PostgresConfig) -> Result<String, PostgresError> {
         match &config.inbox {
-            Some(inbox) => Ok(Inbox::new(inbox)?.create_sql()),
-            None => Ok(DedupeTable::new(&config.dedupe_table).map_err(|error| error.to_string())?.create_sql()),
+            Some(inbox) => Ok(Inbox::new(inbox).map_err(PostgresError::Work)?.create_sql()),
+            None => Ok(DedupeTable::new(&config.dedupe_table)?.create_sql()),
         }
     }
 
     /// Runs [`Self::migration_sql`] on the database (idempotent).
-    pub async fn migrate(&self) -> Result<(), String> {
+    pub async fn migrate(&self) -> Result<(), PostgresError> {
         self.batch_execute(&self.migration_sql()).await
     }
 
     /// Runs `sql` (one or more statements, no parameters) on a connection of the pool: a Rust handler's own
     /// migration, for example.
-    pub async fn batch_execute(&self, sql: &str) -> Result<(), String> {
-        let client = self.pool.get().await.map_err(|error| pool_error_line(&error))?;
-        client.batch_execute(sql).await.map_err(|error| describe(&error))
+    pub async fn batch_execute(&self, sql: &str) -> Result<(), PostgresError> {
+        let client =
+            self.pool.get().await.map_err(|source| PostgresError::Pool { line: pool_error_line(&source), source })?;
+        client.batch_execute(sql).await.map_err(|source| PostgresError::Database { line: describe(&source), source })
     }
 
     /// Connects (waiting while the database is unreachable) and prepares everything the work will run. A
     /// connection lost while preparing (a restart, a failover) is waited out too; what the database refuses (a
     /// missing table, a statement that does not prepare, wrong credentials) ends the start.
-    async fn prepare(&self, context: &StartContext) -> Result<(), String> {
+    async fn prepare(&self, context: &StartContext) -> Result<(), StartError> {
         loop {
             let client = loop {
                 match self.pool.get().await {
                     Ok(client) => break client,
-                    Err(error) if start_refusal(&error) => return Err(pool_error_line(&error)),
+                    Err(error) if start_refusal(&error) => {
+                        return Err(StartError::Connect { line: pool_error_line(&error), source: error });
+                    }
                     Err(error) => tracing::warn!(error = %pool_error_line(&error), "postgres unreachable; waiting"),
                 }
                 tokio::select! {
@@ -290,7 +324,7 @@ impl PostgresHandler {
             };
             match self.prepare_on(&client).await {
                 Ok(()) => return Ok(()),
-                Err(StartProblem::Refused(line)) => return Err(line),
+                Err(StartProblem::Refused(line)) => return Err(StartError::Refused(line)),
                 Err(StartProblem::Lost(line)) => {
                     tracing::warn!(error = %line, "postgres connection lost while preparing; waiting");
                 }
@@ -439,7 +473,9 @@ impl PostgresHandler {
 
 /// Every `postgres` handler's table of a consumer config (the default's and each route's), by where it is
 /// configured: what `hookline-consumer migrate` needs. Checked, not built.
-pub fn configured_tables(config: &crate::config::ConsumerConfig) -> Result<Vec<(String, &PostgresConfig)>, String> {
+pub fn configured_tables(
+    config: &crate::config::ConsumerConfig,
+) -> Result<Vec<(String, &PostgresConfig)>, PostgresError> {
     let handlers = std::iter::once(("[handler]".to_owned(), &config.handler)).chain(
         config.routes.iter().enumerate().map(|(index, route)| (format!("routes[{index}].handler"), &route.handler)),
     );
@@ -448,7 +484,7 @@ pub fn configured_tables(config: &crate::config::ConsumerConfig) -> Result<Vec<(
         if let (Some(postgres), "postgres") = (&handler.postgres, handler.kind.as_str()) {
             let problems = checks::problems(postgres, &checks::Limits::of(config), false);
             if !problems.is_empty() {
-                return Err(format!("{place}.postgres: {}", problems.join("; ")));
+                return Err(PostgresError::In { place, problem: Box::new(PostgresError::Config(problems)) });
             }
             found.push((place, postgres));
         }
@@ -464,13 +500,13 @@ pub fn shortest_retention_days(config: &crate::config::ConsumerConfig) -> Option
 
 /// Every `postgres` handler of a consumer config, built (nothing connects until used): what `hookline-consumer
 /// migrate` runs the tables of.
-pub fn configured(config: &crate::config::ConsumerConfig) -> Result<Vec<(String, PostgresHandler)>, String> {
+pub fn configured(config: &crate::config::ConsumerConfig) -> Result<Vec<(String, PostgresHandler)>, PostgresError> {
     configured_tables(config)?
         .into_iter()
         .map(|(place, postgres)| {
             PostgresHandler::from_config(postgres, &config.config_dir)
                 .map(|handler| (place.clone(), handler))
-                .map_err(|problem| format!("{place}.postgres: {problem}"))
+                .map_err(|problem| PostgresError::In { place: place.clone(), problem: Box::new(problem) })
         })
         .collect()
 }
@@ -519,7 +555,7 @@ impl Handler for PostgresHandler {
         "postgres"
     }
 
-    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a self, context: &'a StartContext) -> BoxFuture<'a, Result<(), StartError>> {
         Box::pin(async move {
             self.prepare(context).await?;
             if !matches!(self.work, Work::Inbox(_)) && self.started.get().is_none() {

@@ -107,7 +107,7 @@ pub fn build(config: &PostgresConfig, config_dir: &Path, application_name: &str)
                 .map_err(|error| problems.push(error.to_string()))
                 .ok(),
             Err(problem) => {
-                problems.push(problem);
+                problems.push(problem.to_string());
                 None
             }
         },
@@ -127,7 +127,7 @@ pub fn build(config: &PostgresConfig, config_dir: &Path, application_name: &str)
     };
     if let Some(password) = &config.password {
         if let Err(problem) = password.load() {
-            problems.push(problem);
+            problems.push(problem.to_string());
         }
     }
     if !problems.is_empty() {
