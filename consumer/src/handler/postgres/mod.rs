@@ -9,7 +9,6 @@
 pub mod checks;
 pub mod gate;
 mod inbox;
-pub mod one_trip;
 pub mod params;
 mod pool;
 pub mod retention;

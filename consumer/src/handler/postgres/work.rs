@@ -1,6 +1,8 @@
 //! What an event's work is, inside the transaction that inserted its dedupe row: the configured statements
 //! ([`Statements`]), or a Rust handler's code ([`TransactionalHandler`]).
 
+pub mod one_trip;
+
 use std::{
     fmt,
     sync::atomic::{AtomicBool, Ordering},
@@ -10,10 +12,10 @@ use hookline_common::wire::InboundEvent;
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
 
+use self::one_trip::{OneTrip, Settled};
 use super::{
     Failure,
     gate::{DedupeTable, EventKey, Outcome},
-    one_trip::{OneTrip, Settled},
     params::{Bound, ParamSource},
 };
 use crate::{

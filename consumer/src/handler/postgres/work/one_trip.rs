@@ -9,7 +9,7 @@
 //! SELECT CASE WHEN <one row inserted and the count as configured> THEN 1 ELSE (<a message>)::int END
 //! ```
 //!
-//! The statement commits only what the two-round-trip transaction ([`super::work::Statements::run`]) would have
+//! The statement commits only what the two-round-trip transaction ([`super::Statements::run`]) would have
 //! committed as `applied`: when the dedupe row was new and the statement changed the rows it must. Anything else
 //! (a duplicate, zero rows, another count) makes the final cast fail (SQLSTATE 22P02, with a message that says why
 //! in the server's log), which aborts the transaction, so the COMMIT sent behind it rolls back, the statement's
@@ -30,10 +30,12 @@ use serde_json::Value;
 use tokio_postgres::{error::SqlState, types::ToSql};
 
 use super::{
-    Failure,
-    gate::{DedupeTable, EventKey},
-    params::Bound,
-    work::Statement,
+    super::{
+        Failure,
+        gate::{DedupeTable, EventKey},
+        params::Bound,
+    },
+    Statement,
 };
 use crate::handler::HandlerError;
 
@@ -103,7 +105,7 @@ impl OneTrip {
         let mut params: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|value| value as &(dyn ToSql + Sync)).collect();
         params.extend([&key.service as &(dyn ToSql + Sync), &key.source, &key.event_id]);
 
-        let open = super::work::OpenTransaction::new(client);
+        let open = super::OpenTransaction::new(client);
         let client = open.client();
         let (began, settled, committed) = tokio::join!(
             client.batch_execute(begin),
