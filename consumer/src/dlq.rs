@@ -118,6 +118,20 @@ impl DeadLetters {
         failure: &Failure<'_>,
         body: DlqBody,
     ) -> Result<String, ProduceError> {
+        let record = self.dead_letter_record(original, failure, body == DlqBody::ByReference);
+        let delivery = self.producer.send(record, QueueWait::UpToDeadline).await?;
+        Ok(DeadLetterEntry::entry_id(&self.topic, delivery.partition, delivery.offset))
+    }
+
+    /// The dead-letter record for `original` (by reference when `by_reference`), as [`Self::publish`] and
+    /// [`Self::publish_by_reference`] send it (before the producer signs it): the golden record tests read it.
+    pub fn dead_letter_record<'a>(
+        &'a self,
+        original: &'a Record,
+        failure: &Failure<'_>,
+        by_reference: bool,
+    ) -> FutureRecord<'a, [u8], [u8]> {
+        let body = if by_reference { DlqBody::ByReference } else { DlqBody::Copied };
         let body_bytes = original.payload().map_or(0, <[u8]>::len).to_string();
         let origin = original.origin();
         let partition = origin.partition.to_string();
@@ -144,12 +158,10 @@ impl DeadLetters {
         if let Some(days) = &self.dedupe_retention_days {
             failure_headers.push((dlq::DEDUPE_RETENTION_DAYS, days.as_str()));
         }
-        let record = match body {
+        match body {
             DlqBody::Copied => copy_of(original, &self.topic, &failure_headers),
             DlqBody::ByReference => reference_to(original, &self.topic, &failure_headers, &body_bytes),
-        };
-        let delivery = self.producer.send(record, QueueWait::UpToDeadline).await?;
-        Ok(DeadLetterEntry::entry_id(&self.topic, delivery.partition, delivery.offset))
+        }
     }
 
     /// Parks `original` in the retry topic until `due_at_ms`, with the attempts so far, and waits for the
@@ -160,6 +172,18 @@ impl DeadLetters {
         attempts: &Attempts,
         due_at_ms: i64,
     ) -> Result<(), ProduceError> {
+        let record = self.retry_record(original, attempts, due_at_ms);
+        self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
+    }
+
+    /// The retry record [`Self::schedule_retry`] sends (before the producer signs it): the golden record tests
+    /// read it.
+    pub fn retry_record<'a>(
+        &'a self,
+        original: &'a Record,
+        attempts: &Attempts,
+        due_at_ms: i64,
+    ) -> FutureRecord<'a, [u8], [u8]> {
         let origin = original.origin();
         let (partition, offset) = (origin.partition.to_string(), origin.offset.to_string());
         let (count, first) = (attempts.attempts.to_string(), attempts.first_failure_at_ms.to_string());
@@ -176,8 +200,7 @@ impl DeadLetters {
             // Only this service takes it back, wherever the record is read.
             (header::SERVICE, self.service.as_str()),
         ];
-        let record = copy_of(original, &self.retry_topic, &retry_headers);
-        self.producer.send(record, QueueWait::UpToDeadline).await.map(drop)
+        copy_of(original, &self.retry_topic, &retry_headers)
     }
 
     /// Records an entry's fate in the status topic (keyed by entry id, compacted) and waits for the ack.

@@ -72,6 +72,15 @@ impl VerifiedWebhook {
         &self.body
     }
 
+    /// The inbound record, as [`EventProducer::produce`] sends it (before the producer signs it): the golden
+    /// record tests read it.
+    pub fn record(&self) -> FutureRecord<'_, [u8], [u8]> {
+        FutureRecord::to(&self.topic)
+            .key(self.meta.record_key().as_bytes())
+            .payload(self.body.as_ref())
+            .headers(self.headers())
+    }
+
     fn headers(&self) -> OwnedHeaders {
         let mut headers = self.meta.to_headers();
         if let Some(provider_event_id) = &self.provider_event_id {
@@ -142,10 +151,7 @@ impl EventProducer {
     /// After a timeout the record may still be delivered later; the provider's retry then produces a second
     /// copy with the same event id, which the consumer's dedupe absorbs. Duplicates are safe, losses are not.
     pub async fn produce(&self, webhook: &VerifiedWebhook, deadline: Duration) -> Result<Delivery, ProduceError> {
-        let record = FutureRecord::to(&webhook.topic)
-            .key(webhook.meta.record_key().as_bytes())
-            .payload(webhook.body.as_ref())
-            .headers(webhook.headers());
+        let record = webhook.record();
         let (lane, _in_flight) = self.lanes.chooser.enter();
         let producer = match (lane, &self.lanes.immediate) {
             (Lane::Immediate, Some(immediate)) => immediate,
