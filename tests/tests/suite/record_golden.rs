@@ -14,7 +14,7 @@ use hookline_common::{
     control::RoutePause,
     record_auth::RecordKeys,
     signature::Verified,
-    wire::{DeadLetterEntry, EntryStatus, EntryStatusRecord, EventMeta, FetchedRecord, InboundEvent},
+    wire::{EntryStatus, EntryStatusRecord, EventMeta, FetchedRecord, InboundEvent, kafka},
 };
 use hookline_consumer::{
     dlq::{DeadLetters, ErrorClass, Failure},
@@ -22,13 +22,10 @@ use hookline_consumer::{
     retry::{Attempts, RetryHeaders},
 };
 use hookline_gateway::produce::VerifiedWebhook;
+use hookline_record::{HeaderTable, Outgoing};
 use hookline_tests::record_auth::{key_file, keys_of};
 use proptest::prelude::*;
-use rdkafka::{
-    Message, Timestamp,
-    message::{Headers, OwnedHeaders, OwnedMessage, ToBytes},
-    producer::FutureRecord,
-};
+use rdkafka::{Message, Timestamp, message::OwnedMessage};
 
 /// The record key every golden record is signed with, and the time it is signed at.
 const GOLDEN_KEY: &str = "hookline-golden-record-key-0123456789abcdef";
@@ -40,24 +37,28 @@ fn keys() -> RecordKeys {
 
 /// A record's bytes as a fixture holds them: one line per part, every byte string quoted and escaped (so the
 /// text is exact and readable), `null` for an absent key, body or header value.
-fn render(topic: &str, key: Option<&[u8]>, body: Option<&[u8]>, headers: Option<&OwnedHeaders>) -> String {
+fn render(topic: &str, key: Option<&[u8]>, body: Option<&[u8]>, headers: &HeaderTable) -> String {
     let quoted = |bytes: Option<&[u8]>| match bytes {
         None => "null".to_owned(),
         Some(bytes) => format!("\"{}\"", bytes.escape_ascii()),
     };
     let mut out = format!("topic {}\nkey {}\nbody {}\n", quoted(Some(topic.as_bytes())), quoted(key), quoted(body));
-    for header in headers.into_iter().flat_map(Headers::iter) {
-        out.push_str(&format!("header {} {}\n", quoted(Some(header.key.as_bytes())), quoted(header.value)));
+    for header in headers.iter() {
+        out.push_str(&format!("header {} {}\n", quoted(Some(header.name.as_bytes())), quoted(header.value)));
     }
     out
 }
 
-/// `record` signed as the producer signs it (at [`NOW_MS`], with [`GOLDEN_KEY`]), rendered.
-fn signed<K: ToBytes + ?Sized, P: ToBytes + ?Sized>(record: &FutureRecord<'_, K, P>) -> String {
-    let key = record.key.map(ToBytes::to_bytes);
-    let body = record.payload.map(ToBytes::to_bytes);
-    let headers = keys().sign(record.topic, key, body, record.headers.as_ref(), NOW_MS).expect("the record signs");
-    render(record.topic, key, body, Some(&headers))
+/// `record` signed as the producer signs it (at [`NOW_MS`], with [`GOLDEN_KEY`]).
+fn sign(mut record: Outgoing) -> Outgoing {
+    keys().sign_record(&mut record, NOW_MS).expect("the record signs");
+    record
+}
+
+/// `record` signed as the producer signs it, rendered.
+fn signed(record: Outgoing) -> String {
+    let record = sign(record);
+    render(&record.topic, record.key.as_deref(), record.body.as_deref(), &record.headers)
 }
 
 /// Compares `actual` with the fixture `name`, or writes it with `HOOKLINE_BLESS=1`.
@@ -88,32 +89,26 @@ fn webhook() -> VerifiedWebhook {
     VerifiedWebhook::new(proof, meta(), "webhooks.inbound")
         .with_provider_event_id(Some("gh-delivery-1".to_owned()))
         .with_forwarded_headers(vec![
-            ("http-x-github-event".to_owned(), b"push".to_vec()),
-            ("http-x-github-hook-id".to_owned(), b"12".to_vec()),
-            ("http-x-github-hook-id".to_owned(), b"13".to_vec()),
+            ("x-github-event".to_owned(), Bytes::from_static(b"push")),
+            ("x-github-hook-id".to_owned(), Bytes::from_static(b"12")),
+            ("x-github-hook-id".to_owned(), Bytes::from_static(b"13")),
         ])
 }
 
-/// A record as the consumer fetched it from `topic` at (`partition`, `offset`): `record`, signed.
-fn fetched<K: ToBytes + ?Sized, P: ToBytes + ?Sized>(
-    record: &FutureRecord<'_, K, P>,
-    partition: i32,
-    offset: i64,
-) -> Record {
-    let key = record.key.map(ToBytes::to_bytes);
-    let body = record.payload.map(ToBytes::to_bytes);
-    let headers = keys().sign(record.topic, key, body, record.headers.as_ref(), NOW_MS).expect("the record signs");
+/// A record as the consumer fetched it from its topic at (`partition`, `offset`): `record`, signed.
+fn fetched(record: Outgoing, partition: i32, offset: i64) -> Record {
+    let record = sign(record);
     let message = OwnedMessage::new(
-        body.map(<[u8]>::to_vec),
-        key.map(<[u8]>::to_vec),
-        record.topic.to_owned(),
+        record.body.as_ref().map(|body| body.to_vec()),
+        record.key.as_ref().map(|key| key.to_vec()),
+        record.topic.clone(),
         Timestamp::CreateTime(NOW_MS),
         partition,
         offset,
-        Some(headers),
+        Some(kafka::owned_headers(&record.headers)),
     );
     let keys = keys();
-    Record::parse(FetchedRecord::copy_of(&message, record.topic.into()), |fetched| {
+    Record::parse(FetchedRecord::copy_of(&message, record.topic.as_str().into()), |fetched| {
         keys.verify_as(
             hookline_common::record_auth::RecordKind::Inbound,
             fetched.topic(),
@@ -158,27 +153,25 @@ fn failure() -> Failure<'static> {
 
 #[test]
 fn golden_inbound_record() {
-    golden("inbound", &signed(&webhook().record()));
+    golden("inbound", &signed(webhook().record()));
 }
 
 #[test]
 fn golden_retry_record() {
-    let webhook = webhook();
-    let inbound = fetched(&webhook.record(), 3, 41);
+    let inbound = fetched(webhook().record(), 3, 41);
     let dead_letters = dead_letters(None);
-    golden("retry", &signed(&dead_letters.retry_record(&inbound, &attempts(), NOW_MS + 30_000)));
+    golden("retry", &signed(dead_letters.retry_record(&inbound, &attempts(), NOW_MS + 30_000)));
 }
 
 #[test]
 fn golden_dead_letter_record() {
-    let webhook = webhook();
-    let inbound = fetched(&webhook.record(), 3, 41);
+    let inbound = fetched(webhook().record(), 3, 41);
     let dead_letters = dead_letters(Some(30));
     // Dead-lettered from the retry topic: the record names the inbound position the event first had.
     let retry = dead_letters.retry_record(&inbound, &attempts(), NOW_MS + 30_000);
-    let retried = fetched(&retry, 0, 9);
-    golden("dead_letter", &signed(&dead_letters.dead_letter_record(&retried, &failure(), false)));
-    golden("dead_letter_by_reference", &signed(&dead_letters.dead_letter_record(&retried, &failure(), true)));
+    let retried = fetched(retry, 0, 9);
+    golden("dead_letter", &signed(dead_letters.dead_letter_record(&retried, &failure(), false)));
+    golden("dead_letter_by_reference", &signed(dead_letters.dead_letter_record(&retried, &failure(), true)));
 }
 
 fn status() -> EntryStatusRecord {
@@ -195,9 +188,7 @@ fn status() -> EntryStatusRecord {
 
 #[test]
 fn golden_status_record() {
-    let value = serde_json::to_vec(&status()).expect("a status record serialises");
-    let record = FutureRecord::<str, [u8]>::to("webhooks.dlq-status").key("webhooks.dlq:0:12").payload(&value);
-    golden("status", &signed(&record));
+    golden("status", &signed(status().encode("webhooks.dlq-status", "webhooks.dlq:0:12")));
 }
 
 fn pause() -> RoutePause {
@@ -213,11 +204,7 @@ fn pause() -> RoutePause {
 
 #[test]
 fn golden_route_pause_record() {
-    let pause = pause();
-    let key = pause.key();
-    let value = serde_json::to_vec(&pause).expect("a pause serialises");
-    let record = FutureRecord::<str, [u8]>::to("webhooks.control").key(&key).payload(&value);
-    golden("route_pause", &signed(&record));
+    golden("route_pause", &signed(pause().encode("webhooks.control")));
 }
 
 /// Header values as writers take them: any text (a value is UTF-8 in every record kind).
@@ -246,25 +233,21 @@ proptest! {
         forwarded in proptest::collection::vec(("[a-z-]{1,12}", proptest::collection::vec(any::<u8>(), 0..8)), 0..3),
     ) {
         let proof = Verified::fetched_from_provider_api("prop", Bytes::from_static(b"{}"));
-        let forwarded: Vec<(String, Vec<u8>)> =
-            forwarded.into_iter().map(|(name, value)| (format!("http-{name}"), value)).collect();
+        let forwarded: Vec<(String, Bytes)> =
+            forwarded.into_iter().map(|(name, value)| (name, Bytes::from(value))).collect();
         let webhook = VerifiedWebhook::new(proof, meta.clone(), "webhooks.inbound")
             .with_provider_event_id(provider_event_id.clone())
             .with_forwarded_headers(forwarded.clone());
         let record = webhook.record();
         let message = OwnedMessage::new(
-            Some(b"{}".to_vec()), record.key.map(<[u8]>::to_vec), "webhooks.inbound".into(),
-            Timestamp::NotAvailable, 0, 1, record.headers.clone(),
+            Some(b"{}".to_vec()), record.key.as_ref().map(|key| key.to_vec()), "webhooks.inbound".into(),
+            Timestamp::NotAvailable, 0, 1, Some(kafka::owned_headers(&record.headers)),
         );
         let event = InboundEvent::from_message(&message).expect("an inbound record decodes");
         let meta = EventMeta { secret_id: "api:prop".to_owned(), ..meta };
         prop_assert_eq!(&event.meta, &meta);
         prop_assert_eq!(message.key(), Some(meta.record_key().as_bytes()));
         prop_assert_eq!(event.provider_event_id, provider_event_id);
-        let forwarded: Vec<(String, Bytes)> = forwarded
-            .into_iter()
-            .map(|(name, value)| (name["http-".len()..].to_owned(), Bytes::from(value)))
-            .collect();
         prop_assert_eq!(event.forwarded_headers, forwarded);
     }
 
@@ -276,14 +259,10 @@ proptest! {
         last_error in text(),
         (partition, offset) in (0..i32::MAX, 0..i64::MAX),
     ) {
-        let webhook = webhook();
-        let inbound = fetched(&webhook.record(), partition, offset);
+        let inbound = fetched(webhook().record(), partition, offset);
         let attempts = Attempts { attempts: count, first_failure_at_ms, last_error };
-        let record = DEAD_LETTERS.with(|dead_letters| {
-            let record = dead_letters.retry_record(&inbound, &attempts, due_at_ms);
-            record.headers.clone()
-        });
-        let read = RetryHeaders::from_headers(record.as_ref()).expect("retry headers decode");
+        let record = DEAD_LETTERS.with(|dead_letters| dead_letters.retry_record(&inbound, &attempts, due_at_ms));
+        let read = RetryHeaders::decode(record.headers.iter()).expect("retry headers decode");
         prop_assert_eq!(read.attempts, attempts);
         prop_assert_eq!(read.due_at_ms, due_at_ms);
         prop_assert_eq!(read.origin.topic, "webhooks.inbound");
@@ -300,17 +279,17 @@ proptest! {
         (partition, offset) in (0..i32::MAX, 0..i64::MAX),
     ) {
         let webhook = webhook();
-        let inbound = fetched(&webhook.record(), partition, offset);
+        let inbound = fetched(webhook.record(), partition, offset);
         let failure = Failure {
             class: ErrorClass::Poison, error: &error, attempts, handler: "http", first_failure_at_ms, last_failure_at_ms,
         };
-        let (key, body, headers) = DEAD_LETTERS.with(|dead_letters| {
-            let record = dead_letters.dead_letter_record(&inbound, &failure, by_reference);
-            (record.key.map(<[u8]>::to_vec), record.payload.map(<[u8]>::to_vec), record.headers.clone())
-        });
-        let message =
-            OwnedMessage::new(body, key, "webhooks.dlq".into(), Timestamp::NotAvailable, 4, 5, headers);
-        let entry = DeadLetterEntry::from_message(&message);
+        let record =
+            DEAD_LETTERS.with(|dead_letters| dead_letters.dead_letter_record(&inbound, &failure, by_reference));
+        let message = OwnedMessage::new(
+            record.body.as_ref().map(|body| body.to_vec()), record.key.as_ref().map(|key| key.to_vec()),
+            "webhooks.dlq".into(), Timestamp::NotAvailable, 4, 5, Some(kafka::owned_headers(&record.headers)),
+        );
+        let entry = hookline_common::wire::dead_letter_entry(&message);
         prop_assert_eq!(entry.id, "webhooks.dlq:4:5");
         prop_assert_eq!(entry.source.as_deref(), Some("github"));
         prop_assert_eq!(entry.service.as_deref(), Some("billing"));
@@ -340,8 +319,8 @@ proptest! {
         replays in proptest::option::of(any::<u32>()),
     ) {
         let record = EntryStatusRecord { status, at_ms, by, event_id, new_entry, note, replays };
-        let value = serde_json::to_vec(&record).expect("a status record serialises");
-        let read: EntryStatusRecord = serde_json::from_slice(&value).expect("a status record decodes");
+        let encoded = record.encode("webhooks.dlq-status", "webhooks.dlq:0:1");
+        let read = EntryStatusRecord::decode(encoded.body.as_deref().unwrap_or_default()).expect("it decodes");
         prop_assert_eq!(read, record);
     }
 
@@ -354,8 +333,9 @@ proptest! {
         at_ms in any::<i64>(),
     ) {
         let pause = RoutePause { service, route, paused, by, reason, at_ms };
-        let value = serde_json::to_vec(&pause).expect("a pause serialises");
-        prop_assert_eq!(RoutePause::decode(pause.key().as_bytes(), &value), Some(pause));
+        let encoded = pause.encode("webhooks.control");
+        let (key, body) = (encoded.key.unwrap_or_default(), encoded.body.unwrap_or_default());
+        prop_assert_eq!(RoutePause::decode(&key, &body), Some(pause));
     }
 }
 
