@@ -136,3 +136,6 @@ mod tests {
         assert_eq!(truncate_utf8("short", 100), "short");
     }
 }
+
+#[cfg(test)]
+mod names_live_here;
