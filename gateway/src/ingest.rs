@@ -338,7 +338,7 @@ impl Ingest {
                 Verification::Event(proof, url) => (proof, url),
                 Verification::Answered(answer) => return Ok(answer),
             };
-        let webhook = webhook_for(source, &parts, &body, proof, received_at_ms)?;
+        let webhook = webhook_for(source, &parts, &body, proof, received_at_ms).ok_or(Rejection::MissingEventId)?;
         let accepted_reply = {
             let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms)
                 .with_method(&parts.method)
@@ -551,14 +551,14 @@ enum Verification {
 
 /// The webhook `proof` vouches for: its identity read from what the signature covers only (a trusted `none`
 /// source vouches for everything; a scheme that signs only some body fields says itself what identifies the
-/// event), its metadata, and the source's allowlisted request headers.
+/// event), its metadata, and the source's allowlisted request headers; `None` when what is signed names no event id.
 fn webhook_for(
     source: &Source,
     parts: &http::request::Parts,
     body: &Bytes,
     proof: signature::Verified,
     received_at_ms: i64,
-) -> Result<VerifiedWebhook, Failure> {
+) -> Option<VerifiedWebhook> {
     let verifying = source.scheme.is_verifying();
     let is_signed = |name: &str| !verifying || proof.signs_header(name);
     let identity = match proof.coverage() {
@@ -571,7 +571,7 @@ fn webhook_for(
             source.identity.identify_signed(&parts.headers, body, &is_signed)
         }
     };
-    let event_id = identity.event_id.ok_or(Rejection::MissingEventId)?;
+    let event_id = identity.event_id?;
     let meta = EventMeta {
         source: source.name.clone(),
         event_id,
@@ -582,9 +582,11 @@ fn webhook_for(
         // Absent from this request: keyed by the event id, as for a source without an ordering key.
         ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&parts.headers, body)),
     };
-    Ok(VerifiedWebhook::new(proof, meta, &source.topic)
-        .with_provider_event_id(identity.provider_event_id)
-        .with_forwarded_headers(forwarded_headers(source, &parts.headers)))
+    Some(
+        VerifiedWebhook::new(proof, meta, &source.topic)
+            .with_provider_event_id(identity.provider_event_id)
+            .with_forwarded_headers(forwarded_headers(source, &parts.headers)),
+    )
 }
 
 /// The allowlisted request headers: lowercase name and value, one entry per value (the inbound record carries

@@ -150,7 +150,11 @@ fn only_record_names_a_record_header() {
         .filter(|(file, _)| !listed.contains(file.as_str()))
         .map(|(file, why)| format!("{file}: {why}"))
         .collect();
-    assert!(new.is_empty(), "files outside record name a record header (use the record crate's types):\n{}", new.join("\n"));
+    assert!(
+        new.is_empty(),
+        "files outside record name a record header (use the record crate's types):\n{}",
+        new.join("\n")
+    );
     let moved: Vec<&str> =
         listed.iter().copied().filter(|file| !naming.iter().any(|(naming, _)| naming == file)).collect();
     assert!(moved.is_empty(), "no longer naming a header: remove from NOT_YET_MOVED: {moved:?}");

@@ -197,7 +197,7 @@ async fn a_service_added_while_others_run_starts_where_it_is_told() {
 /// A record as the build before services parked it in the one shared retry topic: the original record plus
 /// retry headers, and no service header.
 fn unscoped_retry_headers(meta: &EventMeta, stack: &TestStack, offset: i64) -> OwnedHeaders {
-    let mut headers = hookline_common::wire::event_headers(&meta);
+    let mut headers = hookline_common::wire::event_headers(meta);
     let offset = offset.to_string();
     let now = hookline_common::wire::now_ms().to_string();
     for (key, value) in [
