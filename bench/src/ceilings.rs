@@ -198,9 +198,15 @@ fn gateway_record(
     let body = json_body(event_id, message_bytes);
     let headers = match keys {
         Some(keys) => keys
-            .sign(topic, Some(event_id.as_bytes()), Some(&body), Some(&meta.to_headers()), now_ms())
+            .sign(
+                topic,
+                Some(event_id.as_bytes()),
+                Some(&body),
+                Some(&hookline_common::wire::event_headers(&meta)),
+                now_ms(),
+            )
             .expect("the bench's record key is valid now"),
-        None => meta.to_headers(),
+        None => hookline_common::wire::event_headers(&meta),
     };
     (body, headers)
 }

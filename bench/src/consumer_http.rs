@@ -142,7 +142,7 @@ pub(crate) async fn fill_sources(
                 topic,
                 Some(event_id.as_bytes()),
                 Some(&body),
-                Some(&meta.to_headers()),
+                Some(&hookline_common::wire::event_headers(&meta)),
                 hookline_common::wire::now_ms(),
             )?;
             let record = FutureRecord::to(topic).key(event_id.as_str()).payload(&body).headers(headers);

@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
+use hookline_record::Outgoing;
 use rdkafka::{
     error::{KafkaError, RDKafkaErrorCode},
-    message::{Header, Headers, OwnedHeaders, ToBytes},
+    message::ToBytes,
     producer::{FutureProducer, FutureRecord, Producer},
     util::Timeout,
 };
@@ -18,7 +19,7 @@ use crate::{
     kafka::{LINGER_MS, QUEUE_BUFFERING_MAX_MS, QuietContext, producer_config},
     record_auth::{RecordKeys, SignError},
     telemetry::traces::{self, Parent, TraceSpan, attribute},
-    wire::{header, now_ms},
+    wire::{kafka, now_ms},
 };
 use opentelemetry::{KeyValue, trace::SpanKind};
 
@@ -71,27 +72,6 @@ impl ProduceError {
             ))
         )
     }
-}
-
-/// The first value of header `name`, as text.
-fn header_value(headers: &OwnedHeaders, name: &str) -> Option<String> {
-    headers
-        .iter()
-        .find(|header| header.key == name)
-        .and_then(|header| header.value)
-        .map(|value| String::from_utf8_lossy(value).into_owned())
-}
-
-/// `headers` with [`header::TRACEPARENT`] set to `traceparent`: a copied record's own is left out, so a record
-/// carries one.
-fn with_traceparent(headers: Option<OwnedHeaders>, traceparent: &str) -> OwnedHeaders {
-    let mut rebuilt = OwnedHeaders::new_with_capacity(headers.as_ref().map_or(0, |headers| headers.count()) + 1);
-    for existing in headers.iter().flat_map(|headers| headers.iter()) {
-        if existing.key != header::TRACEPARENT {
-            rebuilt = rebuilt.insert(Header { key: existing.key, value: existing.value });
-        }
-    }
-    rebuilt.insert(Header { key: header::TRACEPARENT, value: Some(traceparent) })
 }
 
 /// How long a send may wait for room in the producer's local queue.
@@ -154,6 +134,29 @@ impl AckedProducer {
 
     /// Produces `record` and resolves once the broker acknowledged it (all in-sync replicas), or refused it, or the
     /// produce timeout passed.
+    pub async fn send_record(&self, record: Outgoing, queue: QueueWait) -> Result<Delivery, ProduceError> {
+        self.send_record_within(record, queue, self.deadline).await
+    }
+
+    /// [`Self::send_record`], giving up after `limit` if that comes before the produce timeout.
+    ///
+    /// With traces on, the send is a `send <topic>` producer span, a child of the task's current span
+    /// ([`TraceSpan::scope`]), and the record carries that span's context ([`Outgoing::set_traceparent`],
+    /// replacing one copied from an earlier record), put in before the MAC is computed. The record's headers are
+    /// then signed and turned into librdkafka's once.
+    pub async fn send_record_within(
+        &self,
+        record: Outgoing,
+        queue: QueueWait,
+        limit: Duration,
+    ) -> Result<Delivery, ProduceError> {
+        if !traces::enabled() {
+            return self.send_signed(record, queue, limit).await;
+        }
+        self.send_traced(record, queue, limit).await
+    }
+
+    /// [`Self::send_record`] for a record given as librdkafka parts (tools and tests that build one by hand).
     pub async fn send<K, P>(&self, record: FutureRecord<'_, K, P>, queue: QueueWait) -> Result<Delivery, ProduceError>
     where
         K: ToBytes + ?Sized,
@@ -162,11 +165,7 @@ impl AckedProducer {
         self.send_within(record, queue, self.deadline).await
     }
 
-    /// [`Self::send`], giving up after `limit` if that comes before the produce timeout.
-    ///
-    /// With traces on, the send is a `send <topic>` producer span, a child of the task's current span
-    /// ([`TraceSpan::scope`]), and the record carries that span's context in its
-    /// [`header::TRACEPARENT`] (replacing one copied from an earlier record), put in before the MAC is computed.
+    /// [`Self::send_record_within`] for a record given as librdkafka parts.
     pub async fn send_within<K, P>(
         &self,
         record: FutureRecord<'_, K, P>,
@@ -177,23 +176,22 @@ impl AckedProducer {
         K: ToBytes + ?Sized,
         P: ToBytes + ?Sized,
     {
-        if !traces::enabled() {
-            return self.send_signed(record, queue, limit).await;
-        }
-        self.send_traced(record, queue, limit).await
+        let outgoing = kafka::outgoing(
+            record.topic,
+            record.key.map(ToBytes::to_bytes),
+            record.payload.map(ToBytes::to_bytes),
+            record.headers.as_ref(),
+        );
+        self.send_record_within(outgoing, queue, limit).await
     }
 
-    async fn send_traced<K, P>(
+    async fn send_traced(
         &self,
-        mut record: FutureRecord<'_, K, P>,
+        mut record: Outgoing,
         queue: QueueWait,
         limit: Duration,
-    ) -> Result<Delivery, ProduceError>
-    where
-        K: ToBytes + ?Sized,
-        P: ToBytes + ?Sized,
-    {
-        let topic = record.topic;
+    ) -> Result<Delivery, ProduceError> {
+        let topic = record.topic.clone();
         let span = TraceSpan::start(
             SpanKind::Producer,
             Parent::Current,
@@ -203,18 +201,16 @@ impl AckedProducer {
                     KeyValue::new(attribute::MESSAGING_SYSTEM, "kafka"),
                     KeyValue::new(attribute::MESSAGING_OPERATION_NAME, "send"),
                     KeyValue::new(attribute::MESSAGING_OPERATION_TYPE, "send"),
-                    KeyValue::new(attribute::MESSAGING_DESTINATION_NAME, topic.to_owned()),
+                    KeyValue::new(attribute::MESSAGING_DESTINATION_NAME, topic.clone()),
                 ];
-                if let Some(event_id) =
-                    record.headers.as_ref().and_then(|headers| header_value(headers, header::EVENT_ID))
-                {
+                if let Some(event_id) = record.event_id() {
                     attributes.push(KeyValue::new(attribute::MESSAGING_MESSAGE_ID, event_id));
                 }
                 attributes
             },
         );
         if let Some(traceparent) = span.traceparent() {
-            record.headers = Some(with_traceparent(record.headers.take(), &traceparent));
+            record.set_traceparent(&traceparent);
         }
         let sent = self.send_signed(record, queue, limit).await;
         match &sent {
@@ -227,34 +223,28 @@ impl AckedProducer {
         sent
     }
 
-    /// Signs `record` and sends it.
-    async fn send_signed<K, P>(
+    /// Signs `record`, turns its headers into librdkafka's (once) and sends it.
+    async fn send_signed(
         &self,
-        mut record: FutureRecord<'_, K, P>,
+        mut record: Outgoing,
         queue: QueueWait,
         limit: Duration,
-    ) -> Result<Delivery, ProduceError>
-    where
-        K: ToBytes + ?Sized,
-        P: ToBytes + ?Sized,
-    {
-        let headers = self
-            .keys
-            .sign(
-                record.topic,
-                record.key.map(ToBytes::to_bytes),
-                record.payload.map(ToBytes::to_bytes),
-                record.headers.as_ref(),
-                now_ms(),
-            )
-            .map_err(ProduceError::Sign)?;
-        record.headers = Some(headers);
+    ) -> Result<Delivery, ProduceError> {
+        self.keys.sign_record(&mut record, now_ms()).map_err(ProduceError::Sign)?;
+        let mut kafka_record =
+            FutureRecord::<[u8], [u8]>::to(&record.topic).headers(kafka::owned_headers(&record.headers));
+        if let Some(key) = &record.key {
+            kafka_record = kafka_record.key(key.as_ref());
+        }
+        if let Some(body) = &record.body {
+            kafka_record = kafka_record.payload(body.as_ref());
+        }
         let deadline = limit.min(self.deadline);
         let queue_timeout = match queue {
             QueueWait::Never => Duration::ZERO,
             QueueWait::UpToDeadline => deadline,
         };
-        let delivery = self.producer.send(record, Timeout::After(queue_timeout));
+        let delivery = self.producer.send(kafka_record, Timeout::After(queue_timeout));
         match tokio::time::timeout(deadline, delivery).await {
             Err(_elapsed) => Err(ProduceError::Timeout),
             Ok(Ok(delivered)) => Ok(Delivery { partition: delivered.partition, offset: delivered.offset }),

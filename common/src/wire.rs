@@ -1,94 +1,21 @@
-//! The wire format every service agrees on: the Kafka record a verified webhook becomes, the dead-letter
-//! record, the topic roles and the Redis key layout. This module is the single source of truth; ARCHITECTURE.md
-//! documents the same constants. Changing a name here is a wire-format change: bump [`FORMAT_VERSION`].
-//!
-//! Inbound record (topic role [`TopicRole::Inbound`]):
-//! - key: the source's ordering key when it has one (version 2), otherwise the event id, so every delivery of
-//!   one event (and, with an ordering key, every event of one key) lands on one partition;
-//! - value: the raw request body, byte for byte as received (never re-serialized);
-//! - headers: [`header`] constants below. Only the gateway writes them, and only after verification.
+//! Topic roles and names, and the door between the `record` crate (the bytes on Kafka: every record kind, its
+//! header table and its MAC, defined once there) and librdkafka ([`kafka`]); the Redis key layout
+//! ([`redis_key`], [`dedupe_layout`]). The record types are re-exported here for the services that read them.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{Headers, Message, OwnedHeaders};
 
-/// Version of the record layout described here, carried in [`header::FORMAT_VERSION`].
-///
-/// - `1`: key = event id; no ordering key.
-/// - `2`: adds [`header::ORDERING_KEY`]; when present, the record's key is that value instead of the event id.
-///   The dedupe id is always [`header::EVENT_ID`], never the key. Readers accept both versions.
-pub const FORMAT_VERSION: &str = "2";
-
-/// The version of the record MAC ([`header::MAC`]): the first field of its value, and part of what is MACed.
-pub const RECORD_MAC_VERSION: &str = "v1";
-
-/// The domain tag that starts every record MAC's input, so that no other HMAC made with the same key (none is)
-/// could ever be mistaken for one.
-pub const RECORD_MAC_DOMAIN: &str = "hookline-record-mac";
-
-/// Every record format version this build reads.
-pub const READABLE_FORMAT_VERSIONS: &[&str] = &["1", "2"];
-
-pub mod header;
-
-/// Values of [`header::ORIGIN`].
-pub mod origin {
-    /// Fetched from the provider's event API with our credentials (over TLS) by the reconciler, because the
-    /// provider cannot redeliver it (Stripe). Keyed and deduped by the provider's event id like its webhook.
-    pub const RECONCILED: &str = "reconciled";
-}
-
-/// The fate of a dead-letter entry, as recorded in the compacted status topic (topic role
-/// [`TopicRole::DeadLetterStatus`]): key = the entry id ([`DeadLetterEntry::entry_id`]), value = this, as JSON.
-/// The latest record of an entry is its current status; an entry with no record is new.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EntryStatusRecord {
-    pub status: EntryStatus,
-    /// When it was recorded, ms since the epoch.
-    pub at_ms: i64,
-    /// Who recorded it: `consumer:<group>` or `replayer:<operator>`.
-    pub by: String,
-    /// The event's id, for reading the status topic on its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event_id: Option<String>,
-    /// For `failed_again`: the id of the new DLQ entry the event landed in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub new_entry: Option<String>,
-    /// Free text: a discard reason, or why a replay was a duplicate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    /// For `replayed`: how many times the entry has been re-driven, this time included.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replays: Option<u32>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EntryStatus {
-    /// The replayer is re-producing the entry to the inbound topic. Written *before* the produce, so the
-    /// consumer's outcome record (which can follow within milliseconds) is always the later one.
-    Replayed,
-    /// The re-drive could not be produced (`note` says why); the entry is as it was before.
-    ReplayFailed,
-    /// A consumer processed the re-driven event (or found it already processed).
-    Succeeded,
-    /// The re-driven event failed again and landed in a new entry (`new_entry`).
-    FailedAgain,
-    /// An operator discarded the entry (`note` = reason); it stays in Kafka.
-    Discarded,
-}
-
-/// Status-topic keys of re-processing fates start with this (`reprocess:<run id>:<topic>:<partition>:<offset>`,
-/// and `reprocess:<run id>` for the request itself): they are not DLQ entries.
-pub const REPROCESS_STATUS_KEY_PREFIX: &str = "reprocess:";
-
-/// [`header::dlq::ERROR_CLASS`] of a record dead-lettered because its MAC ([`header::MAC`]) was missing or wrong.
-/// The replayer refuses to re-drive such an entry without `force`.
-pub const UNAUTHENTICATED_RECORD_CLASS: &str = "unauthenticated_record";
-
-/// Longest error message kept in a DLQ record, in bytes.
-pub const MAX_DLQ_ERROR_BYTES: usize = 2048;
+pub use hookline_record::{
+    FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, READABLE_FORMAT_VERSIONS, RECORD_MAC_DOMAIN, RECORD_MAC_VERSION,
+    UNAUTHENTICATED_RECORD_CLASS, WireError,
+    dead_letter::DeadLetterEntry,
+    header,
+    inbound::EventMeta,
+    origin,
+    status::{EntryStatus, EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX},
+};
 
 /// What a topic is for. Names are configuration; roles are fixed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,14 +43,13 @@ pub mod default_topic {
     pub const CONTROL: &str = "webhooks.control";
 }
 
-mod dead_letter;
 pub mod dedupe_layout;
 mod done_marker;
 mod fetched;
+pub mod kafka;
 mod record_view;
 pub mod redis_key;
 
-pub use dead_letter::DeadLetterEntry;
 pub use fetched::{FetchedRecord, OwnedHeaderTable};
 pub use record_view::{HeaderTable, RecordView};
 
@@ -135,116 +61,28 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The metadata of a verified webhook, as carried in the inbound record's headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventMeta {
-    pub source: String,
-    pub event_id: String,
-    pub event_type: Option<String>,
-    pub received_at_ms: i64,
-    pub content_type: Option<String>,
-    pub secret_id: String,
-    /// The source's ordering key for this event, when it has one ([`header::ORDERING_KEY`]).
-    pub ordering_key: Option<String>,
+/// The inbound record's headers for `meta` alone, as librdkafka headers (tests and tools that write a record by
+/// hand; writers build a [`hookline_record::inbound::InboundRecord`]).
+pub fn event_headers(meta: &EventMeta) -> OwnedHeaders {
+    let mut table = hookline_record::HeaderTable::with_capacity(8);
+    meta.encode_into(&mut table);
+    kafka::owned_headers(&table)
 }
 
-impl EventMeta {
-    /// The Kafka headers of the inbound record for this event.
-    pub fn to_headers(&self) -> OwnedHeaders {
-        let received_at = self.received_at_ms.to_string();
-        let mut headers = OwnedHeaders::new_with_capacity(7)
-            .insert(str_header(header::SOURCE, &self.source))
-            .insert(str_header(header::EVENT_ID, &self.event_id))
-            .insert(str_header(header::RECEIVED_AT_MS, &received_at))
-            .insert(str_header(header::SECRET_ID, &self.secret_id))
-            .insert(str_header(header::FORMAT_VERSION, FORMAT_VERSION));
-        if let Some(event_type) = &self.event_type {
-            headers = headers.insert(str_header(header::EVENT_TYPE, event_type));
-        }
-        if let Some(content_type) = &self.content_type {
-            headers = headers.insert(str_header(header::CONTENT_TYPE, content_type));
-        }
-        if let Some(ordering_key) = &self.ordering_key {
-            headers = headers.insert(str_header(header::ORDERING_KEY, ordering_key));
-        }
-        headers
-    }
-
-    /// The Kafka record key: the ordering key when the source has one, otherwise the event id.
-    pub fn record_key(&self) -> &str {
-        self.ordering_key.as_deref().unwrap_or(&self.event_id)
-    }
-
-    /// Reads the metadata back from an inbound record's headers. Fails on a record that no gateway wrote
-    /// (missing source or event id, unknown format version): the consumer treats that as poison.
-    pub fn from_headers<H: Headers>(headers: Option<&H>) -> Result<Self, WireError> {
-        Self::from_slots(&Slots::read(headers))
-    }
-
-    fn from_slots(slots: &Slots<'_>) -> Result<Self, WireError> {
-        let get = |name: &'static str| slots.text(name).transpose();
-        let required = |name: &'static str| get(name)?.ok_or(WireError::MissingHeader(name));
-        let version = required(header::FORMAT_VERSION)?;
-        if !READABLE_FORMAT_VERSIONS.contains(&version.as_str()) {
-            return Err(WireError::UnsupportedVersion(version));
-        }
-        let received_at = required(header::RECEIVED_AT_MS)?;
-        Ok(Self {
-            source: required(header::SOURCE)?,
-            event_id: required(header::EVENT_ID)?,
-            event_type: get(header::EVENT_TYPE)?,
-            received_at_ms: received_at.parse().map_err(|_| WireError::BadHeader(header::RECEIVED_AT_MS))?,
-            content_type: get(header::CONTENT_TYPE)?,
-            secret_id: required(header::SECRET_ID)?,
-            ordering_key: get(header::ORDERING_KEY)?,
-        })
-    }
+/// Reads an inbound record's metadata from its librdkafka headers ([`EventMeta::decode`]).
+pub fn event_meta<H: Headers>(headers: Option<&H>) -> Result<EventMeta, WireError> {
+    EventMeta::decode(kafka::headers_of(headers))
 }
 
-/// The headers an inbound event is read from, found in one pass over a record's headers (each a first value of
-/// its name, as [`header_str`] finds it), instead of one scan per name.
-struct Slots<'a> {
-    values: [Option<Option<&'a [u8]>>; SLOT_NAMES.len()],
-}
-
-const SLOT_NAMES: [&str; 14] = [
-    header::FORMAT_VERSION,
-    header::RECEIVED_AT_MS,
-    header::SOURCE,
-    header::EVENT_ID,
-    header::EVENT_TYPE,
-    header::CONTENT_TYPE,
-    header::SECRET_ID,
-    header::ORDERING_KEY,
-    header::REPLAY_OF,
-    header::REPLAY_COUNT,
-    header::PROVIDER_EVENT_ID,
-    header::ORIGIN,
-    header::SERVICE,
-    header::REPROCESS_ID,
-];
-
-impl<'a> Slots<'a> {
-    fn read<H: Headers>(headers: Option<&'a H>) -> Self {
-        let mut slots = Self { values: [None; SLOT_NAMES.len()] };
-        for header in headers.into_iter().flat_map(Headers::iter) {
-            // Every name of ours starts `hookline-`: the rest (forwarded `http-*` headers) is passed over at once.
-            if !header.key.starts_with("hookline-") {
-                continue;
-            }
-            if let Some(index) = SLOT_NAMES.iter().position(|name| *name == header.key) {
-                slots.values[index].get_or_insert(header.value);
-            }
-        }
-        slots
-    }
-
-    /// As [`header_str`]: `None` when absent (or null), an error when present but not UTF-8.
-    fn text(&self, name: &'static str) -> Option<Result<String, WireError>> {
-        let index = SLOT_NAMES.iter().position(|slot| *slot == name)?;
-        let value = self.values[index]??;
-        Some(std::str::from_utf8(value).map(str::to_owned).map_err(|_| WireError::BadHeader(name)))
-    }
+/// Reads a dead-letter record ([`DeadLetterEntry::decode`]).
+pub fn dead_letter_entry<M: Message>(message: &M) -> DeadLetterEntry {
+    let position = hookline_record::dead_letter::Position {
+        topic: message.topic(),
+        partition: message.partition(),
+        offset: message.offset(),
+        timestamp_ms: message.timestamp().to_millis(),
+    };
+    DeadLetterEntry::decode(position, message.payload().map_or(0, <[u8]>::len), kafka::headers_of(message.headers()))
 }
 
 /// One inbound event as a consumer sees it: its metadata, raw body and where it lives in Kafka.
@@ -299,49 +137,22 @@ impl InboundEvent {
         headers: Option<&H>,
         body: Bytes,
     ) -> Result<Self, WireError> {
-        let slots = Slots::read(headers);
-        let text = |name| slots.text(name).and_then(Result::ok);
+        let record = hookline_record::inbound::InboundRecord::decode(kafka::headers_of(headers))?;
         Ok(Self {
-            meta: EventMeta::from_slots(&slots)?,
+            meta: record.meta,
             body,
             topic: topic.to_owned(),
             partition,
             offset,
-            replay_of: slots.text(header::REPLAY_OF).transpose()?,
-            replay_count: text(header::REPLAY_COUNT).and_then(|n| n.parse().ok()),
-            provider_event_id: text(header::PROVIDER_EVENT_ID),
-            origin: text(header::ORIGIN),
-            forwarded_headers: forwarded_headers(headers),
-            service: text(header::SERVICE),
-            reprocess_id: text(header::REPROCESS_ID),
+            replay_of: record.replay_of,
+            replay_count: record.replay_count,
+            provider_event_id: record.provider_event_id,
+            origin: record.origin,
+            forwarded_headers: record.forwarded_headers,
+            service: record.service,
+            reprocess_id: record.reprocess_id,
         })
     }
-}
-
-/// The record's `http-*` headers ([`header::FORWARDED_PREFIX`]) as (lowercase name without the prefix, value).
-fn forwarded_headers<H: Headers>(headers: Option<&H>) -> Vec<(String, Bytes)> {
-    let Some(headers) = headers else { return Vec::new() };
-    headers
-        .iter()
-        .filter_map(|header| {
-            let name = header.key.strip_prefix(header::FORWARDED_PREFIX)?;
-            Some((name.to_ascii_lowercase(), Bytes::copy_from_slice(header.value.unwrap_or_default())))
-        })
-        .collect()
-}
-
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum WireError {
-    #[error("record has no `{0}` header")]
-    MissingHeader(&'static str),
-    #[error("record header `{0}` is not valid")]
-    BadHeader(&'static str),
-    #[error("record format version `{0}` is not supported")]
-    UnsupportedVersion(String),
-}
-
-fn str_header<'a>(key: &'a str, value: &'a str) -> Header<'a, &'a str> {
-    Header { key, value: Some(value) }
 }
 
 /// The first header of that name, as UTF-8. `None` when absent; an error when present but not UTF-8.
@@ -353,6 +164,8 @@ pub fn header_str<H: Headers>(headers: Option<&H>, name: &'static str) -> Option
 
 #[cfg(test)]
 mod tests {
+    use rdkafka::message::Header;
+
     use super::*;
 
     /// One pass over the headers reads every field as a lookup by name would: the first header of a name wins,
@@ -390,7 +203,7 @@ mod tests {
             .insert(header(header::FORMAT_VERSION, Some(b"2")))
             .insert(header(header::RECEIVED_AT_MS, Some(b"17")))
             .insert(header(header::SOURCE, Some(&[0xff])));
-        assert_eq!(EventMeta::from_headers(Some(&bad)), Err(WireError::BadHeader(header::SOURCE)));
+        assert_eq!(event_meta(Some(&bad)), Err(WireError::BadHeader(header::SOURCE)));
     }
 
     #[test]
@@ -417,7 +230,7 @@ mod tests {
             secret_id: "primary".into(),
             ordering_key: Some("cus_1".into()),
         };
-        let headers = meta.to_headers();
+        let headers = event_headers(&meta);
         let names: Vec<&str> = headers.iter().map(|h| h.key).collect();
         for expected in [
             header::SOURCE,

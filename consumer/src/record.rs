@@ -38,7 +38,7 @@ impl Record {
     pub fn parse(fetched: FetchedRecord, verify: impl FnOnce(&FetchedRecord) -> Verdict) -> Self {
         let verdict = verify(&fetched);
         let event = InboundEvent::from_fetched(&fetched);
-        let retry = RetryHeaders::from_headers(fetched.headers());
+        let retry = fetched.headers().and_then(|headers| RetryHeaders::decode(headers.iter()));
         let trace = if verdict.accepted() { traces::record_context(fetched.headers()) } else { None };
         Self { fetched, verdict, event, retry, trace }
     }

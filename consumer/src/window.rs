@@ -75,7 +75,7 @@ impl Window {
 
 /// What a fetched record weighs in a window: its payload, key, and header names and values.
 pub fn record_bytes(message: &FetchedRecord) -> usize {
-    let headers = message.headers().map_or(0, hookline_common::wire::OwnedHeaderTable::byte_len);
+    let headers = message.headers().map_or(0, |headers| headers.byte_len());
     message.payload().map_or(0, <[u8]>::len) + message.key().map_or(0, <[u8]>::len) + headers
 }
 

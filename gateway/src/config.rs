@@ -191,7 +191,7 @@ pub struct SourceConfig {
     /// verified body. Events of one key are handled in order (the record is keyed by it, and it rides in
     /// `hookline-ordering-key`); a request without the value is keyed by its event id, as if the source had none.
     pub ordering_key: Option<FieldSource>,
-    /// Request headers carried into Kafka, each as a record header named [`FORWARDED_HEADER_PREFIX`] + its
+    /// Request headers carried into Kafka, each as a record header named `http-` + its
     /// lowercase name.
     pub forward_headers: Vec<String>,
     /// Allow `forward_headers` to carry the signature header of a scheme that signs no timestamp (GitHub's
@@ -251,10 +251,6 @@ pub struct ReplyConfig {
 fn default_reply_content_type() -> String {
     "text/plain; charset=utf-8".to_owned()
 }
-
-/// Prefix of the Kafka record headers that carry allowlisted request headers: `http-` + lowercase header name.
-/// Distinct from the gateway's own `hookline-` headers, so a provider header can never impersonate one of ours.
-pub const FORWARDED_HEADER_PREFIX: &str = hookline_common::wire::header::FORWARDED_PREFIX;
 
 impl SourceConfig {
     /// A source with the given name, scheme and secrets and every other setting at its default.

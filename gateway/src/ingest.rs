@@ -36,7 +36,7 @@ use tokio::sync::Semaphore;
 
 use crate::{
     body::{BodyBudget, head_bytes, read_body, reserve_head},
-    config::{FORWARDED_HEADER_PREFIX, Limits},
+    config::Limits,
     error::Rejection,
     in_progress::{self, InProgress},
     key_fetch::KeyFetcher,
@@ -310,6 +310,8 @@ impl Ingest {
         }
     }
 
+    /// One request to a source: routed, its body read, its signature verified, then produced and answered (or a
+    /// handshake answered). Each step is its own function below, in the order a request takes them.
     async fn accept(
         &self,
         sources: &SourceTable,
@@ -328,34 +330,81 @@ impl Ingest {
         let received_at_ms = now_ms();
         let deadline = Duration::from_millis(self.limits.request_deadline_ms);
         let (parts, body) = request.into_parts();
-        let body_deadline =
-            Duration::from_millis(self.limits.body_read_timeout_ms).min(deadline.saturating_sub(started.elapsed()));
+        // Held until the answer: the body's share of the buffer budget, and the permits.
+        let (body, held) =
+            self.read_request_body(source, &parts, body, deadline.saturating_sub(started.elapsed())).await?;
+        let (proof, unverified_url) =
+            match self.verify_request(source, &parts, &body, received_at_ms, held.1, span).await? {
+                Verification::Event(proof, url) => (proof, url),
+                Verification::Answered(answer) => return Ok(answer),
+            };
+        let webhook = webhook_for(source, &parts, &body, proof, received_at_ms).ok_or(Rejection::MissingEventId)?;
+        let accepted_reply = {
+            let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms)
+                .with_method(&parts.method)
+                .with_query(parts.uri.query());
+            if let Some(url) = &unverified_url {
+                unverified = unverified.with_url(url);
+            }
+            source.scheme.accepted_reply(&unverified)
+        };
+        self.produce_webhook(&webhook, deadline.saturating_sub(started.elapsed())).await?;
+        Ok(Answer::Accepted(match (&source.reply, accepted_reply) {
+            (Some(configured), _) => configured.response(),
+            (None, Some(provider)) => reply::provider(provider),
+            (None, None) => reply::accepted(&webhook.meta().event_id),
+        }))
+    }
+
+    /// Reads the body within the source's limits and the body timeout (`within` is what is left of the request's
+    /// deadline), then takes the source's verification budget and an in-flight permit: only a complete body takes
+    /// one, so slow senders hold none. Returns the body and what it holds until the answer.
+    async fn read_request_body(
+        &self,
+        source: &Source,
+        parts: &http::request::Parts,
+        body: Incoming,
+        within: Duration,
+    ) -> Result<(Bytes, HeldForRequest<'_>), Failure> {
+        let body_deadline = Duration::from_millis(self.limits.body_read_timeout_ms).min(within);
         let declared =
             parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-        let (body, _body_reservation) =
+        let (body, body_reservation) =
             read_body(body, declared, source.max_body_bytes, &self.body_budget, body_deadline).await?;
         // A public-key source's own budget first, so its flood never holds the in-flight permits others need.
         let verify_permit = match &source.verify_budget {
             Some(budget) => Some(budget.clone().try_acquire_owned().map_err(|_| Rejection::VerifyBusy)?),
             None => None,
         };
-        // Only a complete body takes a permit: slow senders hold none.
-        let _permit = self.in_flight.try_acquire().map_err(|_| Rejection::Overloaded)?;
-        let handles = self.handles.load_full();
-        match handles.get(&source.name) {
+        let permit = self.in_flight.try_acquire().map_err(|_| Rejection::Overloaded)?;
+        match self.handles.load().get(&source.name) {
             Some(handles) => handles.body_size.observe(body.len() as f64),
             None => self.metrics.body_size.with_label_values(&[&source.name]).observe(body.len() as f64),
         }
+        Ok((body, (body_reservation, verify_permit, permit)))
+    }
 
+    /// Answers a handshake that comes before any credential, or verifies the signature (counting the secret that
+    /// matched) and answers a handshake that comes after it; otherwise the proof for the event, with the URL the
+    /// signature was checked against.
+    async fn verify_request(
+        &self,
+        source: &Arc<Source>,
+        parts: &http::request::Parts,
+        body: &Bytes,
+        received_at_ms: i64,
+        verify_permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        span: &TraceSpan,
+    ) -> Result<Verification, Failure> {
         let url = source.signed_url(parts.uri.query());
         let query = parts.uri.query();
         {
             // Handshakes that come before any credential (Microsoft Graph's `validationToken`).
-            let unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms)
+            let unverified = UnverifiedRequest::new(&parts.headers, body, received_at_ms)
                 .with_method(&parts.method)
                 .with_query(query);
             if let Some(answer) = self.answer_unverified(source, &unverified, received_at_ms) {
-                return answer.map_err(|failure| *failure);
+                return answer.map(Verification::Answered).map_err(|failure| *failure);
             }
         }
         let presented = verify::Presented {
@@ -381,71 +430,43 @@ impl Ingest {
             Checked::Event(proof) => proof,
             Checked::Confirmed(kind) => {
                 let empty = signature::Handshake { content_type: "text/plain; charset=utf-8", body: Vec::new() };
-                return Ok(handshake_answer(kind, empty));
+                return Ok(Verification::Answered(handshake_answer(kind, empty)));
             }
         };
-        let mut unverified =
-            UnverifiedRequest::new(&parts.headers, &body, received_at_ms).with_method(&parts.method).with_query(query);
-        if let Some(url) = &url {
-            unverified = unverified.with_url(url);
-        }
-        match handles.get(&source.name).and_then(|handles| handles.verified.get(proof.secret_id())) {
+        match self.handles.load().get(&source.name).and_then(|handles| handles.verified.get(proof.secret_id())) {
             Some(verified) => verified.inc(),
             None => self.metrics.verified.with_label_values(&[&source.name, proof.secret_id()]).inc(),
         }
         span.set(attribute::SECRET_ID, || proof.secret_id().to_owned());
-
+        let mut unverified =
+            UnverifiedRequest::new(&parts.headers, body, received_at_ms).with_method(&parts.method).with_query(query);
+        if let Some(url) = &url {
+            unverified = unverified.with_url(url);
+        }
         let secret = source.secrets.iter().find(|secret| secret.id == proof.secret_id());
         if let Some(handshake) = secret.and_then(|secret| source.scheme.handshake(&unverified, secret)) {
-            return Ok(handshake_answer(source.scheme.name(), handshake));
+            return Ok(Verification::Answered(handshake_answer(source.scheme.name(), handshake)));
         }
         for challenge in &source.handshakes {
             if let Some(handshake) = challenge.answer_verified(&unverified) {
-                return Ok(handshake_answer(challenge.name(), handshake));
+                return Ok(Verification::Answered(handshake_answer(challenge.name(), handshake)));
             }
         }
+        Ok(Verification::Event(proof, url))
+    }
 
-        // Dedupe and routing only on what the signature covers (a trusted `none` source vouches for everything);
-        // a scheme that signs only some body fields says itself what identifies the event.
-        let verifying = source.scheme.is_verifying();
-        let is_signed = |name: &str| !verifying || proof.signs_header(name);
-        let identity = match proof.coverage() {
-            Coverage::SignedFields { event_id, event_type } => signature::SignedIdentity {
-                event_id: Some(event_id.clone()),
-                provider_event_id: None,
-                event_type: event_type.clone(),
-            },
-            Coverage::WholeBody | Coverage::Token | Coverage::BodyChecksum => {
-                source.identity.identify_signed(&parts.headers, &body, &is_signed)
-            }
-        };
-        let event_id = identity.event_id.ok_or(Rejection::MissingEventId)?;
-        let meta = EventMeta {
-            source: source.name.clone(),
-            event_id: event_id.clone(),
-            event_type: identity.event_type,
-            received_at_ms,
-            content_type: parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
-            secret_id: String::new(),
-            // Absent from this request: keyed by the event id, as for a source without an ordering key.
-            ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&parts.headers, &body)),
-        };
-        let accepted_reply = source.scheme.accepted_reply(&unverified);
-        let webhook = VerifiedWebhook::new(proof, meta, &source.topic)
-            .with_provider_event_id(identity.provider_event_id)
-            .with_forwarded_headers(forwarded_headers(source, &parts.headers));
-
+    /// Produces `webhook` and waits for the broker's acknowledgement (within `within`), timing the produce.
+    async fn produce_webhook(&self, webhook: &VerifiedWebhook, within: Duration) -> Result<(), Failure> {
         let produce_started = Instant::now();
-        let delivery = self.producer.produce(&webhook, deadline.saturating_sub(started.elapsed())).await;
+        let delivery = self.producer.produce(webhook, within).await;
         self.metrics.producer_queue_depth.set(i64::from(self.producer.queue_depth()));
         let produce_duration = if delivery.is_ok() { &self.produce_acked } else { &self.produce_failed };
         produce_duration.observe(produce_started.elapsed().as_secs_f64());
         let delivery = delivery.map_err(|error| Failure {
             rejection: Rejection::Produce(error),
-            event_id: Some(event_id),
+            event_id: Some(webhook.meta().event_id.clone()),
             secrets_tried: Vec::new(),
         })?;
-
         tracing::debug!(
             source = %webhook.meta().source,
             event_id = %webhook.meta().event_id,
@@ -454,11 +475,7 @@ impl Ingest {
             offset = delivery.offset,
             "accepted"
         );
-        Ok(Answer::Accepted(match (&source.reply, accepted_reply) {
-            (Some(configured), _) => configured.response(),
-            (None, Some(provider)) => reply::provider(provider),
-            (None, None) => reply::accepted(&webhook.meta().event_id),
-        }))
+        Ok(())
     }
 
     /// A `GET` to a source with a `GET` handshake: answered if it is one of them (nothing is read but the head),
@@ -519,14 +536,70 @@ fn handshake_answer(kind: &'static str, handshake: signature::Handshake) -> Answ
     Answer::Handshake(reply::handshake(handshake), kind)
 }
 
-/// The allowlisted request headers, as Kafka record headers named `http-<lowercase name>` (one per value).
-fn forwarded_headers(source: &Source, headers: &http::HeaderMap) -> Vec<(String, Vec<u8>)> {
+/// What a request holds until it is answered: its body's share of the buffer budget, its source's verification
+/// permit (given up to the verification, which holds it while it runs) and its in-flight permit.
+type HeldForRequest<'a> =
+    (tokio::sync::OwnedSemaphorePermit, Option<tokio::sync::OwnedSemaphorePermit>, tokio::sync::SemaphorePermit<'a>);
+
+/// What verifying a request came to, short of a rejection.
+enum Verification {
+    /// An event: its proof, and the URL its signature was checked against.
+    Event(signature::Verified, Option<String>),
+    /// A handshake, answered; nothing is produced.
+    Answered(Answer),
+}
+
+/// The webhook `proof` vouches for: its identity read from what the signature covers only (a trusted `none`
+/// source vouches for everything; a scheme that signs only some body fields says itself what identifies the
+/// event), its metadata, and the source's allowlisted request headers; `None` when what is signed names no event id.
+fn webhook_for(
+    source: &Source,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    proof: signature::Verified,
+    received_at_ms: i64,
+) -> Option<VerifiedWebhook> {
+    let verifying = source.scheme.is_verifying();
+    let is_signed = |name: &str| !verifying || proof.signs_header(name);
+    let identity = match proof.coverage() {
+        Coverage::SignedFields { event_id, event_type } => signature::SignedIdentity {
+            event_id: Some(event_id.clone()),
+            provider_event_id: None,
+            event_type: event_type.clone(),
+        },
+        Coverage::WholeBody | Coverage::Token | Coverage::BodyChecksum => {
+            source.identity.identify_signed(&parts.headers, body, &is_signed)
+        }
+    };
+    let event_id = identity.event_id?;
+    let meta = EventMeta {
+        source: source.name.clone(),
+        event_id,
+        event_type: identity.event_type,
+        received_at_ms,
+        content_type: parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
+        secret_id: String::new(),
+        // Absent from this request: keyed by the event id, as for a source without an ordering key.
+        ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&parts.headers, body)),
+    };
+    Some(
+        VerifiedWebhook::new(proof, meta, &source.topic)
+            .with_provider_event_id(identity.provider_event_id)
+            .with_forwarded_headers(forwarded_headers(source, &parts.headers)),
+    )
+}
+
+/// The allowlisted request headers: lowercase name and value, one entry per value (the inbound record carries
+/// each as a header of its own).
+fn forwarded_headers(source: &Source, headers: &http::HeaderMap) -> Vec<(String, Bytes)> {
     source
         .forward_headers
         .iter()
         .flat_map(|name| {
-            let key = format!("{FORWARDED_HEADER_PREFIX}{}", name.as_str());
-            headers.get_all(name).iter().map(move |value| (key.clone(), value.as_bytes().to_vec()))
+            headers
+                .get_all(name)
+                .iter()
+                .map(move |value| (name.as_str().to_owned(), Bytes::copy_from_slice(value.as_bytes())))
         })
         .collect()
 }

@@ -13,14 +13,11 @@ use hookline_common::{
     config::KafkaConfig,
     kafka::properties_set_linger,
     producer::{AckedProducer, QueueWait},
-    wire::{EventMeta, header},
+    wire::EventMeta,
 };
+use hookline_record::{Outgoing, inbound::InboundRecord};
 use hookline_signature::Verified;
-use rdkafka::{
-    error::KafkaError,
-    message::{Header, OwnedHeaders},
-    producer::FutureRecord,
-};
+use rdkafka::error::KafkaError;
 
 use crate::batching::{Lane, LaneChooser, ProducerConfig};
 
@@ -30,13 +27,10 @@ use crate::batching::{Lane, LaneChooser, ProducerConfig};
 /// bytes; a caller holding a proof for one body cannot produce another.
 #[derive(Debug)]
 pub struct VerifiedWebhook {
-    meta: EventMeta,
+    /// Its metadata, the provider's unsigned event id and the allowlisted request headers.
+    record: InboundRecord,
     body: Bytes,
     topic: String,
-    /// Allowlisted request headers, already named `http-<lowercase name>`.
-    forwarded: Vec<(String, Vec<u8>)>,
-    /// The provider's unsigned event id, carried as [`header::PROVIDER_EVENT_ID`].
-    provider_event_id: Option<String>,
 }
 
 impl VerifiedWebhook {
@@ -44,23 +38,23 @@ impl VerifiedWebhook {
     pub fn new(proof: Verified, mut meta: EventMeta, topic: impl Into<String>) -> Self {
         meta.secret_id = proof.secret_id().to_owned();
         let body = proof.body().clone();
-        Self { meta, body, topic: topic.into(), forwarded: Vec::new(), provider_event_id: None }
+        Self { record: InboundRecord::new(meta), body, topic: topic.into() }
     }
 
     /// Carries the provider's own event id when it is not the dedupe id (it was not signed).
     pub fn with_provider_event_id(mut self, provider_event_id: Option<String>) -> Self {
-        self.provider_event_id = provider_event_id;
+        self.record.provider_event_id = provider_event_id;
         self
     }
 
-    /// Carries these request headers into the record (names already prefixed).
-    pub fn with_forwarded_headers(mut self, forwarded: Vec<(String, Vec<u8>)>) -> Self {
-        self.forwarded = forwarded;
+    /// Carries these request headers into the record (lowercase name, value; one entry per value).
+    pub fn with_forwarded_headers(mut self, forwarded: Vec<(String, Bytes)>) -> Self {
+        self.record.forwarded_headers = forwarded;
         self
     }
 
     pub fn meta(&self) -> &EventMeta {
-        &self.meta
+        &self.record.meta
     }
 
     pub fn topic(&self) -> &str {
@@ -72,16 +66,10 @@ impl VerifiedWebhook {
         &self.body
     }
 
-    fn headers(&self) -> OwnedHeaders {
-        let mut headers = self.meta.to_headers();
-        if let Some(provider_event_id) = &self.provider_event_id {
-            headers =
-                headers.insert(Header { key: header::PROVIDER_EVENT_ID, value: Some(provider_event_id.as_bytes()) });
-        }
-        for (name, value) in &self.forwarded {
-            headers = headers.insert(Header { key: name.as_str(), value: Some(value.as_slice()) });
-        }
-        headers
+    /// The inbound record, as [`EventProducer::produce`] sends it (before the producer signs it): the golden
+    /// record tests read it.
+    pub fn record(&self) -> Outgoing {
+        self.record.encode(&self.topic, self.body.clone())
     }
 }
 
@@ -142,17 +130,14 @@ impl EventProducer {
     /// After a timeout the record may still be delivered later; the provider's retry then produces a second
     /// copy with the same event id, which the consumer's dedupe absorbs. Duplicates are safe, losses are not.
     pub async fn produce(&self, webhook: &VerifiedWebhook, deadline: Duration) -> Result<Delivery, ProduceError> {
-        let record = FutureRecord::to(&webhook.topic)
-            .key(webhook.meta.record_key().as_bytes())
-            .payload(webhook.body.as_ref())
-            .headers(webhook.headers());
+        let record = webhook.record();
         let (lane, _in_flight) = self.lanes.chooser.enter();
         let producer = match (lane, &self.lanes.immediate) {
             (Lane::Immediate, Some(immediate)) => immediate,
             _ => &self.lanes.batching,
         };
         // No wait for queue room: a full local queue is an immediate 503, not a wait.
-        producer.send_within(record, QueueWait::Never, deadline).await
+        producer.send_record_within(record, QueueWait::Never, deadline).await
     }
 
     /// Records in the producers' local queues or awaiting an acknowledgement.

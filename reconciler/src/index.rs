@@ -129,7 +129,7 @@ pub async fn run_indexer(
             }
             let headers = message.headers();
             // A record no gateway wrote is not an accepted event of any source: nothing to index.
-            let Ok(meta) = wire::EventMeta::from_headers(headers) else { continue };
+            let Ok(meta) = wire::event_meta(headers) else { continue };
             let Some(source) = by_name.get(&meta.source) else { continue };
             let provider_id = header_str(headers, header::PROVIDER_EVENT_ID).and_then(Result::ok);
             oldest_ms = oldest_ms.min(meta.received_at_ms);

@@ -8,10 +8,10 @@ use hookline_common::{
     config::KafkaConfig,
     producer::{AckedProducer, QueueWait},
     telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
-    wire::{self, EventMeta, header},
+    wire::{self, EventMeta},
 };
+use hookline_record::inbound::InboundRecord;
 use hookline_signature::{Provenance, Verified};
-use rdkafka::{message::Header, producer::FutureRecord};
 use serde::Serialize;
 
 use crate::{
@@ -350,9 +350,9 @@ impl Reconciler {
             secret_id: proof.secret_id().to_owned(),
             ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&http::HeaderMap::new(), body)),
         };
-        let headers = meta.to_headers().insert(Header { key: header::ORIGIN, value: Some(wire::origin::RECONCILED) });
         let topic = source.topic.as_deref().unwrap_or(&self.config.kafka.inbound_topic);
-        let record = FutureRecord::to(topic).key(meta.record_key()).payload(body.as_ref()).headers(headers);
+        let record = InboundRecord { origin: Some(wire::origin::RECONCILED.to_owned()), ..InboundRecord::new(meta) }
+            .encode(topic, body.clone());
         // One span per event brought in (a child of the run's); the record's send is its child, and the consumer's
         // processing continues it.
         let span = TraceSpan::start(
@@ -367,7 +367,7 @@ impl Reconciler {
                 ]
             },
         );
-        let sent = span.scope(self.producer.send(record, QueueWait::UpToDeadline)).await;
+        let sent = span.scope(self.producer.send_record(record, QueueWait::UpToDeadline)).await;
         if let Err(error) = &sent {
             span.fail(error.kind(), || error.to_string());
         }

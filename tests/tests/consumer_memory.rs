@@ -67,7 +67,12 @@ async fn a_burst_of_1_mb_bodies_stays_within_the_byte_bound_and_every_event_is_p
             .map(|&n| {
                 let id = format!("big-{n}");
                 let partition = i32::try_from(n).expect("small") % N_PARTITIONS;
-                (partition, id.clone(), push_meta(&id).to_headers(), incompressible_body(n as u64))
+                (
+                    partition,
+                    id.clone(),
+                    hookline_common::wire::event_headers(&push_meta(&id)),
+                    incompressible_body(n as u64),
+                )
             })
             .collect();
         stack.produce_raw_batch(records).await;
@@ -143,7 +148,7 @@ async fn a_backlog_of_compressible_bodies_near_the_body_limit_stays_within_the_b
                 let id = format!("zip-{n}");
                 let partition = i32::try_from(n).expect("small") % N_PARTITIONS;
                 let body = compressible_body(&id);
-                (partition, id.clone(), push_meta(&id).to_headers(), body)
+                (partition, id.clone(), hookline_common::wire::event_headers(&push_meta(&id)), body)
             })
             .collect();
         stack.produce_raw_batch(records).await;

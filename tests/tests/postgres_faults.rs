@@ -77,7 +77,12 @@ async fn a_server_restart_and_ddl_mid_stream_cost_retries_never_an_event_or_a_do
         range
             .map(|n| {
                 let id = format!("fault-{n}");
-                (i32::try_from(n % 3).expect("partition"), id.clone(), push_meta(&id).to_headers(), b"{}".to_vec())
+                (
+                    i32::try_from(n % 3).expect("partition"),
+                    id.clone(),
+                    hookline_common::wire::event_headers(&push_meta(&id)),
+                    b"{}".to_vec(),
+                )
             })
             .collect()
     };
@@ -307,7 +312,7 @@ async fn a_restart_while_the_consumer_prepares_its_statements_is_waited_out() {
     drop(restore);
     let db = connect().await;
     let meta = push_meta("after-the-restart");
-    stack.produce_raw(0, meta.record_key(), meta.to_headers(), b"{}").await;
+    stack.produce_raw(0, meta.record_key(), hookline_common::wire::event_headers(&meta), b"{}").await;
     eventually(Duration::from_secs(60), "the consumer started after all and applied the event", || async {
         let applied = db.query_one(&format!("SELECT count(*) FROM {schema}.effects"), &[]).await;
         applied.is_ok_and(|row| row.get::<_, i64>(0) == 1)

@@ -119,7 +119,14 @@ async fn killed_after_commit_before_its_done_marker(form: WorkForm) {
     tokio::spawn(connection);
     let schema = effects_schema(&db).await;
     let mut stack = effects_stack(&schema, 1.5, form).await;
-    stack.produce_raw_batch(vec![(0, "window".into(), push_meta("window").to_headers(), br#"{"n":1}"#.to_vec())]).await;
+    stack
+        .produce_raw_batch(vec![(
+            0,
+            "window".into(),
+            hookline_common::wire::event_headers(&push_meta("window")),
+            br#"{"n":1}"#.to_vec(),
+        )])
+        .await;
     let mut consumer = spawn(&stack);
     eventually(Duration::from_secs(60), "the event's transaction is open", || async {
         db.query_one(
@@ -189,7 +196,7 @@ async fn killed_in_a_loop(form: WorkForm) {
             (
                 i32::try_from(n % 3).expect("partition"),
                 id.clone(),
-                push_meta(&id).to_headers(),
+                hookline_common::wire::event_headers(&push_meta(&id)),
                 format!("{{\"n\":{n}}}").into_bytes(),
             )
         })

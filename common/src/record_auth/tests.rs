@@ -1,7 +1,9 @@
 //! The record MAC's tests: signing, verifying, key rotation, kinds bound to topics, and a fixed test vector.
 
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+
 use super::*;
-use crate::config::SecretRef;
+use crate::{config::SecretRef, wire::header};
 
 const KEY_A: &str = "0123456789abcdef0123456789abcdef-key-a";
 const KEY_B: &str = "0123456789abcdef0123456789abcdef-key-b";

@@ -6,79 +6,64 @@
 //! copy instead: the body as [`Bytes`] (shared, never copied again, by the event handed to a handler and by every
 //! copy produced from it), the key likewise, and the headers in one table whose names were checked as UTF-8 once,
 //! held in two buffers. Its headers implement rdkafka's [`Headers`], so every reader written for a record's headers
-//! (the record MAC, [`super::EventMeta::from_headers`], the retry headers) takes them unchanged.
+//! (the record MAC, the inbound record, the retry headers) takes them unchanged.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
+use hookline_record::HeaderTable;
 use rdkafka::{
     Timestamp,
     message::{Header, Headers, Message},
 };
 
-/// A record's headers, owned: every name in one string, every value in one buffer, in record order.
+/// A record's headers, owned: the `record` crate's one [`HeaderTable`], which readers take, here with librdkafka's
+/// [`Headers`] for the readers not yet moved onto it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OwnedHeaderTable {
-    names: String,
-    values: Vec<u8>,
-    entries: Vec<Entry>,
-}
-
-/// Where one header lives in the table's buffers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry {
-    name: (u32, u32),
-    /// `None`: a null value.
-    value: Option<(u32, u32)>,
-}
+pub struct OwnedHeaderTable(HeaderTable);
 
 impl OwnedHeaderTable {
     /// Copies every header of `headers`, in one pass, into buffers sized once.
     pub fn copy_of<H: Headers + ?Sized>(headers: &H) -> Self {
-        let count = headers.count();
-        let mut table = Self { names: String::with_capacity(count * 24), values: Vec::new(), entries: Vec::new() };
-        table.entries.reserve_exact(count);
-        let headers: Vec<Header<'_, &[u8]>> = (0..count).filter_map(|idx| headers.try_get(idx)).collect();
-        table.values.reserve_exact(headers.iter().map(|header| header.value.map_or(0, <[u8]>::len)).sum());
-        for header in headers {
-            table.push(header.key, header.value);
-        }
-        table
+        let headers = (0..headers.count())
+            .filter_map(|index| headers.try_get(index))
+            .map(|header| hookline_record::Header { name: header.key, value: header.value });
+        Self(HeaderTable::copy_of(headers))
     }
 
-    /// The bytes of every name and value together (what a header costs a window), without a walk.
-    pub fn byte_len(&self) -> usize {
-        self.names.len() + self.values.len()
-    }
-
-    /// Appends one header.
-    pub fn push(&mut self, name: &str, value: Option<&[u8]>) {
-        let name_start = offset(self.names.len());
-        self.names.push_str(name);
-        let value = value.map(|value| {
-            let start = offset(self.values.len());
-            self.values.extend_from_slice(value);
-            (start, offset(self.values.len()))
-        });
-        self.entries.push(Entry { name: (name_start, offset(self.names.len())), value });
+    /// The table itself.
+    pub fn table(&self) -> &HeaderTable {
+        &self.0
     }
 }
 
-fn offset(len: usize) -> u32 {
-    u32::try_from(len).expect("a record's headers are far below 4 GiB")
+impl From<HeaderTable> for OwnedHeaderTable {
+    fn from(table: HeaderTable) -> Self {
+        Self(table)
+    }
+}
+
+impl std::ops::Deref for OwnedHeaderTable {
+    type Target = HeaderTable;
+
+    fn deref(&self) -> &HeaderTable {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for OwnedHeaderTable {
+    fn deref_mut(&mut self) -> &mut HeaderTable {
+        &mut self.0
+    }
 }
 
 impl Headers for OwnedHeaderTable {
     fn count(&self) -> usize {
-        self.entries.len()
+        self.0.len()
     }
 
     fn try_get(&self, idx: usize) -> Option<Header<'_, &[u8]>> {
-        let entry = self.entries.get(idx)?;
-        Some(Header {
-            key: self.names.get(entry.name.0 as usize..entry.name.1 as usize)?,
-            value: entry.value.and_then(|(start, end)| self.values.get(start as usize..end as usize)),
-        })
+        self.0.get(idx).map(|header| Header { key: header.name, value: header.value })
     }
 }
 
@@ -132,6 +117,16 @@ impl FetchedRecord {
     pub fn topic_name(&self) -> &Arc<str> {
         &self.topic
     }
+
+    /// Its key, body and headers, to copy into a retry or a dead letter.
+    pub fn original(&self) -> hookline_record::Original<'_> {
+        static EMPTY: HeaderTable = HeaderTable::new();
+        hookline_record::Original {
+            key: self.key.clone(),
+            body: self.payload.clone(),
+            headers: self.headers.as_deref().unwrap_or(&EMPTY),
+        }
+    }
 }
 
 /// The accessors of rdkafka's `Message`, whose trait cannot be implemented here (its `payload_mut` is `unsafe`, and
@@ -171,7 +166,7 @@ mod tests {
     use rdkafka::message::{OwnedHeaders, OwnedMessage};
 
     use super::*;
-    use crate::wire::{EventMeta, header_str};
+    use crate::wire::{EventMeta, event_headers, event_meta, header_str};
 
     fn record() -> OwnedMessage {
         let meta = EventMeta {
@@ -183,8 +178,7 @@ mod tests {
             secret_id: "primary".into(),
             ordering_key: None,
         };
-        let headers = meta
-            .to_headers()
+        let headers = event_headers(&meta)
             .insert(Header::<&[u8]> { key: "empty", value: None })
             .insert(Header { key: "http-x-a", value: Some("1") })
             .insert(Header::<&[u8]> { key: "zero", value: Some(b"") })
@@ -211,7 +205,7 @@ mod tests {
         assert_eq!(pairs(fetched.headers().unwrap()), pairs(message.headers().unwrap()));
         assert_eq!(fetched.headers().unwrap().count(), message.headers().unwrap().count());
         assert_eq!(fetched.headers().unwrap().try_get(99).map(|h| h.key), None);
-        assert_eq!(EventMeta::from_headers(fetched.headers()), EventMeta::from_headers(message.headers()));
+        assert_eq!(event_meta(fetched.headers()), event_meta(message.headers()));
         assert_eq!(header_str(fetched.headers(), "http-x-a"), Some(Ok("1".to_owned())), "the first of that name");
         assert_eq!(header_str(fetched.headers(), "zero"), Some(Ok(String::new())));
         assert_eq!(header_str(fetched.headers(), "empty"), None, "a null value reads as absent, as before");

@@ -1,6 +1,6 @@
 //! A record's headers read out of librdkafka once.
 //!
-//! Every reader of a header (`header_str`, [`super::EventMeta::from_headers`], the retry headers, the record MAC)
+//! Every reader of a header (`header_str`, the inbound record, the retry headers, the record MAC)
 //! scans the record's headers from the first. On librdkafka's own headers each step of a scan is a call into C
 //! and a UTF-8 check of the header's name, and a record's path in the consumer reads some twenty headers by name:
 //! about a hundred such steps per record. [`HeaderTable`] does the calls once, in one pass, and then answers every
@@ -64,7 +64,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::wire::{EventMeta, header, header_str};
+    use crate::wire::{EventMeta, event_headers, event_meta, header, header_str};
 
     fn record() -> OwnedMessage {
         let meta = EventMeta {
@@ -76,8 +76,7 @@ mod tests {
             secret_id: "primary".into(),
             ordering_key: None,
         };
-        let headers = meta
-            .to_headers()
+        let headers = event_headers(&meta)
             .insert(Header { key: "http-x-a", value: Some("1") })
             .insert(Header { key: "http-x-a", value: Some("2") })
             .insert(Header::<&[u8]> { key: "empty", value: None });
@@ -105,7 +104,7 @@ mod tests {
             pairs(&|i| ours.try_get(i).map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))),
             pairs(&|i| theirs.try_get(i).map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))),
         );
-        assert_eq!(EventMeta::from_headers(view.headers()), EventMeta::from_headers(message.headers()));
+        assert_eq!(event_meta(view.headers()), event_meta(message.headers()));
         assert_eq!(header_str(view.headers(), "http-x-a"), Some(Ok("1".to_owned())), "the first of that name");
         assert_eq!(header_str(view.headers(), header::ORDERING_KEY), None);
         assert!(std::ptr::eq(view.message(), &message));

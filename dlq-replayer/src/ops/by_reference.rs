@@ -5,7 +5,7 @@
 
 use hookline_common::{
     record_auth::{RecordKind, Verdict},
-    wire::{DeadLetterEntry, header, header_str},
+    wire::{header, header_str},
 };
 use rdkafka::{Message, message::OwnedMessage};
 
@@ -27,7 +27,7 @@ impl Replayer {
         if header_str(dlq_record.headers(), header::dlq::BODY_BY_REFERENCE).is_none() {
             return Ok(Ok(dlq_record));
         }
-        let entry = DeadLetterEntry::from_message(&dlq_record);
+        let entry = hookline_common::wire::dead_letter_entry(&dlq_record);
         let (Some(topic), Some(partition), Some(offset)) =
             (entry.original_topic.as_deref(), entry.original_partition, entry.original_offset)
         else {

@@ -20,7 +20,7 @@ use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
     record_auth::{RecordKeys, RecordKind, Verdict},
     telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
-    wire::{DeadLetterEntry, EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
+    wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
 };
 use rdkafka::{
     Message,
@@ -420,7 +420,7 @@ impl Replayer {
             }
             if entry.status == Status::Unverified {
                 // The index holds nothing an unverified record claims: judge it (and re-drive it) by the record.
-                entry.entry = DeadLetterEntry::from_message(&record);
+                entry.entry = hookline_common::wire::dead_letter_entry(&record);
             }
             if let Some(reason) = redrive::past_retention(&entry, &record, now_ms()).filter(|_| !request.past_retention)
             {

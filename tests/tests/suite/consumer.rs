@@ -114,7 +114,7 @@ async fn an_event_id_chosen_by_the_sender_cannot_mention_or_link_in_the_alert() 
     let hostile = "<!channel> <https://evil.example/|Open the DLQ console>";
     stack.handler.poison(hostile);
     let meta = push_meta(hostile);
-    stack.produce_raw(0, meta.record_key(), meta.to_headers(), b"{}").await;
+    stack.produce_raw(0, meta.record_key(), hookline_common::wire::event_headers(&meta), b"{}").await;
     stack.wait_until_handled(1).await;
     let text = first_alert_text(&alert).await;
     assert!(
@@ -164,7 +164,14 @@ async fn same_event_delivered_concurrently_to_two_consumers_is_processed_once() 
     stack.handler.set_delay(Duration::from_millis(1500));
     // The same event on both partitions: each consumer owns one, so both see it at the same time.
     for partition in 0..2 {
-        stack.produce_raw(partition, "same-event", push_meta("same-event").to_headers(), br#"{"n":1}"#).await;
+        stack
+            .produce_raw(
+                partition,
+                "same-event",
+                hookline_common::wire::event_headers(&push_meta("same-event")),
+                br#"{"n":1}"#,
+            )
+            .await;
     }
     stack.wait_until_handled(2).await;
     assert_eq!(stack.handler.count("same-event"), 1);
@@ -229,7 +236,8 @@ async fn rebalance_during_processing_neither_loses_nor_double_processes() {
 async fn replayed_event_takes_the_same_path_and_its_entry_is_recorded() {
     let stack = TestStack::builder().consumer().build().await;
     let replay_headers = |entry: &str| {
-        push_meta("replayed-1").to_headers().insert(Header { key: header::REPLAY_OF, value: Some(entry) })
+        hookline_common::wire::event_headers(&push_meta("replayed-1"))
+            .insert(Header { key: header::REPLAY_OF, value: Some(entry) })
     };
     stack.produce_raw(0, "replayed-1", replay_headers("dlq:0:7"), br#"{"n":1}"#).await;
     stack.wait_until_handled(1).await;
@@ -264,8 +272,8 @@ async fn replayed_event_takes_the_same_path_and_its_entry_is_recorded() {
 async fn replayed_event_that_fails_again_links_its_new_entry() {
     let stack = TestStack::builder().consumer().build().await;
     stack.handler.poison("replayed-2");
-    let headers =
-        push_meta("replayed-2").to_headers().insert(Header { key: header::REPLAY_OF, value: Some("dlq:0:3") });
+    let headers = hookline_common::wire::event_headers(&push_meta("replayed-2"))
+        .insert(Header { key: header::REPLAY_OF, value: Some("dlq:0:3") });
     stack.produce_raw(0, "replayed-2", headers, b"{}").await;
     stack.wait_until_handled(1).await;
     let dlq = stack.records(&stack.kafka.dlq_topic).await;

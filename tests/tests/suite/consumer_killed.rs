@@ -60,7 +60,12 @@ async fn consumer_killed_with_hundreds_in_flight_on_one_partition_loses_nothing_
     let records = (0..N_EVENTS)
         .map(|n| {
             let id = format!("kill-{n}");
-            (0, id.clone(), push_meta(&id).to_headers(), format!("{{\"n\":{n}}}").into_bytes())
+            (
+                0,
+                id.clone(),
+                hookline_common::wire::event_headers(&push_meta(&id)),
+                format!("{{\"n\":{n}}}").into_bytes(),
+            )
         })
         .collect();
     stack.produce_raw_batch(records).await;
@@ -104,7 +109,7 @@ async fn slow_head_record_does_not_hold_back_later_ones_yet_holds_back_the_commi
     let records = (0..=N_LATER)
         .map(|n| {
             let id = format!("head-test-{n}");
-            (0, id.clone(), push_meta(&id).to_headers(), b"{}".to_vec())
+            (0, id.clone(), hookline_common::wire::event_headers(&push_meta(&id)), b"{}".to_vec())
         })
         .collect();
     stack.produce_raw_batch(records).await;

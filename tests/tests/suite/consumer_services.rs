@@ -8,7 +8,7 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use hookline_common::{
     kafka::{TopicSpec, ensure_topics, producer_config},
-    wire::{DeadLetterEntry, EntryStatus, EntryStatusRecord, EventMeta, header, header_str, redis_key},
+    wire::{EntryStatus, EntryStatusRecord, EventMeta, header, header_str, redis_key},
 };
 use hookline_consumer::{config::StartAt, handler::HandlerError};
 use hookline_dlq_replayer::{
@@ -92,7 +92,7 @@ async fn every_service_processes_every_event_once_and_its_dead_letters_replay_to
     let dead_ids: HashSet<String> = dead_letters
         .iter()
         .map(|record| {
-            let entry = DeadLetterEntry::from_message(record);
+            let entry = hookline_common::wire::dead_letter_entry(record);
             assert_eq!(entry.service.as_deref(), Some("analytics"));
             entry.event_id.expect("event id")
         })
@@ -197,7 +197,7 @@ async fn a_service_added_while_others_run_starts_where_it_is_told() {
 /// A record as the build before services parked it in the one shared retry topic: the original record plus
 /// retry headers, and no service header.
 fn unscoped_retry_headers(meta: &EventMeta, stack: &TestStack, offset: i64) -> OwnedHeaders {
-    let mut headers = meta.to_headers();
+    let mut headers = hookline_common::wire::event_headers(meta);
     let offset = offset.to_string();
     let now = hookline_common::wire::now_ms().to_string();
     for (key, value) in [
@@ -246,7 +246,7 @@ async fn a_consumer_upgraded_from_unscoped_keys_mid_stream_processes_nothing_twi
     .expect("the shared retry topic");
     let producer: FutureProducer = producer_config(&stack.kafka).create().expect("producer");
     for (index, record) in records.iter().enumerate().filter(|(index, _)| matches!(index, 20 | 21 | 30)) {
-        let meta = EventMeta::from_headers(record.headers()).expect("a gateway record");
+        let meta = hookline_common::wire::event_meta(record.headers()).expect("a gateway record");
         let mut headers = unscoped_retry_headers(&meta, &stack, record.offset());
         if index == 30 {
             // A newer service's retry record in the shared topic (two services misconfigured onto one topic).

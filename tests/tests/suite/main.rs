@@ -54,6 +54,7 @@ mod reconciler;
 mod reconciler_hostile_api;
 mod reconciler_registrations;
 mod record_auth;
+mod record_golden;
 mod redis_aof_restart;
 mod redis_tls;
 mod replayer;

@@ -8,7 +8,11 @@ use std::time::Duration;
 
 use hookline_consumer::{
     config::postgres::ZeroRows,
-    handler::postgres::{gate::DedupeTable, one_trip::OneTrip, params::ParamSource, work::Statement},
+    handler::postgres::{
+        gate::DedupeTable,
+        params::ParamSource,
+        work::{Statement, one_trip::OneTrip},
+    },
 };
 use hookline_tests::postgres::connect;
 use tokio_postgres::{Client, error::SqlState};

@@ -278,7 +278,7 @@ async fn a_forged_record_does_not_hide_a_missed_event_from_a_reconciler_running_
             secret_id: "primary".into(),
             ordering_key: None,
         };
-        stack.produce_unsigned(0, id, meta.to_headers(), br#"{"forged":true}"#).await;
+        stack.produce_unsigned(0, id, hookline_common::wire::event_headers(&meta), br#"{"forged":true}"#).await;
     }
     let refused = || reconciler.metrics.record_auth.with_label_values(&["unsigned"]).get();
     eventually(Duration::from_secs(30), "the indexer refuses every forged record", || async {
@@ -460,8 +460,8 @@ async fn measure_indexing_and_a_dry_run_over_thousands_of_github_deliveries() {
             secret_id: "primary".to_owned(),
             ordering_key: None,
         };
-        let headers =
-            meta.to_headers().insert(rdkafka::message::Header { key: header::PROVIDER_EVENT_ID, value: Some(guid) });
+        let headers = hookline_common::wire::event_headers(&meta)
+            .insert(rdkafka::message::Header { key: header::PROVIDER_EVENT_ID, value: Some(guid) });
         (i32::try_from(n % 6).unwrap_or(0), meta.event_id.clone(), headers, body.to_vec())
     };
     // GitHub lists n_deliveries; every other one reached hookline. The rest of the topic is other deliveries.

@@ -242,7 +242,7 @@ async fn a_key_rotation_loses_and_doubles_nothing_and_the_old_key_is_refused_aft
             &stack.kafka.inbound_topic,
             Some(late.delivery_id.as_bytes()),
             Some(body),
-            Some(&meta(&late.delivery_id).to_headers()),
+            Some(&hookline_common::wire::event_headers(&meta(&late.delivery_id))),
             now_ms(),
         )
         .unwrap();
@@ -272,7 +272,7 @@ async fn unsigned_records_are_processed_inside_the_transition_window_and_dead_le
     let handler = stack.handler.clone();
     let consumer = stack.start_consumer_with(stack.consumer_config_with_record_auth(open), handler).await;
     let old = "written-before-the-upgrade";
-    stack.produce_unsigned(0, old, meta(old).to_headers(), br#"{"n":1}"#).await;
+    stack.produce_unsigned(0, old, hookline_common::wire::event_headers(&meta(old)), br#"{"n":1}"#).await;
     stack.wait_until_handled(1).await;
     assert_eq!(stack.handler.count(old), 1);
     assert_eq!(
@@ -287,7 +287,7 @@ async fn unsigned_records_are_processed_inside_the_transition_window_and_dead_le
     let handler = stack.handler.clone();
     let consumer = stack.start_consumer_with(stack.consumer_config_with_record_auth(closed), handler).await;
     let late = "written-after-the-window";
-    stack.produce_unsigned(0, late, meta(late).to_headers(), br#"{"n":2}"#).await;
+    stack.produce_unsigned(0, late, hookline_common::wire::event_headers(&meta(late)), br#"{"n":2}"#).await;
     eventually(Duration::from_secs(60), "the unsigned record dead-lettered", || async {
         !dead_letter_classes(&stack).await.is_empty()
     })

@@ -29,7 +29,7 @@ fn meta(source: &str, event_id: &str) -> EventMeta {
 }
 
 fn record(partition: i32, meta: &EventMeta) -> (i32, String, OwnedHeaders, Vec<u8>) {
-    (partition, meta.record_key().to_owned(), meta.to_headers(), b"{}".to_vec())
+    (partition, meta.record_key().to_owned(), hookline_common::wire::event_headers(meta), b"{}".to_vec())
 }
 
 fn events(source: &str, prefix: &str, n: usize) -> Vec<(i32, String, OwnedHeaders, Vec<u8>)> {

@@ -18,7 +18,7 @@ pub const SECRET_ID: &str = "hookline-secret-id";
 /// Records of one partition with the same ordering key are handled in offset order; records without one
 /// are independent events and are handled concurrently.
 pub const ORDERING_KEY: &str = "hookline-ordering-key";
-/// [`super::FORMAT_VERSION`] of the record.
+/// [`crate::FORMAT_VERSION`] of the record.
 pub const FORMAT_VERSION: &str = "hookline-format-version";
 /// Set by the replayer on a re-driven record: the DLQ entry id it came from.
 pub const REPLAY_OF: &str = "hookline-replay-of";
@@ -31,7 +31,7 @@ pub const REPLAY_COUNT: &str = "hookline-replay-count";
 /// `X-Shopify-Event-Id`, ...): metadata for handlers and operators, never a dedupe key. [`EVENT_ID`] is then
 /// the body's SHA-256, so the same body re-sent under a fresh id is still a duplicate.
 pub const PROVIDER_EVENT_ID: &str = "hookline-provider-event-id";
-/// How the event reached hookline, when not through the gateway: [`super::origin::RECONCILED`] on a record
+/// How the event reached hookline, when not through the gateway: [`crate::origin::RECONCILED`] on a record
 /// the reconciler fetched from the provider's API (its proof is the API fetch, not a signature). Absent on a
 /// gateway record. Optional, readable by every version: no format bump.
 pub const ORIGIN: &str = "hookline-origin";
@@ -42,17 +42,17 @@ pub const ORIGIN: &str = "hookline-origin";
 pub const SERVICE: &str = "hookline-service";
 /// Set by the replayer on a re-processing request (an event its service already processed, re-driven on an
 /// operator's word): the request's run id. The service processes the event once per run id, whatever its
-/// done marker says ([`super::redis_key::reprocess`]).
+/// done marker says (the reprocess dedupe key).
 pub const REPROCESS_ID: &str = "hookline-reprocess-id";
 /// With [`REPROCESS_ID`]: where the re-processed record was, `<topic>:<partition>:<offset>`.
 pub const REPROCESS_OF: &str = "hookline-reprocess-of";
-/// The record's MAC: `v1,<key id>,<base64 of HMAC-SHA256>` ([`super::RECORD_MAC_VERSION`]), over the topic,
-/// key, body and every other header ([`crate::record_auth::mac_input`]). Set by every hookline writer on
-/// every record (through [`crate::producer::AckedProducer`]); checked by every reader before dedupe or any
+/// The record's MAC: `v1,<key id>,<base64 of HMAC-SHA256>` ([`crate::RECORD_MAC_VERSION`]), over the topic,
+/// key, body and every other header ([`crate::mac::mac_input`]). Set by every hookline writer on
+/// every record (through the producer); checked by every reader before dedupe or any
 /// handler. Optional for readers only inside `kafka.record_auth.accept_unsigned_until`: no format bump.
 pub const MAC: &str = "hookline-mac";
 /// The W3C trace context (`00-<trace id>-<span id>-<flags>`) of the span that sent the record, when traces
-/// are on ([`crate::telemetry::traces`]): the one header not named `hookline-*`, because its name is the
+/// are on (the services' traces): the one header not named `hookline-*`, because its name is the
 /// standard's. Forwarded provider headers are `http-*`, so a provider's cannot pose as it. Covered by the MAC
 /// like every header; metadata outside the signed body. Optional, readable by every version: no format bump.
 pub const TRACEPARENT: &str = "traceparent";
@@ -68,9 +68,9 @@ pub mod dlq {
     pub const SERVICE: &str = "hookline-dlq-service";
     pub const HANDLER: &str = "hookline-dlq-handler";
     pub const ATTEMPTS: &str = "hookline-dlq-attempts";
-    /// `retryable_exhausted`, `poison` or `unauthenticated_record` ([`super::super::UNAUTHENTICATED_RECORD_CLASS`]).
+    /// `retryable_exhausted`, `poison` or `unauthenticated_record` ([`crate::UNAUTHENTICATED_RECORD_CLASS`]).
     pub const ERROR_CLASS: &str = "hookline-dlq-error-class";
-    /// The last error message, truncated to [`super::super::MAX_DLQ_ERROR_BYTES`].
+    /// The last error message, truncated to [`crate::MAX_DLQ_ERROR_BYTES`].
     pub const ERROR: &str = "hookline-dlq-error";
     pub const FIRST_FAILURE_AT_MS: &str = "hookline-dlq-first-failure-at-ms";
     pub const LAST_FAILURE_AT_MS: &str = "hookline-dlq-last-failure-at-ms";
@@ -94,7 +94,7 @@ pub mod dlq {
     pub const DEDUPE_RETENTION_DAYS: &str = "hookline-dlq-dedupe-retention-days";
 }
 
-/// Retry headers: a record of the retry topic (topic role [`super::TopicRole::Retry`]) is the original
+/// Retry headers: a record of the retry topic (topic role the retry topics) is the original
 /// record (key, body and headers unchanged) plus these, which say when to try again and what happened so
 /// far. Each retry record replaces the previous one's `hookline-retry-*` headers.
 pub mod retry {

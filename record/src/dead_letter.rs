@@ -1,0 +1,174 @@
+//! The dead-letter record (the DLQ topic): the original record's key, body and headers (but its retry headers),
+//! plus the `hookline-dlq-*` failure headers. A dead letter *by reference* (its copy was too large for the broker)
+//! has an empty body, leaves out the forwarded `http-*` headers, carries the event id as
+//! [`header::dlq::EVENT_ID`] and the body's length as [`header::dlq::BODY_BY_REFERENCE`].
+//!
+//! **One decoder.** The replayer's index and the tools once read these headers each their own way and disagreed
+//! on a record without [`header::dlq::LAST_FAILURE_AT_MS`]: the index took the record's timestamp, the tools had
+//! none. [`DeadLetterEntry::decode`] decides it once: the header, else the record's own timestamp (a dead letter
+//! is written at its last failure).
+
+use bytes::Bytes;
+
+use crate::{
+    FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, Original, Outgoing, header,
+    retry::{Origin, is_retry_header},
+    table::{Header, HeaderTable, first_text},
+    truncate_utf8,
+};
+
+/// The failure metadata of one dead letter, as the consumer writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterFailure {
+    /// Where the event first was, before any retry.
+    pub origin: Origin,
+    pub consumer_group: String,
+    /// The consumer service that dead-lettered it: a replay re-drives it to that service only.
+    pub service: String,
+    pub handler: String,
+    pub attempts: u32,
+    /// `retryable_exhausted`, `poison` or [`crate::UNAUTHENTICATED_RECORD_CLASS`].
+    pub error_class: String,
+    /// Truncated to [`MAX_DLQ_ERROR_BYTES`] when written.
+    pub error: String,
+    pub first_failure_at_ms: i64,
+    pub last_failure_at_ms: i64,
+    /// The writer's version.
+    pub consumer_version: String,
+    /// Days the service's `postgres` handler keeps dedupe rows, for a service that has one.
+    pub dedupe_retention_days: Option<u32>,
+}
+
+impl DeadLetterFailure {
+    /// The failure headers, in the order they are written.
+    fn fields(&self) -> Vec<(&'static str, String)> {
+        let mut fields = vec![
+            (header::dlq::ORIGINAL_TOPIC, self.origin.topic.clone()),
+            (header::dlq::ORIGINAL_PARTITION, self.origin.partition.to_string()),
+            (header::dlq::ORIGINAL_OFFSET, self.origin.offset.to_string()),
+            (header::dlq::CONSUMER_GROUP, self.consumer_group.clone()),
+            (header::dlq::SERVICE, self.service.clone()),
+            (header::dlq::HANDLER, self.handler.clone()),
+            (header::dlq::ATTEMPTS, self.attempts.to_string()),
+            (header::dlq::ERROR_CLASS, self.error_class.clone()),
+            (header::dlq::ERROR, truncate_utf8(&self.error, MAX_DLQ_ERROR_BYTES).to_owned()),
+            (header::dlq::FIRST_FAILURE_AT_MS, self.first_failure_at_ms.to_string()),
+            (header::dlq::LAST_FAILURE_AT_MS, self.last_failure_at_ms.to_string()),
+            (header::dlq::CONSUMER_VERSION, self.consumer_version.clone()),
+            (header::dlq::FORMAT_VERSION, FORMAT_VERSION.to_owned()),
+        ];
+        if let Some(days) = self.dedupe_retention_days {
+            fields.push((header::dlq::DEDUPE_RETENTION_DAYS, days.to_string()));
+        }
+        fields
+    }
+
+    /// The dead letter of `original` to `topic`, carrying its body.
+    pub fn encode(&self, topic: &str, original: Original<'_>) -> Outgoing {
+        let fields = self.fields();
+        let mut headers = HeaderTable::with_capacity(original.headers.len() + fields.len());
+        headers.extend_from(original.headers, |name| {
+            !is_retry_header(name) && !fields.iter().any(|(field, _)| *field == name)
+        });
+        for (name, value) in &fields {
+            headers.push_str(name, value);
+        }
+        Outgoing::new(topic, original.key, original.body, headers)
+    }
+
+    /// The dead letter *by reference* to `original` (whose copy the broker refused as too large), to `topic`: its
+    /// key, its headers but the forwarded ones, the retry headers and the event id (carried as
+    /// [`header::dlq::EVENT_ID`]), the failure headers, the body's length, and an empty body.
+    pub fn encode_by_reference(&self, topic: &str, original: Original<'_>) -> Outgoing {
+        let fields = self.fields();
+        let body_bytes = original.body.as_ref().map_or(0, Bytes::len).to_string();
+        let mut headers = HeaderTable::with_capacity(original.headers.len() + fields.len() + 2);
+        headers.extend_from(original.headers, |name| {
+            !is_retry_header(name)
+                && !name.starts_with(header::FORWARDED_PREFIX)
+                && name != header::EVENT_ID
+                && !fields.iter().any(|(field, _)| *field == name)
+        });
+        if let Some(Ok(event_id)) = first_text(original.headers.iter(), header::EVENT_ID) {
+            headers.push_str(header::dlq::EVENT_ID, &event_id);
+        }
+        for (name, value) in &fields {
+            headers.push_str(name, value);
+        }
+        headers.push_str(header::dlq::BODY_BY_REFERENCE, &body_bytes);
+        Outgoing::new(topic, original.key, Some(Bytes::new()), headers)
+    }
+}
+
+/// One dead-letter record, read back: its stable id, the original event's metadata (when it had any) and the
+/// failure metadata the consumer attached.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeadLetterEntry {
+    /// `<dlq topic>:<partition>:<offset>`: stable, derived from where the entry lives.
+    pub id: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub source: Option<String>,
+    /// The consumer service that dead-lettered it ([`header::dlq::SERVICE`]; for an entry written before
+    /// services had names, its consumer group, which was the service's default name).
+    pub service: Option<String>,
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    pub error_class: Option<String>,
+    pub error: Option<String>,
+    pub attempts: Option<u32>,
+    pub original_topic: Option<String>,
+    pub original_partition: Option<i32>,
+    pub original_offset: Option<i64>,
+    pub first_failure_at_ms: Option<i64>,
+    /// [`header::dlq::LAST_FAILURE_AT_MS`], else the record's own timestamp (see the module's documentation).
+    pub last_failure_at_ms: Option<i64>,
+    pub body_bytes: usize,
+}
+
+/// Where a dead letter was read: its topic, partition, offset and timestamp (ms, when the broker has one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp_ms: Option<i64>,
+}
+
+impl DeadLetterEntry {
+    pub fn entry_id(topic: &str, partition: i32, offset: i64) -> String {
+        format!("{topic}:{partition}:{offset}")
+    }
+
+    /// Reads what a DLQ record carries; a header that is absent or unreadable is `None`, never an error, so
+    /// that a damaged entry can still be listed and inspected. `body_len`: the record's own body's length.
+    pub fn decode<'a>(
+        position: Position<'_>,
+        body_len: usize,
+        headers: impl Iterator<Item = Header<'a>> + Clone,
+    ) -> Self {
+        let text = |name: &'static str| first_text(headers.clone(), name).and_then(Result::ok);
+        let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());
+        Self {
+            id: Self::entry_id(position.topic, position.partition, position.offset),
+            partition: position.partition,
+            offset: position.offset,
+            source: text(header::SOURCE),
+            service: text(header::dlq::SERVICE).or_else(|| text(header::dlq::CONSUMER_GROUP)),
+            event_id: text(header::EVENT_ID).or_else(|| text(header::dlq::EVENT_ID)),
+            event_type: text(header::EVENT_TYPE),
+            error_class: text(header::dlq::ERROR_CLASS),
+            error: text(header::dlq::ERROR),
+            attempts: number(header::dlq::ATTEMPTS).and_then(|n| u32::try_from(n).ok()),
+            original_topic: text(header::dlq::ORIGINAL_TOPIC),
+            original_partition: number(header::dlq::ORIGINAL_PARTITION).and_then(|n| i32::try_from(n).ok()),
+            original_offset: number(header::dlq::ORIGINAL_OFFSET),
+            first_failure_at_ms: number(header::dlq::FIRST_FAILURE_AT_MS),
+            last_failure_at_ms: number(header::dlq::LAST_FAILURE_AT_MS).or(position.timestamp_ms),
+            // A dead letter by reference: the length of the body it points to.
+            body_bytes: number(header::dlq::BODY_BY_REFERENCE)
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(body_len),
+        }
+    }
+}
