@@ -67,7 +67,10 @@ impl TestStack {
 
     /// [`Self::produce_raw_batch`] to another topic (a source's own topic, say), signed for that topic.
     pub async fn produce_raw_batch_to(&self, topic: &str, records: Vec<(i32, String, OwnedHeaders, Vec<u8>)>) {
-        let producer: FutureProducer = producer_config(&self.kafka).create().expect("producer");
+        // Test input, not the product's produce path: a broker slowed by a neighbouring test's flood must delay it,
+        // not fail it (the stack's 5 s produce timeout is for the services under test).
+        let producer: FutureProducer =
+            producer_config(&self.kafka).set("message.timeout.ms", "120000").create().expect("producer");
         // Enqueued all at once (in order, so offsets follow the input), then every acknowledgement awaited.
         let deliveries: Vec<_> = records
             .iter()

@@ -424,6 +424,9 @@ async fn a_flood_of_junk_in_the_control_topic_does_not_keep_a_new_consumer_from_
         .set("linger.ms", "20")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "1000000")
+        // The flood is the test's input: on a broker shared with other tests it may take longer than the stack's
+        // 5 s produce timeout, which is the services' and not what this test is about.
+        .set("message.timeout.ms", "120000")
         .create()
         .expect("producer");
     let junk_value = vec![b'x'; 64];
