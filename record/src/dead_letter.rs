@@ -66,14 +66,7 @@ impl DeadLetterFailure {
     /// The dead letter of `original` to `topic`, carrying its body.
     pub fn encode(&self, topic: &str, original: Original<'_>) -> Outgoing {
         let fields = self.fields();
-        let mut headers = HeaderTable::with_capacity(original.headers.len() + fields.len());
-        headers.extend_from(original.headers, |name| {
-            !is_retry_header(name) && !fields.iter().any(|(field, _)| *field == name)
-        });
-        for (name, value) in &fields {
-            headers.push_str(name, value);
-        }
-        Outgoing::new(topic, original.key, original.body, headers)
+        original.copy_with(topic, &fields)
     }
 
     /// The dead letter *by reference* to `original` (whose copy the broker refused as too large), to `topic`: its

@@ -4,7 +4,7 @@
 
 use crate::{
     MAX_DLQ_ERROR_BYTES, Original, Outgoing, header,
-    table::{Header, HeaderTable, first_text},
+    table::{Header, first_text},
     truncate_utf8,
 };
 
@@ -48,14 +48,7 @@ impl RetryHeaders {
             // Only this service takes it back, wherever the record is read.
             (header::SERVICE, service.to_owned()),
         ];
-        let mut headers = HeaderTable::with_capacity(original.headers.len() + fields.len());
-        headers.extend_from(original.headers, |name| {
-            !is_retry_header(name) && !fields.iter().any(|(field, _)| *field == name)
-        });
-        for (name, value) in &fields {
-            headers.push_str(name, value);
-        }
-        Outgoing::new(topic, original.key, original.body, headers)
+        original.copy_with(topic, &fields)
     }
 
     /// The retry headers among a record's headers; `None` for a record that was never retried (or whose retry

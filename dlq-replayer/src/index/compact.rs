@@ -11,17 +11,7 @@ use super::Position;
 /// the whole record from Kafka.
 pub(super) const MAX_STRING_BYTES: usize = MAX_DLQ_ERROR_BYTES;
 
-/// The longest prefix of `text` that fits in `max_bytes` without splitting a character.
-pub(super) fn truncate_utf8(text: &str, max_bytes: usize) -> &str {
-    if text.len() <= max_bytes {
-        return text;
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
+pub(super) use hookline_record::truncate_utf8;
 
 /// A string table: each distinct value is stored once and named by its number (0 is "none").
 #[derive(Debug, Default)]
