@@ -48,18 +48,33 @@ impl std::fmt::Debug for SourceRules {
     }
 }
 
+/// Why a built-in handler does not build from its config.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Http(#[from] super::http::HttpConfigError),
+    #[error("a `postgres` handler needs a [handler.postgres] table")]
+    NoPostgresTable,
+    #[error(transparent)]
+    Postgres(#[from] super::postgres::PostgresError),
+    #[error("unknown handler kind `{0}` (known: log, http, postgres)")]
+    UnknownKind(String),
+}
+
 /// Builds a built-in handler from its config; relative paths in it are resolved from `config_dir`.
-pub fn build_handler(config: &HandlerConfig, timeout: Duration, config_dir: &Path) -> Result<Box<dyn Handler>, String> {
+pub fn build_handler(
+    config: &HandlerConfig,
+    timeout: Duration,
+    config_dir: &Path,
+) -> Result<Box<dyn Handler>, BuildError> {
     match config.kind.as_str() {
         "log" => Ok(Box::new(LogHandler::default())),
-        "http" => {
-            Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir).map_err(|error| error.to_string())?))
-        }
+        "http" => Ok(Box::new(HttpHandler::from_config(config, timeout, config_dir)?)),
         "postgres" => {
-            let postgres = config.postgres.as_ref().ok_or("a `postgres` handler needs a [handler.postgres] table")?;
-            Ok(Box::new(PostgresHandler::from_config(postgres, config_dir).map_err(|error| error.to_string())?))
+            let postgres = config.postgres.as_ref().ok_or(BuildError::NoPostgresTable)?;
+            Ok(Box::new(PostgresHandler::from_config(postgres, config_dir)?))
         }
-        other => Err(format!("unknown handler kind `{other}` (known: log, http, postgres)")),
+        other => Err(BuildError::UnknownKind(other.to_owned())),
     }
 }
 

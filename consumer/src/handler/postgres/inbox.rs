@@ -44,8 +44,8 @@ impl std::fmt::Debug for Inbox {
 }
 
 impl Inbox {
-    pub fn new(config: &InboxConfig) -> Result<Self, String> {
-        let table = DedupeTable::new(&config.table).map_err(|error| format!("inbox: {error}"))?;
+    pub fn new(config: &InboxConfig) -> Result<Self, super::work::WorkConfigError> {
+        let table = DedupeTable::new(&config.table).map_err(super::work::WorkConfigError::InboxTable)?;
         let columns = "INSERT INTO {table} (service, source, event_id, event_type, received_at, body, headers)"
             .replace("{table}", table.name());
         let conflict = "ON CONFLICT (service, source, event_id) DO NOTHING RETURNING source, event_id";

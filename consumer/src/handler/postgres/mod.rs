@@ -207,8 +207,8 @@ pub enum PostgresError {
     #[error(transparent)]
     Table(#[from] gate::InvalidTableName),
     /// The statements or the inbox as configured do not build: every problem found, in one line.
-    #[error("{0}")]
-    Work(String),
+    #[error(transparent)]
+    Work(#[from] work::WorkConfigError),
     /// No connection from the pool: the line says why (without the credentials).
     #[error("{line}")]
     Pool {
@@ -233,10 +233,10 @@ impl PostgresHandler {
     /// A configured handler (`statements` or `inbox`); nothing is connected until [`Handler::start`].
     pub fn from_config(config: &PostgresConfig, config_dir: &Path) -> Result<Self, PostgresError> {
         let work = match &config.inbox {
-            Some(inbox) => Work::Inbox(Inbox::new(inbox).map_err(PostgresError::Work)?),
+            Some(inbox) => Work::Inbox(Inbox::new(inbox).map_err(PostgresError::from)?),
             None => {
                 let gate = DedupeTable::new(&config.dedupe_table)?;
-                Work::Statements(Statements::new(&config.statements, &gate).map_err(PostgresError::Work)?)
+                Work::Statements(Statements::new(&config.statements, &gate).map_err(PostgresError::from)?)
             }
         };
         Self::build(config, config_dir, work)
@@ -285,7 +285,7 @@ impl PostgresHandler {
     /// [`Self::migration_sql`] of a configured handler, without building it: no secret is read, nothing connects.
     pub fn migration_sql_of(config: &PostgresConfig) -> Result<String, PostgresError> {
         match &config.inbox {
-            Some(inbox) => Ok(Inbox::new(inbox).map_err(PostgresError::Work)?.create_sql()),
+            Some(inbox) => Ok(Inbox::new(inbox).map_err(PostgresError::from)?.create_sql()),
             None => Ok(DedupeTable::new(&config.dedupe_table)?.create_sql()),
         }
     }

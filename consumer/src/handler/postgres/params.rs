@@ -12,6 +12,30 @@ use hookline_common::wire::InboundEvent;
 use serde_json::Value;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
+/// Why a parameter's source does not parse, does not fit its SQL type, or gives no value for an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamError {
+    #[error(
+        "`{0}` is neither a JSON pointer (`/data/id`, `\"\"` for the whole body) nor one of event.id, event.source, \
+         event.type, event.received_at, event.body, event.service, event.provider_event_id"
+    )]
+    UnknownSource(String),
+    #[error(
+        "the server infers type `{0}`, which hookline does not bind; cast through text in the SQL \
+         (`$n::text::{0}`) and the server converts it (a value it cannot convert is poison)"
+    )]
+    UnsupportedType(Type),
+    #[error("this value cannot be bound to the inferred type `{0}`")]
+    WrongType(Type),
+    #[error("the body has no value at JSON pointer `{0}`")]
+    NoValue(String),
+    /// The value at the pointer does not convert (`problem` says how, e.g. "is out of range for int2").
+    #[error("the value at `{pointer}` {problem}")]
+    BadValue { pointer: String, problem: String },
+    #[error("the body is not UTF-8 text")]
+    NotUtf8(#[source] std::str::Utf8Error),
+}
+
 /// Where a parameter's value comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParamSource {
@@ -28,7 +52,7 @@ pub enum ParamSource {
 }
 
 impl ParamSource {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ParamError> {
         Ok(match text {
             "event.id" => Self::EventId,
             "event.source" => Self::Source,
@@ -38,12 +62,7 @@ impl ParamSource {
             "event.service" => Self::Service,
             "event.provider_event_id" => Self::ProviderEventId,
             pointer if pointer.is_empty() || pointer.starts_with('/') => Self::Pointer(pointer.to_owned()),
-            other => {
-                return Err(format!(
-                    "`{other}` is neither a JSON pointer (`/data/id`, `\"\"` for the whole body) nor one of event.id, \
-                     event.source, event.type, event.received_at, event.body, event.service, event.provider_event_id"
-                ));
-            }
+            other => return Err(ParamError::UnknownSource(other.to_owned())),
         })
     }
 
@@ -53,7 +72,7 @@ impl ParamSource {
     }
 
     /// Whether a parameter of SQL type `ty` can take this source's values; otherwise why not, for the start error.
-    pub fn check_type(&self, ty: &Type) -> Result<(), String> {
+    pub fn check_type(&self, ty: &Type) -> Result<(), ParamError> {
         let supported = [
             Type::BOOL,
             Type::INT2,
@@ -71,10 +90,7 @@ impl ParamSource {
             Type::TIMESTAMPTZ,
         ];
         if !supported.contains(ty) {
-            return Err(format!(
-                "the server infers type `{ty}`, which hookline does not bind; cast through text in the SQL \
-                 (`$n::text::{ty}`) and the server converts it (a value it cannot convert is poison)"
-            ));
+            return Err(ParamError::UnsupportedType(ty.clone()));
         }
         let fits = match self {
             Self::Pointer(_) => true,
@@ -84,18 +100,23 @@ impl ParamSource {
                 [Type::TEXT, Type::VARCHAR, Type::BPCHAR, Type::NAME].contains(ty)
             }
         };
-        if fits { Ok(()) } else { Err(format!("this value cannot be bound to the inferred type `{ty}`")) }
+        if fits { Ok(()) } else { Err(ParamError::WrongType(ty.clone())) }
     }
 
     /// The value for `event` as SQL type `ty`; `json` is the body parsed when any parameter needs it.
-    pub fn bind(&self, event: &InboundEvent, json: Option<&Value>, service: &str, ty: &Type) -> Result<Bound, String> {
+    pub fn bind(
+        &self,
+        event: &InboundEvent,
+        json: Option<&Value>,
+        service: &str,
+        ty: &Type,
+    ) -> Result<Bound, ParamError> {
         let text = |value: Option<&str>| Ok(value.map_or(Bound::Null, |value| Bound::Text(value.to_owned())));
         match self {
             Self::Pointer(pointer) => {
-                let value = json
-                    .and_then(|body| body.pointer(pointer))
-                    .ok_or_else(|| format!("the body has no value at JSON pointer `{pointer}`"))?;
-                from_json(value, ty).map_err(|problem| format!("the value at `{pointer}` {problem}"))
+                let value =
+                    json.and_then(|body| body.pointer(pointer)).ok_or_else(|| ParamError::NoValue(pointer.clone()))?;
+                from_json(value, ty).map_err(|problem| ParamError::BadValue { pointer: pointer.clone(), problem })
             }
             Self::EventId => text(Some(&event.meta.event_id)),
             Self::Source => text(Some(&event.meta.source)),
@@ -112,7 +133,7 @@ impl ParamSource {
                 Type::JSON | Type::JSONB => Ok(Bound::Json(event.body.to_vec())),
                 _ => std::str::from_utf8(&event.body)
                     .map(|body| Bound::Text(body.to_owned()))
-                    .map_err(|_| "the body is not UTF-8 text".to_owned()),
+                    .map_err(ParamError::NotUtf8),
             },
         }
     }
@@ -316,7 +337,7 @@ mod tests {
     #[test]
     fn types_hookline_cannot_bind_are_refused_with_a_cast_to_write() {
         let problem = ParamSource::Pointer("/amount".into()).check_type(&Type::NUMERIC).unwrap_err();
-        assert!(problem.contains("$n::text::numeric"), "{problem}");
+        assert!(problem.to_string().contains("$n::text::numeric"), "{problem}");
         assert!(ParamSource::EventId.check_type(&Type::INT8).is_err());
         assert!(ParamSource::Body.check_type(&Type::JSONB).is_ok());
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 
-use super::{describe, gate::DedupeTable};
+use super::{PostgresError, describe, gate::DedupeTable, pool_error_line};
 use crate::metrics::Metrics;
 
 /// Rows deleted per transaction: short transactions, so retention never holds locks long beside live traffic.
@@ -35,9 +35,10 @@ impl Retention {
     }
 
     /// Deletes what is due (unless another consumer is doing it) and refreshes the gauges.
-    pub async fn once(&self, pool: &Pool, metrics: &Metrics) -> Result<u64, String> {
+    pub async fn once(&self, pool: &Pool, metrics: &Metrics) -> Result<u64, PostgresError> {
         let name = self.table.name();
-        let mut client = pool.get().await.map_err(|error| error.to_string())?;
+        let mut client =
+            pool.get().await.map_err(|source| PostgresError::Pool { line: pool_error_line(&source), source })?;
         let delete = format!(
             "DELETE FROM {name} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {name} \
              WHERE processed_at < now() - make_interval(days => $1) LIMIT {BATCH}))"
@@ -45,17 +46,17 @@ impl Retention {
         let days = i32::try_from(self.keep_days).unwrap_or(i32::MAX);
         let mut deleted = 0;
         loop {
-            let transaction = client.transaction().await.map_err(|error| describe(&error))?;
+            let transaction = client.transaction().await.map_err(database)?;
             let mine: bool = transaction
                 .query_one("SELECT pg_try_advisory_xact_lock(hashtext($1))", &[&format!("hookline retention {name}")])
                 .await
-                .map_err(|error| describe(&error))?
+                .map_err(database)?
                 .get(0);
             if !mine {
                 break;
             }
-            let batch = transaction.execute(delete.as_str(), &[&days]).await.map_err(|error| describe(&error))?;
-            transaction.commit().await.map_err(|error| describe(&error))?;
+            let batch = transaction.execute(delete.as_str(), &[&days]).await.map_err(database)?;
+            transaction.commit().await.map_err(database)?;
             deleted += batch;
             metrics.postgres_rows_deleted.with_label_values(&[name]).inc_by(batch);
             if batch < u64::try_from(BATCH).unwrap_or(u64::MAX) {
@@ -73,9 +74,14 @@ impl Retention {
                 &[&name],
             )
             .await
-            .map_err(|error| describe(&error))?;
+            .map_err(database)?;
         metrics.postgres_dedupe_rows.with_label_values(&[name]).set(row.get::<_, Option<i64>>(0).unwrap_or(0));
         metrics.postgres_oldest_row_age.with_label_values(&[name]).set(row.get::<_, i64>(1));
         Ok(deleted)
     }
+}
+
+/// A database error as the retention task reports it: described without the values it may name.
+fn database(source: tokio_postgres::Error) -> PostgresError {
+    PostgresError::Database { line: describe(&source), source }
 }

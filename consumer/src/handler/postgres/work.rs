@@ -97,13 +97,26 @@ pub struct Statements {
     one_trip_ready: AtomicBool,
 }
 
+/// Why the statements or the inbox as configured do not build.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkConfigError {
+    #[error("statements[{index}]: {source}")]
+    Param {
+        index: usize,
+        #[source]
+        source: super::params::ParamError,
+    },
+    #[error("inbox: {0}")]
+    InboxTable(#[source] super::gate::InvalidTableName),
+}
+
 const SAVEPOINT: &str = "SAVEPOINT hookline_work";
 const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT hookline_work";
 
 impl Statements {
     /// The statements of `configs`, their dedupe rows in `gate`; their parameter sources were checked with the
     /// config.
-    pub fn new(configs: &[StatementConfig], gate: &DedupeTable) -> Result<Self, String> {
+    pub fn new(configs: &[StatementConfig], gate: &DedupeTable) -> Result<Self, WorkConfigError> {
         let mut list = Vec::new();
         for (index, config) in configs.iter().enumerate() {
             let params = config
@@ -111,7 +124,7 @@ impl Statements {
                 .iter()
                 .map(|text| ParamSource::parse(text))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|problem| format!("statements[{index}]: {problem}"))?;
+                .map_err(|source| WorkConfigError::Param { index, source })?;
             list.push(Statement {
                 sql: config.sql.clone(),
                 params,
