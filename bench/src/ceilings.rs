@@ -95,12 +95,19 @@ pub struct KafkaCeilingConfig {
     /// Leaves the MAC out (records as written before record MACs): the other half of "what does the MAC cost"
     /// on the produce path. Never something a hookline service can do.
     pub unsigned: bool,
+    /// Open loop: produce at this rate in all (each of the `concurrency` tasks its share, at fixed slots),
+    /// each acknowledgement timed from its slot, not from when the task got round to it, as the load generator
+    /// times a gateway's answers: the bare producer's side of "how much of the gateway's time to 2xx is the
+    /// broker's". `None`: closed loop, as fast as `concurrency` awaited produces allow.
+    pub rate_per_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct KafkaCeilingReport {
     pub message_bytes: usize,
     pub concurrency: usize,
+    /// The open-loop rate asked for, if any.
+    pub target_rate_per_s: Option<f64>,
     pub duration_s: f64,
     pub acknowledged: u64,
     pub failed: u64,
@@ -131,20 +138,30 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
     let mut tasks = Vec::new();
     let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let max_records = config.max_records.unwrap_or(u64::MAX);
+    // Open loop: each task's slots `interval` apart, the tasks' first slots staggered across one interval.
+    let interval = config.rate_per_s.map(|rate| Duration::from_secs_f64(config.concurrency as f64 / rate));
     for task_idx in 0..config.concurrency {
         let (producer, topic, run_id, keys) = (producer.clone(), config.topic.clone(), run_id.clone(), keys.clone());
-        let message_bytes = config.message_bytes;
+        let (message_bytes, concurrency) = (config.message_bytes, config.concurrency);
         let sent = sent.clone();
         tasks.push(tokio::spawn(async move {
             let mut histogram = new_histogram();
             let (mut acknowledged, mut failed) = (0_u64, 0_u64);
             let mut seq = 0_u64;
+            let mut slot = interval.map(|interval| start + interval.mul_f64(task_idx as f64 / concurrency as f64));
             while Instant::now() < end && sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < max_records {
                 seq += 1;
                 let event_id = format!("kafka-{run_id}-{task_idx}-{seq}");
                 let (body, headers) = gateway_record(keys.as_ref(), &topic, &event_id, message_bytes);
                 let record = FutureRecord::to(&topic).key(event_id.as_bytes()).payload(&body).headers(headers);
-                let sent_at = Instant::now();
+                let sent_at = match (slot, interval) {
+                    (Some(at), Some(interval)) => {
+                        tokio::time::sleep_until(at.into()).await;
+                        slot = Some(at + interval);
+                        at
+                    }
+                    _ => Instant::now(),
+                };
                 match producer.send(record, Timeout::After(Duration::ZERO)).await {
                     Ok(_) => {
                         acknowledged += 1;
@@ -169,6 +186,7 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
     Ok(KafkaCeilingReport {
         message_bytes: config.message_bytes,
         concurrency: config.concurrency,
+        target_rate_per_s: config.rate_per_s,
         duration_s,
         acknowledged,
         failed,

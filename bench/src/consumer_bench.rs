@@ -115,6 +115,7 @@ pub async fn run(config: &ConsumerBenchConfig) -> anyhow::Result<ConsumerReport>
         max_records: config.fill_records,
         record_key: config.record_key.clone(),
         unsigned: config.unsigned,
+        rate_per_s: None,
     })
     .await?;
     let n_events = fill.acknowledged + fill.warm_up_records;

@@ -56,6 +56,10 @@ enum Command {
         /// Produce without the record MAC (what the MAC costs on the produce path; no service can do this).
         #[arg(long)]
         unsigned: bool,
+        /// Open loop at this many records/s in all, each acknowledgement timed from its intended send time (as
+        /// `load --rate` times the gateway's answers); without it, closed loop.
+        #[arg(long)]
+        rate: Option<f64>,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -353,7 +357,10 @@ async fn main() -> anyhow::Result<()> {
             ceilings::serve_http_ceiling(listener, shutdown).await;
             Ok(())
         }
-        Command::KafkaCeiling { brokers, topic, message_bytes, concurrency, duration_s, unsigned, json } => {
+        Command::KafkaCeiling { brokers, topic, message_bytes, concurrency, duration_s, unsigned, rate, json } => {
+            if rate.is_some_and(|rate| rate.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)) {
+                anyhow::bail!("--rate must be positive");
+            }
             create_topic(&brokers, &topic, 6).await?;
             let report = ceilings::kafka_ceiling(&KafkaCeilingConfig {
                 brokers,
@@ -364,6 +371,7 @@ async fn main() -> anyhow::Result<()> {
                 max_records: None,
                 record_key: BenchRecordKey::generate()?,
                 unsigned,
+                rate_per_s: rate,
             })
             .await?;
             eprintln!(
