@@ -228,11 +228,11 @@ mod tests {
 
     #[test]
     fn a_failure_reads_back_as_written() {
-        let mut original = HeaderTable::new();
-        original.push(header::EVENT_ID, Some(b"evt_1"));
+        let mut headers = HeaderTable::new();
+        headers.push(header::EVENT_ID, Some(b"evt_1"));
         for days in [None, Some(7)] {
             let written = failure(days);
-            let original = Original { key: None, body: Some(Bytes::from_static(b"{}")), headers: &original };
+            let original = Original { key: None, body: Some(Bytes::from_static(b"{}")), headers: &headers };
             let record = written.encode("webhooks.dlq", original);
             assert_eq!(DeadLetterFailure::decode(record.headers.iter()), Ok(written));
         }

@@ -162,7 +162,8 @@ async fn record_no_gateway_wrote_is_dead_lettered_not_skipped() {
     assert_eq!(dlq.len(), 1);
     assert_eq!(dlq[0].payload(), Some(&b"not from a gateway"[..]));
     assert_eq!(read::dead_letter_failure(&dlq[0]).error_class, "poison");
-    let unrelated: Vec<_> = read::headers(&dlq[0]).iter().filter(|h| h.name == "unrelated").map(|h| h.value).collect();
+    let headers = read::headers(&dlq[0]);
+    let unrelated: Vec<_> = headers.iter().filter(|h| h.name == "unrelated").map(|h| h.value).collect();
     assert_eq!(unrelated, vec![Some(&b"x"[..])], "its headers kept");
     stack.shutdown().await;
 }

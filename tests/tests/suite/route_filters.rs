@@ -17,7 +17,6 @@ use hookline_dlq_replayer::{
     ops::{Replayer, ReprocessRequest},
 };
 use hookline_tests::{Delivery, TestHandler, TestStack, eventually, read};
-use rdkafka::Message;
 
 const WAIT: Duration = Duration::from_secs(60);
 
