@@ -11,7 +11,7 @@
 use bytes::Bytes;
 
 use crate::{
-    FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, Original, Outgoing, header,
+    FORMAT_VERSION, MAX_DLQ_ERROR_BYTES, Original, Outgoing, READABLE_FORMAT_VERSIONS, WireError, header,
     retry::{Origin, is_retry_header},
     table::{Header, HeaderTable, first_text},
     truncate_utf8,
@@ -91,6 +91,46 @@ impl DeadLetterFailure {
         headers.push_str(header::dlq::BODY_BY_REFERENCE, &body_bytes);
         Outgoing::new(topic, original.key, Some(Bytes::new()), headers)
     }
+
+    /// Reads back the failure headers [`Self::encode`] writes: each one required, the DLQ format version one this
+    /// build reads. What a consumer wrote about a failure, field for field. An entry an older writer left without
+    /// some of them (no service, say) is read by [`DeadLetterEntry::decode`], which never fails.
+    pub fn decode<'a>(headers: impl Iterator<Item = Header<'a>> + Clone) -> Result<Self, WireError> {
+        let optional = |name: &'static str| first_text(headers.clone(), name).transpose();
+        let text = |name: &'static str| optional(name)?.ok_or(WireError::MissingHeader(name));
+        let number = |name: &'static str| -> Result<i64, WireError> {
+            text(name)?.parse().map_err(|_| WireError::BadHeader(name))
+        };
+        let version = text(header::dlq::FORMAT_VERSION)?;
+        if !READABLE_FORMAT_VERSIONS.contains(&version.as_str()) {
+            return Err(WireError::UnsupportedVersion(version));
+        }
+        let retention = header::dlq::DEDUPE_RETENTION_DAYS;
+        Ok(Self {
+            origin: Origin {
+                topic: text(header::dlq::ORIGINAL_TOPIC)?,
+                partition: narrow(number(header::dlq::ORIGINAL_PARTITION)?, header::dlq::ORIGINAL_PARTITION)?,
+                offset: number(header::dlq::ORIGINAL_OFFSET)?,
+            },
+            consumer_group: text(header::dlq::CONSUMER_GROUP)?,
+            service: text(header::dlq::SERVICE)?,
+            handler: text(header::dlq::HANDLER)?,
+            attempts: narrow(number(header::dlq::ATTEMPTS)?, header::dlq::ATTEMPTS)?,
+            error_class: text(header::dlq::ERROR_CLASS)?,
+            error: text(header::dlq::ERROR)?,
+            first_failure_at_ms: number(header::dlq::FIRST_FAILURE_AT_MS)?,
+            last_failure_at_ms: number(header::dlq::LAST_FAILURE_AT_MS)?,
+            consumer_version: text(header::dlq::CONSUMER_VERSION)?,
+            dedupe_retention_days: optional(retention)?
+                .map(|days| days.parse().map_err(|_| WireError::BadHeader(retention)))
+                .transpose()?,
+        })
+    }
+}
+
+/// `value` as a narrower integer, or header `name` is bad.
+fn narrow<T: TryFrom<i64>>(value: i64, name: &'static str) -> Result<T, WireError> {
+    T::try_from(value).map_err(|_| WireError::BadHeader(name))
 }
 
 /// One dead-letter record, read back: its stable id, the original event's metadata (when it had any) and the
@@ -163,5 +203,52 @@ impl DeadLetterEntry {
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(body_len),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(dedupe_retention_days: Option<u32>) -> DeadLetterFailure {
+        DeadLetterFailure {
+            origin: Origin { topic: "webhooks.inbound".into(), partition: 3, offset: 42 },
+            consumer_group: "billing-group".into(),
+            service: "billing".into(),
+            handler: "http".into(),
+            attempts: 4,
+            error_class: "retryable_exhausted".into(),
+            error: "503".into(),
+            first_failure_at_ms: 1_700_000_000_000,
+            last_failure_at_ms: 1_700_000_009_000,
+            consumer_version: "0.1.0".into(),
+            dedupe_retention_days,
+        }
+    }
+
+    #[test]
+    fn a_failure_reads_back_as_written() {
+        let mut headers = HeaderTable::new();
+        headers.push(header::EVENT_ID, Some(b"evt_1"));
+        for days in [None, Some(7)] {
+            let written = failure(days);
+            let original = Original { key: None, body: Some(Bytes::from_static(b"{}")), headers: &headers };
+            let record = written.encode("webhooks.dlq", original);
+            assert_eq!(DeadLetterFailure::decode(record.headers.iter()), Ok(written));
+        }
+    }
+
+    #[test]
+    fn a_failure_missing_a_header_or_of_an_unknown_version_is_refused() {
+        let record =
+            failure(None).encode("webhooks.dlq", Original { key: None, body: None, headers: &HeaderTable::new() });
+        let without = |name: &str| record.headers.without(|header| header == name);
+        assert_eq!(
+            DeadLetterFailure::decode(without(header::dlq::SERVICE).iter()),
+            Err(WireError::MissingHeader(header::dlq::SERVICE))
+        );
+        let mut future = without(header::dlq::FORMAT_VERSION);
+        future.push(header::dlq::FORMAT_VERSION, Some(b"9"));
+        assert_eq!(DeadLetterFailure::decode(future.iter()), Err(WireError::UnsupportedVersion("9".into())));
     }
 }

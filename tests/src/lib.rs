@@ -43,6 +43,7 @@ pub mod postgres;
 pub mod process;
 pub mod prometheus;
 pub mod provider_fakes;
+pub mod read;
 pub mod reconciler;
 pub mod record_auth;
 pub mod redis_tls;

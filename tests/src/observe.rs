@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use hookline_common::{
     kafka::{producer_config, read_topic},
-    wire::redis_key::DEDUPE_CLAIM_PREFIX,
+    wire::{kafka::owned_headers, now_ms, redis_key::DEDUPE_CLAIM_PREFIX},
 };
+use hookline_record::Outgoing;
 use http::Request;
 use http_body_util::Full;
 use rdkafka::{
@@ -48,6 +49,29 @@ impl TestStack {
     pub async fn produce_raw(&self, partition: i32, key: &str, headers: OwnedHeaders, body: &[u8]) {
         let headers = self.signed(&self.kafka.inbound_topic, Some(key.as_bytes()), body, &headers);
         self.produce_unsigned(partition, key, headers, body).await;
+    }
+
+    /// `record` signed with the stack's record key, as a hookline writer's producer signs it: what a service
+    /// that built this record wrote, byte for byte (the MAC is deterministic).
+    pub fn signed_record(&self, mut record: Outgoing) -> Outgoing {
+        self.record_keys().sign_record(&mut record, now_ms()).expect("a key valid now");
+        record
+    }
+
+    /// Produces `record`, as a writer built it, straight to `partition` of its topic, signed as a hookline writer
+    /// signs it: for records the gateway would never write (a re-drive, say).
+    pub async fn produce_record(&self, partition: i32, record: Outgoing) {
+        let record = self.signed_record(record);
+        let producer: FutureProducer = producer_config(&self.kafka).create().expect("producer");
+        let mut out =
+            FutureRecord::<[u8], [u8]>::to(&record.topic).partition(partition).headers(owned_headers(&record.headers));
+        if let Some(key) = &record.key {
+            out = out.key(&key[..]);
+        }
+        if let Some(body) = &record.body {
+            out = out.payload(&body[..]);
+        }
+        producer.send(out, Duration::from_secs(10)).await.expect("produced");
     }
 
     /// Produces a record straight to the inbound topic with exactly these headers: what a client without the

@@ -3,17 +3,20 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, header};
+use bytes::Bytes;
+use hookline_common::wire::{EntryStatus, kafka::table_of};
 use hookline_consumer::handler::HandlerError;
-use hookline_tests::{Delivery, FakeEndpoint, TestStack, eventually, push_meta};
+use hookline_record::{Original, inbound::InboundRecord, retry::Origin};
+use hookline_tests::{Delivery, FakeEndpoint, TestStack, eventually, push_meta, read};
 use rdkafka::{
     Message,
-    message::{Header, Headers, OwnedHeaders, OwnedMessage},
+    message::{Header, OwnedHeaders},
 };
 
-fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
-    let headers = record.headers()?;
-    headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
+/// A re-drive of `event_id` from DLQ entry `entry`, as the replayer builds it.
+fn redrive(stack: &TestStack, event_id: &str, entry: &str, body: &'static [u8]) -> hookline_record::Outgoing {
+    let record = InboundRecord { replay_of: Some(entry.to_owned()), ..InboundRecord::new(push_meta(event_id)) };
+    record.encode(&stack.kafka.inbound_topic, Bytes::from_static(body))
 }
 
 #[tokio::test]
@@ -79,22 +82,27 @@ async fn poison_event_lands_in_the_dlq_with_its_metadata_and_the_alert_fires() {
     assert_eq!(entry.key(), Some(poison.delivery_id.as_bytes()), "keyed by event id");
     let inbound = stack.inbound_records().await;
     let original = inbound.iter().find(|r| r.key() == Some(poison.delivery_id.as_bytes())).expect("original");
-    for name in [header::SOURCE, header::EVENT_ID, header::EVENT_TYPE, header::RECEIVED_AT_MS, header::SECRET_ID] {
-        assert_eq!(header_of(entry, name), header_of(original, name), "original header {name} kept");
-    }
-    let expect = |name: &str, value: &str| assert_eq!(header_of(entry, name).as_deref(), Some(value), "{name}");
-    expect(header::dlq::ORIGINAL_TOPIC, &stack.kafka.inbound_topic);
-    expect(header::dlq::ORIGINAL_PARTITION, &original.partition().to_string());
-    expect(header::dlq::ORIGINAL_OFFSET, &original.offset().to_string());
-    expect(header::dlq::CONSUMER_GROUP, &stack.kafka.group_id);
-    expect(header::dlq::HANDLER, "test");
-    expect(header::dlq::ATTEMPTS, "1");
-    expect(header::dlq::ERROR_CLASS, "poison");
-    expect(header::dlq::FORMAT_VERSION, hookline_common::wire::FORMAT_VERSION);
-    assert!(header_of(entry, header::dlq::ERROR).is_some_and(|e| e.contains("test poison")));
-    for name in [header::dlq::FIRST_FAILURE_AT_MS, header::dlq::LAST_FAILURE_AT_MS, header::dlq::CONSUMER_VERSION] {
-        assert!(header_of(entry, name).is_some(), "{name}");
-    }
+    assert_eq!(read::inbound(entry), read::inbound(original), "the original's headers kept");
+    let failure = read::dead_letter_failure(entry);
+    let origin =
+        Origin { topic: stack.kafka.inbound_topic.clone(), partition: original.partition(), offset: original.offset() };
+    assert_eq!(failure.origin, origin);
+    assert_eq!(failure.consumer_group, stack.kafka.group_id);
+    assert_eq!((failure.handler.as_str(), failure.attempts), ("test", 1));
+    assert_eq!(failure.error_class, "poison");
+    assert!(failure.error.contains("test poison"), "{}", failure.error);
+    assert!(failure.first_failure_at_ms <= failure.last_failure_at_ms);
+    assert!(!failure.consumer_version.is_empty());
+    // Byte for byte what the record types write: the original's key, body and headers, then the failure's
+    // (the DLQ format version among them), signed.
+    let original_headers = table_of(original.headers());
+    let copy = Original {
+        key: original.key().map(Bytes::copy_from_slice),
+        body: original.payload().map(Bytes::copy_from_slice),
+        headers: &original_headers,
+    };
+    let expected = stack.signed_record(failure.encode(&stack.kafka.dlq_topic, copy));
+    assert_eq!(read::headers(entry), expected.headers, "the dead letter as DeadLetterFailure encodes it");
     assert_eq!(
         stack.consumer_metric(0, "hookline_consumer_dead_lettered_total", &[("error_class", "poison")]).await,
         1.0
@@ -136,9 +144,10 @@ async fn retryable_failures_past_the_budget_are_dead_lettered_with_their_attempt
     assert_eq!(stack.handler.count(&delivery.delivery_id), 0);
     let dlq = stack.records(&stack.kafka.dlq_topic).await;
     assert_eq!(dlq.len(), 1);
-    assert_eq!(header_of(&dlq[0], header::dlq::ERROR_CLASS).as_deref(), Some("retryable_exhausted"));
-    assert_eq!(header_of(&dlq[0], header::dlq::ATTEMPTS).as_deref(), Some("3"));
-    assert_eq!(header_of(&dlq[0], header::dlq::ERROR).as_deref(), Some("still down 2"));
+    let failure = read::dead_letter_failure(&dlq[0]);
+    assert_eq!(failure.error_class, "retryable_exhausted");
+    assert_eq!(failure.attempts, 3);
+    assert_eq!(failure.error, "still down 2");
     stack.shutdown().await;
 }
 
@@ -152,8 +161,10 @@ async fn record_no_gateway_wrote_is_dead_lettered_not_skipped() {
     let dlq = stack.records(&stack.kafka.dlq_topic).await;
     assert_eq!(dlq.len(), 1);
     assert_eq!(dlq[0].payload(), Some(&b"not from a gateway"[..]));
-    assert_eq!(header_of(&dlq[0], header::dlq::ERROR_CLASS).as_deref(), Some("poison"));
-    assert_eq!(header_of(&dlq[0], "unrelated").as_deref(), Some("x"));
+    assert_eq!(read::dead_letter_failure(&dlq[0]).error_class, "poison");
+    let headers = read::headers(&dlq[0]);
+    let unrelated: Vec<_> = headers.iter().filter(|h| h.name == "unrelated").map(|h| h.value).collect();
+    assert_eq!(unrelated, vec![Some(&b"x"[..])], "its headers kept");
     stack.shutdown().await;
 }
 
@@ -235,29 +246,17 @@ async fn rebalance_during_processing_neither_loses_nor_double_processes() {
 #[tokio::test]
 async fn replayed_event_takes_the_same_path_and_its_entry_is_recorded() {
     let stack = TestStack::builder().consumer().build().await;
-    let replay_headers = |entry: &str| {
-        hookline_common::wire::event_headers(&push_meta("replayed-1"))
-            .insert(Header { key: header::REPLAY_OF, value: Some(entry) })
-    };
-    stack.produce_raw(0, "replayed-1", replay_headers("dlq:0:7"), br#"{"n":1}"#).await;
+    stack.produce_record(0, redrive(&stack, "replayed-1", "dlq:0:7", br#"{"n":1}"#)).await;
     stack.wait_until_handled(1).await;
     // The same entry re-driven again: deduped, and still recorded as succeeded.
-    stack.produce_raw(0, "replayed-1", replay_headers("dlq:0:8"), br#"{"n":1}"#).await;
+    stack.produce_record(0, redrive(&stack, "replayed-1", "dlq:0:8", br#"{"n":1}"#)).await;
     stack.wait_until_handled(2).await;
     assert_eq!(stack.handler.count("replayed-1"), 1);
     assert_eq!(stack.handler.calls()[0].replay_of.as_deref(), Some("dlq:0:7"));
     // A replay is old by nature: it is not counted in the age the lateness alert watches.
     assert_eq!(stack.consumer_metric(0, "hookline_consumer_event_age_seconds_count", &[]).await, 0.0);
 
-    let statuses: Vec<(String, EntryStatusRecord)> = stack
-        .records(&stack.kafka.dlq_status_topic)
-        .await
-        .iter()
-        .map(|r| {
-            let key = String::from_utf8_lossy(r.key().expect("keyed")).into_owned();
-            (key, serde_json::from_slice(r.payload().expect("value")).expect("status JSON"))
-        })
-        .collect();
+    let statuses: Vec<_> = stack.records(&stack.kafka.dlq_status_topic).await.iter().map(read::status).collect();
     assert_eq!(statuses.len(), 2);
     assert_eq!(statuses[0].0, "dlq:0:7");
     assert_eq!(statuses[0].1.status, EntryStatus::Succeeded);
@@ -272,17 +271,15 @@ async fn replayed_event_takes_the_same_path_and_its_entry_is_recorded() {
 async fn replayed_event_that_fails_again_links_its_new_entry() {
     let stack = TestStack::builder().consumer().build().await;
     stack.handler.poison("replayed-2");
-    let headers = hookline_common::wire::event_headers(&push_meta("replayed-2"))
-        .insert(Header { key: header::REPLAY_OF, value: Some("dlq:0:3") });
-    stack.produce_raw(0, "replayed-2", headers, b"{}").await;
+    stack.produce_record(0, redrive(&stack, "replayed-2", "dlq:0:3", b"{}")).await;
     stack.wait_until_handled(1).await;
     let dlq = stack.records(&stack.kafka.dlq_topic).await;
     assert_eq!(dlq.len(), 1);
-    assert_eq!(header_of(&dlq[0], header::REPLAY_OF).as_deref(), Some("dlq:0:3"), "new entry links the old");
+    assert_eq!(read::inbound(&dlq[0]).replay_of.as_deref(), Some("dlq:0:3"), "new entry links the old");
     let new_entry = format!("{}:{}:{}", stack.kafka.dlq_topic, dlq[0].partition(), dlq[0].offset());
     let status = stack.records(&stack.kafka.dlq_status_topic).await;
     assert_eq!(status.len(), 1);
-    let record: EntryStatusRecord = serde_json::from_slice(status[0].payload().expect("value")).expect("JSON");
+    let (_, record) = read::status(&status[0]);
     assert_eq!(record.status, EntryStatus::FailedAgain);
     assert_eq!(record.new_entry, Some(new_entry));
     stack.shutdown().await;
@@ -326,8 +323,8 @@ async fn http_handler_retries_5xx_then_succeeds_and_dead_letters_4xx() {
     let dlq = stack.records(&stack.kafka.dlq_topic).await;
     assert_eq!(dlq.len(), 1, "only the 4xx event");
     assert_eq!(dlq[0].key(), Some(rejected.delivery_id.as_bytes()));
-    assert_eq!(header_of(&dlq[0], header::dlq::ERROR_CLASS).as_deref(), Some("poison"));
-    assert_eq!(header_of(&dlq[0], header::dlq::HANDLER).as_deref(), Some("http"));
+    let failure = read::dead_letter_failure(&dlq[0]);
+    assert_eq!((failure.error_class.as_str(), failure.handler.as_str()), ("poison", "http"));
     assert_eq!(downstream.requests().len(), 4, "a 4xx is not retried");
     shutdown.cancel();
     consumer.await.expect("task").expect("consumer ran cleanly");

@@ -4,21 +4,13 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use hookline_common::wire::{EventMeta, header};
+use hookline_common::wire::EventMeta;
 use hookline_consumer::{
     config::{HandlerConfig, RouteConfig},
     handler::HandlerError,
 };
-use hookline_tests::{TestStack, eventually};
-use rdkafka::{
-    Message,
-    message::{Headers, OwnedHeaders, OwnedMessage},
-};
-
-fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
-    let headers = record.headers()?;
-    headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
-}
+use hookline_tests::{TestStack, eventually, read};
+use rdkafka::{Message, message::OwnedHeaders};
 
 fn meta(source: &str, event_id: &str, ordering_key: Option<&str>) -> EventMeta {
     EventMeta {
@@ -267,18 +259,19 @@ async fn retry_records_survive_a_consumer_crash_and_the_dlq_record_counts_every_
     assert_eq!(stack.handler.attempts("parked"), 4, "every attempt ran once, across the crash");
     let retries = stack.records(&stack.consumer_config.service_retry_topic()).await;
     assert_eq!(retries.len(), 3, "parked after attempts 1, 2 and 3");
-    let attempts: Vec<Option<String>> = retries.iter().map(|r| header_of(r, header::retry::ATTEMPTS)).collect();
-    assert_eq!(attempts, vec![Some("1".into()), Some("2".into()), Some("3".into())]);
+    let attempts: Vec<Option<u32>> =
+        retries.iter().map(|r| read::retry(r).map(|retry| retry.attempts.attempts)).collect();
+    assert_eq!(attempts, vec![Some(1), Some(2), Some(3)]);
     let dlq = stack.records(&stack.kafka.dlq_topic).await;
     assert_eq!(dlq.len(), 1);
     let entry = &dlq[0];
-    assert_eq!(header_of(entry, header::dlq::ATTEMPTS).as_deref(), Some("4"));
-    assert_eq!(header_of(entry, header::dlq::ERROR_CLASS).as_deref(), Some("retryable_exhausted"));
-    assert_eq!(header_of(entry, header::dlq::ERROR).as_deref(), Some("503 number 3"));
-    assert_eq!(header_of(entry, header::dlq::ORIGINAL_TOPIC).as_deref(), Some(stack.kafka.inbound_topic.as_str()));
-    assert_eq!(header_of(entry, header::dlq::ORIGINAL_OFFSET).as_deref(), Some("0"));
-    assert!(header_of(entry, header::retry::ATTEMPTS).is_none(), "no retry header leaks into the DLQ record");
-    assert_eq!(header_of(entry, header::EVENT_ID).as_deref(), Some("parked"), "original headers kept");
+    let failure = read::dead_letter_failure(entry);
+    assert_eq!(failure.attempts, 4);
+    assert_eq!(failure.error_class, "retryable_exhausted");
+    assert_eq!(failure.error, "503 number 3");
+    assert_eq!((failure.origin.topic.as_str(), failure.origin.offset), (stack.kafka.inbound_topic.as_str(), 0));
+    assert!(!read::has_retry_header(entry), "no retry header leaks into the DLQ record");
+    assert_eq!(read::inbound(entry).meta, meta("github", "parked", None), "original headers kept");
     assert_eq!(entry.key(), Some(&b"parked"[..]));
     stack.shutdown().await;
 }

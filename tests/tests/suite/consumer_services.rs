@@ -7,23 +7,27 @@ use hookline_common::time::format_rfc3339_millis;
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use hookline_common::{
-    kafka::{TopicSpec, ensure_topics, producer_config},
-    wire::{EntryStatus, EntryStatusRecord, EventMeta, header, header_str, redis_key},
+    kafka::{TopicSpec, ensure_topics},
+    wire::{EntryStatus, EntryStatusRecord, redis_key},
 };
 use hookline_consumer::{config::StartAt, handler::HandlerError};
 use hookline_dlq_replayer::{
     ReplayerConfig,
     ops::{ReplayRequest, Replayer, ReprocessRequest},
 };
+use hookline_record::{
+    HeaderTable, Original, Outgoing, raw,
+    retry::{Attempts, Origin, RetryHeaders},
+};
 use hookline_tests::{
     Delivery, TestHandler, TestStack, eventually,
     process::{announced, spawn_consumer_process},
+    read,
 };
 use rdkafka::{
     Message, Offset, TopicPartitionList,
     consumer::{BaseConsumer, CommitMode, Consumer},
     message::{Header, OwnedHeaders},
-    producer::{FutureProducer, FutureRecord},
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -83,7 +87,7 @@ async fn every_service_processes_every_event_once_and_its_dead_letters_replay_to
     // 4 events x 2 retries, and deferrals if analytics' breaker opened meanwhile.
     assert!(analytics_retries.len() >= 8, "{} retry records", analytics_retries.len());
     for record in &analytics_retries {
-        assert_eq!(header_str(record.headers(), header::SERVICE).and_then(Result::ok).as_deref(), Some("analytics"));
+        assert_eq!(read::inbound(record).service.as_deref(), Some("analytics"));
     }
     assert!(stack.records(&stack.service_config("billing").service_retry_topic()).await.is_empty());
 
@@ -92,7 +96,7 @@ async fn every_service_processes_every_event_once_and_its_dead_letters_replay_to
     let dead_ids: HashSet<String> = dead_letters
         .iter()
         .map(|record| {
-            let entry = hookline_common::wire::dead_letter_entry(record);
+            let entry = read::dead_letter(record);
             assert_eq!(entry.service.as_deref(), Some("analytics"));
             entry.event_id.expect("event id")
         })
@@ -194,24 +198,32 @@ async fn a_service_added_while_others_run_starts_where_it_is_told() {
     stack.shutdown().await;
 }
 
-/// A record as the build before services parked it in the one shared retry topic: the original record plus
-/// retry headers, and no service header.
-fn unscoped_retry_headers(meta: &EventMeta, stack: &TestStack, offset: i64) -> OwnedHeaders {
-    let mut headers = hookline_common::wire::event_headers(meta);
-    let offset = offset.to_string();
-    let now = hookline_common::wire::now_ms().to_string();
-    for (key, value) in [
-        (header::retry::ATTEMPTS, "1"),
-        (header::retry::FIRST_FAILURE_AT_MS, now.as_str()),
-        (header::retry::DUE_AT_MS, now.as_str()),
-        (header::retry::ERROR, "503"),
-        (header::retry::ORIGINAL_TOPIC, stack.kafka.inbound_topic.as_str()),
-        (header::retry::ORIGINAL_PARTITION, "0"),
-        (header::retry::ORIGINAL_OFFSET, offset.as_str()),
-    ] {
-        headers = headers.insert(Header { key, value: Some(value) });
+/// The retry record a consumer of `service` parks `record` (the inbound record at `offset`) with, after one failed
+/// attempt, in the shared retry topic of the build before services.
+fn parked(stack: &TestStack, record: &rdkafka::message::OwnedMessage, service: &str) -> Outgoing {
+    let now = hookline_common::wire::now_ms();
+    let retry = RetryHeaders {
+        attempts: Attempts { attempts: 1, first_failure_at_ms: now, last_error: "503".to_owned() },
+        due_at_ms: now,
+        origin: Origin { topic: stack.kafka.inbound_topic.clone(), partition: 0, offset: record.offset() },
+    };
+    let headers = read::headers(record);
+    let original = Original {
+        key: record.key().map(bytes::Bytes::copy_from_slice),
+        body: record.payload().map(bytes::Bytes::copy_from_slice),
+        headers: &headers,
+    };
+    retry.encode(&stack.kafka.retry_topic, service, original)
+}
+
+/// `record` as the build before services parked it: without the service header, which that build did not write
+/// (an old record forged as it was: only the raw header name says which one is missing).
+fn unscoped(record: Outgoing) -> Outgoing {
+    let mut headers = HeaderTable::new();
+    for header in record.headers.iter().filter(|header| header.name != raw::SERVICE) {
+        headers.push(header.name, header.value);
     }
-    headers
+    Outgoing { headers, ..record }
 }
 
 /// The upgrade test. What the build before services left behind is written as it wrote it: unscoped done
@@ -244,20 +256,14 @@ async fn a_consumer_upgraded_from_unscoped_keys_mid_stream_processes_nothing_twi
     )
     .await
     .expect("the shared retry topic");
-    let producer: FutureProducer = producer_config(&stack.kafka).create().expect("producer");
     for (index, record) in records.iter().enumerate().filter(|(index, _)| matches!(index, 20 | 21 | 30)) {
-        let meta = hookline_common::wire::event_meta(record.headers()).expect("a gateway record");
-        let mut headers = unscoped_retry_headers(&meta, &stack, record.offset());
+        // Signed: these stand for a hookline consumer's retry records.
         if index == 30 {
             // A newer service's retry record in the shared topic (two services misconfigured onto one topic).
-            headers = headers.insert(Header { key: header::SERVICE, value: Some("another-service") });
+            stack.produce_record(0, parked(&stack, record, "another-service")).await;
+        } else {
+            stack.produce_record(0, unscoped(parked(&stack, record, config.service_name()))).await;
         }
-        let body = record.payload().unwrap_or_default();
-        // Signed: these stand for a hookline consumer's retry records.
-        let headers = stack.signed(&stack.kafka.retry_topic, Some(meta.event_id.as_bytes()), body, &headers);
-        let parked =
-            FutureRecord::to(&stack.kafka.retry_topic).key(meta.event_id.as_str()).payload(body).headers(headers);
-        producer.send(parked, Duration::from_secs(10)).await.expect("parked");
     }
     let group: BaseConsumer =
         hookline_common::kafka::consumer_config(&stack.kafka, &config.kafka.group_id).create().expect("group client");
@@ -397,7 +403,7 @@ async fn reprocessing_a_time_range_runs_exactly_those_events_once_for_that_servi
         .iter()
         .filter_map(|record| {
             let key = String::from_utf8(record.key()?.to_vec()).ok()?;
-            Some((key, serde_json::from_slice(record.payload()?).ok()?))
+            Some((key, EntryStatusRecord::decode(record.payload()?).ok()?))
         })
         .filter(|(key, _)| key.starts_with(&format!("reprocess:{run_id}:")))
         .collect();
@@ -409,9 +415,7 @@ async fn reprocessing_a_time_range_runs_exactly_those_events_once_for_that_servi
         .inbound_records()
         .await
         .into_iter()
-        .filter(|record| {
-            header_str(record.headers(), header::REPROCESS_ID).and_then(Result::ok) == Some(run_id.clone())
-        })
+        .filter(|record| read::inbound(record).reprocess_id.as_deref() == Some(run_id.as_str()))
         .collect();
     assert_eq!(again.len(), inside.len());
     let copies = again

@@ -14,20 +14,17 @@ use std::{
 };
 
 use bytes::Bytes;
-use hookline_common::{
-    config::SecretRef,
-    wire::{self, header},
-};
+use hookline_common::config::SecretRef;
 use hookline_consumer::{ConsumerConfig, config::HandlerConfig, config::RouteConfig};
 use hookline_gateway::config::SourceConfig;
 use hookline_tests::{
     Delivery, TEST_SECRET, TestStack, eventually,
     forward::{ClientCertificates, Downstream, Verifier, new_whsec, secret_file, stack_ca_file, stack_client_identity},
+    read,
 };
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Body, Frame};
-use rdkafka::message::{Message, OwnedMessage};
 
 /// The gateway source the tests post to: GitHub's scheme, carrying `X-GitHub-Event` and the provider's own
 /// signature into Kafka, so a route can forward them.
@@ -186,11 +183,11 @@ async fn a_forward_signed_with_a_secret_the_downstream_does_not_know_is_refused_
     let dead_letters = stack.records(&stack.kafka.dlq_topic).await;
     assert_eq!(dead_letters.len(), 2);
     for record in &dead_letters {
-        let event_id = header_value(record, header::EVENT_ID);
+        let event_id = read::inbound(record).meta.event_id;
         assert!(event_id == push_id || event_id == issues_id, "{event_id}");
-        assert_eq!(header_value(record, header::dlq::ERROR_CLASS), "poison");
-        let error = header_value(record, header::dlq::ERROR);
-        assert!(error.contains("401") && error.contains("signature refused"), "{error}");
+        let failure = read::dead_letter_failure(record);
+        assert_eq!(failure.error_class, "poison");
+        assert!(failure.error.contains("401") && failure.error.contains("signature refused"), "{}", failure.error);
     }
     for downstream in [&python, &node] {
         let requests = downstream.requests();
@@ -265,8 +262,8 @@ async fn mutual_tls_presents_the_client_certificate_and_a_route_without_one_is_r
     assert_eq!(text(&requests[0]["client_cn"]), "hookline", "{requests:#?}");
     let dead_letters = stack.records(&stack.kafka.dlq_topic).await;
     assert_eq!(dead_letters.len(), 1);
-    assert_eq!(header_value(&dead_letters[0], header::EVENT_ID), issues_id);
-    assert_eq!(header_value(&dead_letters[0], header::dlq::ERROR_CLASS), "retryable_exhausted");
+    assert_eq!(read::inbound(&dead_letters[0]).meta.event_id, issues_id);
+    assert_eq!(read::dead_letter_failure(&dead_letters[0]).error_class, "retryable_exhausted");
     stack.shutdown().await;
 }
 
@@ -341,9 +338,10 @@ async fn a_huge_error_body_is_read_only_up_to_the_bound() {
     })
     .await;
     let dead_letters = stack.records(&stack.kafka.dlq_topic).await;
-    assert_eq!(header_value(&dead_letters[0], header::EVENT_ID), event_id);
-    assert_eq!(header_value(&dead_letters[0], header::dlq::ERROR_CLASS), "poison");
-    let error = header_value(&dead_letters[0], header::dlq::ERROR);
+    assert_eq!(read::inbound(&dead_letters[0]).meta.event_id, event_id);
+    let failure = read::dead_letter_failure(&dead_letters[0]);
+    assert_eq!(failure.error_class, "poison");
+    let error = failure.error;
     assert!(error.contains("400 Bad Request") && error.contains("body read too long"), "{error}");
     let kept = error.chars().filter(|c| *c == 'x').count();
     assert_eq!(kept, hookline_consumer::handler::http::ERROR_BODY_BYTES, "{error}");
@@ -352,8 +350,4 @@ async fn a_huge_error_body_is_read_only_up_to_the_bound() {
     let sent = sent.load(Ordering::SeqCst);
     assert!(sent < ENDLESS_CAP_BYTES / 8, "{sent} bytes of the endless body were taken");
     stack.shutdown().await;
-}
-
-fn header_value(record: &OwnedMessage, name: &'static str) -> String {
-    wire::header_str(record.headers(), name).and_then(Result::ok).unwrap_or_default()
 }

@@ -418,10 +418,7 @@ fn crc_forged(target: u32, template: impl Fn(&str) -> String) -> String {
 }
 
 fn event_id_of(record: &rdkafka::message::OwnedMessage) -> String {
-    use rdkafka::message::Headers;
-    let headers = record.headers().expect("headers");
-    let header = headers.iter().find(|header| header.key == hookline_common::wire::header::EVENT_ID).expect("an id");
-    String::from_utf8(header.value.expect("a value").to_vec()).expect("utf-8")
+    hookline_tests::read::inbound(record).meta.event_id
 }
 
 #[tokio::test]

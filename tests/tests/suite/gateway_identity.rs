@@ -4,18 +4,13 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hookline_common::{config::SecretRef, wire::header};
+use hookline_common::config::SecretRef;
 use hookline_gateway::config::SourceConfig;
 use hookline_signature::standard_webhooks;
-use hookline_tests::{Delivery, TEST_SECRET, TestStack, body_event_id};
+use hookline_tests::{Delivery, TEST_SECRET, TestStack, body_event_id, read};
 use http::{Request, StatusCode};
 use http_body_util::Full;
-use rdkafka::message::{Headers, Message, OwnedMessage};
-
-fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
-    let headers = record.headers()?;
-    headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
-}
+use rdkafka::message::Message;
 
 #[tokio::test]
 async fn a_captured_request_resent_with_a_fresh_id_is_a_duplicate() {
@@ -39,10 +34,10 @@ async fn a_captured_request_resent_with_a_fresh_id_is_a_duplicate() {
     let records = stack.inbound_records().await;
     assert_eq!(records.len(), 2);
     for record in &records {
-        assert_eq!(header_of(record, header::EVENT_ID).as_deref(), Some(event_id.as_str()));
+        assert_eq!(read::inbound(record).meta.event_id, event_id);
     }
     let provider_ids: Vec<Option<String>> =
-        records.iter().map(|record| header_of(record, header::PROVIDER_EVENT_ID)).collect();
+        records.iter().map(|record| read::inbound(record).provider_event_id).collect();
     assert_eq!(
         provider_ids,
         vec![Some(genuine.delivery_id.clone()), Some(replayed.delivery_id.clone())],
@@ -77,7 +72,7 @@ async fn svix_takes_its_id_from_the_spelling_that_verified() {
         .expect("request");
     assert_eq!(stack.send(request).await.status, StatusCode::ACCEPTED);
     let records = stack.inbound_records().await;
-    assert_eq!(header_of(&records[0], header::EVENT_ID).as_deref(), Some("msg_signed"));
+    assert_eq!(read::inbound(&records[0]).meta.event_id, "msg_signed");
     assert_eq!(records.len(), 1);
     stack.shutdown().await;
 }
@@ -107,13 +102,11 @@ async fn a_source_ordering_key_keys_the_record_and_rides_in_its_header() {
     assert_eq!(send(ordered).await.status, StatusCode::ACCEPTED);
     assert_eq!(send(unordered).await.status, StatusCode::ACCEPTED);
     let records = stack.inbound_records().await;
-    let by_id = |id: &str| {
-        records.iter().find(|record| header_of(record, header::EVENT_ID).as_deref() == Some(id)).expect("record")
-    };
+    let by_id = |id: &str| records.iter().find(|record| read::inbound(*record).meta.event_id == id).expect("record");
     assert_eq!(by_id("evt_1").key(), Some(&b"in_42"[..]), "keyed by the ordering key");
-    assert_eq!(header_of(by_id("evt_1"), header::ORDERING_KEY).as_deref(), Some("in_42"));
+    assert_eq!(read::inbound(by_id("evt_1")).meta.ordering_key.as_deref(), Some("in_42"));
     assert_eq!(by_id("evt_2").key(), Some(&b"evt_2"[..]), "no value: keyed by the event id");
-    assert_eq!(header_of(by_id("evt_2"), header::ORDERING_KEY), None);
+    assert_eq!(read::inbound(by_id("evt_2")).meta.ordering_key, None);
     stack.shutdown().await;
 }
 
@@ -171,8 +164,8 @@ async fn an_unsigned_type_header_types_the_event_only_where_the_source_chose_it(
 
     let records = stack.inbound_records().await;
     let type_of = |source: &str| {
-        let record = records.iter().find(|r| header_of(r, header::SOURCE).as_deref() == Some(source)).expect(source);
-        header_of(record, header::EVENT_TYPE)
+        let record = records.iter().map(read::inbound).find(|r| r.meta.source == source).expect(source);
+        record.meta.event_type
     };
     assert_eq!(type_of("github").as_deref(), Some("release"), "type_from_header = true: the header is the type");
     assert_eq!(type_of("github-untyped"), None, "type_from_header = false: GitHub signs no type, so there is none");

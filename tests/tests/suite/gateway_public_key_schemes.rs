@@ -8,15 +8,12 @@ use std::{
 };
 
 use bytes::Bytes;
-use hookline_common::{config::SecretRef, wire::header};
+use hookline_common::config::SecretRef;
 use hookline_gateway::config::SourceConfig;
-use hookline_tests::{Reply, TestStack};
+use hookline_tests::{Reply, TestStack, read};
 use http::{Request, StatusCode};
 use http_body_util::Full;
-use rdkafka::{
-    Message,
-    message::{Headers, OwnedMessage},
-};
+use rdkafka::{Message, message::OwnedMessage};
 
 fn now_s() -> i64 {
     i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs()).expect("time")
@@ -35,11 +32,6 @@ async fn post(stack: &TestStack, path: &str, headers: &[(&str, &str)], body: imp
         request = request.header(*name, *value);
     }
     stack.send(request.body(Full::new(body.into())).expect("request")).await
-}
-
-fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
-    let headers = record.headers()?;
-    headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// Discord and SendGrid sign `timestamp + body` with an Ed25519 or ECDSA P-256 key; the gateway holds the public
@@ -135,15 +127,11 @@ async fn public_key_schemes_discord_and_sendgrid_end_to_end() {
     let reply = post(&stack, "/webhooks/sendgrid", &stale, SENDGRID_BATCH).await;
     assert_eq!((reply.status, reply.error_code().as_deref()), (StatusCode::UNAUTHORIZED, Some("timestamp_stale")));
 
-    let records: HashMap<String, OwnedMessage> = stack
-        .inbound_records()
-        .await
-        .into_iter()
-        .map(|record| (header_of(&record, header::SOURCE).expect("source"), record))
-        .collect();
+    let records: HashMap<String, OwnedMessage> =
+        stack.inbound_records().await.into_iter().map(|record| (read::inbound(&record).meta.source, record)).collect();
     assert_eq!(records.len(), 2, "the PING and the refused requests produced nothing");
     assert_eq!(records["discord"].key(), Some(&b"1187"[..]));
-    assert_eq!(header_of(&records["discord"], header::EVENT_TYPE).as_deref(), Some("2"));
+    assert_eq!(read::inbound(&records["discord"]).meta.event_type.as_deref(), Some("2"));
     let sendgrid_key = String::from_utf8_lossy(records["sendgrid"].key().expect("key")).into_owned();
     assert!(sendgrid_key.starts_with("sha256:"), "a batch is keyed by its body's SHA-256: {sendgrid_key}");
     stack.shutdown().await;

@@ -13,17 +13,13 @@ use bytes::Bytes;
 use hookline_common::{
     config::SecretRef,
     kafka::{TopicSpec, ensure_topics, read_topic},
-    wire::header,
 };
 use hookline_gateway::config::{Limits, SourceConfig};
 use hookline_signature::{slack, standard_webhooks, stripe, twilio, twitch, zoom};
-use hookline_tests::{Reply, TestStack};
+use hookline_tests::{Reply, TestStack, read};
 use http::{Request, StatusCode};
 use http_body_util::Full;
-use rdkafka::{
-    Message,
-    message::{Headers, OwnedMessage},
-};
+use rdkafka::{Message, message::OwnedMessage};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -88,9 +84,15 @@ async fn post(stack: &TestStack, path: &str, headers: &[(&str, &str)], body: imp
     stack.send(request.body(Full::new(body.into())).expect("request")).await
 }
 
-fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
-    let headers = record.headers()?;
-    headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
+/// The provider headers a record carries (its source's `forward_headers`), as (lowercase name, value), sorted.
+fn forwarded(record: &OwnedMessage) -> Vec<(String, String)> {
+    let mut headers: Vec<(String, String)> = read::inbound(record)
+        .forwarded_headers
+        .into_iter()
+        .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
+        .collect();
+    headers.sort();
+    headers
 }
 
 async fn create_topic(name: &str) {
@@ -175,29 +177,29 @@ async fn real_provider_requests_are_acknowledged_only_once_stored_verbatim() {
     let record = &stripe_records[0];
     assert_eq!(record.payload(), Some(&stripe_body[..]));
     assert_eq!(record.key(), Some(&b"evt_integration_1"[..]));
-    assert_eq!(header_of(record, header::EVENT_TYPE).as_deref(), Some("invoice.paid"));
-    assert_eq!(header_of(record, header::SECRET_ID).as_deref(), Some("2026-12"), "the secret that matched");
-    assert_eq!(header_of(record, "http-user-agent").as_deref(), Some("Stripe/1.0"));
-    assert_eq!(header_of(record, "http-content-type").as_deref(), Some("application/json"));
+    let meta = read::inbound(record).meta;
+    assert_eq!(meta.event_type.as_deref(), Some("invoice.paid"));
+    assert_eq!(meta.secret_id, "2026-12", "the secret that matched");
+    let expected = [("content-type", "application/json"), ("user-agent", "Stripe/1.0")];
+    assert_eq!(forwarded(record), expected.map(|(name, value)| (name.to_owned(), value.to_owned())));
 
-    let inbound: HashMap<String, OwnedMessage> = stack
-        .inbound_records()
-        .await
-        .into_iter()
-        .map(|record| (header_of(&record, header::SOURCE).expect("source header"), record))
-        .collect();
+    let inbound: HashMap<String, OwnedMessage> =
+        stack.inbound_records().await.into_iter().map(|record| (read::inbound(&record).meta.source, record)).collect();
     assert_eq!(inbound.len(), 4, "slack, svix, twilio, internal: {:?}", inbound.keys());
     assert_eq!(inbound["slack"].key(), Some(&b"Ev-integration"[..]));
-    assert_eq!(header_of(&inbound["slack"], header::EVENT_TYPE).as_deref(), Some("app_mention"));
+    assert_eq!(read::inbound(&inbound["slack"]).meta.event_type.as_deref(), Some("app_mention"));
     assert_eq!(inbound["svix"].key(), Some(&b"msg_integration_1"[..]));
     assert_eq!(inbound["svix"].payload(), Some(&svix_body[..]));
     // Twilio's idempotency token is not signed: the dedupe id is the body's digest, the token kept as metadata.
     let twilio_event_id = hookline_tests::body_event_id(&twilio_body[..]);
     assert_eq!(inbound["twilio"].key(), Some(twilio_event_id.as_bytes()));
-    assert_eq!(header_of(&inbound["twilio"], header::PROVIDER_EVENT_ID).as_deref(), Some("idem-twilio-1"));
+    assert_eq!(read::inbound(&inbound["twilio"]).provider_event_id.as_deref(), Some("idem-twilio-1"));
     assert_eq!(inbound["twilio"].payload(), Some(&twilio_body[..]));
-    assert_eq!(header_of(&inbound["internal"], header::SECRET_ID).as_deref(), Some("none"));
-    assert!(header_of(&inbound["slack"], "http-user-agent").is_none(), "only allowlisted headers are carried");
+    assert_eq!(read::inbound(&inbound["internal"]).meta.secret_id, "none");
+    assert!(
+        !forwarded(&inbound["slack"]).iter().any(|(name, _)| name == "user-agent"),
+        "only allowlisted headers are carried"
+    );
     stack.shutdown().await;
 }
 

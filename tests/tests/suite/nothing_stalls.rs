@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use hookline_common::{kafka::admin_config, wire::header};
+use hookline_common::kafka::admin_config;
 use hookline_consumer::handler::{BoxFuture, Handler, HandlerError};
 use hookline_dlq_replayer::{
     ReplayerConfig,
@@ -12,18 +12,14 @@ use hookline_dlq_replayer::{
     index::Status,
     ops::{ReplayRequest, Replayer},
 };
-use hookline_tests::{Delivery, FakeEndpoint, TestHandler, TestStack, eventually};
+use hookline_record::{raw, retry::Origin};
+use hookline_tests::{Delivery, FakeEndpoint, TestHandler, TestStack, eventually, read};
 use rdkafka::{
     Message,
     admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier},
     client::DefaultClientContext,
-    message::{Headers, OwnedMessage},
+    message::OwnedMessage,
 };
-
-fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
-    let headers = record.headers()?;
-    headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
-}
 
 /// The stack's [`TestHandler`], except that it panics in its call for one event, and while naming the handler
 /// (a step of the pipeline before the call, outside it) for another.
@@ -114,15 +110,15 @@ async fn a_handler_that_panics_on_one_event_is_dead_lettered_after_its_retries_a
     assert_eq!(dlq.len(), 2, "each panicking event dead-lettered once");
     let mut by_event: HashMap<String, &OwnedMessage> = HashMap::new();
     for entry in &dlq {
-        by_event.insert(header_of(entry, header::EVENT_ID).expect("event id"), entry);
+        by_event.insert(read::inbound(entry).meta.event_id, entry);
     }
     for (delivery, said) in [(&in_handle, "handler panicked: the handler fails on"), (&in_name_for, "panicked: ")] {
         let entry = by_event.get(&delivery.delivery_id).expect("its dead letter");
         assert_eq!(entry.payload(), Some(delivery.body.as_ref()), "raw body unchanged");
-        assert_eq!(header_of(entry, header::dlq::ERROR_CLASS).as_deref(), Some("retryable_exhausted"));
-        assert_eq!(header_of(entry, header::dlq::ATTEMPTS).as_deref(), Some("3"), "dead-lettered after its retries");
-        let error = header_of(entry, header::dlq::ERROR).unwrap_or_default();
-        assert!(error.contains(said), "{error}");
+        let failure = read::dead_letter_failure(*entry);
+        assert_eq!(failure.error_class, "retryable_exhausted");
+        assert_eq!(failure.attempts, 3, "dead-lettered after its retries");
+        assert!(failure.error.contains(said), "{}", failure.error);
     }
     assert_eq!(stack.consumer_metric(0, "hookline_consumer_panics_total", &[("source", "github")]).await, 6.0);
     assert_eq!(stack.consumer_metric(0, "hookline_consumer_retries_total", &[]).await, 4.0, "two retries each");
@@ -185,23 +181,24 @@ async fn a_record_too_large_for_its_retry_copy_is_dead_lettered_by_reference_re_
         .inbound_records()
         .await
         .into_iter()
-        .find(|record| header_of(record, header::EVENT_ID).as_deref() == Some(large.delivery_id.as_str()))
+        .find(|record| read::inbound(record).meta.event_id == large.delivery_id)
         .expect("the original record");
     assert!(entry.payload().unwrap_or_default().is_empty(), "dead-lettered by reference: no body");
-    let expect = |name: &str, value: &str| assert_eq!(header_of(entry, name).as_deref(), Some(value), "{name}");
-    expect(header::dlq::BODY_BY_REFERENCE, &large.body.len().to_string());
-    expect(header::dlq::EVENT_ID, &large.delivery_id);
-    expect(header::dlq::ORIGINAL_TOPIC, &stack.kafka.inbound_topic);
-    expect(header::dlq::ORIGINAL_PARTITION, &original.partition().to_string());
-    expect(header::dlq::ORIGINAL_OFFSET, &original.offset().to_string());
-    expect(header::dlq::ERROR_CLASS, "retryable_exhausted");
-    expect(header::dlq::SERVICE, stack.consumer_config.service_name());
-    expect(header::SOURCE, "github");
-    let error = header_of(entry, header::dlq::ERROR).unwrap_or_default();
-    assert!(error.contains("downstream 503") && error.contains("too large"), "{error}");
-    assert_eq!(
-        header_of(entry, header::EVENT_ID),
-        None,
+    // With no body of its own, the size it is listed with is the body it points to; and its event id, with no
+    // event id header, is the by-reference one.
+    let listed = read::dead_letter(entry);
+    assert_eq!(listed.body_bytes, large.body.len(), "the length of the body it points to");
+    assert_eq!(listed.event_id.as_deref(), Some(large.delivery_id.as_str()));
+    assert_eq!(listed.source.as_deref(), Some("github"));
+    let failure = read::dead_letter_failure(entry);
+    let origin =
+        Origin { topic: stack.kafka.inbound_topic.clone(), partition: original.partition(), offset: original.offset() };
+    assert_eq!(failure.origin, origin);
+    assert_eq!(failure.error_class, "retryable_exhausted");
+    assert_eq!(failure.service, stack.consumer_config.service_name());
+    assert!(failure.error.contains("downstream 503") && failure.error.contains("too large"), "{}", failure.error);
+    assert!(
+        !read::headers(entry).iter().any(|header| header.name == raw::EVENT_ID),
         "an older replayer cannot re-drive the empty body as the event"
     );
     wait_until_committed_to_the_end(&stack).await;

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use hookline_common::wire::header;
 use hookline_consumer::{
     config::postgres::{PostgresConfig, StatementConfig, ZeroRows},
     handler::postgres::describe,
@@ -15,9 +14,8 @@ use hookline_dlq_replayer::{ReplayerConfig, ops::Replayer};
 use hookline_tests::{
     Delivery, TestStack, eventually,
     postgres::{connect, migrate, postgres_handler, start_configured_consumer},
-    postgres_handler_config,
+    postgres_handler_config, read,
 };
-use rdkafka::message::{Headers, Message};
 
 fn secret() -> String {
     format!("secret-{}@example.com", uuid::Uuid::new_v4().simple())
@@ -121,17 +119,12 @@ async fn a_failing_row_never_reaches_the_dlq_or_the_console() {
     })
     .await;
     let dead = stack.records(&stack.kafka.dlq_topic).await.remove(0);
-    let error = dead
-        .headers()
-        .and_then(|headers| headers.iter().find(|h| h.key == header::dlq::ERROR))
-        .and_then(|h| h.value)
-        .map(|value| String::from_utf8_lossy(value).into_owned())
-        .expect("an error header");
+    let error = read::dead_letter_failure(&dead).error;
     assert!(error.contains("23514") && error.contains("customers_balance_check"), "{error}");
     assert!(!error.contains(&planted), "the DLQ keeps the customer's row for ever: {error}");
-    for h in dead.headers().expect("headers").iter() {
+    for h in read::headers(&dead).iter() {
         let value = String::from_utf8_lossy(h.value.unwrap_or_default());
-        assert!(!value.contains(&planted), "header {} holds the row: {value}", h.key);
+        assert!(!value.contains(&planted), "header {} holds the row: {value}", h.name);
     }
 
     // What the replayer (CLI, API, console) shows comes from that header.

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use hookline_common::wire::header;
 use hookline_consumer::{
     ConsumerConfig,
     config::{
@@ -18,9 +17,9 @@ use hookline_consumer::{
 use hookline_tests::{
     Delivery, TestStack, eventually,
     postgres::{connect, migrate, postgres_handler, start_configured_consumer},
-    postgres_handler_config,
+    postgres_handler_config, read,
 };
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::message::Message;
 use tokio_postgres::Client;
 
 /// A schema of the test's own with an `orders` and a `ledger` table.
@@ -126,11 +125,6 @@ fn orders_config(config: &mut ConsumerConfig, schema: &str) {
         ),
     ];
     config.retry.max_attempts = 100;
-}
-
-fn header_of(record: &OwnedMessage, name: &str) -> Option<String> {
-    let headers = record.headers()?;
-    headers.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 fn typed(body: &str, event: &str) -> Delivery {
@@ -250,7 +244,7 @@ async fn statements_apply_each_event_once_and_each_zero_rows_mode_does_what_it_s
     let error_of = |delivery: &Delivery| {
         dlq.iter()
             .find(|record| record.key() == Some(delivery.delivery_id.as_bytes()))
-            .and_then(|record| header_of(record, header::dlq::ERROR))
+            .map(|record| read::dead_letter_failure(record).error)
             .unwrap_or_default()
     };
     assert!(error_of(&no_amount).contains("no value at JSON pointer `/amount`"), "{}", error_of(&no_amount));

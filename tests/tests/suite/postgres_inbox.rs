@@ -4,14 +4,13 @@
 
 use std::time::Duration;
 
-use hookline_common::wire::header;
 use hookline_consumer::config::postgres::{BodyColumn, InboxConfig, PostgresConfig};
 use hookline_tests::{
     Delivery, TestStack, eventually,
     postgres::{connect, migrate, postgres_handler, start_configured_consumer},
-    postgres_handler_config,
+    postgres_handler_config, read,
 };
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 
 fn typed(body: &str, event: &str) -> Delivery {
     Delivery { event: event.to_owned(), ..Delivery::new(body.to_owned()) }
@@ -118,11 +117,7 @@ async fn waiting_rows_go_in_together_and_a_refused_row_fails_alone() {
     let dlq = stack.records(&stack.kafka.dlq_topic).await;
     assert_eq!(dlq.len(), 1, "only the refused row's event is dead-lettered");
     assert_eq!(dlq[0].key(), Some(refused.delivery_id.as_bytes()));
-    let error = dlq[0]
-        .headers()
-        .and_then(|headers| headers.iter().find(|h| h.key == header::dlq::ERROR).and_then(|h| h.value))
-        .map(|value| String::from_utf8_lossy(value).into_owned())
-        .unwrap_or_default();
+    let error = read::dead_letter_failure(&dlq[0]).error;
     assert!(error.contains("23514"), "the CHECK's SQLSTATE says why: {error}");
 
     let statements = stack.consumer_metric(0, "hookline_consumer_postgres_batch_rows_count", &[]).await;

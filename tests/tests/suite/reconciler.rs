@@ -10,16 +10,18 @@ use std::{
 use bytes::Bytes;
 use hookline_common::{
     config::{SaslMechanism, SecretRef},
-    wire::{self, EventMeta, header, header_str},
+    wire::{self, EventMeta, kafka::owned_headers},
 };
 use hookline_reconciler::{
     Mode, Outcome, Provider, ReconcileError, ReconcilerConfig, Report, RunRequest, SourceConfig,
 };
+use hookline_record::inbound::InboundRecord;
 use hookline_tests::{
     Delivery, TEST_SECRET, TestStack, TestStackBuilder, body_event_id, eventually,
     kafka_tls::KafkaSecurity,
     prometheus::Scrape,
     provider_fakes::{FakeGithub, FakePaddle, GITHUB_HOOK, StripeMock, TlsFront},
+    read,
     reconciler::{
         API_TOKEN, ReconcilerService, STRIPE_KEY, TestReconciler, admin_get, github_source, outcomes, paddle_source,
         push_body, temp_file,
@@ -211,14 +213,12 @@ async fn a_stripe_event_missed_is_fetched_over_tls_produced_once_and_its_late_we
     let records = stack.inbound_records().await;
     assert_eq!(records.len(), dry.missed.len());
     let record = &records[0];
-    let event_id = header_str(record.headers(), header::EVENT_ID).and_then(Result::ok).expect("event id");
+    let inbound = read::inbound(record);
+    let event_id = inbound.meta.event_id;
     assert!(dry.missed.iter().any(|missed| missed.id == event_id));
     assert_eq!(record.key(), Some(event_id.as_bytes()), "keyed by the provider's event id");
-    assert_eq!(
-        header_str(record.headers(), header::ORIGIN).and_then(Result::ok).as_deref(),
-        Some(wire::origin::RECONCILED)
-    );
-    assert_eq!(header_str(record.headers(), header::SECRET_ID).and_then(Result::ok).as_deref(), Some("api:stripe-api"));
+    assert_eq!(inbound.origin.as_deref(), Some(wire::origin::RECONCILED));
+    assert_eq!(inbound.meta.secret_id, "api:stripe-api");
     let body = Bytes::copy_from_slice(record.payload().expect("body"));
     let fetched: serde_json::Value = serde_json::from_slice(&body).expect("the event object");
     assert_eq!(fetched["id"], event_id.as_str());
@@ -460,9 +460,10 @@ async fn measure_indexing_and_a_dry_run_over_thousands_of_github_deliveries() {
             secret_id: "primary".to_owned(),
             ordering_key: None,
         };
-        let headers = hookline_common::wire::event_headers(&meta)
-            .insert(rdkafka::message::Header { key: header::PROVIDER_EVENT_ID, value: Some(guid) });
-        (i32::try_from(n % 6).unwrap_or(0), meta.event_id.clone(), headers, body.to_vec())
+        let event_id = meta.event_id.clone();
+        let record = InboundRecord { provider_event_id: Some(guid.to_owned()), ..InboundRecord::new(meta) };
+        let written = record.encode(&stack.kafka.inbound_topic, Bytes::copy_from_slice(body));
+        (i32::try_from(n % 6).unwrap_or(0), event_id, owned_headers(&written.headers), body.to_vec())
     };
     // GitHub lists n_deliveries; every other one reached hookline. The rest of the topic is other deliveries.
     let mut records = Vec::with_capacity(n_records);

@@ -7,7 +7,7 @@
 use hookline_common::time::format_rfc3339_millis;
 use std::{sync::Arc, time::Duration};
 
-use hookline_common::wire::{dedupe_layout::Outcome, header, header_str, now_ms, redis_key};
+use hookline_common::wire::{dedupe_layout::Outcome, now_ms, redis_key};
 use hookline_consumer::config::{FilterConfig, HandlerConfig, RouteConfig};
 use hookline_dlq_replayer::{
     ReplayerConfig,
@@ -16,8 +16,7 @@ use hookline_dlq_replayer::{
     lookup::{DedupeState, Lookup, render_text},
     ops::{Replayer, ReprocessRequest},
 };
-use hookline_tests::{Delivery, TestHandler, TestStack, eventually};
-use rdkafka::Message;
+use hookline_tests::{Delivery, TestHandler, TestStack, eventually, read};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -176,7 +175,7 @@ async fn a_filtered_event_is_skipped_with_its_reason_for_one_service_processed_b
         .inbound_records()
         .await
         .into_iter()
-        .filter(|r| header_str(r.headers(), header::REPROCESS_ID).and_then(Result::ok).as_deref() == Some(&run_id))
+        .filter(|r| read::inbound(r).reprocess_id.as_deref() == Some(run_id.as_str()))
         .count();
     assert_eq!(redriven, 2);
     assert_eq!(billing.count(&bot.delivery_id), 1, "once per run");

@@ -13,7 +13,7 @@ use hookline_dlq_replayer::{
     ReplayerConfig,
     ops::{PauseRequest, Replayer},
 };
-use hookline_tests::{TestStack, eventually};
+use hookline_tests::{TestStack, eventually, read};
 use rdkafka::message::OwnedHeaders;
 
 fn meta(source: &str, event_id: &str) -> EventMeta {
@@ -433,7 +433,8 @@ async fn a_flood_of_junk_in_the_control_topic_does_not_keep_a_new_consumer_from_
     let mut sends = Vec::new();
     for i in 0..FLOOD {
         let key = format!("route-pause:{service}:junk-{i}");
-        let headers = OwnedHeaders::new().insert(Header { key: "hookline-mac", value: Some("v1,k,AAAA") });
+        // A forged MAC (no key signed it): junk no reader may believe.
+        let headers = OwnedHeaders::new().insert(Header { key: hookline_record::raw::MAC, value: Some("v1,k,AAAA") });
         let record = FutureRecord::to(&stack.kafka.control_topic).key(&key).payload(&junk_value).headers(headers);
         sends.push(producer.send_result(record).expect("queued"));
     }
@@ -547,15 +548,7 @@ async fn a_record_held_in_a_source_topic_past_its_retry_budget_is_dead_lettered_
     stack.produce_raw_batch_to(&topic, events("failing", "doomed", N)).await;
     let dead_letters = || async {
         let records = stack.records(&stack.kafka.dlq_topic).await;
-        records
-            .iter()
-            .filter_map(|record| {
-                use rdkafka::message::{Headers, Message};
-                let headers = record.headers()?;
-                let id = headers.iter().find(|h| h.key == hookline_common::wire::header::EVENT_ID)?.value?;
-                Some(String::from_utf8_lossy(id).into_owned())
-            })
-            .collect::<Vec<_>>()
+        records.iter().filter_map(|record| read::dead_letter(record).event_id).collect::<Vec<_>>()
     };
     eventually(Duration::from_secs(60), "every doomed event is dead-lettered", || async {
         dead_letters().await.len() >= N
