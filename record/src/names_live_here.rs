@@ -17,16 +17,6 @@ use std::{
 const NOT_YET_MOVED: &[&str] = &[
     "bench/src/bin/dlq_index.rs",
     "bench/src/bin/event_search.rs",
-    "bench/src/naive_consumer.rs",
-    "common/examples/record_mac_cost.rs",
-    "common/src/config/record_auth.rs",
-    "common/src/record_auth.rs",
-    "common/src/record_auth/tests.rs",
-    "common/src/telemetry/traces.rs",
-    "common/src/wire/record_view.rs",
-    "consumer/src/handler/http.rs",
-    "consumer/src/pipeline/mod.rs",
-    "consumer/src/service.rs",
     "dlq-replayer/src/events/scan.rs",
     "dlq-replayer/src/index/build.rs",
     "dlq-replayer/src/index/index_tests.rs",
@@ -35,7 +25,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "dlq-replayer/src/ops/by_reference.rs",
     "dlq-replayer/src/ops/redrive.rs",
     "dlq-replayer/src/ops/reprocess.rs",
-    "reconciler/src/index.rs",
     "tests/tests/suite/consumer.rs",
     "tests/tests/suite/consumer_concurrency.rs",
     "tests/tests/suite/consumer_services.rs",
@@ -50,7 +39,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tests/tests/suite/postgres_handler.rs",
     "tests/tests/suite/postgres_inbox.rs",
     "tests/tests/suite/reconciler.rs",
-    "tests/tests/suite/record_auth.rs",
     "tests/tests/suite/replayer.rs",
     "tests/tests/suite/replayer_events.rs",
     "tests/tests/suite/replayer_index.rs",
@@ -59,9 +47,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tests/tests/suite/replayer_trust.rs",
     "tests/tests/suite/route_filters.rs",
     "tests/tests/suite/route_hold.rs",
-    "tests/tests/traces.rs",
-    "tests/tests/traces_collector.rs",
-    "tests/tests/traces_off.rs",
 ];
 
 fn workspace() -> PathBuf {
