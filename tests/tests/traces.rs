@@ -19,7 +19,7 @@ use hookline_record::Claims;
 use hookline_tests::{Delivery, FakeEndpoint, TEST_SECRET, TestStack, eventually};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 
 const TRACEPARENT_FROM_THE_INTERNET: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
