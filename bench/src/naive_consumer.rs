@@ -24,7 +24,6 @@ use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use rdkafka::{
     ClientConfig, Message,
     consumer::{Consumer, StreamConsumer},
-    message::Headers,
 };
 
 use crate::consumer_http::{HttpBenchConfig, Sink, fill_sources, measure_consumer, serve_sink};
@@ -146,11 +145,8 @@ async fn naive_run(
         let message = tokio::time::timeout(remaining, consumer.recv())
             .await
             .map_err(|_| anyhow::anyhow!("naive consumer: timed out after {processed} of {n_events}"))??;
-        let event_id = message
-            .headers()
-            .and_then(|headers| headers.iter().find(|header| header.key == hookline_common::wire::header::EVENT_ID))
-            .and_then(|header| header.value)
-            .map(|value| String::from_utf8_lossy(value).into_owned())
+        let event_id = hookline_record::Claims::of(hookline_common::wire::kafka::headers_of(message.headers()))
+            .event_id()
             .unwrap_or_default();
         let key = format!("naive:{run_id}:{event_id}");
         let fresh: Option<String> =

@@ -1,7 +1,8 @@
 //! Records only hookline could have written: every record a hookline service produces carries a MAC
-//! ([`crate::wire::header::MAC`]) made with an internal key, and every reader checks it before dedupe or any
-//! handler. Anyone who can write a topic but does not hold the key cannot make a record a consumer will process.
-//! This is defence in depth beside Kafka ACLs (docs/security.md, "Records only hookline could write").
+//! ([`hookline_record::mac`], which signs and verifies it) made with an internal key, and every reader checks it
+//! before dedupe or any handler. Anyone who can write a topic but does not hold the key cannot make a record a
+//! consumer will process. This is defence in depth beside Kafka ACLs (docs/security.md, "Records only hookline
+//! could write"). This module only loads the keys of `kafka.record_auth` and hands records to the `record` crate.
 //!
 //! The header value is `v1,<key id>,<base64 of HMAC-SHA256>` ([`crate::wire::RECORD_MAC_VERSION`]). The MAC is
 //! over an unambiguous encoding ([`mac_input`]) of: a domain tag, the key id, the topic the record is written to

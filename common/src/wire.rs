@@ -47,11 +47,9 @@ pub mod dedupe_layout;
 mod done_marker;
 mod fetched;
 pub mod kafka;
-mod record_view;
 pub mod redis_key;
 
 pub use fetched::{FetchedRecord, OwnedHeaderTable};
-pub use record_view::{HeaderTable, RecordView};
 
 /// Milliseconds since the Unix epoch, as written into `*-at-ms` headers.
 pub fn now_ms() -> i64 {
@@ -118,7 +116,7 @@ impl InboundEvent {
         Self::from_parts(message, message.headers())
     }
 
-    /// From `message`'s body and position, and its headers as read once ([`RecordView`]).
+    /// From `message`'s body and position, and `headers` (its own, or a copy of them).
     pub fn from_parts<M: Message, H: Headers>(message: &M, headers: Option<&H>) -> Result<Self, WireError> {
         Self::with_body(
             (message.topic(), message.partition(), message.offset()),

@@ -5,7 +5,8 @@
 //! service does never reaches another:
 //! - its dedupe keys are scoped to its name ([`crate::dedupe`]);
 //! - its retries and deferrals go to its own retry topic, `<kafka.retry_topic>.<service>`, created here if
-//!   missing (with the inbound topic's partitions and replication), and carry [`header::SERVICE`];
+//!   missing (with the inbound topic's partitions and replication), and are addressed to it (the service a
+//!   [`hookline_record::retry::RetryHeaders`] record names);
 //! - a record addressed to another service (its retry, a re-driven dead letter, a re-processing request) is
 //!   skipped as it arrives: its offset is stored, it is counted as `other_service`, and nothing else happens.
 //!
@@ -22,8 +23,9 @@ use hookline_common::{
     config::KafkaConfig,
     kafka::admin_config,
     record_auth::{RecordKind, Verdict},
-    wire::{header, header_str},
+    wire::kafka,
 };
+use hookline_record::Claims;
 use rdkafka::{
     Offset, TopicPartitionList,
     admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication},
@@ -70,25 +72,25 @@ impl ServiceTopics {
     }
 }
 
-/// Whether `message` is addressed to a service other than `service` ([`header::SERVICE`]): then this service
-/// skips it. A record without the header (what the gateway writes, and retry records from before services) is
+/// Whether `message` is addressed to a service other than `service` ([`Claims::service`]): then this service
+/// skips it. A record addressed to none (what the gateway writes, and retry records from before services) is
 /// every service's.
 pub fn addressed_elsewhere<H: Headers>(headers: Option<&H>, service: &str) -> bool {
-    match header_str(headers, header::SERVICE) {
-        Some(Ok(addressee)) => addressee != service,
-        // Damaged: not provably ours, and not provably another's. Taken, so that it ends processed or
-        // dead-lettered rather than nowhere.
-        Some(Err(_)) | None => false,
+    match Claims::of(kafka::headers_of(headers)).service() {
+        Some(addressee) => addressee != service,
+        // None, or damaged (not UTF-8): not provably ours, and not provably another's. Taken, so that it ends
+        // processed or dead-lettered rather than nowhere.
+        None => false,
     }
 }
 
-/// The `source` label of a record this service passes (addressed to another service): its `hookline-source` when
+/// The `source` label of a record this service passes (addressed to another service): the source it names when
 /// the record's MAC verifies, else `unknown`. A writer of the topic without the record key must not add a series
 /// per source string it makes up to every consumer's `/metrics`.
 pub fn passed_source_label<H: Headers>(headers: Option<&H>, verdict: &Verdict) -> String {
     match verdict {
         Verdict::Authentic { .. } | Verdict::UnsignedAccepted => {
-            header_str(headers, header::SOURCE).and_then(Result::ok).unwrap_or_else(|| "unknown".to_owned())
+            Claims::of(kafka::headers_of(headers)).source().unwrap_or_else(|| "unknown".to_owned())
         }
         Verdict::Refused(_) => "unknown".to_owned(),
     }
@@ -193,18 +195,27 @@ async fn max_message_bytes(
 
 #[cfg(test)]
 mod tests {
-    use rdkafka::{
-        Message, Timestamp,
-        message::{Header, OwnedHeaders, OwnedMessage},
-    };
+    use bytes::Bytes;
+    use hookline_common::wire::EventMeta;
+    use hookline_record::inbound::InboundRecord;
+    use rdkafka::{Message, Timestamp, message::OwnedMessage};
 
     use super::*;
 
+    /// An inbound record of `github`, addressed to `service` (as the replayer re-drives one) or to none.
     fn record(service: Option<&str>) -> OwnedMessage {
-        let mut headers = OwnedHeaders::new().insert(Header { key: header::SOURCE, value: Some("github") });
-        if let Some(service) = service {
-            headers = headers.insert(Header { key: header::SERVICE, value: Some(service) });
-        }
+        let meta = EventMeta {
+            source: "github".to_owned(),
+            event_id: "d-1".to_owned(),
+            event_type: None,
+            received_at_ms: 1,
+            content_type: None,
+            secret_id: "primary".to_owned(),
+            ordering_key: None,
+        };
+        let record = InboundRecord { service: service.map(str::to_owned), ..InboundRecord::new(meta) }
+            .encode("t", Bytes::from_static(b"{}"));
+        let headers = kafka::owned_headers(&record.headers);
         OwnedMessage::new(None, None, "t".into(), Timestamp::NotAvailable, 0, 0, Some(headers))
     }
 
@@ -214,6 +225,18 @@ mod tests {
         assert!(!addressed_elsewhere(record(None), "billing"), "a gateway record is every service's");
         assert!(!addressed_elsewhere(record(Some("billing")), "billing"));
         assert!(addressed_elsewhere(record(Some("analytics")), "billing"));
+    }
+
+    #[test]
+    fn a_passed_record_is_labelled_with_its_source_only_when_its_mac_verifies() {
+        let message = record(Some("analytics"));
+        let authentic = Verdict::Authentic { key_id: "k1".to_owned() };
+        assert_eq!(passed_source_label(message.headers(), &authentic), "github");
+        assert_eq!(passed_source_label(message.headers(), &Verdict::UnsignedAccepted), "github");
+        let refused = Verdict::Refused(hookline_common::record_auth::Refusal::BadMac);
+        assert_eq!(passed_source_label(message.headers(), &refused), "unknown");
+        let bare = OwnedMessage::new(None, None, "t".into(), Timestamp::NotAvailable, 0, 0, None);
+        assert_eq!(passed_source_label(bare.headers(), &authentic), "unknown");
     }
 
     #[test]

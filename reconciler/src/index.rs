@@ -28,8 +28,9 @@ use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, client_config, consumer_config},
     record_auth::{RecordKeys, RecordKind},
-    wire::{self, header, header_str},
+    wire::{self, kafka},
 };
+use hookline_record::inbound::InboundRecord;
 use rdkafka::{
     Message, Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer, StreamConsumer},
@@ -127,11 +128,13 @@ pub async fn run_indexer(
                 // Not written by hookline: the consumer dead-letters it, and it proves nothing was accepted.
                 continue;
             }
-            let headers = message.headers();
             // A record no gateway wrote is not an accepted event of any source: nothing to index.
-            let Ok(meta) = wire::event_meta(headers) else { continue };
+            let Ok(InboundRecord { meta, provider_event_id: provider_id, .. }) =
+                InboundRecord::decode(kafka::headers_of(message.headers()))
+            else {
+                continue;
+            };
             let Some(source) = by_name.get(&meta.source) else { continue };
-            let provider_id = header_str(headers, header::PROVIDER_EVENT_ID).and_then(Result::ok);
             oldest_ms = oldest_ms.min(meta.received_at_ms);
             if let Some(id) = indexed_id(source.provider, &meta, provider_id.as_deref()) {
                 metrics.indexed.with_label_values(&[&meta.source]).inc();

@@ -1,7 +1,8 @@
 //! The bytes on Kafka: every record kind hookline writes, one module each with its encoding and its decoding side
 //! by side ([`inbound`], [`retry`], [`dead_letter`], [`status`], [`route_pause`]), the one owned header table
 //! ([`HeaderTable`]), the record MAC ([`mac`]: sign and verify, keys bound to record kinds) and the record a writer
-//! hands its producer ([`Outgoing`]).
+//! hands its producer ([`Outgoing`]), and what a record's headers claim before (or without) it being believed
+//! ([`Claims`]).
 //!
 //! This crate knows no service, no configuration and no runtime (no Kafka client either: a service's producer
 //! turns an [`Outgoing`] into librdkafka's headers once, and its door copies a fetched record's headers into a
@@ -11,6 +12,7 @@
 
 use bytes::Bytes;
 
+mod claims;
 pub mod dead_letter;
 pub mod header;
 pub mod inbound;
@@ -20,6 +22,7 @@ pub mod route_pause;
 pub mod status;
 mod table;
 
+pub use claims::Claims;
 pub use table::{Header, HeaderTable};
 
 /// Version of the inbound record layout, carried in [`header::FORMAT_VERSION`].

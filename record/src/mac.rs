@@ -48,6 +48,16 @@ impl Refusal {
             Self::KindNotAllowed => "kind_not_allowed",
         }
     }
+
+    /// Why a reader refused the record, in words that name the MAC header: the error a consumer dead-letters a
+    /// refused record with.
+    pub fn reason(self) -> String {
+        format!(
+            "record not written by hookline: {} (no valid {} header; see docs/security.md)",
+            self.as_str(),
+            header::MAC
+        )
+    }
 }
 
 /// What a reader reads, as it knows from the topic: the kind of record it expects. Only [`RecordKind::Inbound`]

@@ -7,7 +7,7 @@
 
 use std::{sync::OnceLock, time::Duration};
 
-use hookline_common::{telemetry::traces, wire::header};
+use hookline_common::{telemetry::traces, wire::kafka};
 use hookline_consumer::config::HandlerConfig;
 use hookline_dlq_replayer::{
     ReplayerConfig,
@@ -15,10 +15,11 @@ use hookline_dlq_replayer::{
     ops::{ReplayRequest, Replayer},
 };
 use hookline_gateway::config::SourceConfig;
+use hookline_record::Claims;
 use hookline_tests::{Delivery, FakeEndpoint, TEST_SECRET, TestStack, eventually};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 
 const TRACEPARENT_FROM_THE_INTERNET: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -87,12 +88,8 @@ async fn wait_for_span(trace_id: TraceId, name: &str, with: Option<(&str, &str)>
 }
 
 fn traceparent_header(message: &rdkafka::message::OwnedMessage) -> Option<String> {
-    let headers = message.headers()?;
-    headers
-        .iter()
-        .find(|h| h.key == header::TRACEPARENT)
-        .and_then(|h| h.value)
-        .map(|value| String::from_utf8_lossy(value).into_owned())
+    let traceparent = Claims::of(kafka::headers_of(message.headers())).traceparent()?;
+    Some(String::from_utf8_lossy(traceparent).into_owned())
 }
 
 #[tokio::test]
@@ -174,7 +171,7 @@ async fn one_trace_runs_from_the_gateway_request_to_the_http_handler_call_and_th
     let forwarded = downstream.requests();
     let (headers, _) = forwarded.last().expect("the downstream was called");
     assert_eq!(
-        headers.get("traceparent").and_then(|value| value.to_str().ok()),
+        headers.get(traces::http_traceparent()).and_then(|value| value.to_str().ok()),
         Some(format!("00-{}-{}-01", trace_id, handler.span_context.span_id()).as_str()),
         "the downstream joins the trace under the handler call"
     );
@@ -279,7 +276,7 @@ async fn an_inbound_traceparent_never_chooses_our_trace_and_is_linked_when_the_s
     // The default `github` source does not trust it: a trace of its own.
     let untrusted = Delivery::new(format!(r#"{{"untrusted":"{}"}}"#, uuid::Uuid::new_v4()));
     let mut request = untrusted.request(stack.gateway_addr, &untrusted.signature(TEST_SECRET));
-    request.headers_mut().insert("traceparent", TRACEPARENT_FROM_THE_INTERNET.parse().expect("value"));
+    request.headers_mut().insert(traces::http_traceparent(), TRACEPARENT_FROM_THE_INTERNET.parse().expect("value"));
     assert_eq!(stack.send(request).await.status, http::StatusCode::ACCEPTED);
     let trace_id = trace_of_event(&inbound, &untrusted.delivery_id).await;
     assert_ne!(trace_id, given.trace_id(), "an untrusted source's traceparent is ignored");
@@ -293,7 +290,7 @@ async fn an_inbound_traceparent_never_chooses_our_trace_and_is_linked_when_the_s
     let trusted = Delivery::new(format!(r#"{{"trusted":"{}"}}"#, uuid::Uuid::new_v4()));
     let mut request = trusted.request(stack.gateway_addr, &trusted.signature(TEST_SECRET));
     *request.uri_mut() = format!("http://{}/webhooks/trusted", stack.gateway_addr).parse().expect("uri");
-    request.headers_mut().insert("traceparent", TRACEPARENT_FROM_THE_INTERNET.parse().expect("value"));
+    request.headers_mut().insert(traces::http_traceparent(), TRACEPARENT_FROM_THE_INTERNET.parse().expect("value"));
     assert_eq!(stack.send(request).await.status, http::StatusCode::ACCEPTED);
     let trace_id = trace_of_event(&inbound, &trusted.delivery_id).await;
     assert_ne!(trace_id, given.trace_id(), "an unverified header chose our trace id");

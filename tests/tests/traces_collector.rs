@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use hookline_common::telemetry::traces;
 use hookline_consumer::config::HandlerConfig;
 use hookline_gateway::config::Limits;
 use hookline_tests::{
@@ -63,7 +64,9 @@ async fn one_webhooks_trace_reaches_a_real_collector_from_the_gateway_and_the_co
     eventually(Duration::from_secs(60), "the downstream receives the event", || {
         traceparent = downstream.requests().iter().find_map(|(headers, body)| {
             (body == &delivery.body)
-                .then(|| headers.get("traceparent").and_then(|value| value.to_str().ok()).map(str::to_owned))
+                .then(|| {
+                    headers.get(traces::http_traceparent()).and_then(|value| value.to_str().ok()).map(str::to_owned)
+                })
                 .flatten()
         });
         let found = traceparent.is_some();

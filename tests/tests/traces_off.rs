@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use hookline_common::{telemetry::traces, wire::header};
+use hookline_common::{telemetry::traces, wire::kafka};
 use hookline_consumer::config::HandlerConfig;
+use hookline_record::{Claims, inbound::InboundRecord};
 use hookline_tests::{Delivery, FakeEndpoint, TEST_SECRET, TestStack, eventually};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 
 #[tokio::test]
 async fn with_traces_off_no_record_and_no_downstream_request_carries_a_traceparent() {
@@ -27,20 +28,22 @@ async fn with_traces_off_no_record_and_no_downstream_request_carries_a_tracepare
 
     let delivery = Delivery::new(format!(r#"{{"off":"{}"}}"#, uuid::Uuid::new_v4()));
     let mut request = delivery.request(stack.gateway_addr, &delivery.signature(TEST_SECRET));
-    request
-        .headers_mut()
-        .insert("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().expect("value"));
+    request.headers_mut().insert(
+        traces::http_traceparent(),
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().expect("value"),
+    );
     assert_eq!(stack.send(request).await.status, http::StatusCode::ACCEPTED);
     eventually(Duration::from_secs(60), "the downstream was called", || async { !downstream.requests().is_empty() })
         .await;
 
     let (headers, _) = downstream.requests().pop().expect("a request");
-    assert!(headers.get("traceparent").is_none(), "{headers:?}");
+    assert!(headers.get(traces::http_traceparent()).is_none(), "{headers:?}");
     let records = stack.inbound_records().await;
     assert_eq!(records.len(), 1);
-    let names: Vec<String> =
-        records[0].headers().expect("headers").iter().map(|header| header.key.to_owned()).collect();
-    assert!(names.iter().any(|name| name == header::EVENT_ID), "a gateway record: {names:?}");
-    assert!(!names.iter().any(|name| name == header::TRACEPARENT), "{names:?}");
+    let headers = kafka::headers_of(records[0].headers());
+    let record = InboundRecord::decode(headers.clone()).expect("a gateway record");
+    assert_eq!(record.meta.event_id, delivery.delivery_id, "the delivery's record");
+    let traceparent = Claims::of(headers).traceparent();
+    assert!(traceparent.is_none(), "{:?}", traceparent.map(String::from_utf8_lossy));
     stack.shutdown().await;
 }

@@ -19,7 +19,7 @@ mod redis;
 mod secret;
 
 pub use kafka::{KafkaConfig, KafkaSaslConfig, KafkaTlsConfig, REFUSED_PROPERTIES, SaslMechanism, refused_property};
-pub use record_auth::{MIN_RECORD_KEY_BYTES, RecordAuthConfig};
+pub use record_auth::{AcceptUnsignedUntilError, MIN_RECORD_KEY_BYTES, RecordAuthConfig};
 pub use redis::{RedisConfig, RedisTls};
 pub use secret::{SecretError, SecretRef, ValidityError};
 

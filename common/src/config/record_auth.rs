@@ -5,7 +5,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Problems, SecretRef};
-use crate::wire::header;
 
 /// The shortest record key accepted: 256 bits, the HMAC-SHA256 block of security.
 pub const MIN_RECORD_KEY_BYTES: usize = 32;
@@ -54,8 +53,7 @@ impl RecordAuthConfig {
             if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
                 problems.push(format!(
                     "kafka.record_auth.keys: key id `{id}` must be letters, digits, `.`, `_` or `-` (it is written \
-                     into every record's {} header)",
-                    header::MAC
+                     into every record's MAC)"
                 ));
             }
             if self.keys.iter().filter(|other| other.id == *id).count() > 1 {
@@ -77,7 +75,7 @@ impl RecordAuthConfig {
             }
         }
         match self.accept_unsigned_until_ms() {
-            Err(problem) => problems.push(problem),
+            Err(problem) => problems.push(problem.to_string()),
             Ok(Some(until_ms)) if until_ms > crate::wire::now_ms() + MAX_UNSIGNED_WINDOW_DAYS * 86_400_000 => {
                 problems.push(format!(
                     "kafka.record_auth.accept_unsigned_until ends more than {MAX_UNSIGNED_WINDOW_DAYS} days from now: \
@@ -91,15 +89,23 @@ impl RecordAuthConfig {
 
     /// `accept_unsigned_until` as ms since the Unix epoch (`None`: unsigned records are refused), or why it cannot
     /// be read.
-    pub fn accept_unsigned_until_ms(&self) -> Result<Option<i64>, String> {
+    pub fn accept_unsigned_until_ms(&self) -> Result<Option<i64>, AcceptUnsignedUntilError> {
         let Some(text) = &self.accept_unsigned_until else { return Ok(None) };
-        let ms = crate::time::parse_rfc3339_ms(text.trim()).map_err(|_| {
-            format!(
-                "kafka.record_auth.accept_unsigned_until `{text}` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z"
-            )
-        })?;
+        let ms = crate::time::parse_rfc3339_ms(text.trim())
+            .map_err(|source| AcceptUnsignedUntilError::NotATime { text: text.clone(), source })?;
         Ok(Some(ms))
     }
+}
+
+/// Why `kafka.record_auth.accept_unsigned_until` cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AcceptUnsignedUntilError {
+    #[error("kafka.record_auth.accept_unsigned_until `{text}` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z")]
+    NotATime {
+        text: String,
+        #[source]
+        source: crate::time::ParseError,
+    },
 }
 
 #[cfg(test)]
@@ -127,5 +133,22 @@ mod tests {
         let far = window("2099-01-01T00:00:00Z".to_owned());
         assert!(far.iter().any(|line| line.contains("more than 30 days")), "{far:?}");
         assert!(!window(in_days(31)).is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_window_says_why_and_keeps_the_cause() {
+        let config = RecordAuthConfig { accept_unsigned_until: Some("next week".to_owned()), ..Default::default() };
+        let error = config.accept_unsigned_until_ms().expect_err("not a time");
+        assert_eq!(
+            error.to_string(),
+            "kafka.record_auth.accept_unsigned_until `next week` is not an RFC 3339 UTC time like 2026-06-01T00:00:00Z"
+        );
+        assert_eq!(
+            std::error::Error::source(&error).map(ToString::to_string),
+            Some(crate::time::ParseError::Shape.to_string())
+        );
+        assert!(window("next week".to_owned()).iter().any(|line| *line == error.to_string()));
+        let padded = RecordAuthConfig { accept_unsigned_until: Some(" 2026-06-01T00:00:00Z ".to_owned()), ..config };
+        assert_eq!(padded.accept_unsigned_until_ms(), Ok(Some(1_780_272_000_000)));
     }
 }

@@ -3,7 +3,9 @@
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 
 use super::*;
-use crate::{config::SecretRef, wire::header};
+use hookline_record::raw;
+
+use crate::config::SecretRef;
 
 const KEY_A: &str = "0123456789abcdef0123456789abcdef-key-a";
 const KEY_B: &str = "0123456789abcdef0123456789abcdef-key-b";
@@ -35,8 +37,8 @@ fn keys_from(entries: &[(&str, &str, Option<&str>, Option<&str>)], accept_unsign
 
 fn headers() -> OwnedHeaders {
     OwnedHeaders::new()
-        .insert(Header { key: header::SOURCE, value: Some("github") })
-        .insert(Header { key: header::EVENT_ID, value: Some("d-1") })
+        .insert(Header { key: raw::SOURCE, value: Some("github") })
+        .insert(Header { key: raw::EVENT_ID, value: Some("d-1") })
         .insert(Header { key: "http-x-github-event", value: Some("push") })
 }
 
@@ -85,12 +87,12 @@ fn a_stolen_gateway_key_signs_inbound_records_only() {
     assert_eq!(verify(&reader, &inbound), Verdict::Authentic { key_id: "gw".into() });
 
     let powers = [
-        (header::REPROCESS_ID, "r1"),
-        (header::REPLAY_OF, "webhooks.dlq:0:1"),
-        (header::SERVICE, "billing"),
-        (header::ORIGIN, "reconciled"),
-        (header::retry::ATTEMPTS, "1"),
-        (header::dlq::ERROR_CLASS, "poison"),
+        (raw::REPROCESS_ID, "r1"),
+        (raw::REPLAY_OF, "webhooks.dlq:0:1"),
+        (raw::SERVICE, "billing"),
+        (raw::ORIGIN, "reconciled"),
+        (raw::retry::ATTEMPTS, "1"),
+        (raw::dlq::ERROR_CLASS, "poison"),
     ];
     for (name, value) in powers {
         let control = headers().insert(Header { key: name, value: Some(value) });
@@ -133,7 +135,7 @@ fn a_stolen_gateway_key_signs_inbound_records_only() {
 fn a_signed_record_verifies_and_the_header_names_its_key() {
     let keys = keys_from(&[("k1", KEY_A, None, None)], None);
     let headers = signed(&keys);
-    let mac = headers.iter().find(|h| h.key == header::MAC).unwrap().value.unwrap();
+    let mac = headers.iter().find(|h| h.key == raw::MAC).unwrap().value.unwrap();
     assert!(std::str::from_utf8(mac).unwrap().starts_with("v1,k1,"));
     let verdict = keys.verify("webhooks.inbound", Some(b"d-1"), Some(b"{\"a\":1}"), Some(&headers), NOW);
     assert_eq!(verdict, Verdict::Authentic { key_id: "k1".into() });
@@ -154,15 +156,15 @@ fn any_change_breaks_the_mac() {
     assert_eq!(verify("webhooks.inbound", Some(b""), Some(body), &headers), bad, "empty key");
     assert_eq!(verify("webhooks.inbound", Some(b"d-1"), Some(b"{\"a\":2}"), &headers), bad, "body");
     assert_eq!(verify("webhooks.inbound", Some(b"d-1"), None, &headers), bad, "absent body");
-    let changed_value = rebuilt(&headers, |key, _| (key == header::EVENT_ID).then(|| b"d-2".to_vec()));
+    let changed_value = rebuilt(&headers, |key, _| (key == raw::EVENT_ID).then(|| b"d-2".to_vec()));
     assert_eq!(verify("webhooks.inbound", Some(b"d-1"), Some(body), &changed_value), bad, "hookline header");
     let changed_other = rebuilt(&headers, |key, _| (key == "http-x-github-event").then(|| b"ping".to_vec()));
     assert_eq!(verify("webhooks.inbound", Some(b"d-1"), Some(body), &changed_other), bad, "forwarded header");
-    let added = headers.clone().insert(Header { key: header::ORIGIN, value: Some("reconciled") });
+    let added = headers.clone().insert(Header { key: raw::ORIGIN, value: Some("reconciled") });
     assert_eq!(verify("webhooks.inbound", Some(b"d-1"), Some(body), &added), bad, "added header");
     // The same MAC claimed for the other key.
     let other_key = rebuilt(&headers, |key, value| {
-        (key == header::MAC).then(|| String::from_utf8_lossy(value.unwrap()).replace("v1,k1,", "v1,k2,").into_bytes())
+        (key == raw::MAC).then(|| String::from_utf8_lossy(value.unwrap()).replace("v1,k1,", "v1,k2,").into_bytes())
     });
     assert_eq!(verify("webhooks.inbound", Some(b"d-1"), Some(body), &other_key), bad, "key id");
     // Signed with another key of the same id: the key itself is covered.
@@ -188,7 +190,7 @@ fn unsigned_records_pass_only_inside_the_transition_window() {
     assert_eq!(lenient.verify("t", None, Some(body), Some(&headers()), until), Verdict::UnsignedAccepted);
     assert_eq!(lenient.verify("t", None, Some(body), Some(&headers()), until + 1), Verdict::Refused(Refusal::Unsigned));
     // A present but wrong MAC is refused inside the window too.
-    let forged = headers().insert(Header { key: header::MAC, value: Some("v1,k1,AAAA") });
+    let forged = headers().insert(Header { key: raw::MAC, value: Some("v1,k1,AAAA") });
     assert_eq!(lenient.verify("t", None, Some(body), Some(&forged), until), Verdict::Refused(Refusal::Malformed));
 }
 
@@ -225,9 +227,9 @@ fn signing_a_copy_replaces_its_mac() {
     let keys = keys_from(&[("k1", KEY_A, None, None)], None);
     let first = signed(&keys);
     let copy = keys.sign("webhooks.dlq", Some(b"d-1"), Some(b"{\"a\":1}"), Some(&first), NOW).unwrap();
-    assert_eq!(copy.iter().filter(|h| h.key == header::MAC).count(), 1);
+    assert_eq!(copy.iter().filter(|h| h.key == raw::MAC).count(), 1);
     assert!(keys.verify("webhooks.dlq", Some(b"d-1"), Some(b"{\"a\":1}"), Some(&copy), NOW).accepted());
-    let doubled = first.clone().insert(Header { key: header::MAC, value: Some("v1,k1,x") });
+    let doubled = first.clone().insert(Header { key: raw::MAC, value: Some("v1,k1,x") });
     assert_eq!(
         keys.verify("webhooks.inbound", Some(b"d-1"), Some(b"{\"a\":1}"), Some(&doubled), NOW),
         Verdict::Refused(Refusal::Malformed)
@@ -239,8 +241,8 @@ fn signing_a_copy_replaces_its_mac() {
 fn test_vector() {
     let keys = keys_from(&[("k1", "hookline-record-key-test-vector-32bytes!", None, None)], None);
     let headers = OwnedHeaders::new()
-        .insert(Header { key: "hookline-source", value: Some("github") })
-        .insert(Header { key: "hookline-event-id", value: Some("d-1") });
+        .insert(Header { key: raw::SOURCE, value: Some("github") })
+        .insert(Header { key: raw::EVENT_ID, value: Some("d-1") });
     let input = mac_input("k1", "webhooks.inbound", Some(b"d-1"), Some(b"{}"), Some(&headers));
     assert_eq!(
         hex::encode(&input),
@@ -271,7 +273,7 @@ fn test_vector() {
         )
     );
     let signed = keys.sign("webhooks.inbound", Some(b"d-1"), Some(b"{}"), Some(&headers), NOW).unwrap();
-    let mac = signed.iter().find(|h| h.key == header::MAC).unwrap().value.unwrap();
+    let mac = signed.iter().find(|h| h.key == raw::MAC).unwrap().value.unwrap();
     assert_eq!(std::str::from_utf8(mac).unwrap(), TEST_VECTOR_MAC);
 }
 

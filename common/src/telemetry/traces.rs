@@ -7,10 +7,11 @@
 //! is allocated, formatted or parsed. The services call the OpenTelemetry API directly (no `tracing` bridge) for
 //! that reason.
 //!
-//! The context crosses Kafka in the record header [`crate::wire::header::TRACEPARENT`] (W3C trace context), which
-//! [`crate::producer::AckedProducer`] writes for every record it sends while traces are on, before the record's MAC
-//! is computed: the MAC covers it like every header, and it is metadata outside the signed body. Readers parse it
-//! once per record, in [`record_context`].
+//! The context crosses Kafka in the record's W3C trace context header ([`hookline_record::Outgoing::set_traceparent`]),
+//! which [`crate::producer::AckedProducer`] writes for every record it sends while traces are on, before the record's
+//! MAC is computed: the MAC covers it like every header, and it is metadata outside the signed body. Readers parse it
+//! once per record, in [`record_context`]. Over HTTP it crosses in the W3C header of the same name
+//! ([`http_traceparent`]): the gateway's request, the `http` handler's call.
 //!
 //! Attribute names follow the OpenTelemetry semantic conventions at version [`SEMCONV_VERSION`] (messaging, HTTP);
 //! hookline's own are under `hookline.`.
@@ -33,7 +34,7 @@ use opentelemetry_sdk::{
 use rdkafka::message::Headers;
 use serde::{Deserialize, Serialize};
 
-use crate::{config::Problems, wire::header::TRACEPARENT};
+use crate::{config::Problems, wire::kafka};
 
 /// What a service needs of the OpenTelemetry API to start spans, re-exported so only `common` depends on it.
 pub use opentelemetry::{
@@ -316,23 +317,34 @@ pub fn current_span_context() -> Option<SpanContext> {
     Context::map_current(|context| Some(context.span().span_context().clone()).filter(SpanContext::is_valid))
 }
 
-/// The trace context a record carries in its [`TRACEPARENT`] header: the one place a record's header is parsed
-/// (once per record). `None` when traces are off, without reading the headers.
+/// The trace context a record carries ([`hookline_record::Claims::traceparent`]): the one place a record's trace
+/// context is parsed (once per record). `None` when traces are off, without reading the headers.
 pub fn record_context<H: Headers>(headers: Option<&H>) -> Option<SpanContext> {
     if !enabled() {
         return None;
     }
-    let headers = headers?;
-    let value = (0..headers.count()).map(|index| headers.get(index)).find(|header| header.key == TRACEPARENT)?.value?;
-    parse_traceparent(value)
+    parse_traceparent(hookline_record::Claims::of(kafka::headers_of(headers)).traceparent()?)
 }
 
-/// The trace context of an HTTP request's `traceparent` header (for a source that trusts it).
+/// The W3C trace context's HTTP header (`traceparent`), as OpenTelemetry's W3C propagator names it (its first
+/// field). An HTTP header: what the gateway's request may carry and what the `http` handler sends its downstream.
+/// The record header of the same name is the `record` crate's.
+pub fn http_traceparent() -> &'static http::HeaderName {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    static NAME: OnceLock<http::HeaderName> = OnceLock::new();
+    NAME.get_or_init(|| {
+        let propagator = opentelemetry_sdk::propagation::TraceContextPropagator::new();
+        let name = propagator.fields().next().expect("the W3C propagator names its header");
+        http::HeaderName::from_bytes(name.as_bytes()).expect("the W3C header name is a valid HTTP header name")
+    })
+}
+
+/// The trace context of an HTTP request's [`http_traceparent`] header (for a source that trusts it).
 pub fn http_context(headers: &http::HeaderMap) -> Option<SpanContext> {
     if !enabled() {
         return None;
     }
-    parse_traceparent(headers.get(TRACEPARENT)?.as_bytes())
+    parse_traceparent(headers.get(http_traceparent())?.as_bytes())
 }
 
 /// Parses a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`; a later version's extra fields are ignored, as
@@ -443,10 +455,9 @@ mod tests {
         assert!(!enabled());
         let span = TraceSpan::start(SpanKind::Server, Parent::Root, || unreachable!(), || unreachable!());
         assert!(span.traceparent().is_none());
-        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-            key: TRACEPARENT,
-            value: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
-        });
+        let mut record = hookline_record::Outgoing::new("t", None, None, hookline_record::HeaderTable::new());
+        record.set_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let headers = kafka::owned_headers(&record.headers);
         assert!(record_context(Some(&headers)).is_none());
     }
 }

@@ -118,6 +118,12 @@ impl FetchedRecord {
         &self.topic
     }
 
+    /// What its headers claim, believed by no one ([`hookline_record::Claims`]): for a record not decoded as its
+    /// kind (its MAC refused, no gateway wrote it, addressed to another service).
+    pub fn claims(&self) -> hookline_record::Claims<impl Iterator<Item = hookline_record::Header<'_>> + Clone> {
+        hookline_record::Claims::of(self.headers.as_deref().into_iter().flat_map(HeaderTable::iter))
+    }
+
     /// Its key, body and headers, to copy into a retry or a dead letter.
     pub fn original(&self) -> hookline_record::Original<'_> {
         static EMPTY: HeaderTable = HeaderTable::new();

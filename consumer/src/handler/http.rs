@@ -221,7 +221,7 @@ impl HttpHandler {
             if let (Some(headers), Ok(value)) =
                 (request.headers_mut(), HeaderValue::from_str(&traces::format_traceparent(&span_context)))
             {
-                headers.insert(HeaderName::from_static(wire::header::TRACEPARENT), value);
+                headers.insert(traces::http_traceparent().clone(), value);
             }
         }
         request

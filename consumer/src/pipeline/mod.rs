@@ -43,7 +43,7 @@ use hookline_common::{
         LogThrottle,
         traces::{self, KeyValue, Parent, SpanKind, TraceSpan, attribute},
     },
-    wire::{EntryStatus, EntryStatusRecord, FetchedRecord, header, header_str, now_ms, redis_key::DoneMarker},
+    wire::{EntryStatus, EntryStatusRecord, FetchedRecord, now_ms, redis_key::DoneMarker},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -253,11 +253,7 @@ impl Pipeline {
         self.metrics.record_auth.with_label_values(&[message.verdict.label()]).inc();
         if let Verdict::Refused(refusal) = &message.verdict {
             let now = now_ms();
-            let error = format!(
-                "record not written by hookline: {} (no valid {} header; see docs/security.md)",
-                refusal.as_str(),
-                header::MAC
-            );
+            let error = refusal.reason();
             let failure = Failure {
                 class: ErrorClass::UnauthenticatedRecord,
                 error: &error,
@@ -269,7 +265,7 @@ impl Pipeline {
             // Its headers are not to be believed, its source name included: the bounded `unknown` label.
             let source = "unknown";
             // Named in the DLQ entry as its headers claim it (not believed: it claims nothing).
-            let event_id = header_str(message.headers(), header::EVENT_ID).and_then(Result::ok);
+            let event_id = message.claims().event_id();
             if self.dead_letter(message, source, event_id.as_deref(), &failure).await.is_none() {
                 return (Interrupted, Downstream::NotCalled).into();
             }
@@ -300,8 +296,8 @@ impl Pipeline {
                 span.fail("poison", || failure.error.to_owned());
                 // A re-driven entry that is not a hookline record still gets its outcome, or it would stay
                 // `replayed` for ever.
-                let replay_of = header_str(message.headers(), header::REPLAY_OF).and_then(Result::ok);
-                if let Some(entry_id) = replay_of {
+                let claims = message.claims();
+                if let Some(entry_id) = claims.replay_of() {
                     let record = EntryStatusRecord {
                         status: EntryStatus::FailedAgain,
                         at_ms: now_ms(),
@@ -309,9 +305,7 @@ impl Pipeline {
                         event_id: None,
                         new_entry: Some(new_entry),
                         note: Some("not a hookline record".to_owned()),
-                        replays: header_str(message.headers(), header::REPLAY_COUNT)
-                            .and_then(Result::ok)
-                            .and_then(|n| n.parse().ok()),
+                        replays: claims.replay_count(),
                     };
                     if !self.record_status(&entry_id, &record).await {
                         return (Interrupted, Downstream::NotCalled).into();
@@ -338,7 +332,7 @@ impl Pipeline {
         // `reprocess:<run id>:<where the record was>`, so that each re-processing is recorded.
         let fate_key = event.replay_of.clone().or_else(|| {
             let run_id = event.reprocess_id.as_deref()?;
-            let of = header_str(message.headers(), header::REPROCESS_OF).and_then(Result::ok).unwrap_or_default();
+            let of = message.claims().reprocess_of().unwrap_or_default();
             Some(format!("{}{run_id}:{of}", hookline_common::wire::REPROCESS_STATUS_KEY_PREFIX))
         });
         if let Some(entry_id) = &fate_key {

@@ -6,13 +6,14 @@
 //! processed only inside `accept_unsigned_until`.
 
 use hookline_common::{
-    record_auth::RecordAuthConfig,
-    wire::{EventMeta, UNAUTHENTICATED_RECORD_CLASS, header, now_ms},
+    record_auth::{RecordAuthConfig, RecordKeys, RecordKind, Verdict},
+    wire::{EventMeta, UNAUTHENTICATED_RECORD_CLASS, dead_letter_entry, now_ms},
 };
 use hookline_dlq_replayer::{
     ReplayerConfig,
     ops::{ReplayRequest, Replayer},
 };
+use hookline_record::raw;
 use hookline_tests::{
     Delivery, TestStack, eventually,
     prometheus::Sample,
@@ -25,10 +26,10 @@ use rdkafka::{
 };
 use std::time::Duration;
 
-/// `record`'s headers without its MAC, with `change` applied to each value.
+/// `record`'s headers without its MAC, with `change` applied to each value: a forger's copy.
 fn copied_headers(record: &OwnedMessage, change: impl Fn(&str, &[u8]) -> Vec<u8>) -> OwnedHeaders {
     let headers = record.headers().expect("headers");
-    headers.iter().filter(|h| h.key != header::MAC).fold(OwnedHeaders::new(), |out, h| {
+    headers.iter().filter(|h| h.key != raw::MAC).fold(OwnedHeaders::new(), |out, h| {
         let value = change(h.key, h.value.unwrap_or_default());
         out.insert(Header { key: h.key, value: Some(value.as_slice()) })
     })
@@ -42,24 +43,25 @@ async fn records_hookline_did_not_write_are_dead_lettered_unprocessed_and_not_re
     assert_eq!(stack.post(&template).await.status, StatusCode::ACCEPTED);
     stack.wait_until_handled(1).await;
     let real = stack.inbound_records().await.remove(0);
-    assert!(real.headers().unwrap().iter().any(|h| h.key == header::MAC), "the gateway signs what it writes");
+    let stack_keys = keys_of(&stack.kafka.record_auth.keys);
+    assert_eq!(signing_key_id(&stack_keys, &real), "test-k1", "the gateway signs what it writes");
 
     // 1. Unsigned: every hookline-* header of a real record, a fresh event id the genuine delivery will use later.
     let genuine = Delivery::new(&br#"{"action":"genuine"}"#[..]);
     let forged = copied_headers(&real, |key, value| {
-        if key == header::EVENT_ID { genuine.delivery_id.as_bytes().to_vec() } else { value.to_vec() }
+        if key == raw::EVENT_ID { genuine.delivery_id.as_bytes().to_vec() } else { value.to_vec() }
     });
     stack.produce_unsigned(0, &genuine.delivery_id, forged, br#"{"action":"forged"}"#).await;
     // 2. A signed record's body changed. 3. A signed record's header changed.
     let mac_of = |record: &OwnedMessage| {
-        record.headers().unwrap().iter().find(|h| h.key == header::MAC).and_then(|h| h.value).unwrap().to_vec()
+        record.headers().unwrap().iter().find(|h| h.key == raw::MAC).and_then(|h| h.value).unwrap().to_vec()
     };
-    let with_mac = |headers: OwnedHeaders, mac: &[u8]| headers.insert(Header { key: header::MAC, value: Some(mac) });
+    let with_mac = |headers: OwnedHeaders, mac: &[u8]| headers.insert(Header { key: raw::MAC, value: Some(mac) });
     let key = std::str::from_utf8(real.key().unwrap()).unwrap().to_owned();
     let body_changed = with_mac(copied_headers(&real, |_, value| value.to_vec()), &mac_of(&real));
     stack.produce_unsigned(0, &key, body_changed, br#"{"action":"tampered"}"#).await;
     let header_changed = with_mac(
-        copied_headers(&real, |key, value| if key == header::EVENT_TYPE { b"ping".to_vec() } else { value.to_vec() }),
+        copied_headers(&real, |key, value| if key == raw::EVENT_TYPE { b"ping".to_vec() } else { value.to_vec() }),
         &mac_of(&real),
     );
     stack.produce_unsigned(0, &key, header_changed, real.payload().unwrap()).await;
@@ -74,8 +76,7 @@ async fn records_hookline_did_not_write_are_dead_lettered_unprocessed_and_not_re
     let dead = stack.records(&stack.kafka.dlq_topic).await;
     assert_eq!(dead.len(), 3);
     for record in &dead {
-        let class = record.headers().unwrap().iter().find(|h| h.key == header::dlq::ERROR_CLASS).unwrap().value;
-        assert_eq!(class, Some(UNAUTHENTICATED_RECORD_CLASS.as_bytes()));
+        assert_eq!(dead_letter_entry(record).error_class.as_deref(), Some(UNAUTHENTICATED_RECORD_CLASS));
     }
     assert_eq!(
         stack
@@ -107,10 +108,10 @@ async fn an_unsigned_dead_letter_is_not_replayed_without_force() {
     let stack = TestStack::builder().build().await;
     // Written to the DLQ by a client without the key: it looks like a poison entry.
     let headers = OwnedHeaders::new()
-        .insert(Header { key: header::SOURCE, value: Some("github") })
-        .insert(Header { key: header::EVENT_ID, value: Some("forged-1") })
-        .insert(Header { key: header::dlq::ERROR_CLASS, value: Some("poison") })
-        .insert(Header { key: header::dlq::ORIGINAL_TOPIC, value: Some(stack.kafka.inbound_topic.as_str()) });
+        .insert(Header { key: raw::SOURCE, value: Some("github") })
+        .insert(Header { key: raw::EVENT_ID, value: Some("forged-1") })
+        .insert(Header { key: raw::dlq::ERROR_CLASS, value: Some("poison") })
+        .insert(Header { key: raw::dlq::ORIGINAL_TOPIC, value: Some(stack.kafka.inbound_topic.as_str()) });
     let producer: rdkafka::producer::FutureProducer =
         hookline_common::kafka::producer_config(&stack.kafka).create().expect("producer");
     let record =
@@ -130,7 +131,7 @@ async fn an_unsigned_dead_letter_is_not_replayed_without_force() {
     assert_eq!(replayer.replay(&forced).await.unwrap().done.len(), 1);
     let redriven = stack.inbound_records().await;
     assert_eq!(redriven.len(), 1);
-    assert!(redriven[0].headers().unwrap().iter().any(|h| h.key == header::MAC));
+    assert_eq!(signing_key_id(&keys_of(&stack.kafka.record_auth.keys), &redriven[0]), "test-k1", "signed");
     stack.shutdown().await;
 }
 
@@ -146,24 +147,22 @@ fn meta(event_id: &str) -> EventMeta {
     }
 }
 
-/// The id of the key that signed `record` (from its `hookline-mac` header).
-fn signing_key_id(record: &OwnedMessage) -> String {
-    let headers = record.headers().expect("headers");
-    let mac = headers.iter().find(|h| h.key == header::MAC).and_then(|h| h.value).expect("a MAC header");
-    std::str::from_utf8(mac).expect("UTF-8").split(',').nth(1).expect("v1,<key id>,<mac>").to_owned()
+/// The id of the key that signed the inbound record `record`, as a reader holding `keys` verifies it now.
+fn signing_key_id(keys: &RecordKeys, record: &OwnedMessage) -> String {
+    let (topic, key, body, headers) = (record.topic(), record.key(), record.payload(), record.headers());
+    match keys.verify_as(RecordKind::Inbound, topic, key, body, headers, now_ms()) {
+        Verdict::Authentic { key_id } => key_id,
+        other => panic!("a record hookline signed: {other:?}"),
+    }
 }
 
 /// The error class of every record in the stack's DLQ.
-async fn dead_letter_classes(stack: &TestStack) -> Vec<Vec<u8>> {
+async fn dead_letter_classes(stack: &TestStack) -> Vec<String> {
     stack
         .records(&stack.kafka.dlq_topic)
         .await
         .iter()
-        .map(|record| {
-            let headers = record.headers().expect("headers");
-            let class = headers.iter().find(|h| h.key == header::dlq::ERROR_CLASS).and_then(|h| h.value);
-            class.expect("an error class").to_vec()
-        })
+        .map(|record| dead_letter_entry(record).error_class.expect("an error class"))
         .collect()
 }
 
@@ -214,7 +213,8 @@ async fn a_key_rotation_loses_and_doubles_nothing_and_the_old_key_is_refused_aft
     }
     assert_eq!(stack.handler.calls().len(), 9);
     let records = stack.inbound_records().await;
-    let keys: Vec<String> = records.iter().map(signing_key_id).collect();
+    let readers = keys_of(&[k2.clone(), k1.clone()]);
+    let keys: Vec<String> = records.iter().map(|record| signing_key_id(&readers, record)).collect();
     assert_eq!(keys.iter().filter(|id| *id == "test-k1").count(), 6, "{keys:?}");
     assert_eq!(keys.iter().filter(|id| *id == "k2").count(), 3, "{keys:?}");
     assert_eq!(
@@ -251,7 +251,7 @@ async fn a_key_rotation_loses_and_doubles_nothing_and_the_old_key_is_refused_aft
         !dead_letter_classes(&stack).await.is_empty()
     })
     .await;
-    assert_eq!(dead_letter_classes(&stack).await, vec![UNAUTHENTICATED_RECORD_CLASS.as_bytes().to_vec()]);
+    assert_eq!(dead_letter_classes(&stack).await, vec![UNAUTHENTICATED_RECORD_CLASS.to_owned()]);
     assert_eq!(
         stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", &[("outcome", "expired_key")]).await,
         1.0
@@ -292,7 +292,7 @@ async fn unsigned_records_are_processed_inside_the_transition_window_and_dead_le
         !dead_letter_classes(&stack).await.is_empty()
     })
     .await;
-    assert_eq!(dead_letter_classes(&stack).await, vec![UNAUTHENTICATED_RECORD_CLASS.as_bytes().to_vec()]);
+    assert_eq!(dead_letter_classes(&stack).await, vec![UNAUTHENTICATED_RECORD_CLASS.to_owned()]);
     assert_eq!(
         stack.consumer_metric(consumer, "hookline_consumer_record_auth_total", &[("outcome", "unsigned")]).await,
         1.0
@@ -308,8 +308,8 @@ async fn records_for_another_service_without_a_mac_add_no_source_series() {
     stack.wait_until_assigned().await;
     let addressed = |source: &str| {
         OwnedHeaders::new()
-            .insert(Header { key: header::SERVICE, value: Some("nobody") })
-            .insert(Header { key: header::SOURCE, value: Some(source) })
+            .insert(Header { key: raw::SERVICE, value: Some("nobody") })
+            .insert(Header { key: raw::SOURCE, value: Some(source) })
     };
     // Written by a client without the record key: one made-up source each.
     for n in 0..20 {
