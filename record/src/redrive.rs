@@ -19,7 +19,10 @@
 //! A copied MAC or trace context is replaced by the producer when it signs the copy. A copy always has a body (an
 //! empty one for a record without): the re-drive has always been produced so.
 
-use crate::{Original, Outgoing, header, table::HeaderTable};
+use crate::{
+    Original, Outgoing, header,
+    table::{Header, HeaderTable, first_text},
+};
 
 /// The headers a re-drive of a dead letter without a valid MAC keeps: what the gateway writes on every inbound
 /// record, nothing that gives a record powers (re-processing, service, ordering, origin, retry, replay).
@@ -115,5 +118,25 @@ impl Reprocess<'_> {
         headers.push_str(header::REPROCESS_ID, self.run_id);
         headers.push_str(header::REPROCESS_OF, self.of);
         Outgoing::new(topic, original.key, Some(original.body.unwrap_or_default()), headers)
+    }
+}
+
+/// A re-processing copy's own headers ([`Reprocess::encode`]), read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReprocessHeaders {
+    pub service: String,
+    pub run_id: String,
+    pub of: String,
+}
+
+impl ReprocessHeaders {
+    /// `None` for a record that is not a re-processing copy (or whose re-processing headers are not text).
+    pub fn decode<'a>(headers: impl Iterator<Item = Header<'a>> + Clone) -> Option<Self> {
+        let text = |name: &'static str| first_text(headers.clone(), name).and_then(Result::ok);
+        Some(Self {
+            service: text(header::SERVICE)?,
+            run_id: text(header::REPROCESS_ID)?,
+            of: text(header::REPROCESS_OF)?,
+        })
     }
 }
