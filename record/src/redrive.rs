@@ -140,3 +140,103 @@ impl ReprocessHeaders {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    /// A dead letter of a re-processing copy that was replayed once before, with a forwarded header.
+    fn dead_letter() -> HeaderTable {
+        let mut headers = HeaderTable::new();
+        for (name, value) in [
+            (header::SOURCE, "github"),
+            (header::EVENT_ID, "e1"),
+            (header::EVENT_TYPE, "push"),
+            (header::ORDERING_KEY, "k"),
+            (header::REPROCESS_ID, "r1"),
+            (header::SERVICE, "billing"),
+            (header::REPLAY_OF, "dlq:0:1"),
+            (header::REPLAY_COUNT, "1"),
+            ("http-x-github-event", "push"),
+            (header::dlq::ERROR_CLASS, "poison"),
+            (header::MAC, "v1,k1,x"),
+        ] {
+            headers.push_str(name, value);
+        }
+        headers
+    }
+
+    fn names(record: &Outgoing) -> Vec<(&str, &str)> {
+        record.headers.iter().map(|h| (h.name, std::str::from_utf8(h.value.unwrap_or_default()).unwrap())).collect()
+    }
+
+    #[test]
+    fn a_verified_redrive_keeps_all_but_the_dead_letters_and_replays_own_headers() {
+        let headers = dead_letter();
+        let redrive = Redrive {
+            entry_id: "dlq:0:9",
+            replays: 2,
+            service: Some("billing"),
+            provenance: Provenance::Verified,
+            event_type: Some("ping"),
+        };
+        let out = redrive.encode("in", Original { key: Some(Bytes::from_static(b"k")), body: None, headers: &headers });
+        assert_eq!(
+            names(&out),
+            vec![
+                (header::SOURCE, "github"),
+                (header::EVENT_ID, "e1"),
+                (header::ORDERING_KEY, "k"),
+                (header::REPROCESS_ID, "r1"),
+                ("http-x-github-event", "push"),
+                (header::MAC, "v1,k1,x"),
+                (header::REPLAY_OF, "dlq:0:9"),
+                (header::REPLAY_COUNT, "2"),
+                (header::SERVICE, "billing"),
+                (header::EVENT_TYPE, "ping"),
+            ]
+        );
+        assert_eq!((out.topic.as_str(), out.key.as_deref(), out.body), ("in", Some(&b"k"[..]), Some(Bytes::new())));
+    }
+
+    #[test]
+    fn a_vouched_redrive_keeps_only_the_core_metadata_and_forwarded_headers() {
+        let headers = dead_letter();
+        let redrive = Redrive {
+            entry_id: "dlq:0:9",
+            replays: 1,
+            service: None,
+            provenance: Provenance::Vouched,
+            event_type: None,
+        };
+        let out =
+            redrive.encode("in", Original { key: None, body: Some(Bytes::from_static(b"{}")), headers: &headers });
+        assert_eq!(
+            names(&out),
+            vec![
+                (header::SOURCE, "github"),
+                (header::EVENT_ID, "e1"),
+                (header::EVENT_TYPE, "push"),
+                ("http-x-github-event", "push"),
+                (header::REPLAY_OF, "dlq:0:9"),
+                (header::REPLAY_COUNT, "1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reprocessing_copy_is_addressed_to_its_service_and_reads_back() {
+        let headers = dead_letter();
+        let copy = Reprocess { service: "orders", run_id: "run-2", of: "in:0:3" };
+        let out = copy.encode("in", Original { key: None, body: None, headers: &headers });
+        let kept: Vec<&str> = out.headers.iter().map(|h| h.name).collect();
+        assert!(!kept.contains(&header::REPLAY_OF) && !kept.contains(&header::REPLAY_COUNT));
+        assert_eq!(
+            ReprocessHeaders::decode(out.headers.iter()),
+            Some(ReprocessHeaders { service: "orders".into(), run_id: "run-2".into(), of: "in:0:3".into() })
+        );
+        assert_eq!(ReprocessHeaders::decode(headers.iter()), None, "not a re-processing copy: no reprocess-of");
+    }
+}
