@@ -1,6 +1,9 @@
 //! Reads one DLQ record (body, key, every header) by partition and offset: what `show` displays and `replay`
 //! re-drives. The index holds no bodies; this is the only place that reads them. `lookup` reads inbound and retry
 //! records by position through it too.
+//!
+//! The replayer's door for a record read by position: it is copied out of librdkafka once ([`FetchedRecord`],
+//! headers in the `record` crate's table), and a DLQ record is decoded once ([`dead_letter_entry`]).
 
 use std::{
     collections::HashMap,
@@ -8,12 +11,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_common::{config::KafkaConfig, kafka::QuietContext};
+use hookline_common::{
+    config::KafkaConfig,
+    kafka::QuietContext,
+    wire::{DeadLetterEntry, FetchedRecord},
+};
+use hookline_record::dead_letter::Position as RecordPosition;
 use rdkafka::{
     Message, Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer},
     error::KafkaError,
-    message::OwnedMessage,
 };
 
 use crate::index::{Position, reader_config};
@@ -52,7 +59,7 @@ impl Fetcher {
     }
 
     /// The record at `position`, or `None` when the topic has no record there (any more).
-    pub fn fetch(&self, position: Position) -> Result<Option<OwnedMessage>, KafkaError> {
+    pub fn fetch(&self, position: Position) -> Result<Option<FetchedRecord>, KafkaError> {
         let mut guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if guard.is_none() {
             // Fetch one record, not a queue's worth: no prefetch past what was asked, and no backoff between
@@ -75,7 +82,7 @@ impl Fetcher {
 }
 
 impl Reader {
-    fn fetch(&mut self, topic: &str, position: Position) -> Result<Option<OwnedMessage>, KafkaError> {
+    fn fetch(&mut self, topic: &str, position: Position) -> Result<Option<FetchedRecord>, KafkaError> {
         if self.next.get(&position.partition) != Some(&position.offset) || self.next.len() != 1 {
             let (low, high) = self.consumer.fetch_watermarks(topic, position.partition, FETCH_TIMEOUT)?;
             if position.offset < low || position.offset >= high {
@@ -96,7 +103,7 @@ impl Reader {
             self.next.clear();
             self.next.insert(position.partition, message.offset() + 1);
             if message.offset() == position.offset {
-                return Ok(Some(message.detach()));
+                return Ok(Some(FetchedRecord::copy_of(&message, Arc::from(topic))));
             }
             if message.offset() > position.offset {
                 return Ok(None); // No record at that offset (a transaction marker).
@@ -104,4 +111,16 @@ impl Reader {
         }
         Err(KafkaError::NoMessageReceived)
     }
+}
+
+/// What a fetched DLQ record says, decoded once ([`DeadLetterEntry::decode`]).
+pub fn dead_letter_entry(record: &FetchedRecord) -> DeadLetterEntry {
+    let position = RecordPosition {
+        topic: record.topic(),
+        partition: record.partition(),
+        offset: record.offset(),
+        timestamp_ms: record.timestamp().to_millis(),
+    };
+    let headers = record.headers().into_iter().flat_map(|headers| headers.table().iter());
+    DeadLetterEntry::decode(position, record.payload().map_or(0, <[u8]>::len), headers)
 }

@@ -6,7 +6,10 @@
 //! **One decoder.** The replayer's index and the tools once read these headers each their own way and disagreed
 //! on a record without [`header::dlq::LAST_FAILURE_AT_MS`]: the index took the record's timestamp, the tools had
 //! none. [`DeadLetterEntry::decode`] decides it once: the header, else the record's own timestamp (a dead letter
-//! is written at its last failure).
+//! is written at its last failure). They disagreed on a dead letter *by reference* too: the re-drive took any
+//! [`header::dlq::BODY_BY_REFERENCE`] header for one, the index only one whose value is a number.
+//! [`DeadLetterEntry::by_reference`] is the re-drive's rule (a dead letter that says its body is elsewhere is
+//! never re-driven with its own empty body); its length is believed only when it is a number.
 
 use bytes::Bytes;
 
@@ -156,7 +159,17 @@ pub struct DeadLetterEntry {
     pub first_failure_at_ms: Option<i64>,
     /// [`header::dlq::LAST_FAILURE_AT_MS`], else the record's own timestamp (see the module's documentation).
     pub last_failure_at_ms: Option<i64>,
+    /// The body's length: the record's own, or for a dead letter by reference the length it names.
     pub body_bytes: usize,
+    /// A dead letter by reference (see the module's documentation): its body is the record it names.
+    #[serde(skip)]
+    pub by_reference: bool,
+    /// [`header::REPLAY_OF`]: the entry whose re-drive failed again into this one.
+    #[serde(skip)]
+    pub replay_of: Option<String>,
+    /// [`header::dlq::DEDUPE_RETENTION_DAYS`], when the record carries it.
+    #[serde(skip)]
+    pub dedupe_retention_days: Option<i64>,
 }
 
 /// Where a dead letter was read: its topic, partition, offset and timestamp (ms, when the broker has one).
@@ -202,6 +215,12 @@ impl DeadLetterEntry {
             body_bytes: number(header::dlq::BODY_BY_REFERENCE)
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(body_len),
+            by_reference: headers
+                .clone()
+                .find(|h| h.name == header::dlq::BODY_BY_REFERENCE)
+                .is_some_and(|h| h.value.is_some()),
+            replay_of: text(header::REPLAY_OF),
+            dedupe_retention_days: number(header::dlq::DEDUPE_RETENTION_DAYS),
         }
     }
 }

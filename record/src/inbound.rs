@@ -157,6 +157,59 @@ impl InboundRecord {
     }
 }
 
+/// What the replayer's searches and listings read of a record of an inbound or source topic: a few of its headers,
+/// borrowed, found in one pass (the first value of each name, as every reader here takes it), never failing, so a
+/// record no gateway wrote is still seen (and judged by its MAC after). Values are raw bytes; [`Self::text`] reads
+/// one as UTF-8.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InboundSummary<'a> {
+    pub source: Option<&'a [u8]>,
+    pub event_id: Option<&'a [u8]>,
+    pub event_type: Option<&'a [u8]>,
+    pub received_at_ms: Option<&'a [u8]>,
+    /// [`header::TRACEPARENT`].
+    pub traceparent: Option<&'a [u8]>,
+    /// It carries [`header::REPLAY_OF`] or [`header::REPROCESS_ID`], whatever their values: a copy the replayer
+    /// made (a re-drive or a re-processing), not the record the gateway accepted.
+    pub is_copy: bool,
+}
+
+impl<'a> InboundSummary<'a> {
+    pub fn read(headers: impl Iterator<Item = Header<'a>>) -> Self {
+        let mut summary = Self::default();
+        let mut seen = [false; 5];
+        for header in headers {
+            let slot = match header.name {
+                header::SOURCE => (0, &mut summary.source),
+                header::EVENT_ID => (1, &mut summary.event_id),
+                header::EVENT_TYPE => (2, &mut summary.event_type),
+                header::RECEIVED_AT_MS => (3, &mut summary.received_at_ms),
+                header::TRACEPARENT => (4, &mut summary.traceparent),
+                header::REPLAY_OF | header::REPROCESS_ID => {
+                    summary.is_copy = true;
+                    continue;
+                }
+                _ => continue,
+            };
+            if !seen[slot.0] {
+                seen[slot.0] = true;
+                *slot.1 = header.value;
+            }
+        }
+        summary
+    }
+
+    /// A value as text: `None` when absent, null or not UTF-8.
+    pub fn text(value: Option<&[u8]>) -> Option<String> {
+        value.and_then(|bytes| std::str::from_utf8(bytes).ok()).map(str::to_owned)
+    }
+
+    /// [`header::RECEIVED_AT_MS`] as a number, when it is one.
+    pub fn received_at_ms(&self) -> Option<i64> {
+        std::str::from_utf8(self.received_at_ms?).ok()?.parse().ok()
+    }
+}
+
 /// The record's `http-*` headers ([`header::FORWARDED_PREFIX`]) as (lowercase name without the prefix, value).
 fn forwarded_headers<'a>(headers: impl Iterator<Item = Header<'a>>) -> Vec<(String, Bytes)> {
     headers

@@ -3,35 +3,11 @@
 //! header module (`wire::header`, `hookline_record::header`, a `use` that brings `header` out of `wire`).
 //! Tests that forge hostile records name headers through the explicit escape hatch [`crate::raw`], which this
 //! test allows.
-//!
-//! [`NOT_YET_MOVED`] lists, by name, the files that still name headers because their crate has not been moved
-//! onto the record types yet. It may only shrink: a file missing from it fails, and so does a listed file that no
-//! longer names one (remove it from the list).
 
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
 };
-
-/// Files that still name record headers, each to be moved onto the record crate's types (issue 46).
-const NOT_YET_MOVED: &[&str] = &[
-    "bench/src/bin/dlq_index.rs",
-    "bench/src/bin/event_search.rs",
-    "dlq-replayer/src/events/scan.rs",
-    "dlq-replayer/src/index/build.rs",
-    "dlq-replayer/src/index/index_tests.rs",
-    "dlq-replayer/src/lookup/mod.rs",
-    "dlq-replayer/src/lookup/retry_scan.rs",
-    "dlq-replayer/src/ops/by_reference.rs",
-    "dlq-replayer/src/ops/redrive.rs",
-    "dlq-replayer/src/ops/reprocess.rs",
-    "tests/tests/suite/replayer.rs",
-    "tests/tests/suite/replayer_events.rs",
-    "tests/tests/suite/replayer_index.rs",
-    "tests/tests/suite/replayer_lookup.rs",
-    "tests/tests/suite/replayer_services.rs",
-    "tests/tests/suite/replayer_trust.rs",
-];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
@@ -113,18 +89,29 @@ fn only_record_names_a_record_header() {
             naming.insert((relative, why));
         }
     }
-    let listed: BTreeSet<&str> = NOT_YET_MOVED.iter().copied().collect();
-    let new: Vec<String> = naming
-        .iter()
-        .filter(|(file, _)| !listed.contains(file.as_str()))
-        .map(|(file, why)| format!("{file}: {why}"))
-        .collect();
+    let naming: Vec<String> = naming.iter().map(|(file, why)| format!("{file}: {why}")).collect();
     assert!(
-        new.is_empty(),
+        naming.is_empty(),
         "files outside record name a record header (use the record crate's types):\n{}",
-        new.join("\n")
+        naming.join("\n")
     );
-    let moved: Vec<&str> =
-        listed.iter().copied().filter(|file| !naming.iter().any(|(naming, _)| naming == file)).collect();
-    assert!(moved.is_empty(), "no longer naming a header: remove from NOT_YET_MOVED: {moved:?}");
+}
+
+/// The detector itself: each way of naming a header is caught, and the allowed escape hatch is not.
+#[test]
+fn every_way_of_naming_a_header_is_caught() {
+    let names = header_names();
+    let event_id = format!("\"{}\"", crate::header::EVENT_ID);
+    for text in [
+        format!("let id = headers.get({event_id});"),
+        "use hookline_common::wire::header;".to_owned(),
+        "let name = hookline_record::header::SOURCE;".to_owned(),
+        "use hookline_common::wire::{\n    EventMeta,\n    header,\n};".to_owned(),
+        format!("let prefix = \"{}x\";", crate::header::retry::PREFIX),
+    ] {
+        assert!(names_a_header(&text, &names).is_some(), "not caught: {text}");
+    }
+    for text in ["use hookline_record::raw;", "let x = raw::EVENT_ID;", "let ceiling = \"http-ceiling\";"] {
+        assert_eq!(names_a_header(text, &names), None, "caught wrongly: {text}");
+    }
 }

@@ -20,14 +20,17 @@ use hookline_common::{
     config::{KafkaConfig, SecretRef},
     kafka::{TopicSpec, ensure_topics, producer_config},
     record_auth::RecordKeys,
-    wire::{EntryStatus, EntryStatusRecord, header, now_ms},
+    wire::{EntryStatus, EntryStatusRecord, EventMeta, kafka as wire_kafka, now_ms},
 };
 use hookline_dlq_replayer::ReplayerConfig;
+use hookline_record::{
+    Original, Outgoing, dead_letter::DeadLetterFailure, inbound::InboundRecord, retry::Origin as RetryOrigin,
+};
 use http_body_util::{BodyExt, Full};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rdkafka::{
-    message::{Header, OwnedHeaders},
+    message::OwnedHeaders,
     producer::{FutureProducer, FutureRecord, Producer},
 };
 use tokio_util::sync::CancellationToken;
@@ -266,47 +269,43 @@ async fn fill(kafka: &KafkaConfig, keys: &RecordKeys, n: usize, partitions: i32)
         let event_id: String = (0..32).map(|_| format!("{:02x}", rng.random::<u8>())).collect();
         let error = format!("upstream {} answered 422: field `amount` is invalid for account {}", i % 300, i % 300);
         let now = 1_764_000_000_000_i64 + i as i64 * 100;
-        let (now_s, attempts, offset) = (now.to_string(), (1 + i % 5).to_string(), (i * 7).to_string());
         let class = if i % 3 == 0 { "retryable_exhausted" } else { "poison" };
         let body = format!(
             r#"{{"id":"{event_id}","type":"{}","data":{{"object":{{"amount":{},"currency":"usd","customer":"cus_{i}","description":"benchmark entry {i} with a body of a realistic size for a webhook"}}}}}}"#,
             TYPES[i % TYPES.len()],
             i % 10_000
         );
-        let headers = [
-            (header::SOURCE, source),
-            (header::EVENT_ID, &event_id),
-            (header::EVENT_TYPE, TYPES[i % TYPES.len()]),
-            (header::RECEIVED_AT_MS, &now_s),
-            (header::CONTENT_TYPE, "application/json"),
-            (header::SECRET_ID, "primary"),
-            (header::FORMAT_VERSION, "2"),
-            ("http-user-agent", "GitHub-Hookshot/abc123"),
-            (header::dlq::ORIGINAL_TOPIC, "webhooks.inbound"),
-            (header::dlq::ORIGINAL_PARTITION, "3"),
-            (header::dlq::ORIGINAL_OFFSET, &offset),
-            (header::dlq::CONSUMER_GROUP, "hookline-consumer"),
-            (header::dlq::HANDLER, "http"),
-            (header::dlq::ATTEMPTS, &attempts),
-            (header::dlq::ERROR_CLASS, class),
-            (header::dlq::ERROR, &error),
-            (header::dlq::FIRST_FAILURE_AT_MS, &now_s),
-            (header::dlq::LAST_FAILURE_AT_MS, &now_s),
-            (header::dlq::CONSUMER_VERSION, "0.1.0"),
-            (header::dlq::FORMAT_VERSION, "1"),
-        ]
-        .into_iter()
-        .fold(OwnedHeaders::new_with_capacity(20), |headers, (key, value)| {
-            headers.insert(Header { key, value: Some(value) })
+        // As the gateway writes the event and a consumer dead-letters it.
+        let mut inbound = InboundRecord::new(EventMeta {
+            source: source.to_owned(),
+            event_id: event_id.clone(),
+            event_type: Some(TYPES[i % TYPES.len()].to_owned()),
+            received_at_ms: now,
+            content_type: Some("application/json".to_owned()),
+            secret_id: "primary".to_owned(),
+            ordering_key: None,
         });
-        let headers =
-            keys.sign(&kafka.dlq_topic, Some(event_id.as_bytes()), Some(body.as_bytes()), Some(&headers), now_ms())?;
+        inbound.forwarded_headers.push(("user-agent".to_owned(), Bytes::from_static(b"GitHub-Hookshot/abc123")));
+        let inbound = inbound.encode("webhooks.inbound", Bytes::from(body));
+        let failure = DeadLetterFailure {
+            origin: RetryOrigin { topic: "webhooks.inbound".to_owned(), partition: 3, offset: i as i64 * 7 },
+            consumer_group: "hookline-consumer".to_owned(),
+            service: "hookline-consumer".to_owned(),
+            handler: "http".to_owned(),
+            attempts: 1 + (i % 5) as u32,
+            error_class: class.to_owned(),
+            error,
+            first_failure_at_ms: now,
+            last_failure_at_ms: now,
+            consumer_version: "0.1.0".to_owned(),
+            dedupe_retention_days: None,
+        };
+        let original = Original { key: inbound.key.clone(), body: inbound.body.clone(), headers: &inbound.headers };
+        let mut dead_letter = failure.encode(&kafka.dlq_topic, original);
+        keys.sign_record(&mut dead_letter, now_ms())?;
         let partition = (i as i32) % partitions;
-        let record = FutureRecord::to(&kafka.dlq_topic)
-            .partition(partition)
-            .key(event_id.as_str())
-            .payload(body.as_bytes())
-            .headers(headers);
+        let (headers, record) = kafka_record(&dead_letter);
+        let record = record.partition(partition).headers(headers);
         pending.push(producer.send_result(record).map_err(|(error, _)| error)?);
         if i % 5 == 0 {
             let offset = (i as i64) / i64::from(partitions);
@@ -320,10 +319,10 @@ async fn fill(kafka: &KafkaConfig, keys: &RecordKeys, n: usize, partitions: i32)
                 note: Some("benchmark".into()),
                 replays: Some(1),
             };
-            let value = serde_json::to_vec(&status)?;
-            let signed = keys.sign(&kafka.dlq_status_topic, Some(id.as_bytes()), Some(&value), None, now_ms())?;
-            let record =
-                FutureRecord::<str, [u8]>::to(&kafka.dlq_status_topic).key(&id).payload(&value).headers(signed);
+            let mut status = status.encode(&kafka.dlq_status_topic, &id);
+            keys.sign_record(&mut status, now_ms())?;
+            let (headers, record) = kafka_record(&status);
+            let record = record.headers(headers);
             pending.push(producer.send_result(record).map_err(|(error, _)| error)?);
         }
         if pending.len() >= 10_000 {
@@ -337,4 +336,17 @@ async fn fill(kafka: &KafkaConfig, keys: &RecordKeys, n: usize, partitions: i32)
     }
     producer.flush(Duration::from_secs(30))?;
     Ok(())
+}
+
+/// A signed record as librdkafka's parts (this bench produces with its own producer, to pick partitions), its
+/// headers apart for the caller to attach.
+fn kafka_record(record: &Outgoing) -> (OwnedHeaders, FutureRecord<'_, [u8], [u8]>) {
+    let mut out = FutureRecord::<[u8], [u8]>::to(&record.topic);
+    if let Some(key) = &record.key {
+        out = out.key(key.as_ref());
+    }
+    if let Some(body) = &record.body {
+        out = out.payload(body.as_ref());
+    }
+    (wire_kafka::owned_headers(&record.headers), out)
 }

@@ -17,13 +17,13 @@ use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, TopicSpec, assignment_reader_config, ensure_topics, producer_config},
     record_auth::RecordKeys,
-    wire::{header, now_ms},
+    wire::{EventMeta, kafka as wire_kafka, now_ms},
 };
 use hookline_dlq_replayer::{ReplayerConfig, config::EventsConfig, events::SearchRequest, ops::Replayer};
+use hookline_record::inbound::InboundRecord;
 use rdkafka::{
     Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer},
-    message::{Header, OwnedHeaders},
     producer::{FutureProducer, FutureRecord},
 };
 
@@ -175,17 +175,19 @@ async fn fill(kafka: &KafkaConfig, keys: &RecordKeys, args: &Args, base_ms: i64)
         );
         let event_id = format!("evt_{i}");
         let timestamp = base_ms + i64::try_from(i).unwrap_or(0) * args.interval_us / 1000;
-        let received = timestamp.to_string();
-        let headers = OwnedHeaders::new()
-            .insert(Header { key: header::SOURCE, value: Some(source) })
-            .insert(Header { key: header::EVENT_ID, value: Some(event_id.as_str()) })
-            .insert(Header { key: header::EVENT_TYPE, value: Some(event_type) })
-            .insert(Header { key: header::RECEIVED_AT_MS, value: Some(received.as_str()) })
-            .insert(Header { key: header::CONTENT_TYPE, value: Some("application/json") })
-            .insert(Header { key: header::FORMAT_VERSION, value: Some("2") });
-        let headers = keys
-            .sign(&kafka.inbound_topic, Some(event_id.as_bytes()), Some(body.as_bytes()), Some(&headers), now_ms())
-            .map_err(|error| anyhow::anyhow!("sign: {error:?}"))?;
+        // As the gateway writes it.
+        let mut record = InboundRecord::new(EventMeta {
+            source: source.to_owned(),
+            event_id: event_id.clone(),
+            event_type: Some(event_type.to_owned()),
+            received_at_ms: timestamp,
+            content_type: Some("application/json".to_owned()),
+            secret_id: "primary".to_owned(),
+            ordering_key: None,
+        })
+        .encode(&kafka.inbound_topic, body.clone().into());
+        keys.sign_record(&mut record, now_ms()).map_err(|error| anyhow::anyhow!("sign: {error:?}"))?;
+        let headers = wire_kafka::owned_headers(&record.headers);
         let partition = i32::try_from(i).unwrap_or(0) % args.partitions;
         let record = FutureRecord::to(&kafka.inbound_topic)
             .partition(partition)

@@ -15,13 +15,13 @@ use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, assignment_reader_config, offset_ranges_for_times},
     record_auth::{RecordKeys, RecordKind},
-    wire::{header, now_ms},
+    wire::{kafka::headers_of, now_ms},
 };
+use hookline_record::inbound::InboundSummary;
 use rdkafka::{
     Message, Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer},
     error::KafkaError,
-    message::Headers,
 };
 
 use super::{Criteria, Found, Progress, Unread};
@@ -158,26 +158,10 @@ pub(super) fn scan(
         progress.records_read += 1;
 
         // Headers first: one pass, no copies.
-        let mut source_ok = false;
-        let mut type_ok = criteria.event_type.is_none();
-        let mut copy = false;
-        let (mut event_id, mut event_type, mut received_at) = (None, None, None);
-        if let Some(headers) = message.headers() {
-            for h in headers.iter() {
-                match h.key {
-                    header::SOURCE => source_ok = h.value == Some(criteria.source.as_bytes()),
-                    header::EVENT_TYPE => {
-                        type_ok =
-                            criteria.event_type.as_deref().is_none_or(|wanted| h.value == Some(wanted.as_bytes()));
-                        event_type = h.value;
-                    }
-                    header::EVENT_ID => event_id = h.value,
-                    header::RECEIVED_AT_MS => received_at = h.value,
-                    header::REPLAY_OF | header::REPROCESS_ID => copy = true,
-                    _ => {}
-                }
-            }
-        }
+        let summary = InboundSummary::read(headers_of(message.headers()));
+        let source_ok = summary.source == Some(criteria.source.as_bytes());
+        let type_ok = criteria.event_type.as_deref().is_none_or(|wanted| summary.event_type == Some(wanted.as_bytes()));
+        let copy = summary.is_copy;
         if !source_ok || !type_ok {
             continue;
         }
@@ -218,12 +202,9 @@ pub(super) fn scan(
                 partition: message.partition(),
                 offset: message.offset(),
             },
-            accepted_at_ms: received_at
-                .and_then(|bytes| std::str::from_utf8(bytes).ok())
-                .and_then(|ms| ms.parse().ok())
-                .or(timestamp),
-            event_id: text(event_id),
-            event_type: text(event_type),
+            accepted_at_ms: summary.received_at_ms().or(timestamp),
+            event_id: text(summary.event_id),
+            event_type: text(summary.event_type),
         });
     }
     progress.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

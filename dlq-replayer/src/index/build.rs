@@ -13,8 +13,9 @@ use std::{
 
 use hookline_common::{
     record_auth::{Verdict, outcome},
-    wire::{EntryStatus, EntryStatusRecord, header, header_str, now_ms},
+    wire::{DeadLetterEntry, EntryStatus, EntryStatusRecord, kafka::headers_of, now_ms},
 };
+use hookline_record::dead_letter::Position as DeadLetterPosition;
 use rdkafka::{
     Message,
     message::{BorrowedMessage, Headers},
@@ -126,13 +127,20 @@ impl State {
             self.push_entry(position.partition, meta, None, None);
             return;
         }
-        let headers = record.headers;
-        let text = |name: &'static str| header_str(headers, name).and_then(Result::ok);
-        let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());
+        // The one decoder of a dead letter, the tools' too: see `hookline_record::dead_letter`.
+        let dead_letter = DeadLetterEntry::decode(
+            DeadLetterPosition {
+                topic: dlq_topic,
+                partition: position.partition,
+                offset: position.offset,
+                timestamp_ms: record.timestamp_ms,
+            },
+            record.payload.map_or(0, <[u8]>::len),
+            headers_of(record.headers),
+        );
         // An error message the table holds already is named by its number; a new one is interned only while the
         // table is within its share of the budget, else kept with the entry.
-        let error = text(header::dlq::ERROR);
-        let error = error.as_deref().map(|error| truncate_utf8(error, MAX_STRING_BYTES));
+        let error = dead_letter.error.as_deref().map(|error| truncate_utf8(error, MAX_STRING_BYTES));
         let interned_error = match error {
             None => Some(0),
             Some(error) => self.strings.lookup(error).or_else(|| {
@@ -144,38 +152,30 @@ impl State {
             offset: position.offset,
             event_id_at: 0,
             event_id_len: u32::MAX,
-            source: strings.intern(text(header::SOURCE).as_deref()),
-            event_type: strings.intern(text(header::EVENT_TYPE).as_deref()),
-            error_class: strings.intern(text(header::dlq::ERROR_CLASS).as_deref()),
+            source: strings.intern(dead_letter.source.as_deref()),
+            event_type: strings.intern(dead_letter.event_type.as_deref()),
+            error_class: strings.intern(dead_letter.error_class.as_deref()),
             error: interned_error.unwrap_or(0),
             origin: self.origins.intern(Origin {
-                topic: strings.intern(text(header::dlq::ORIGINAL_TOPIC).as_deref()),
-                // The service header, or for an entry written before services had names its consumer group
-                // (the service's default name): the same rule as `DeadLetterEntry::from_message`.
-                service: strings
-                    .intern(text(header::dlq::SERVICE).or_else(|| text(header::dlq::CONSUMER_GROUP)).as_deref()),
+                topic: strings.intern(dead_letter.original_topic.as_deref()),
+                service: strings.intern(dead_letter.service.as_deref()),
             }),
-            original_partition: number(header::dlq::ORIGINAL_PARTITION)
-                .and_then(|n| i32::try_from(n).ok())
-                .unwrap_or(-1),
-            attempts: number(header::dlq::ATTEMPTS).map_or(0, |n| u16::try_from(n.max(0)).unwrap_or(u16::MAX)),
+            original_partition: dead_letter.original_partition.unwrap_or(-1),
+            attempts: dead_letter.attempts.map_or(0, |n| u16::try_from(n).unwrap_or(u16::MAX)),
             unverified: false,
-            original_offset: number(header::dlq::ORIGINAL_OFFSET).unwrap_or(-1),
-            first_failure_at_ms: number(header::dlq::FIRST_FAILURE_AT_MS).unwrap_or(0),
-            last_failure_at_ms: number(header::dlq::LAST_FAILURE_AT_MS).or(record.timestamp_ms).unwrap_or(0),
-            // A dead letter by reference: the length of the body it points to.
-            body_bytes: number(header::dlq::BODY_BY_REFERENCE)
-                .or_else(|| record.payload.map(|body| i64::try_from(body.len()).unwrap_or(i64::MAX)))
-                .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-            by_reference: number(header::dlq::BODY_BY_REFERENCE).is_some(),
+            original_offset: dead_letter.original_offset.unwrap_or(-1),
+            first_failure_at_ms: dead_letter.first_failure_at_ms.unwrap_or(0),
+            last_failure_at_ms: dead_letter.last_failure_at_ms.unwrap_or(0),
+            body_bytes: u32::try_from(dead_letter.body_bytes).unwrap_or(u32::MAX),
+            by_reference: dead_letter.by_reference,
             replays: 0,
-            replay_of: PackedPosition::pack(text(header::REPLAY_OF).and_then(|id| Position::parse(dlq_topic, &id))),
+            replay_of: PackedPosition::pack(
+                dead_letter.replay_of.as_deref().and_then(|id| Position::parse(dlq_topic, id)),
+            ),
             status: None,
         };
-        // A dead letter by reference carries its event id under its own name (see `header::dlq::EVENT_ID`).
-        let event_id = text(header::EVENT_ID).or_else(|| text(header::dlq::EVENT_ID));
         let inline = if interned_error.is_none() { error } else { None };
-        self.push_entry(position.partition, meta, event_id.as_deref(), inline);
+        self.push_entry(position.partition, meta, dead_letter.event_id.as_deref(), inline);
     }
 
     /// Appends an entry to its partition, unless the tail has passed its offset already.
@@ -400,7 +400,9 @@ impl Index {
                 self.add_dlq_record(&mut state, &record);
             } else if message.topic() == dlq_status_topic {
                 state.status_next.insert(message.partition(), message.offset() + 1);
-                self.apply_status_record(&mut state, message);
+                if let Some((position, record)) = self.checked_status(message) {
+                    self.apply_checked_status(&mut state, position, &record);
+                }
             }
         }
         state.enforce_budget();
@@ -416,7 +418,13 @@ impl Index {
 
     /// Records a status this process wrote, before the tail reads it back (the CLI's index is not tailed).
     pub fn apply_own_status(&self, position: Position, record: &EntryStatusRecord) {
-        match self.write().apply_status(position, record, &self.dlq_topic) {
+        self.apply_checked_status(&mut self.write(), position, record);
+    }
+
+    /// Applies a status hookline wrote (checked by [`Index::checked_status`], or this process's own), counting
+    /// what is dropped.
+    fn apply_checked_status(&self, state: &mut State, position: Position, record: &EntryStatusRecord) {
+        match state.apply_status(position, record, &self.dlq_topic) {
             Ok(Some(dropped)) => self.status_counts.count_dropped(dropped),
             Ok(None) => {}
             Err(error) => {

@@ -5,10 +5,14 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use hookline_common::{
     config::SecretRef,
     record_auth::{RecordAuthConfig, RecordKeys},
-    wire::{EntryStatus, EntryStatusRecord, header, now_ms},
+    wire::{EntryStatus, EntryStatusRecord, EventMeta, OwnedHeaderTable, now_ms},
+};
+use hookline_record::{
+    Original, dead_letter::DeadLetterFailure, inbound::InboundRecord, raw as header, retry::Origin as RetryOrigin,
 };
 use rdkafka::message::{Header, OwnedHeaders};
 
@@ -34,6 +38,7 @@ fn keys_accepting_unsigned_until(until: Option<String>) -> RecordKeys {
     keys
 }
 
+/// A dead letter's headers, forged (no writer would carry a source or an error this long): through the raw names.
 fn dead_letter(source: &str, event_id: &str, error: &str) -> OwnedHeaders {
     [
         (header::SOURCE, source),
@@ -225,34 +230,33 @@ fn measure_index_peak_rss() {
     for i in 0..n {
         let event_id = format!("{:064x}", (i as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835));
         let error = format!("upstream {} answered 422: field `amount` is invalid for account {}", i % 300, i % 300);
-        let now_s = (1_764_000_000_000 + i * 100).to_string();
-        let (attempts, offset) = ((1 + i % 5).to_string(), (i * 7).to_string());
-        let headers = [
-            (header::SOURCE, SOURCES[(i % 6) as usize]),
-            (header::EVENT_ID, &event_id),
-            (header::EVENT_TYPE, TYPES[(i % 8) as usize]),
-            (header::RECEIVED_AT_MS, &now_s),
-            (header::CONTENT_TYPE, "application/json"),
-            (header::SECRET_ID, "primary"),
-            (header::FORMAT_VERSION, "2"),
-            ("http-user-agent", "GitHub-Hookshot/abc123"),
-            (header::dlq::ORIGINAL_TOPIC, "webhooks.inbound"),
-            (header::dlq::ORIGINAL_PARTITION, "3"),
-            (header::dlq::ORIGINAL_OFFSET, &offset),
-            (header::dlq::CONSUMER_GROUP, "hookline-consumer"),
-            (header::dlq::HANDLER, "http"),
-            (header::dlq::ATTEMPTS, &attempts),
-            (header::dlq::ERROR_CLASS, if i % 3 == 0 { "retryable_exhausted" } else { "poison" }),
-            (header::dlq::ERROR, &error),
-            (header::dlq::FIRST_FAILURE_AT_MS, &now_s),
-            (header::dlq::LAST_FAILURE_AT_MS, &now_s),
-            (header::dlq::CONSUMER_VERSION, "0.1.0"),
-            (header::dlq::FORMAT_VERSION, "1"),
-        ]
-        .into_iter()
-        .fold(OwnedHeaders::new_with_capacity(20), |headers, (key, value)| {
-            headers.insert(Header { key, value: Some(value) })
+        let received_at_ms = 1_764_000_000_000 + i * 100;
+        let mut inbound = InboundRecord::new(EventMeta {
+            source: SOURCES[(i % 6) as usize].to_owned(),
+            event_id: event_id.clone(),
+            event_type: Some(TYPES[(i % 8) as usize].to_owned()),
+            received_at_ms,
+            content_type: Some("application/json".to_owned()),
+            secret_id: "primary".to_owned(),
+            ordering_key: None,
         });
+        inbound.forwarded_headers.push(("user-agent".to_owned(), Bytes::from_static(b"GitHub-Hookshot/abc123")));
+        let inbound = inbound.encode("webhooks.inbound", Bytes::from(body.clone()));
+        let failure = DeadLetterFailure {
+            origin: RetryOrigin { topic: "webhooks.inbound".to_owned(), partition: 3, offset: i * 7 },
+            consumer_group: "hookline-consumer".to_owned(),
+            service: "hookline-consumer".to_owned(),
+            handler: "http".to_owned(),
+            attempts: 1 + (i % 5) as u32,
+            error_class: if i % 3 == 0 { "retryable_exhausted" } else { "poison" }.to_owned(),
+            error,
+            first_failure_at_ms: received_at_ms,
+            last_failure_at_ms: received_at_ms,
+            consumer_version: "0.1.0".to_owned(),
+            dedupe_retention_days: None,
+        };
+        let original = Original { key: inbound.key.clone(), body: inbound.body.clone(), headers: &inbound.headers };
+        let headers = OwnedHeaderTable::from(failure.encode(DLQ, original).headers);
         let position = Position { partition: (i % 3) as i32, offset: i / 3 };
         let record = DlqRecord {
             position,

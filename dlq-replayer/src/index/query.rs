@@ -119,6 +119,10 @@ impl Index {
                 first_failure_at_ms: (meta.first_failure_at_ms > 0).then_some(meta.first_failure_at_ms),
                 last_failure_at_ms: (meta.last_failure_at_ms > 0).then_some(meta.last_failure_at_ms),
                 body_bytes: meta.body_bytes as usize,
+                by_reference: meta.by_reference,
+                replay_of: meta.replay_of.get().map(|position| position.id(&self.dlq_topic)),
+                // Not kept in the index: a re-drive reads it from the record.
+                dedupe_retention_days: None,
             },
             status: state.status_of(meta, self.replay_outcome_timeout_ms, now),
             last_status,

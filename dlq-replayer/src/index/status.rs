@@ -24,7 +24,7 @@ use hookline_common::{
 };
 use rdkafka::{Message, message::BorrowedMessage};
 
-use super::{Index, Position, build::State};
+use super::{Index, Position};
 
 /// How many status records may wait for their entry at once. The status topic is compacted to one record per
 /// entry and both topics are read from their start, so during a build the statuses of the entries the DLQ tail
@@ -121,16 +121,17 @@ impl Index {
         &self.status_counts
     }
 
-    /// Checks one record of the status topic and applies it when hookline wrote it.
-    pub(super) fn apply_status_record(&self, state: &mut State, message: &BorrowedMessage<'_>) {
-        let (Some(key), Some(value)) = (message.key(), message.payload()) else { return };
+    /// Checks one record of the status topic and decodes it when hookline wrote it and it is a DLQ entry's: its
+    /// entry's position and the status, for the index to apply.
+    pub(super) fn checked_status(&self, message: &BorrowedMessage<'_>) -> Option<(Position, EntryStatusRecord)> {
+        let (Some(key), Some(value)) = (message.key(), message.payload()) else { return None };
         let key = String::from_utf8_lossy(key);
         // A re-processing request and its fates (`reprocess:...`) are kept in the same topic but are no DLQ entry:
         // never an entry, never an early status waiting for one.
         if key.starts_with(REPROCESS_STATUS_KEY_PREFIX) {
-            return;
+            return None;
         }
-        let Some(position) = Position::parse(&self.dlq_topic, &key) else { return };
+        let position = Position::parse(&self.dlq_topic, &key)?;
         let verdict = self.record_keys.verify_as(
             RecordKind::Status,
             message.topic(),
@@ -149,15 +150,14 @@ impl Index {
         self.status_counts.count_auth(&verdict);
         if let Verdict::Refused(refusal) = verdict {
             self.status_counts.log_refused(&key, refusal.as_str());
-            return;
+            return None;
         }
-        match serde_json::from_slice::<EntryStatusRecord>(value) {
-            Ok(record) => match state.apply_status(position, &record, &self.dlq_topic) {
-                Ok(Some(dropped)) => self.status_counts.count_dropped(dropped),
-                Ok(None) => {}
-                Err(error) => tracing::error!(entry_id = %key, error = %error, "status record not applied"),
-            },
-            Err(error) => tracing::warn!(entry_id = %key, error = %error, "unreadable status record skipped"),
+        match EntryStatusRecord::decode(value) {
+            Ok(record) => Some((position, record)),
+            Err(error) => {
+                tracing::warn!(entry_id = %key, error = %error, "unreadable status record skipped");
+                None
+            }
         }
     }
 }

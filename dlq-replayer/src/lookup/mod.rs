@@ -22,12 +22,8 @@ mod retry_scan;
 
 use std::collections::BTreeSet;
 
-use hookline_common::{
-    config::RedisConfig,
-    redis_connection::RedisConnection,
-    wire::{header, header_str},
-};
-use rdkafka::{Message, message::OwnedMessage};
+use hookline_common::{config::RedisConfig, redis_connection::RedisConnection, wire::FetchedRecord};
+use hookline_record::{inbound::InboundSummary, retry::RetryHeaders};
 use serde::Serialize;
 
 pub use self::{
@@ -51,7 +47,7 @@ pub struct RecordPosition {
 }
 
 impl RecordPosition {
-    fn of(message: &OwnedMessage) -> Self {
+    fn of(message: &FetchedRecord) -> Self {
         Self { topic: message.topic().to_owned(), partition: message.partition(), offset: message.offset() }
     }
 }
@@ -263,30 +259,33 @@ impl Lookup {
 
 /// What a record says about its acceptance: its receive time, and the inbound position (its own, or the
 /// original one a retry or re-driven record's headers name).
-fn accepted_from(record: &OwnedMessage, inbound_topic: &str) -> Accepted {
-    let text = |name: &'static str| header_str(record.headers(), name).and_then(Result::ok);
-    let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());
-    let original = |topic: &'static str, partition: &'static str, offset: &'static str| {
-        Some(RecordPosition {
-            topic: text(topic)?,
-            partition: i32::try_from(number(partition)?).ok()?,
-            offset: number(offset)?,
-        })
-    };
-    let is_copy = text(header::REPLAY_OF).is_some() || text(header::REPROCESS_ID).is_some();
+fn accepted_from(record: &FetchedRecord, inbound_topic: &str) -> Accepted {
+    let headers = || record.headers().into_iter().flat_map(|headers| headers.table().iter());
+    let summary = InboundSummary::read(headers());
+    let is_copy = summary.is_copy;
     let inbound = if record.topic() == inbound_topic && !is_copy {
         Some(RecordPosition::of(record))
     } else {
-        original(header::retry::ORIGINAL_TOPIC, header::retry::ORIGINAL_PARTITION, header::retry::ORIGINAL_OFFSET)
+        RetryHeaders::decode(headers())
+            .map(|retry| RecordPosition {
+                topic: retry.origin.topic,
+                partition: retry.origin.partition,
+                offset: retry.origin.offset,
+            })
             .or_else(|| {
-                original(header::dlq::ORIGINAL_TOPIC, header::dlq::ORIGINAL_PARTITION, header::dlq::ORIGINAL_OFFSET)
+                let dead_letter = crate::fetch::dead_letter_entry(record);
+                Some(RecordPosition {
+                    topic: dead_letter.original_topic?,
+                    partition: dead_letter.original_partition?,
+                    offset: dead_letter.original_offset?,
+                })
             })
             // A re-drive or re-processing copy is not the accepted record: its position is not the inbound one.
             .or_else(|| (record.topic() == inbound_topic && !is_copy).then(|| RecordPosition::of(record)))
     };
     Accepted {
-        received_at_ms: number(header::RECEIVED_AT_MS),
+        received_at_ms: summary.received_at_ms(),
         inbound,
-        trace_id: text(hookline_common::wire::header::TRACEPARENT).as_deref().and_then(trace_id),
+        trace_id: InboundSummary::text(summary.traceparent).as_deref().and_then(trace_id),
     }
 }

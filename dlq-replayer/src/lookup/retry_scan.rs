@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use hookline_common::{
     config::KafkaConfig,
     kafka::{QuietContext, partitions_of},
-    wire::{header, header_str},
+    wire::kafka::headers_of,
 };
+use hookline_record::{inbound::InboundSummary, retry::RetryHeaders};
 use rdkafka::{
     Message, Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer},
@@ -25,7 +26,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a whole scan may take before it reports what it read (`complete: false`).
 const SCAN_DEADLINE: Duration = Duration::from_secs(30);
 
-/// A record of the event waiting in the retry topic.
+/// A record of the event waiting in the retry topic: its retry headers as the service reads them
+/// ([`RetryHeaders::decode`]; all `None` when they are damaged, as the service then starts counting again).
 #[derive(Debug, Clone, Serialize)]
 pub struct Waiting {
     pub position: RecordPosition,
@@ -120,18 +122,20 @@ pub fn scan(
         }
         slot.1 = message.offset() + 1;
         scan.records_scanned += 1;
-        let text = |name: &'static str| header_str(message.headers(), name).and_then(Result::ok);
-        if text(header::EVENT_ID).as_deref() != Some(event_id) || text(header::SOURCE).as_deref() != Some(source) {
+        let headers = headers_of(message.headers());
+        let summary = InboundSummary::read(headers.clone());
+        let text = InboundSummary::text;
+        if text(summary.event_id).as_deref() != Some(event_id) || text(summary.source).as_deref() != Some(source) {
             continue;
         }
-        let number = |name: &'static str| text(name).and_then(|value| value.parse::<i64>().ok());
+        let retry = RetryHeaders::decode(headers);
         scan.waiting.push(Waiting {
             position: RecordPosition { topic: topic.clone(), partition: message.partition(), offset: message.offset() },
-            attempts: number(header::retry::ATTEMPTS),
-            error: text(header::retry::ERROR),
-            due_at_ms: number(header::retry::DUE_AT_MS),
-            first_failure_at_ms: number(header::retry::FIRST_FAILURE_AT_MS),
-            trace_id: text(hookline_common::wire::header::TRACEPARENT).as_deref().and_then(super::trace_id),
+            attempts: retry.as_ref().map(|retry| i64::from(retry.attempts.attempts)),
+            due_at_ms: retry.as_ref().map(|retry| retry.due_at_ms),
+            first_failure_at_ms: retry.as_ref().map(|retry| retry.attempts.first_failure_at_ms),
+            error: retry.map(|retry| retry.attempts.last_error),
+            trace_id: text(summary.traceparent).as_deref().and_then(super::trace_id),
         });
     }
     // Whatever the deadline left unread.

@@ -1,33 +1,33 @@
 //! Re-driving a dead letter *by reference*: a record whose copy the broker refused as too large was dead-lettered
-//! as a small record with an empty body that names where the body is (`hookline-dlq-body-by-reference`, and the
+//! as a small record with an empty body that names where the body is ([`DeadLetterEntry::by_reference`], and the
 //! original topic, partition and offset). Its re-drive reads that original record and sends its key, body and
 //! headers, exactly as an ordinary entry's re-drive sends the DLQ record's.
 
 use hookline_common::{
     record_auth::{RecordKind, Verdict},
-    wire::{header, header_str},
+    wire::{DeadLetterEntry, FetchedRecord},
 };
-use rdkafka::{Message, message::OwnedMessage};
+use hookline_record::inbound::InboundSummary;
 
 use super::{OpError, Replayer};
 use crate::{fetch::Fetcher, index::Position};
 
 impl Replayer {
-    /// The record a re-drive of the entry whose DLQ record is `dlq_record` sends: that record, or for a dead
+    /// The record a re-drive of the entry whose DLQ record is `dlq_record` (decoded: `entry`) sends: that record, or for a dead
     /// letter by reference the original it names, read from its topic and checked like any record a re-drive
     /// sends: its MAC (one hookline did not write is refused without `force`), and its event id, which must be the
     /// entry's. `Ok(Err(reason))` when it cannot be re-driven: the original is gone (past its topic's retention),
     /// is not that event, or is not hookline's.
     pub(super) async fn record_to_redrive(
         &self,
-        dlq_record: OwnedMessage,
+        dlq_record: FetchedRecord,
+        entry: &DeadLetterEntry,
         force: bool,
         by: &str,
-    ) -> Result<Result<OwnedMessage, String>, OpError> {
-        if header_str(dlq_record.headers(), header::dlq::BODY_BY_REFERENCE).is_none() {
+    ) -> Result<Result<FetchedRecord, String>, OpError> {
+        if !entry.by_reference {
             return Ok(Ok(dlq_record));
         }
-        let entry = hookline_common::wire::dead_letter_entry(&dlq_record);
         let (Some(topic), Some(partition), Some(offset)) =
             (entry.original_topic.as_deref(), entry.original_partition, entry.original_offset)
         else {
@@ -42,7 +42,8 @@ impl Replayer {
                  (past the topic's retention, or the topic was re-created): it cannot be re-driven; discard it"
             )));
         };
-        let original_event_id = header_str(original.headers(), header::EVENT_ID).and_then(Result::ok);
+        let headers = original.headers().into_iter().flat_map(|headers| headers.table().iter());
+        let original_event_id = InboundSummary::text(InboundSummary::read(headers).event_id);
         if original_event_id != entry.event_id {
             return Ok(Err(format!(
                 "dead-lettered by reference, but the record at {topic}:{partition}:{offset} is another event ({}): \

@@ -20,21 +20,17 @@ use hookline_common::{
     producer::{AckedProducer, ProduceError, QueueWait},
     record_auth::{RecordKeys, RecordKind, Verdict},
     telemetry::traces::{KeyValue, Parent, SpanKind, TraceSpan, attribute},
-    wire::{EntryStatus, EntryStatusRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
+    wire::{EntryStatus, EntryStatusRecord, FetchedRecord, UNAUTHENTICATED_RECORD_CLASS, now_ms},
 };
-use rdkafka::{
-    Message,
-    error::KafkaError,
-    message::{Headers, OwnedMessage},
-    producer::FutureRecord,
-};
+use hookline_record::Outgoing;
+use rdkafka::error::KafkaError;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 pub use self::{
     pause::PauseRequest,
     rate::RateLimiter,
-    redrive::{Provenance, VOUCHED_HEADERS},
+    redrive::{Provenance, RedriveTopicError, VOUCHED_HEADERS},
     reprocess::{ReprocessReport, ReprocessRequest, Reprocessed},
 };
 pub use crate::index::{Page, Stats};
@@ -180,16 +176,17 @@ pub struct Detail {
 }
 
 /// Every header of a record, values as UTF-8 text (or `base64:` + base64 when they are not).
-pub fn headers_of(record: &OwnedMessage) -> Vec<(String, String)> {
+pub fn headers_of(record: &FetchedRecord) -> Vec<(String, String)> {
     let Some(headers) = record.headers() else { return Vec::new() };
     headers
+        .table()
         .iter()
         .map(|h| {
             let value = h.value.map_or_else(String::new, |bytes| match std::str::from_utf8(bytes) {
                 Ok(text) => text.to_owned(),
                 Err(_) => format!("base64:{}", base64::engine::general_purpose::STANDARD.encode(bytes)),
             });
-            (h.key.to_owned(), value)
+            (h.name.to_owned(), value)
         })
         .collect()
 }
@@ -329,12 +326,13 @@ impl Replayer {
 
     /// The MAC of a record of `kind` (a DLQ record, or an inbound one a by-reference entry or a re-processing
     /// request names), checked at this replayer's clock.
-    fn authenticate(&self, record: &OwnedMessage, kind: RecordKind) -> Verdict {
+    fn authenticate(&self, record: &FetchedRecord, kind: RecordKind) -> Verdict {
         let keys = self.producer.record_keys();
-        keys.verify_as(kind, record.topic(), record.key(), record.payload(), record.headers(), now_ms())
+        let headers = record.headers().map(|headers| headers.table());
+        keys.verify_table(kind, record.topic(), record.key(), record.payload(), headers, now_ms())
     }
 
-    async fn fetch(&self, position: Position) -> Result<Option<OwnedMessage>, OpError> {
+    async fn fetch(&self, position: Position) -> Result<Option<FetchedRecord>, OpError> {
         let fetcher = self.fetcher.clone();
         Ok(tokio::task::spawn_blocking(move || fetcher.fetch(position)).await??)
     }
@@ -418,25 +416,27 @@ impl Replayer {
                 }
                 tracing::warn!(entry_id = %id, refusal = verdict.label(), by = %request.by, "forced replay of an entry without a valid MAC: to the inbound topic, with its core metadata only");
             }
+            // The record decoded once: what an unverified entry is judged by, and what its re-drive reads.
+            let dead_letter = crate::fetch::dead_letter_entry(&record);
             if entry.status == Status::Unverified {
                 // The index holds nothing an unverified record claims: judge it (and re-drive it) by the record.
-                entry.entry = hookline_common::wire::dead_letter_entry(&record);
+                entry.entry = dead_letter.clone();
             }
-            if let Some(reason) = redrive::past_retention(&entry, &record, now_ms()).filter(|_| !request.past_retention)
-            {
+            let past_retention = redrive::past_retention(&entry, dead_letter.dedupe_retention_days, now_ms());
+            if let Some(reason) = past_retention.filter(|_| !request.past_retention) {
                 report.skipped.push(Skipped { id, reason });
                 continue;
             }
-            let provenance = Provenance::of(&verdict);
+            let provenance = redrive::provenance_of(&verdict);
             let topic = match self.redrive_topic(&entry, provenance) {
                 Ok(topic) => topic,
                 Err(reason) => {
-                    report.skipped.push(Skipped { id, reason });
+                    report.skipped.push(Skipped { id, reason: reason.to_string() });
                     continue;
                 }
             };
             // A dead letter by reference: its body, key and headers are the original record's (its MAC checked).
-            let record = match self.record_to_redrive(record, request.force, &request.by).await? {
+            let record = match self.record_to_redrive(record, &dead_letter, request.force, &request.by).await? {
                 Ok(record) => record,
                 Err(reason) => {
                     report.skipped.push(Skipped { id, reason });
@@ -506,9 +506,7 @@ impl Replayer {
         status: &EntryStatusRecord,
     ) -> Result<(i32, i64), OpError> {
         let id = position.id(&self.config.kafka.dlq_topic);
-        let value = serde_json::to_vec(status).map_err(|error| OpError::BadRequest(error.to_string()))?;
-        let record = FutureRecord::<str, [u8]>::to(&self.config.kafka.dlq_status_topic).key(&id).payload(&value);
-        let written = self.send(record).await?;
+        let written = self.send(status.encode(&self.config.kafka.dlq_status_topic, &id)).await?;
         if matches!(self.source, Source::PerCall) {
             index.apply_own_status(position, status);
         }
@@ -531,12 +529,8 @@ impl Replayer {
     }
 
     /// Produces and waits for the acknowledgement, within the produce timeout; returns where the record landed.
-    async fn send<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<(i32, i64), OpError>
-    where
-        K: rdkafka::message::ToBytes + ?Sized,
-        P: rdkafka::message::ToBytes + ?Sized,
-    {
-        let delivery = self.producer.send(record, QueueWait::UpToDeadline).await?;
+    async fn send(&self, record: Outgoing) -> Result<(i32, i64), OpError> {
+        let delivery = self.producer.send_record(record, QueueWait::UpToDeadline).await?;
         Ok((delivery.partition, delivery.offset))
     }
 }

@@ -18,7 +18,7 @@ use hookline_common::{
     record_auth::{RecordKind, Verdict},
     wire::now_ms,
 };
-use rdkafka::{Message, producer::FutureRecord};
+use rdkafka::Message;
 use serde::{Deserialize, Serialize};
 
 use super::{OpError, Replayer, by_or_default};
@@ -103,10 +103,7 @@ impl Replayer {
     }
 
     async fn write_state(&self, pause: &RoutePause) -> Result<(), OpError> {
-        let key = pause.key();
-        let value = serde_json::to_vec(pause).map_err(|error| OpError::BadRequest(error.to_string()))?;
-        let record = FutureRecord::<str, [u8]>::to(&self.config.kafka.control_topic).key(&key).payload(&value);
-        self.send(record).await.map(|_| ())
+        self.send(pause.encode(&self.config.kafka.control_topic)).await.map(|_| ())
     }
 
     /// Writes again every route state that a later record of its key shadows (an old record replayed, a

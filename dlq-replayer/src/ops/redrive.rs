@@ -5,35 +5,20 @@
 //! `accept_unsigned_until`) is re-driven only when an operator forces it, and then nothing it says about routing
 //! is believed: it goes to the configured inbound topic only, and carries only the core metadata of an inbound
 //! record ([`VOUCHED_HEADERS`]) and the forwarded request headers. Whatever could make a consumer re-run an event
-//! already processed (`hookline-reprocess-*`), choose a service, an ordering or an origin is left out, since the
-//! replayer's signature would turn those claims into hookline's.
+//! already processed, choose a service, an ordering or an origin is left out, since the replayer's signature would
+//! turn those claims into hookline's. Those rules are the `record` crate's ([`Redrive`]): the replayer names no
+//! header.
 
 use hookline_common::{
     record_auth::Verdict,
     telemetry::traces::{self, Parent},
-    wire::{EntryStatus, EntryStatusRecord, header, now_ms},
+    wire::{EntryStatus, EntryStatusRecord, FetchedRecord, now_ms},
 };
-use rdkafka::{
-    Message,
-    message::{Header, Headers, OwnedHeaders, OwnedMessage},
-    producer::FutureRecord,
-};
+use hookline_record::redrive::Redrive;
+pub use hookline_record::redrive::{Provenance, VOUCHED_HEADERS};
 
 use super::{OpError, Replayer, action_span, by_or_default};
 use crate::index::{Entry, Index};
-
-/// The headers a forced re-drive of a record without a valid MAC keeps: what the gateway writes on every inbound
-/// record, nothing that gives a record powers (re-processing, service, ordering, origin, retry, replay).
-pub const VOUCHED_HEADERS: &[&str] = &[
-    header::SOURCE,
-    header::EVENT_ID,
-    header::EVENT_TYPE,
-    header::RECEIVED_AT_MS,
-    header::CONTENT_TYPE,
-    header::SECRET_ID,
-    header::FORMAT_VERSION,
-    header::PROVIDER_EVENT_ID,
-];
 
 /// How long before the end of an entry's dedupe retention a re-drive is refused already: a dedupe row is written
 /// in the transaction of an attempt that began before the first failure was noted (by up to the handler's
@@ -44,8 +29,8 @@ const RETENTION_MARGIN_MS: i64 = 60 * 60 * 1000;
 /// default `retention_days`, the longest a service keeps its rows unless its config says otherwise.
 pub const DEFAULT_RETENTION_DAYS: i64 = 30;
 
-/// Why `record`'s entry may no longer be re-driven safely, if so: its service's `postgres` handler keeps dedupe
-/// rows [`header::dlq::DEDUPE_RETENTION_DAYS`] days, and an event dead-lettered after a COMMIT whose answer was lost
+/// Why the entry may no longer be re-driven safely, if so: its service's `postgres` handler keeps dedupe rows
+/// `carried_days` days (what its DLQ record says: [`hookline_common::wire::DeadLetterEntry::dedupe_retention_days`]), and an event dead-lettered after a COMMIT whose answer was lost
 /// (`retryable_exhausted` after a timeout or a lost connection) has its effect in the database; once retention
 /// has deleted its row, a re-drive would apply it a second time. `past_retention` re-drives it anyway, once the
 /// operator has checked the database.
@@ -53,11 +38,8 @@ pub const DEFAULT_RETENTION_DAYS: i64 = 30;
 /// A record without the header (dead-lettered before the build that writes it, or by a service whose retention
 /// is not in its config file, such as an application's own transactional handler) is held to
 /// [`DEFAULT_RETENTION_DAYS`]: nothing says its rows are kept longer, so past that it needs `past_retention` too.
-pub fn past_retention(entry: &Entry, record: &OwnedMessage, now_ms: i64) -> Option<String> {
-    let carried: Option<i64> = record
-        .headers()
-        .and_then(|headers| headers.iter().find(|h| h.key == header::dlq::DEDUPE_RETENTION_DAYS))
-        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok());
+pub fn past_retention(entry: &Entry, carried_days: Option<i64>, now_ms: i64) -> Option<String> {
+    let carried = carried_days;
     let days = carried.unwrap_or(DEFAULT_RETENTION_DAYS);
     let failed_at = entry.entry.first_failure_at_ms.or(entry.entry.last_failure_at_ms)?;
     let kept_until = failed_at.saturating_add(days.saturating_mul(86_400_000)).saturating_sub(RETENTION_MARGIN_MS);
@@ -76,36 +58,41 @@ pub fn past_retention(entry: &Entry, record: &OwnedMessage, now_ms: i64) -> Opti
     })
 }
 
-/// How much of a DLQ record is believed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provenance {
-    /// Its MAC verifies: a hookline consumer wrote it.
-    Verified,
-    /// No valid MAC; an operator forced the re-drive and vouches for the event, not for its routing.
-    Vouched,
+/// How much of a DLQ record whose MAC was checked (`verdict`) is believed.
+pub fn provenance_of(verdict: &Verdict) -> Provenance {
+    if matches!(verdict, Verdict::Authentic { .. }) { Provenance::Verified } else { Provenance::Vouched }
 }
 
-impl Provenance {
-    pub fn of(verdict: &Verdict) -> Self {
-        if matches!(verdict, Verdict::Authentic { .. }) { Self::Verified } else { Self::Vouched }
-    }
+/// Why an entry cannot be re-driven to the topic its record names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedriveTopicError {
+    #[error(
+        "its original topic `{named}` comes from a record without a valid MAC: a forced re-drive goes to the inbound \
+         topic `{inbound}` only"
+    )]
+    NotVouchedFor { named: String, inbound: String },
+    #[error("its original topic `{0}` is not an inbound topic")]
+    NotInbound(String),
 }
 
 impl Replayer {
     /// Where `entry` is re-driven, or why it cannot be: never a topic of the DLQ, its statuses or a retry topic
     /// (a re-drive is an inbound record), and for a [`Provenance::Vouched`] record only the inbound topic.
-    pub(super) fn redrive_topic<'a>(&'a self, entry: &'a Entry, provenance: Provenance) -> Result<&'a str, String> {
+    pub(super) fn redrive_topic<'a>(
+        &'a self,
+        entry: &'a Entry,
+        provenance: Provenance,
+    ) -> Result<&'a str, RedriveTopicError> {
         let kafka = &self.config.kafka;
         let named = entry.entry.original_topic.as_deref().unwrap_or(&kafka.inbound_topic);
         if provenance == Provenance::Vouched && named != kafka.inbound_topic {
-            return Err(format!(
-                "its original topic `{named}` comes from a record without a valid MAC: a forced re-drive goes to the \
-                 inbound topic `{}` only",
-                kafka.inbound_topic
-            ));
+            return Err(RedriveTopicError::NotVouchedFor {
+                named: named.to_owned(),
+                inbound: kafka.inbound_topic.clone(),
+            });
         }
         if named == kafka.dlq_topic || named == kafka.dlq_status_topic || named.starts_with(&kafka.retry_topic) {
-            return Err(format!("its original topic `{named}` is not an inbound topic"));
+            return Err(RedriveTopicError::NotInbound(named.to_owned()));
         }
         Ok(named)
     }
@@ -120,7 +107,7 @@ impl Replayer {
         &self,
         index: &Index,
         entry: &Entry,
-        record: &OwnedMessage,
+        record: &FetchedRecord,
         target: Target<'_>,
     ) -> Result<Vec<(i32, i64)>, OpError> {
         if !traces::enabled() {
@@ -143,22 +130,23 @@ impl Replayer {
         &self,
         index: &Index,
         entry: &Entry,
-        record: &OwnedMessage,
+        record: &FetchedRecord,
         target: Target<'_>,
     ) -> Result<Vec<(i32, i64)>, OpError> {
         let id = &entry.entry.id;
         let replays = entry.replays + 1;
-        let mut headers = redrive_headers(record, entry, target.provenance, replays);
+        let redrive = Redrive {
+            entry_id: id,
+            replays,
+            service: entry.entry.service.as_deref(),
+            provenance: target.provenance,
+            event_type: target.event_type,
+        };
         if let Some(event_type) = target.event_type {
-            headers = with_event_type(headers, event_type);
             tracing::warn!(entry_id = %id, event_type, by = target.by, "re-driven with an event type the operator chose");
         }
         let topic = target.topic;
-        let mut out =
-            FutureRecord::<[u8], [u8]>::to(topic).headers(headers).payload(record.payload().unwrap_or_default());
-        if let Some(key) = record.key() {
-            out = out.key(key);
-        }
+        let out = redrive.encode(topic, record.original());
         // The status first: the consumer records the outcome as soon as it has processed the re-driven event, and
         // in a compacted topic the outcome must be the later record. If this process dies between the two, or the
         // `replay_failed` record below is lost too, the entry turns `replay_overdue` after
@@ -192,52 +180,8 @@ impl Replayer {
 pub struct Target<'a> {
     pub topic: &'a str,
     pub provenance: Provenance,
-    /// The operator's event type, replacing the record's `hookline-event-type`.
+    /// The operator's event type, replacing the record's.
     pub event_type: Option<&'a str>,
     /// Who asked (recorded in the status topic).
     pub by: &'a str,
-}
-
-/// `headers` with `hookline-event-type` set to `event_type` (any the record carried dropped).
-fn with_event_type(headers: OwnedHeaders, event_type: &str) -> OwnedHeaders {
-    let mut out = OwnedHeaders::new();
-    for h in headers.iter().filter(|h| h.key != header::EVENT_TYPE) {
-        out = out.insert(Header { key: h.key, value: h.value });
-    }
-    out.insert(Header { key: header::EVENT_TYPE, value: Some(event_type) })
-}
-
-/// The re-driven record's headers: the DLQ record's (a [`Provenance::Verified`] one's, without the DLQ's own and
-/// the replay and service headers; a [`Provenance::Vouched`] one's, only [`VOUCHED_HEADERS`] and the forwarded
-/// `http-*` ones), then `hookline-replay-of` (the entry id), `hookline-replay-count` and `hookline-service` (the
-/// entry's service: only that service processes it; an entry without a service goes to every service, as it did
-/// before services had names). A verified record keeps its `hookline-reprocess-*` headers: a re-processing that
-/// failed replays as that re-processing.
-pub fn redrive_headers(record: &OwnedMessage, entry: &Entry, provenance: Provenance, replays: u32) -> OwnedHeaders {
-    let mut headers = OwnedHeaders::new();
-    if let Some(original) = record.headers() {
-        for h in original.iter() {
-            let keep = match provenance {
-                Provenance::Verified => {
-                    !(h.key.starts_with("hookline-dlq-")
-                        || h.key == header::REPLAY_OF
-                        || h.key == header::REPLAY_COUNT
-                        || h.key == header::SERVICE)
-                }
-                Provenance::Vouched => VOUCHED_HEADERS.contains(&h.key) || h.key.starts_with(header::FORWARDED_PREFIX),
-            };
-            if keep {
-                headers = headers.insert(Header { key: h.key, value: h.value });
-            }
-        }
-    }
-    let count = replays.to_string();
-    headers = headers
-        .insert(Header { key: header::REPLAY_OF, value: Some(entry.entry.id.as_str()) })
-        .insert(Header { key: header::REPLAY_COUNT, value: Some(count.as_str()) });
-    // A vouched record's service is its own unverified claim, but addressing one service only narrows who runs it.
-    if let Some(service) = &entry.entry.service {
-        headers = headers.insert(Header { key: header::SERVICE, value: Some(service.as_str()) });
-    }
-    headers
 }

@@ -3,7 +3,7 @@
 //! (the broker's offsets-for-times on every partition: `from` inclusive, `to` exclusive) and/or by event id, and
 //! is a dry run unless `apply` is set. Applied, it gets a run id, records the request in the status topic under
 //! `reprocess:<run id>` first, then produces each selected record's key, body and headers back to the inbound
-//! topic with `hookline-service`, `hookline-reprocess-id` and `hookline-reprocess-of`; the service's consumer
+//! topic addressed to the service, with the run id and where the record was ([`Reprocess`]); the service's consumer
 //! runs its handler once per run id and records each fate under `reprocess:<run id>:<reprocess-of>`.
 //!
 //! The inbound topic is read twice when applying: once to select (metadata only), once to re-drive the
@@ -11,18 +11,14 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
+    sync::Arc,
     time::Duration,
 };
 
 use hookline_common::record_auth::RecordKind;
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX, header, header_str, now_ms};
-use rdkafka::{
-    Message, Offset, TopicPartitionList,
-    consumer::Consumer,
-    error::KafkaError,
-    message::{Header, Headers, OwnedHeaders, OwnedMessage},
-    producer::FutureRecord,
-};
+use hookline_common::wire::{EntryStatus, EntryStatusRecord, FetchedRecord, REPROCESS_STATUS_KEY_PREFIX, now_ms};
+use hookline_record::{inbound::InboundSummary, redrive::Reprocess};
+use rdkafka::{Message, Offset, TopicPartitionList, consumer::Consumer, error::KafkaError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -128,14 +124,15 @@ impl Replayer {
         };
         let event_ids: HashSet<&str> = request.event_ids.iter().map(String::as_str).collect();
         let source = request.source.as_deref().filter(|source| !source.is_empty());
-        let selects = |record: &OwnedMessage| {
-            let headers = record.headers();
-            let text = |name| header_str(headers, name).and_then(Result::ok);
+        fn summary(record: &FetchedRecord) -> InboundSummary<'_> {
+            InboundSummary::read(record.headers().into_iter().flat_map(|headers| headers.table().iter()))
+        }
+        let selects = |summary: &InboundSummary<'_>| {
+            let text = InboundSummary::text;
             // A re-drive (replay or re-processing) is a copy of an event its original already selects.
-            text(header::REPLAY_OF).is_none()
-                && text(header::REPROCESS_ID).is_none()
-                && source.is_none_or(|source| text(header::SOURCE).as_deref() == Some(source))
-                && (event_ids.is_empty() || text(header::EVENT_ID).is_some_and(|id| event_ids.contains(id.as_str())))
+            !summary.is_copy
+                && source.is_none_or(|source| text(summary.source).as_deref() == Some(source))
+                && (event_ids.is_empty() || text(summary.event_id).is_some_and(|id| event_ids.contains(id.as_str())))
         };
 
         // Pass 1: select, keeping metadata only.
@@ -143,17 +140,15 @@ impl Replayer {
         let mut records = self.scan(ranges);
         while let Some(record) = records.recv().await {
             let record = record?;
-            if selects(&record) {
-                let text = |name| header_str(record.headers(), name).and_then(Result::ok);
+            let summary = summary(&record);
+            if selects(&summary) {
                 selected.insert(
                     (record.partition(), record.offset()),
                     Reprocessed {
                         position: format!("{topic}:{}:{}", record.partition(), record.offset()),
-                        source: text(header::SOURCE),
-                        event_id: text(header::EVENT_ID),
-                        received_at_ms: text(header::RECEIVED_AT_MS)
-                            .and_then(|ms| ms.parse().ok())
-                            .or_else(|| record.timestamp().to_millis()),
+                        source: InboundSummary::text(summary.source),
+                        event_id: InboundSummary::text(summary.event_id),
+                        received_at_ms: summary.received_at_ms().or_else(|| record.timestamp().to_millis()),
                     },
                 );
             }
@@ -193,8 +188,7 @@ impl Replayer {
             replays: Some(n),
         };
         let key = format!("{REPROCESS_STATUS_KEY_PREFIX}{run_id}");
-        let value = serde_json::to_vec(&status).map_err(|error| OpError::BadRequest(error.to_string()))?;
-        self.send(FutureRecord::<str, [u8]>::to(&self.config.kafka.dlq_status_topic).key(&key).payload(&value)).await?;
+        self.send(status.encode(&self.config.kafka.dlq_status_topic, &key)).await?;
 
         // Pass 2: re-drive the selected records, read again by position.
         let mut ranges: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
@@ -218,24 +212,8 @@ impl Replayer {
             if let Some(limiter) = &mut limiter {
                 limiter.acquire().await;
             }
-            let mut headers = OwnedHeaders::new();
-            for h in record.headers().into_iter().flat_map(|headers| headers.iter()) {
-                let ours = h.key == header::SERVICE
-                    || h.key.starts_with("hookline-reprocess-")
-                    || h.key.starts_with("hookline-replay-");
-                if !ours {
-                    headers = headers.insert(Header { key: h.key, value: h.value });
-                }
-            }
-            headers = headers
-                .insert(Header { key: header::SERVICE, value: Some(service) })
-                .insert(Header { key: header::REPROCESS_ID, value: Some(run_id.as_str()) })
-                .insert(Header { key: header::REPROCESS_OF, value: Some(selected.position.as_str()) });
-            let mut out =
-                FutureRecord::<[u8], [u8]>::to(&topic).headers(headers).payload(record.payload().unwrap_or_default());
-            if let Some(key) = record.key() {
-                out = out.key(key);
-            }
+            let copy = Reprocess { service, run_id: &run_id, of: &selected.position };
+            let out = copy.encode(&topic, record.original());
             self.send(out).await?;
         }
         tracing::info!(run_id = %run_id, service, records = selected.len(), "re-processing requested");
@@ -245,7 +223,7 @@ impl Replayer {
 
     /// Reads the records of `ranges` of the inbound topic on a blocking thread; each arrives on the channel
     /// (bounded: the reader waits for the caller).
-    fn scan(&self, ranges: Vec<Range>) -> mpsc::Receiver<Result<OwnedMessage, OpError>> {
+    fn scan(&self, ranges: Vec<Range>) -> mpsc::Receiver<Result<FetchedRecord, OpError>> {
         let (sender, receiver) = mpsc::channel(64);
         let kafka = self.config.kafka.clone();
         tokio::task::spawn_blocking(move || {
@@ -279,12 +257,13 @@ fn ranges_of(
 fn scan_ranges(
     kafka: &hookline_common::config::KafkaConfig,
     ranges: &[Range],
-    sender: &mpsc::Sender<Result<OwnedMessage, OpError>>,
+    sender: &mpsc::Sender<Result<FetchedRecord, OpError>>,
 ) -> Result<(), KafkaError> {
     if ranges.is_empty() {
         return Ok(());
     }
     let topic = &kafka.inbound_topic;
+    let shared_topic: Arc<str> = Arc::from(topic.as_str());
     let consumer = reader(kafka, "reprocess-scan")?;
     let mut assignment = TopicPartitionList::new();
     let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
@@ -300,7 +279,9 @@ fn scan_ranges(
                 last_progress = std::time::Instant::now();
                 let partition = message.partition();
                 let Some(&end) = ends.get(&partition) else { continue };
-                if message.offset() < end && sender.blocking_send(Ok(message.detach())).is_err() {
+                if message.offset() < end
+                    && sender.blocking_send(Ok(FetchedRecord::copy_of(&message, shared_topic.clone()))).is_err()
+                {
                     return Ok(());
                 }
                 if message.offset() + 1 >= end {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, now_ms};
+use hookline_common::wire::{EntryStatus, EntryStatusRecord, kafka, now_ms};
 use hookline_dlq_replayer::{
     ReplayerConfig,
     filter::Filter,
@@ -193,7 +193,10 @@ async fn replay_rate_cap_holds() {
     let records = stack.inbound_records().await;
     let mut times: Vec<i64> = records
         .iter()
-        .filter(|r| hookline_common::wire::header_str(r.headers(), hookline_common::wire::header::REPLAY_OF).is_some())
+        .filter(|r| {
+            let record = hookline_record::inbound::InboundRecord::decode(kafka::headers_of(r.headers()));
+            record.is_ok_and(|record| record.replay_of.is_some())
+        })
         .filter_map(|r| r.timestamp().to_millis())
         .collect();
     times.sort_unstable();

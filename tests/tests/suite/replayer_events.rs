@@ -13,7 +13,7 @@ use bytes::Bytes;
 use hookline_common::{
     config::SecretRef,
     kafka::{TopicSpec, ensure_topics, producer_config},
-    wire::{header, now_ms, redis_key},
+    wire::{EventMeta, kafka, now_ms, redis_key},
 };
 use hookline_dlq_replayer::{
     ReplayerConfig,
@@ -22,11 +22,12 @@ use hookline_dlq_replayer::{
     lookup::DedupeState,
     ops::Replayer,
 };
+use hookline_record::inbound::InboundRecord;
 use hookline_tests::{TestStack, eventually};
 use http::{Request, StatusCode, header as http_header};
 use http_body_util::Full;
 use rdkafka::{
-    message::{Header, OwnedHeaders},
+    message::OwnedHeaders,
     producer::{FutureProducer, FutureRecord},
 };
 use serde_json::{Value, json};
@@ -81,13 +82,21 @@ fn event(i: usize, own_topic: Option<&str>, inbound: &str, base_ms: i64) -> Even
     }
 }
 
+/// The event as the gateway writes it.
+fn record_of(event: &Event) -> InboundRecord {
+    InboundRecord::new(EventMeta {
+        source: event.source.to_owned(),
+        event_id: event.event_id.clone(),
+        event_type: Some(event.event_type.to_owned()),
+        received_at_ms: event.timestamp_ms,
+        content_type: None,
+        secret_id: "s1".to_owned(),
+        ordering_key: None,
+    })
+}
+
 fn headers_of(event: &Event) -> OwnedHeaders {
-    let received = event.timestamp_ms.to_string();
-    OwnedHeaders::new()
-        .insert(Header { key: header::SOURCE, value: Some(event.source) })
-        .insert(Header { key: header::EVENT_ID, value: Some(event.event_id.as_str()) })
-        .insert(Header { key: header::EVENT_TYPE, value: Some(event.event_type) })
-        .insert(Header { key: header::RECEIVED_AT_MS, value: Some(received.as_str()) })
+    kafka::owned_headers(&record_of(event).encode(&event.topic, Bytes::new()).headers)
 }
 
 /// Produces every event with its own timestamp, signed with the stack's key, each to partition `n % partitions`.
@@ -231,7 +240,8 @@ async fn event_search_finds_exactly_the_matching_accepted_events_and_refuses_tam
         )
         .await
         .expect("produced");
-    let copy_headers = headers_of(victim).insert(Header { key: header::REPROCESS_ID, value: Some("run-1") });
+    let copy = InboundRecord { reprocess_id: Some("run-1".to_owned()), ..record_of(victim) };
+    let copy_headers = kafka::owned_headers(&copy.encode(&victim.topic, Bytes::new()).headers);
     let signed_copy = stack.signed(&stack.kafka.inbound_topic, Some(b"copy"), &body, &copy_headers);
     producer
         .send(

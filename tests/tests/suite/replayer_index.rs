@@ -3,19 +3,52 @@
 
 use std::time::Duration;
 
-use hookline_common::wire::now_ms;
+use bytes::Bytes;
+use hookline_common::wire::{EventMeta, kafka, now_ms};
 use hookline_dlq_replayer::{
     ReplayerConfig,
     filter::Filter,
     index::Status,
     ops::{DiscardRequest, ReplayRequest, Replayer},
 };
+use hookline_record::{Original, Outgoing, dead_letter::DeadLetterFailure, inbound::InboundRecord, retry::Origin};
 use hookline_tests::{TestStack, eventually};
-use rdkafka::{
-    Message,
-    message::{Header, OwnedHeaders},
-    producer::FutureRecord,
-};
+use rdkafka::{Message, producer::FutureRecord};
+
+/// An event as the gateway writes it to `inbound_topic`, with `body`.
+fn accepted(inbound_topic: &str, source: &str, event_id: &str, body: Bytes) -> Outgoing {
+    InboundRecord::new(EventMeta {
+        source: source.to_owned(),
+        event_id: event_id.to_owned(),
+        event_type: None,
+        received_at_ms: 1,
+        content_type: None,
+        secret_id: "s1".to_owned(),
+        ordering_key: None,
+    })
+    .encode(inbound_topic, body)
+}
+
+/// The failure a consumer of `service` attaches to a poison event first read at `origin`.
+fn poison(origin: Origin, service: &str, error: String, failed_at_ms: i64) -> DeadLetterFailure {
+    DeadLetterFailure {
+        origin,
+        consumer_group: service.to_owned(),
+        service: service.to_owned(),
+        handler: "http".to_owned(),
+        attempts: 1,
+        error_class: "poison".to_owned(),
+        error,
+        first_failure_at_ms: failed_at_ms,
+        last_failure_at_ms: failed_at_ms,
+        consumer_version: "0.1.0".to_owned(),
+        dedupe_retention_days: None,
+    }
+}
+
+fn original(record: &Outgoing) -> Original<'_> {
+    Original { key: record.key.clone(), body: record.body.clone(), headers: &record.headers }
+}
 
 fn replayer_for(stack: &TestStack, max_failed_again: u32) -> Replayer {
     let config = ReplayerConfig { kafka: stack.kafka.clone(), max_failed_again, ..ReplayerConfig::default() };
@@ -27,8 +60,6 @@ fn replayer_for(stack: &TestStack, max_failed_again: u32) -> Replayer {
 /// every entry listed once in order, and re-driven exactly once.
 #[tokio::test]
 async fn index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactly_once() {
-    use hookline_common::wire::header;
-    use rdkafka::message::Headers as _;
     let stack = TestStack::builder().build().await;
     let dlq = stack.kafka.dlq_topic.clone();
     let inbound = stack.kafka.inbound_topic.clone();
@@ -43,20 +74,11 @@ async fn index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactl
     let sends = (0..n).map(|i| {
         let (event_id, error) = (format!("budget-{i:05}"), error_of(i));
         let source = if i % 3 == 0 { "stripe" } else { "github" };
-        let mut headers = OwnedHeaders::new();
-        for (key, value) in [
-            (header::SOURCE, source),
-            (header::EVENT_ID, event_id.as_str()),
-            (header::FORMAT_VERSION, "2"),
-            (header::RECEIVED_AT_MS, "1"),
-            (header::dlq::ERROR_CLASS, "poison"),
-            (header::dlq::ERROR, error.as_str()),
-            (header::dlq::ORIGINAL_TOPIC, inbound.as_str()),
-            (header::dlq::SERVICE, "hookline-consumer"),
-        ] {
-            headers = headers.insert(Header { key, value: Some(value) });
-        }
         let body = format!("{{\"i\":{i}}}");
+        let event = accepted(&inbound, source, &event_id, Bytes::from(body.clone()));
+        let origin = Origin { topic: inbound.clone(), partition: 0, offset: i as i64 };
+        let failure = poison(origin, "hookline-consumer", error, now_ms());
+        let headers = kafka::owned_headers(&failure.encode(&dlq, original(&event)).headers);
         let headers = stack.signed(&dlq, Some(event_id.as_bytes()), body.as_bytes(), &headers);
         let producer = producer.clone();
         let dlq = dlq.clone();
@@ -130,10 +152,7 @@ async fn index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactl
     let redriven = stack.inbound_records().await;
     let mut replay_of: Vec<String> = redriven
         .iter()
-        .filter_map(|record| {
-            let replay_of = record.headers()?.iter().find(|h| h.key == header::REPLAY_OF)?;
-            replay_of.value.map(|value| String::from_utf8_lossy(value).into_owned())
-        })
+        .filter_map(|record| InboundRecord::decode(kafka::headers_of(record.headers())).ok()?.replay_of)
         .collect();
     assert_eq!(redriven.len(), n - 1);
     replay_of.sort();
@@ -156,35 +175,21 @@ async fn index_past_its_memory_budget_lists_shows_and_replays_every_entry_exactl
 async fn dead_letters_by_reference_are_counted_with_their_age_for_the_expiry_alert() {
     let stack = TestStack::builder().build().await;
     let six_days_ago = now_ms() - 6 * 86_400_000;
+    let inbound = stack.kafka.inbound_topic.clone();
     let entry = |event_id: &str, by_reference: bool| {
-        let mut headers = OwnedHeaders::new()
-            .insert(Header { key: hookline_common::wire::header::SOURCE, value: Some("github") })
-            .insert(Header { key: hookline_common::wire::header::EVENT_ID, value: Some(event_id) })
-            .insert(Header { key: hookline_common::wire::header::dlq::SERVICE, value: Some("billing") })
-            .insert(Header { key: hookline_common::wire::header::dlq::ERROR_CLASS, value: Some("poison") })
-            .insert(Header {
-                key: hookline_common::wire::header::dlq::FIRST_FAILURE_AT_MS,
-                value: Some(&six_days_ago.to_string()),
-            })
-            .insert(Header {
-                key: hookline_common::wire::header::dlq::LAST_FAILURE_AT_MS,
-                value: Some(&six_days_ago.to_string()),
-            });
-        let body = if by_reference {
-            headers = headers
-                .insert(Header { key: hookline_common::wire::header::dlq::BODY_BY_REFERENCE, value: Some("2000000") })
-                .insert(Header { key: hookline_common::wire::header::dlq::EVENT_ID, value: Some(event_id) })
-                .insert(Header {
-                    key: hookline_common::wire::header::dlq::ORIGINAL_TOPIC,
-                    value: Some(stack.kafka.inbound_topic.as_str()),
-                })
-                .insert(Header { key: hookline_common::wire::header::dlq::ORIGINAL_PARTITION, value: Some("0") })
-                .insert(Header { key: hookline_common::wire::header::dlq::ORIGINAL_OFFSET, value: Some("7") });
-            Vec::new()
+        let origin = Origin { topic: inbound.clone(), partition: 0, offset: 7 };
+        let failure = poison(origin, "billing", "boom".to_owned(), six_days_ago);
+        // By reference: a copy too large for the broker (2,000,000 bytes), its body left at its inbound position.
+        let body =
+            Bytes::from(if by_reference { vec![b'x'; 2_000_000] } else { br#"{"ref":"refs/heads/main"}"#.to_vec() });
+        let event = accepted(&inbound, "github", event_id, body);
+        let dead_letter = if by_reference {
+            failure.encode_by_reference(&stack.kafka.dlq_topic, original(&event))
         } else {
-            br#"{"ref":"refs/heads/main"}"#.to_vec()
+            failure.encode(&stack.kafka.dlq_topic, original(&event))
         };
-        (0, event_id.to_owned(), headers, body)
+        let body = dead_letter.body.as_deref().unwrap_or_default().to_vec();
+        (0, event_id.to_owned(), kafka::owned_headers(&dead_letter.headers), body)
     };
     stack
         .produce_raw_batch_to(

@@ -10,7 +10,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use bytes::Bytes;
 use hookline_common::{
     config::SecretRef,
-    wire::{header, header_str, now_ms, redis_key},
+    wire::{kafka, now_ms, redis_key},
 };
 use hookline_consumer::handler::HandlerError;
 use hookline_dlq_replayer::{
@@ -20,13 +20,11 @@ use hookline_dlq_replayer::{
     lookup::{Answer, DedupeState, Lookup, render_text},
     ops::{ReplayRequest, Replayer},
 };
+use hookline_record::inbound::InboundRecord;
 use hookline_tests::{Delivery, Reply, TestHandler, TestStack, eventually};
 use http::{Request, StatusCode, header as http_header};
 use http_body_util::Full;
-use rdkafka::{
-    Message,
-    message::{Header, OwnedHeaders, OwnedMessage},
-};
+use rdkafka::{Message, message::OwnedMessage};
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
@@ -52,12 +50,13 @@ fn service<'a>(answer: &'a Answer, name: &str) -> &'a hookline_dlq_replayer::loo
     answer.services.iter().find(|s| s.service == name).unwrap_or_else(|| panic!("service {name} in {answer:#?}"))
 }
 
+/// An inbound record the gateway wrote, decoded.
+fn decoded(record: &OwnedMessage) -> InboundRecord {
+    InboundRecord::decode(kafka::headers_of(record.headers())).expect("an inbound record")
+}
+
 fn inbound_record_of(records: &[OwnedMessage], event_id: &str) -> OwnedMessage {
-    records
-        .iter()
-        .find(|r| header_str(r.headers(), header::EVENT_ID).and_then(Result::ok).as_deref() == Some(event_id))
-        .expect("the event's inbound record")
-        .clone()
+    records.iter().find(|r| decoded(r).meta.event_id == event_id).expect("the event's inbound record").clone()
 }
 
 /// The replayer's `serve` in-process, with `lookup.redis` set.
@@ -138,7 +137,7 @@ async fn lookup_finds_an_event_processed_once_whose_later_copy_was_a_duplicate()
 
     let records = stack.inbound_records().await;
     let first = inbound_record_of(&records, &delivery.delivery_id);
-    let received_at = header_str(first.headers(), header::RECEIVED_AT_MS).and_then(Result::ok).expect("received at");
+    let received_at = decoded(&first).meta.received_at_ms;
     let answer = look_up(&stack, &delivery.delivery_id).await;
     assert!(answer.found, "{answer:#?}");
     // The bucketed dedupe layout keeps when, not how long nor where (docs/dedupe.md): no record to read.
@@ -147,7 +146,7 @@ async fn lookup_finds_an_event_processed_once_whose_later_copy_was_a_duplicate()
     match &ours.dedupe {
         DedupeState::Processed { processed_at_ms, handling_ms, position, expires_in_ms } => {
             // To the second: Redis's clock, which may lag the gateway's by less than a second on one host.
-            assert!(processed_at_ms.is_some_and(|at| at + 1_000 >= received_at.parse::<i64>().expect("ms")));
+            assert!(processed_at_ms.is_some_and(|at| at + 1_000 >= received_at));
             assert_eq!((handling_ms, position), (&None, &None));
             assert!(expires_in_ms.is_some_and(|ms| ms > 0));
         }
@@ -338,17 +337,13 @@ async fn with_trace_lookup_reads_the_trace_id_of_the_records_traceparent() {
     // The gateway's record again, as a tracing gateway would write it: with a `traceparent` header.
     let original = inbound_record_of(&stack.inbound_records().await, &delivery.delivery_id);
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let mut headers = OwnedHeaders::new();
-    for h in rdkafka::message::Headers::iter(original.headers().expect("headers")) {
-        if h.key != header::MAC && h.key != header::EVENT_ID {
-            headers = headers.insert(Header { key: h.key, value: h.value });
-        }
-    }
     let traced_id = format!("{}-traced", delivery.delivery_id);
     let traceparent = format!("00-{trace_id}-00f067aa0ba902b7-01");
-    let headers = headers
-        .insert(Header { key: header::EVENT_ID, value: Some(traced_id.as_str()) })
-        .insert(Header { key: "traceparent", value: Some(traceparent.as_str()) });
+    let mut traced = decoded(&original);
+    traced.meta.event_id = traced_id.clone();
+    let mut traced = traced.encode(&stack.kafka.inbound_topic, Bytes::new());
+    traced.set_traceparent(&traceparent);
+    let headers = kafka::owned_headers(&traced.headers);
     // Poison, so its DLQ entry names the record (a processed event's outcome keeps no position: docs/dedupe.md).
     stack.handler.poison(&traced_id);
     stack.produce_raw(0, "traced", headers, original.payload().unwrap_or_default()).await;

@@ -7,21 +7,18 @@ use hookline_common::time::format_rfc3339_millis;
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use hookline_common::wire::{EntryStatus, EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX, header, header_str, now_ms};
+use hookline_common::wire::{EntryStatus, EntryStatusRecord, REPROCESS_STATUS_KEY_PREFIX, kafka, now_ms};
 use hookline_dlq_replayer::{
     ReplayerConfig,
     filter::Filter,
     index::{Entry, Status},
     ops::{ReplayRequest, Replayer, ReprocessRequest},
 };
+use hookline_record::{inbound::InboundRecord, redrive::ReprocessHeaders};
 use hookline_tests::{Delivery, TestHandler, TestStack, eventually, prometheus::Scrape};
 use http::{Request, StatusCode};
 use http_body_util::Full;
-use rdkafka::{
-    Message,
-    message::{Header, OwnedHeaders, OwnedMessage},
-    producer::FutureRecord,
-};
+use rdkafka::{Message, message::OwnedMessage, producer::FutureRecord};
 
 fn replayer_for(stack: &TestStack) -> Replayer {
     Replayer::new(ReplayerConfig { kafka: stack.kafka.clone(), ..ReplayerConfig::default() }).expect("replayer")
@@ -31,8 +28,14 @@ fn by_service(service: &str) -> Filter {
     Filter { service: Some(service.to_owned()), ..Filter::default() }
 }
 
-fn text(record: &OwnedMessage, name: &'static str) -> Option<String> {
-    header_str(record.headers(), name).and_then(Result::ok)
+/// An inbound record a service or the replayer wrote, decoded.
+fn inbound(record: &OwnedMessage) -> InboundRecord {
+    InboundRecord::decode(kafka::headers_of(record.headers())).expect("an inbound record")
+}
+
+/// A re-processing copy's own headers, when it is one.
+fn reprocess_headers(record: &OwnedMessage) -> Option<ReprocessHeaders> {
+    ReprocessHeaders::decode(kafka::headers_of(record.headers()))
 }
 
 /// The stack's consumer (its service is named after its group) and a second service, `billing`, with its own
@@ -152,14 +155,14 @@ async fn replay_redrives_an_entry_to_the_service_that_dead_lettered_it_only() {
         .inbound_records()
         .await
         .into_iter()
-        .filter(|r| text(r, header::REPLAY_OF).as_deref() == Some(entry.entry.id.as_str()))
+        .filter(|r| inbound(r).replay_of.as_deref() == Some(entry.entry.id.as_str()))
         .collect();
     assert_eq!(redriven.len(), 1);
-    assert_eq!(text(&redriven[0], header::SERVICE).as_deref(), Some("billing"), "addressed to its service");
-    assert!(
-        redriven[0]
-            .headers()
-            .is_some_and(|h| rdkafka::message::Headers::iter(h).all(|h| h.key != header::dlq::SERVICE)),
+    assert_eq!(inbound(&redriven[0]).service.as_deref(), Some("billing"), "addressed to its service");
+    let as_dead_letter = hookline_common::wire::dead_letter_entry(&redriven[0]);
+    assert_eq!(
+        (as_dead_letter.service, as_dead_letter.error_class, as_dead_letter.original_topic),
+        (None, None, None),
         "no dead-letter header goes back"
     );
     // The other service skips it (as it arrives: nothing is held back), so the default service's own entry
@@ -187,7 +190,7 @@ async fn posted(stack: &TestStack, bodies: &[String]) -> Vec<OwnedMessage> {
         .inbound_records()
         .await
         .into_iter()
-        .filter(|r| text(r, header::EVENT_ID).is_some_and(|id| ids.contains(&id.as_str())))
+        .filter(|r| ids.contains(&inbound(r).meta.event_id.as_str()))
         .collect();
     assert_eq!(records.len(), deliveries.len());
     let latest = records.iter().filter_map(|r| r.timestamp().to_millis()).max().expect("timestamps");
@@ -205,12 +208,12 @@ async fn reprocess_dry_run_changes_nothing_and_apply_redrives_exactly_the_range_
     let inside = posted(&stack, &(3..6).map(|n| format!("{{\"n\":{n}}}")).collect::<Vec<_>>()).await;
     // Re-drives inside the range are copies of events their originals select: never selected themselves.
     let copy_of = &before[0];
-    for (key, value) in [(header::REPLAY_OF, "some.dlq:0:0"), (header::REPROCESS_ID, "an-earlier-run")] {
-        let mut headers = OwnedHeaders::new();
-        for h in rdkafka::message::Headers::iter(copy_of.headers().expect("headers")) {
-            headers = headers.insert(Header { key: h.key, value: h.value });
-        }
-        headers = headers.insert(Header { key, value: Some(value) });
+    let copies = [
+        InboundRecord { replay_of: Some("some.dlq:0:0".to_owned()), ..inbound(copy_of) },
+        InboundRecord { reprocess_id: Some("an-earlier-run".to_owned()), ..inbound(copy_of) },
+    ];
+    for copy in copies {
+        let headers = kafka::owned_headers(&copy.encode(&stack.kafka.inbound_topic, Bytes::new()).headers);
         stack.produce_raw(0, "copy", headers, copy_of.payload().unwrap_or_default()).await;
     }
     let last_inside = stack.inbound_records().await.iter().filter_map(|r| r.timestamp().to_millis()).max();
@@ -249,23 +252,24 @@ async fn reprocess_dry_run_changes_nothing_and_apply_redrives_exactly_the_range_
     let run_id = applied.run_id.clone().expect("a run id");
     assert!(uuid::Uuid::parse_str(&run_id).is_ok_and(|id| id.get_version_num() == 4));
     let records = stack.inbound_records().await;
-    let redriven: Vec<&OwnedMessage> =
-        records.iter().filter(|r| text(r, header::REPROCESS_ID).as_deref() == Some(run_id.as_str())).collect();
+    let redriven: Vec<(&OwnedMessage, ReprocessHeaders)> = records
+        .iter()
+        .filter_map(|r| Some((r, reprocess_headers(r)?)))
+        .filter(|(_, copy)| copy.run_id == run_id)
+        .collect();
     assert_eq!(records.len(), n_inbound + inside.len(), "one record per selected event, nothing else");
-    let mut of: Vec<String> = redriven.iter().filter_map(|r| text(r, header::REPROCESS_OF)).collect();
+    let mut of: Vec<String> = redriven.iter().map(|(_, copy)| copy.of.clone()).collect();
     of.sort();
     assert_eq!(of, expected);
-    for record in &redriven {
-        let original = inside
-            .iter()
-            .find(|o| Some(position(o)) == text(record, header::REPROCESS_OF))
-            .expect("the record it re-drives");
-        assert_eq!(text(record, header::SERVICE).as_deref(), Some("billing"));
+    for (record, copy) in &redriven {
+        let original = inside.iter().find(|o| position(o) == copy.of).expect("the record it re-drives");
+        assert_eq!(copy.service, "billing");
         assert_eq!(record.key(), original.key(), "the exact key");
         assert_eq!(record.payload(), original.payload(), "the exact body");
-        assert_eq!(text(record, header::EVENT_ID), text(original, header::EVENT_ID));
-        assert_eq!(text(record, header::RECEIVED_AT_MS), text(original, header::RECEIVED_AT_MS));
-        assert!(text(record, header::REPLAY_OF).is_none());
+        let (record, original) = (inbound(record), inbound(original));
+        assert_eq!(record.meta, original.meta, "the event's metadata: id, received at, ...");
+        assert_eq!(record.service.as_deref(), Some("billing"));
+        assert!(record.replay_of.is_none());
     }
     let statuses = stack.records(&stack.kafka.dlq_status_topic).await;
     assert_eq!(statuses.len(), 1, "the request, recorded once");
@@ -279,7 +283,7 @@ async fn reprocess_dry_run_changes_nothing_and_apply_redrives_exactly_the_range_
     assert!(recorded.note.as_deref().is_some_and(|note| note.contains("billing") && note.contains("3 records")));
 
     // By event id (the topic's whole retention): the original only, not the copies made since.
-    let wanted = text(&inside[1], header::EVENT_ID).expect("event id");
+    let wanted = inbound(&inside[1]).meta.event_id;
     let by_id = ReprocessRequest { service: "billing".into(), event_ids: vec![wanted], ..ReprocessRequest::default() };
     let found = replayer.reprocess(&by_id).await.expect("by event id");
     assert_eq!(found.records.iter().map(|r| r.position.clone()).collect::<Vec<_>>(), vec![position(&inside[1])]);

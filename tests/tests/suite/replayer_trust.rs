@@ -7,15 +7,18 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use hookline_common::{
     producer::{AckedProducer, QueueWait},
-    wire::{EntryStatus, EntryStatusRecord, header, now_ms},
+    wire::{EntryStatus, EntryStatusRecord, EventMeta, now_ms},
 };
+// This file forges records hookline did not write (headers added, replaced, granting powers): raw names.
 use hookline_dlq_replayer::{
     ReplayerConfig,
     index::Status,
     ops::{ReplayRequest, Replayer},
 };
+use hookline_record::{Original, dead_letter::DeadLetterFailure, inbound::InboundRecord, raw as header, retry::Origin};
 use hookline_tests::{TestStack, record_auth::rfc3339_in};
 use rdkafka::{
     Message,
@@ -23,22 +26,41 @@ use rdkafka::{
     producer::{FutureProducer, FutureRecord},
 };
 
-/// A dead letter's headers, as a consumer writes them, with `extra` added or replacing them.
+/// A dead letter's headers, as a consumer writes them (through the record crate's writers), with `extra` forged in:
+/// added, or replacing the header of that name.
 fn dead_letter_headers(stack: &TestStack, event_id: &str, extra: &[(&str, &str)]) -> OwnedHeaders {
-    let mut headers = OwnedHeaders::new();
     let inbound = stack.kafka.inbound_topic.clone();
-    let base = [
-        (header::SOURCE, "github"),
-        (header::EVENT_ID, event_id),
-        (header::FORMAT_VERSION, "2"),
-        (header::RECEIVED_AT_MS, "1"),
-        (header::SECRET_ID, "s1"),
-        (header::dlq::ERROR_CLASS, "poison"),
-        (header::dlq::ORIGINAL_TOPIC, inbound.as_str()),
-        (header::dlq::SERVICE, "hookline-consumer"),
-    ];
+    let event = InboundRecord::new(EventMeta {
+        source: "github".to_owned(),
+        event_id: event_id.to_owned(),
+        event_type: None,
+        received_at_ms: 1,
+        content_type: None,
+        secret_id: "s1".to_owned(),
+        ordering_key: None,
+    })
+    .encode(&inbound, Bytes::new());
+    let failure = DeadLetterFailure {
+        origin: Origin { topic: inbound, partition: 0, offset: 0 },
+        consumer_group: "hookline-consumer".to_owned(),
+        service: "hookline-consumer".to_owned(),
+        handler: "http".to_owned(),
+        attempts: 1,
+        error_class: "poison".to_owned(),
+        error: "boom".to_owned(),
+        first_failure_at_ms: now_ms(),
+        last_failure_at_ms: now_ms(),
+        consumer_version: "0.1.0".to_owned(),
+        dedupe_retention_days: None,
+    };
+    let original = Original { key: event.key.clone(), body: event.body.clone(), headers: &event.headers };
+    let dead_letter = failure.encode(&stack.kafka.dlq_topic, original);
     let replaced = |key: &str| extra.iter().any(|(name, _)| *name == key);
-    for (key, value) in base.iter().filter(|(key, _)| !replaced(key)).chain(extra) {
+    let mut headers = OwnedHeaders::new();
+    for h in dead_letter.headers.iter().filter(|h| !replaced(h.name)) {
+        headers = headers.insert(Header { key: h.name, value: h.value });
+    }
+    for (key, value) in extra {
         headers = headers.insert(Header { key, value: Some(*value) });
     }
     headers
