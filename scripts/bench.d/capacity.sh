@@ -1,0 +1,63 @@
+# Sourced by scripts/bench: BENCH_ONLY=capacity, the per-unit figures of docs/capacity.md measured on the machine
+# at hand, then the capacity table computed from them (scripts/bench.d/capacity_table.py). Uses the helpers and
+# variables scripts/bench defines before sourcing this file ($bench, $bin, $results, $run_id, gateway_run, ...).
+#
+#   BENCH_CAPACITY_RATE=3000   the open-loop rate at which the gateway's time to 2xx is read beside a bare
+#                              producer's acknowledgement (same broker, same run)
+#   BENCH_CAPACITY_FILL_S=10   seconds of records the consumer runs drain (one instance, per body size)
+
+# Bytes of record batches the topic's partitions hold on this broker's disk (one replica): their segments' `.log`
+# files only, since each segment's index files are preallocated (10 MiB each) whatever the segment holds.
+topic_disk_bytes() { # topic
+  local data=${STACK_DIR:-.stack}/kafka/data
+  cat "$data/$1"-[0-9]*/*.log 2>/dev/null | wc -c
+}
+
+# Records the topic holds (the sum of its partitions' end offsets: the idempotent producer writes each once).
+topic_records() { # topic
+  scripts/stack kafka-tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$KAFKA_BROKERS" --topic "$1" \
+    2>/dev/null | awk -F: '{ n += $NF } END { print n + 0 }'
+}
+
+redis_used_memory() {
+  redis-cli -u "$REDIS_URL" info memory | awk -F: '/^used_memory:/ { print $2 + 0 }'
+}
+
+capacity_runs() {
+  local rate=${BENCH_CAPACITY_RATE:-3000} fill_s=${BENCH_CAPACITY_FILL_S:-10}
+  local redis_pid kib bytes label
+  redis_pid=$(cat "${STACK_DIR:-.stack}/redis/redis.pid")
+
+  # The gateway's rate per core and the broker's bytes per record, closed loop at moderate concurrency (64).
+  for kib in 1 16; do
+    bytes=$((kib * 1024)); label=capacity-gateway-${kib}k
+    gateway_run "$label" github --concurrency 64 --body-bytes "$bytes"
+    # Let the broker flush its segments, then read what the topic holds.
+    sleep 2
+    printf '{"disk_bytes": %d, "records": %d}\n' "$(topic_disk_bytes "bench-$run_id-$label")" \
+      "$(topic_records "bench-$run_id-$label")" >"$results/$label.disk"
+  done
+
+  # Time to 2xx against the bare producer's acknowledgement at the same open-loop rate, one after the other.
+  say "bare producer, open loop at $rate/s"
+  "$bench" kafka-ceiling --topic "bench-$run_id-capacity-bare" --concurrency 64 --rate "$rate" \
+    --duration-s "$duration_s" --json "$results/capacity-bare-open.json" 2>>"$results/logs/kafka-ceiling.log"
+  tail -n 1 "$results/logs/kafka-ceiling.log" >&2
+  gateway_run capacity-gateway-open github --concurrency 64 --rate "$rate"
+
+  # One consumer instance (log handler): events/s, its CPU per event, Redis's CPU and memory per remembered event.
+  for kib in 1 16; do
+    bytes=$((kib * 1024)); label=capacity-consumer-${kib}k
+    local redis_before memory_before
+    redis_before=$(cpu_ticks "$redis_pid"); memory_before=$(redis_used_memory)
+    say "consumer: one instance, ${kib} KiB bodies, ${fill_s} s of records"
+    "$bench" consumer --topic "bench-$run_id-$label" --partitions 6 --fill-s "$fill_s" --body-bytes "$bytes" \
+      --consumer-bin "$bin/hookline-consumer" --instances 1 --work-dir "$results/config" \
+      --json "$results/$label.json" 2>>"$results/logs/consumer.log"
+    awk -v r="$(( $(cpu_ticks "$redis_pid") - redis_before ))" -v hz="$clock_ticks" \
+      -v m="$(( $(redis_used_memory) - memory_before ))" \
+      'BEGIN { printf "{\"redis_cpu_s\": %.2f, \"redis_memory_bytes\": %d}\n", r / hz, m }' >"$results/$label.redis"
+  done
+
+  python3 scripts/bench.d/capacity_table.py "$results" | tee "$results/capacity.md"
+}
