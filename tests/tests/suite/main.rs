@@ -3,11 +3,10 @@
 //! different files overlap their waits on the broker. Each module is one topic of the suite, with its own topics,
 //! consumer groups and Redis prefixes, so they run in parallel.
 //!
-//! The tests that stop, kill or freeze the shared broker, Redis or PostgreSQL (broker_restart, chaos_soak,
-//! cluster_faults, consumer_outage_start, gateway_broker_outage, postgres_errors, postgres_faults, postgres_killed,
-//! redis_outage), those that install the process-wide tracer (traces, traces_collector, traces_off) and the one
-//! that reads its own process's peak memory (consumer_memory) stay binaries of their own: cargo runs one test
-//! binary at a time, so none of them runs beside this one.
+//! The tests that stop, kill or freeze the shared broker, Redis or PostgreSQL are the modules of another binary,
+//! `faults` (run one test at a time); those that install the process-wide tracer (traces, traces_collector,
+//! traces_off) and the one that reads its own process's peak memory (consumer_memory) stay binaries of their own:
+//! cargo runs one test binary at a time, so none of them runs beside this one.
 //!
 //! Run one module: `cargo test -p hookline-tests --test suite replayer::` (a name filter).
 

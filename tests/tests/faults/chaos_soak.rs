@@ -7,7 +7,7 @@
 //!
 //! The short form (about two minutes) runs in `scripts/test`. The long form, by hand, prints the figures that
 //! docs/chaos.md records:
-//! `CHAOS_DURATION_S=600 CHAOS_RATE=300 CHAOS_SEED=7 cargo test -p hookline-tests --test chaos_soak -- --nocapture`
+//! `CHAOS_DURATION_S=600 CHAOS_RATE=300 CHAOS_SEED=7 cargo test -p hookline-tests --test faults -- --nocapture chaos_soak::`
 //!
 //! `CHAOS_HANDLER=postgres` runs the consumers with the `postgres` handler instead, against the stack's PostgreSQL:
 //! each event's effect is a row of a counter table (a second application shows as `applied = 2`), written with its
