@@ -20,6 +20,10 @@ use crate::{
     truncate_utf8,
 };
 
+/// Every dead-letter header ([`header::dlq`]) starts with this: a re-drive drops them, and no inbound record
+/// may carry one.
+pub(crate) const HEADER_PREFIX: &str = "hookline-dlq-";
+
 /// The failure metadata of one dead letter, as the consumer writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetterFailure {

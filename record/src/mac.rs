@@ -320,7 +320,11 @@ pub fn is_inbound_record<'a>(headers: impl Iterator<Item = Header<'a>>) -> bool 
             | header::REPROCESS_OF
             | header::SERVICE
             | header::ORIGIN => return false,
-            other if other.starts_with(header::retry::PREFIX) || other.starts_with("hookline-dlq-") => return false,
+            other
+                if other.starts_with(header::retry::PREFIX) || other.starts_with(crate::dead_letter::HEADER_PREFIX) =>
+            {
+                return false;
+            }
             _ => {}
         }
     }

@@ -37,9 +37,6 @@ pub const VOUCHED_HEADERS: &[&str] = &[
     header::PROVIDER_EVENT_ID,
 ];
 
-/// Every dead-letter header starts with this.
-const DEAD_LETTER_PREFIX: &str = "hookline-dlq-";
-
 /// How much of a dead letter is believed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provenance {
@@ -70,7 +67,7 @@ impl Redrive<'_> {
         let keep = |name: &str| {
             let copied = match self.provenance {
                 Provenance::Verified => {
-                    !(name.starts_with(DEAD_LETTER_PREFIX)
+                    !(name.starts_with(crate::dead_letter::HEADER_PREFIX)
                         || name == header::REPLAY_OF
                         || name == header::REPLAY_COUNT
                         || name == header::SERVICE)
