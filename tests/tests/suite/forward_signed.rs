@@ -91,11 +91,15 @@ async fn post(stack: &TestStack, event_type: &str, n: usize) -> (String, String)
     (delivery.delivery_id, provider_signature)
 }
 
-async fn wait_for_requests(downstream: &Downstream, n: usize) {
+/// The requests `downstream` has recorded, once there are at least `n`. The downstream records a request before
+/// it answers, but the test reads its lines in a task of its own: an event the consumer counts as processed may
+/// not be among `requests()` yet, so every count is waited for, never read at once.
+async fn wait_for_requests(downstream: &Downstream, n: usize) -> Vec<serde_json::Value> {
     eventually(Duration::from_secs(60), &format!("{n} forwards reached the downstream"), || async {
         downstream.requests().len() >= n
     })
     .await;
+    downstream.requests()
 }
 
 fn text(value: &serde_json::Value) -> &str {
@@ -129,7 +133,7 @@ async fn every_forward_verifies_with_the_official_python_and_node_libraries_over
     .await;
 
     for (downstream, event_type, version) in [(&python, "push", "1.1"), (&node, "issues", "2.0")] {
-        let requests = downstream.requests();
+        let requests = wait_for_requests(downstream, 4).await;
         let expected: Vec<&(String, String)> =
             sent.iter().filter(|(_, sent_type)| *sent_type == event_type).map(|(event, _)| event).collect();
         assert_eq!(requests.len(), expected.len(), "each event forwarded once: {requests:#?}");
@@ -190,7 +194,7 @@ async fn a_forward_signed_with_a_secret_the_downstream_does_not_know_is_refused_
         assert!(failure.error.contains("401") && failure.error.contains("signature refused"), "{}", failure.error);
     }
     for downstream in [&python, &node] {
-        let requests = downstream.requests();
+        let requests = wait_for_requests(downstream, 1).await;
         assert_eq!(requests.len(), 1, "refused once, not retried: {requests:#?}");
         assert_eq!(requests[0]["verified"], false, "{requests:#?}");
     }
@@ -227,7 +231,7 @@ async fn during_a_rotation_both_secrets_sign_and_a_downstream_knowing_either_one
     })
     .await;
     for downstream in [&python, &node] {
-        let requests = downstream.requests();
+        let requests = wait_for_requests(downstream, 2).await;
         assert_eq!(requests.len(), 2, "{requests:#?}");
         for request in &requests {
             assert_eq!(request["verified"], true, "{request}");
@@ -255,7 +259,7 @@ async fn mutual_tls_presents_the_client_certificate_and_a_route_without_one_is_r
         stack.consumer_events("processed").await >= 1 && !stack.records(&stack.kafka.dlq_topic).await.is_empty()
     })
     .await;
-    let requests = node.requests();
+    let requests = wait_for_requests(&node, 1).await;
     assert_eq!(requests.len(), 1, "{requests:#?}");
     assert_eq!(text(&requests[0]["webhook_id"]), push_id);
     assert_eq!(requests[0]["verified"], true);
