@@ -28,6 +28,15 @@ enum Command {
         #[arg(long)]
         print: bool,
     },
+    /// Print this service's dedupe bucket schedule (how many buckets each 6-hour slot has), or change it with
+    /// `--set`: from the first slot that starts at least 15 minutes from now, every slot has that many buckets.
+    /// Size it so a slot's buckets hold about 64 outcomes each (docs/dedupe.md, "Buckets per slot"): past 128 a
+    /// bucket costs about three times the bytes. Slots already begun keep their count.
+    DedupeBuckets {
+        /// The new bucket count: a power of two from 16384 to 16777216.
+        #[arg(long)]
+        set: Option<u64>,
+    },
 }
 
 #[tokio::main]
@@ -41,8 +50,10 @@ async fn run() -> anyhow::Result<()> {
     if args.service.print_requested(Metrics::describe, Loaded::read_checked)? {
         return Ok(());
     }
-    if let Some(Command::Migrate { print }) = args.command {
-        return migrate(&args.service, print).await;
+    match args.command {
+        Some(Command::Migrate { print }) => return migrate(&args.service, print).await,
+        Some(Command::DedupeBuckets { set }) => return dedupe_buckets(&args.service, set).await,
+        None => {}
     }
     let loaded = Loaded::load(args.service.config())?;
     let config = &loaded.config;
@@ -82,6 +93,29 @@ async fn migrate(service: &ServiceArgs, print: bool) -> anyhow::Result<()> {
     for (place, handler) in handlers {
         handler.migrate().await.map_err(|problem| anyhow::anyhow!("{place}: {problem}"))?;
         tracing::info!(handler = %place, "postgres tables present");
+    }
+    Ok(())
+}
+
+async fn dedupe_buckets(service: &ServiceArgs, set: Option<u64>) -> anyhow::Result<()> {
+    use hookline_common::wire::dedupe_layout::{BUCKETS, SLOT_S};
+    let config = Loaded::read_checked(service.config())?;
+    let name = config.service_name();
+    let dedupe = hookline_consumer::dedupe::Dedupe::connect(&config.redis, name)
+        .await
+        .map_err(|error| anyhow::anyhow!("redis: {}", error.redis_error()))?;
+    if let Some(buckets) = set {
+        let change = dedupe.change_buckets(buckets).await?;
+        println!("service {name}: {} buckets per slot from slot {}", change.buckets, change.from_slot);
+    }
+    let slot_time = |slot: u64| {
+        let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(slot * SLOT_S);
+        hookline_common::time::Rfc3339::of_time(time, hookline_common::time::Precision::Seconds).to_string()
+    };
+    let schedule = dedupe.bucket_schedule().map_err(|error| anyhow::anyhow!("redis: {}", error.redis_error()))?;
+    println!("service {name}: {BUCKETS} buckets per slot unless changed below");
+    for change in schedule.changes() {
+        println!("  from slot {} ({}): {} buckets", change.from_slot, slot_time(change.from_slot), change.buckets);
     }
     Ok(())
 }

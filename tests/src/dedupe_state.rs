@@ -2,9 +2,20 @@
 //! (for tests that check what the consumer wrote).
 
 use hookline_common::wire::{
-    dedupe_layout::{EventHash, MAX_WINDOW_S, Outcome},
-    now_ms,
+    dedupe_layout::{BucketSchedule, EventHash, MAX_WINDOW_S, Outcome},
+    now_ms, redis_key,
 };
+
+/// The service's bucket schedule as stored (the default when none is).
+pub async fn bucket_schedule(
+    connection: &mut impl redis::aio::ConnectionLike,
+    prefix: &str,
+    service: &str,
+) -> BucketSchedule {
+    let stored: Option<String> =
+        redis::cmd("GET").arg(redis_key::dedupe_buckets(prefix, service)).query_async(connection).await.expect("GET");
+    BucketSchedule::decode(stored.as_deref().unwrap_or_default()).expect("a readable schedule")
+}
 
 /// The event's latest outcome in the service's buckets, with its bucket's time to live (ms); `None`: none.
 pub async fn dedupe_outcome(
@@ -17,7 +28,8 @@ pub async fn dedupe_outcome(
     let hash = EventHash::new(source, event_id);
     let now_s = u64::try_from(now_ms() / 1000).expect("after the epoch");
     let mut latest: Option<(Outcome, i64)> = None;
-    for bucket in hash.window_buckets(prefix, service, now_s, MAX_WINDOW_S) {
+    let schedule = bucket_schedule(connection, prefix, service).await;
+    for bucket in hash.window_buckets(prefix, service, now_s, MAX_WINDOW_S, &schedule) {
         let value: Option<String> =
             redis::cmd("HGET").arg(&bucket).arg(&hash.field[..]).query_async(connection).await.expect("HGET");
         let Some(outcome) = value.as_deref().and_then(Outcome::decode) else { continue };

@@ -51,7 +51,7 @@ mod stack_env;
 
 pub use crate::{
     builder::TestStackBuilder,
-    dedupe_state::dedupe_outcome,
+    dedupe_state::{bucket_schedule, dedupe_outcome},
     delivery::{Delivery, Reply, TEST_SECRET, body_event_id, push_meta},
     fake_endpoint::FakeEndpoint,
     handler::{TestHandler, routed},

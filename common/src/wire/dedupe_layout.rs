@@ -10,8 +10,11 @@
 //!   outcome, [`Outcome`]), where `<slot>` is the [`SLOT_S`]-second slot of the write. A bucket lives until its
 //!   slot ends plus the longest window written into it, then expires whole.
 //!
-//! A bucket holds about `events per slot / BUCKETS` fields: below Redis's `hash-max-listpack-entries` (128 by
-//! default) it stays in the compact listpack encoding, where a field costs its bytes plus a few.
+//! A bucket holds about `events per slot / buckets` fields: below Redis's `hash-max-listpack-entries` (128 by
+//! default) it stays in the compact listpack encoding, where a field costs its bytes plus a few. A service's
+//! bucket count per slot is [`BUCKETS`] unless its [`BucketSchedule`] raised it from some slot on: then each of the
+//! [`BUCKETS`] hash tags holds `buckets / BUCKETS` sub-buckets, `<prefix>:{<service>:<index>}:<slot>:<sub>`, on the
+//! same cluster slot as the claim key.
 
 use sha2::{Digest, Sha256};
 
@@ -28,11 +31,29 @@ pub const CLOCK_SKEW_S: u64 = 120;
 /// The longest window a source may have: the replayer's lookup reads this far back.
 pub const MAX_WINDOW_S: u64 = 30 * 24 * 3600;
 
-/// A service's event, hashed: its field and bucket index.
+/// The most buckets a slot may have (2^24: 1,024 sub-buckets per hash tag), enough for 100,000 events/s at 64
+/// per bucket.
+pub const MAX_BUCKETS: u32 = 1 << 24;
+// Every count's sub-buckets divide 2^16, so `sub_bits` picks among them evenly.
+const _: () = assert!((1 << 16) % (MAX_BUCKETS / BUCKETS) == 0);
+/// How far ahead a new bucket count takes effect: every consumer re-reads the schedule far more often
+/// ([`SCHEDULE_REFRESH_S`]), so none writes or reads a slot with another count than the rest.
+pub const SCHEDULE_LEAD_S: u64 = 15 * 60;
+/// How often a consumer re-reads its service's schedule.
+pub const SCHEDULE_REFRESH_S: u64 = 60;
+/// A schedule read longer ago than this is not used: a consumer that cannot re-read it stops claiming (fails
+/// closed, as on any Redis error) before a change it might not know of could take effect.
+pub const SCHEDULE_STALE_S: u64 = 10 * 60;
+
+/// A service's event, hashed: its field, its bucket index (its hash tag) and the bits that pick its sub-bucket when
+/// a slot has more than [`BUCKETS`] buckets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventHash {
     pub field: [u8; FIELD_BYTES],
-    pub index: u32,
+    /// Below [`BUCKETS`].
+    pub index: u16,
+    /// Taken modulo the sub-buckets of a slot: at most [`MAX_BUCKETS`] / [`BUCKETS`], which divides 2^16.
+    pub sub_bits: u16,
 }
 
 impl EventHash {
@@ -46,7 +67,12 @@ impl EventHash {
         field.copy_from_slice(&digest[..FIELD_BYTES]);
         let index_bytes =
             [digest[FIELD_BYTES], digest[FIELD_BYTES + 1], digest[FIELD_BYTES + 2], digest[FIELD_BYTES + 3]];
-        Self { field, index: u32::from_be_bytes(index_bytes) % BUCKETS }
+        let index = u32::from_be_bytes(index_bytes) % BUCKETS;
+        Self {
+            field,
+            index: u16::try_from(index).expect("BUCKETS fits in 16 bits"),
+            sub_bits: u16::from_be_bytes([digest[20], digest[21]]),
+        }
     }
 
     /// `<prefix>:{<service>:<index>}`: the start of every key of this event, its hash tag included.
@@ -59,16 +85,37 @@ impl EventHash {
         format!("{}:c:{}", self.tagged(prefix, service), hex::encode(self.field))
     }
 
-    /// The bucket of time slot `slot`.
-    pub fn bucket_key(&self, prefix: &str, service: &str, slot: u64) -> String {
-        format!("{}:{slot}", self.tagged(prefix, service))
+    /// The bucket of time slot `slot` when that slot has `buckets` buckets: `<tag>:<slot>` at [`BUCKETS`] (the
+    /// name before schedules existed), `<tag>:<slot>:<sub>` above.
+    pub fn bucket_key(&self, prefix: &str, service: &str, slot: u64, buckets: u32) -> String {
+        let subs = (buckets / BUCKETS).max(1);
+        if subs == 1 {
+            format!("{}:{slot}", self.tagged(prefix, service))
+        } else {
+            format!("{}:{slot}:{}", self.tagged(prefix, service), u32::from(self.sub_bits) % subs)
+        }
+    }
+
+    /// The bucket a write at `now_s` goes to.
+    pub fn write_bucket(&self, prefix: &str, service: &str, now_s: u64, schedule: &BucketSchedule) -> String {
+        let slot = write_slot(now_s);
+        self.bucket_key(prefix, service, slot, schedule.buckets_at(slot))
     }
 
     /// The buckets a claim at `now_s` with a window of `window_s` reads, newest first: the slot of `now` plus
-    /// the clock skew (a host ahead of ours may have written there), back to that of `now - window - skew`.
-    /// The first is not where this host writes: see [`write_slot`].
-    pub fn window_buckets(&self, prefix: &str, service: &str, now_s: u64, window_s: u64) -> Vec<String> {
-        window_slots(now_s, window_s).map(|slot| self.bucket_key(prefix, service, slot)).collect()
+    /// the clock skew (a host ahead of ours may have written there), back to that of `now - window - skew`, each
+    /// with its slot's bucket count. The first is not where this host writes: see [`write_slot`].
+    pub fn window_buckets(
+        &self,
+        prefix: &str,
+        service: &str,
+        now_s: u64,
+        window_s: u64,
+        schedule: &BucketSchedule,
+    ) -> Vec<String> {
+        window_slots(now_s, window_s)
+            .map(|slot| self.bucket_key(prefix, service, slot, schedule.buckets_at(slot)))
+            .collect()
     }
 }
 
@@ -89,6 +136,95 @@ pub fn write_slot(now_s: u64) -> u64 {
 pub fn bucket_ttl_ms(now_s: u64, window_s: u64) -> u64 {
     let slot_end = (write_slot(now_s) + 1) * SLOT_S;
     (slot_end - now_s + window_s + CLOCK_SKEW_S) * 1000
+}
+
+/// How many buckets each of a service's slots has: [`BUCKETS`], then each change from its slot on. Kept in Redis
+/// (`<prefix>:svc=<service>:buckets`, [`super::redis_key::dedupe_buckets`]) as `<buckets>@<slot>,...`, changed only
+/// by an operator (`hookline-consumer dedupe-buckets`), read by every consumer of the service and by lookup. A
+/// slot's count never changes once the slot may have been written: a change takes effect from the first slot that
+/// starts at least [`SCHEDULE_LEAD_S`] later.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BucketSchedule {
+    /// Ascending by slot.
+    changes: Vec<BucketChange>,
+}
+
+/// From slot `from_slot` on, `buckets` buckets per slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketChange {
+    pub from_slot: u64,
+    pub buckets: u32,
+}
+
+/// A schedule or a change that cannot be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("a bucket count must be a power of two from {BUCKETS} to {MAX_BUCKETS}, not {0}")]
+    Count(u64),
+    #[error("the bucket schedule {0:?} is not `<buckets>@<slot>,...` in ascending slots")]
+    Unreadable(String),
+    #[error("slots from {from_slot} on already have {buckets} buckets")]
+    Unchanged { from_slot: u64, buckets: u32 },
+}
+
+impl BucketSchedule {
+    /// The bucket count of `slot`.
+    pub fn buckets_at(&self, slot: u64) -> u32 {
+        self.changes.iter().rev().find(|change| change.from_slot <= slot).map_or(BUCKETS, |change| change.buckets)
+    }
+
+    /// The changes, oldest first.
+    pub fn changes(&self) -> &[BucketChange] {
+        &self.changes
+    }
+
+    /// Checks a bucket count.
+    pub fn valid_count(buckets: u64) -> Result<u32, ScheduleError> {
+        let count = u32::try_from(buckets).map_err(|_| ScheduleError::Count(buckets))?;
+        if !count.is_power_of_two() || !(BUCKETS..=MAX_BUCKETS).contains(&count) {
+            return Err(ScheduleError::Count(buckets));
+        }
+        Ok(count)
+    }
+
+    /// The schedule with `buckets` per slot from the first slot that starts at least [`SCHEDULE_LEAD_S`] after
+    /// `now_s` (and after every change already scheduled), and that change.
+    pub fn changed(&self, now_s: u64, buckets: u64) -> Result<(Self, BucketChange), ScheduleError> {
+        let buckets = Self::valid_count(buckets)?;
+        let earliest = (now_s + SCHEDULE_LEAD_S).div_ceil(SLOT_S);
+        let from_slot = self.changes.last().map_or(earliest, |last| earliest.max(last.from_slot + 1));
+        if self.buckets_at(from_slot) == buckets {
+            return Err(ScheduleError::Unchanged { from_slot, buckets });
+        }
+        let change = BucketChange { from_slot, buckets };
+        let mut changes = self.changes.clone();
+        changes.push(change);
+        Ok((Self { changes }, change))
+    }
+
+    /// `<buckets>@<slot>,...`; empty for the default.
+    pub fn encode(&self) -> String {
+        self.changes
+            .iter()
+            .map(|change| format!("{}@{}", change.buckets, change.from_slot))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn decode(value: &str) -> Result<Self, ScheduleError> {
+        let unreadable = || ScheduleError::Unreadable(value.to_owned());
+        let mut changes: Vec<BucketChange> = Vec::new();
+        for entry in value.split(',').filter(|entry| !entry.is_empty()) {
+            let (buckets, slot) = entry.split_once('@').ok_or_else(unreadable)?;
+            let buckets = Self::valid_count(buckets.parse().map_err(|_| unreadable())?)?;
+            let from_slot = slot.parse().map_err(|_| unreadable())?;
+            if changes.last().is_some_and(|last| last.from_slot >= from_slot) {
+                return Err(unreadable());
+            }
+            changes.push(BucketChange { from_slot, buckets });
+        }
+        Ok(Self { changes })
+    }
 }
 
 /// What a bucket's field says about an event. Written by the consumer's scripts; read by them and by lookup.
@@ -168,10 +304,50 @@ mod tests {
         assert_ne!(hash.field, EventHash::new("github", "e2").field);
         assert_ne!(hash.field, EventHash::new("githu", "be1").field, "the separator keeps source and id apart");
         let claim = hash.claim_key("p", "billing");
-        let bucket = hash.bucket_key("p", "billing", 7);
+        let bucket = hash.bucket_key("p", "billing", 7, BUCKETS);
         let tag = format!("{{billing:{}}}", hash.index);
         assert!(claim.starts_with(&format!("p:{tag}:c:")) && claim.len() == format!("p:{tag}:c:").len() + 32);
         assert_eq!(bucket, format!("p:{tag}:7"));
+        // More buckets: sub-buckets under the same tag (the same cluster slot as the claim key).
+        assert_eq!(hash.bucket_key("p", "billing", 7, 4 * BUCKETS), format!("p:{tag}:7:{}", hash.sub_bits % 4));
+    }
+
+    #[test]
+    fn sub_buckets_spread_events_evenly() {
+        let mut counts = [0u32; 8];
+        for n in 0..8_000 {
+            counts[usize::from(EventHash::new("s", &n.to_string()).sub_bits % 8)] += 1;
+        }
+        assert!(counts.iter().all(|count| (800..1_200).contains(count)), "{counts:?}");
+    }
+
+    #[test]
+    fn a_schedule_changes_only_slots_that_start_after_its_lead() {
+        let default = BucketSchedule::default();
+        assert_eq!(default.buckets_at(0), BUCKETS);
+        assert_eq!(default.encode(), "");
+        // Just before a slot boundary: the next slot starts within the lead, so the change waits one more.
+        let now = 10 * SLOT_S - 60;
+        let (schedule, change) = default.changed(now, 65_536).expect("a valid change");
+        assert_eq!(change, BucketChange { from_slot: 11, buckets: 65_536 });
+        assert_eq!(
+            (schedule.buckets_at(10), schedule.buckets_at(11), schedule.buckets_at(99)),
+            (BUCKETS, 65_536, 65_536)
+        );
+        // Well before a boundary: the next slot.
+        assert_eq!(default.changed(10 * SLOT_S, 65_536).expect("valid").1.from_slot, 11);
+        // A second change goes after the first, even if asked for earlier.
+        let (twice, second) = schedule.changed(now, 32_768).expect("valid");
+        assert_eq!(second.from_slot, 12);
+        assert_eq!(BucketSchedule::decode(&twice.encode()), Ok(twice.clone()));
+        assert_eq!(twice.encode(), "65536@11,32768@12");
+        assert_eq!(schedule.changed(now, 65_536), Err(ScheduleError::Unchanged { from_slot: 12, buckets: 65_536 }));
+        for wrong in [0, 100, 8_192, 24_576, u64::from(MAX_BUCKETS) * 2] {
+            assert_eq!(default.changed(now, wrong), Err(ScheduleError::Count(wrong)));
+        }
+        for unreadable in ["65536", "65536@x", "65536@5,32768@5", "3@1"] {
+            assert!(BucketSchedule::decode(unreadable).is_err(), "{unreadable}");
+        }
     }
 
     #[test]

@@ -91,6 +91,12 @@ pub fn layout(prefix: &str, service: &str) -> String {
     format!("{prefix}:svc={service}:layout")
 }
 
+/// A service's dedupe bucket schedule ([`super::dedupe_layout::BucketSchedule`]): `<prefix>:svc=<service>:buckets`
+/// holds `<buckets>@<slot>,...`. Absent: every slot has the default count. Never expires.
+pub fn dedupe_buckets(prefix: &str, service: &str) -> String {
+    format!("{prefix}:svc={service}:buckets")
+}
+
 /// The key a consumer's start exercises every dedupe script on, to learn before fetching anything whether its
 /// Redis user may run them (`<prefix>:svc=<service>:start-check`): a claim, renewed and released, then
 /// claimed again and marked done with a one-second TTL. Never an event's key (those have a source and an id).

@@ -46,11 +46,13 @@ use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 mod batch;
 mod history;
 mod legacy;
+mod schedule;
 mod scripts;
 mod together;
 
 pub use batch::MAX_BATCH;
 pub use history::{LayoutHistory, ServiceHistory};
+pub use schedule::ChangeBucketsError;
 /// The previous layout's scripts, as the previous build runs them (for tests that run it beside this one).
 pub mod previous_layout {
     pub use crate::dedupe::legacy::{CLAIM_SCRIPT, DEAD_SCRIPT, DONE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
@@ -212,6 +214,8 @@ pub struct Dedupe {
     many: Arc<together::ManyEvents>,
     /// The batching task's queue, on a single Redis.
     batcher: Option<tokio::sync::mpsc::UnboundedSender<batch::Call>>,
+    /// The service's bucket count per slot ([`schedule`]).
+    schedule: Arc<schedule::ScheduleCache>,
 }
 
 impl std::fmt::Debug for Dedupe {
@@ -227,6 +231,7 @@ impl Dedupe {
     /// nor the previous layout's until [`Self::honour_legacy_layout`].
     pub async fn connect(config: &RedisConfig, service: &str) -> Result<Self, DedupeError> {
         let connection = RedisConnection::connect(config).await?;
+        let (bucket_schedule, _) = schedule::read(&connection, &config.key_prefix, service).await?;
         let mut dedupe = Self {
             connection,
             prefix: config.key_prefix.clone(),
@@ -246,7 +251,9 @@ impl Dedupe {
             }),
             many: Arc::new(together::ManyEvents::new()),
             batcher: None,
+            schedule: schedule::ScheduleCache::new(bucket_schedule),
         };
+        dedupe.refresh_schedule();
         if let RedisConnection::Single(connection) = &dedupe.connection {
             let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
             tokio::spawn(batch::batch_calls(receiver, connection.clone(), dedupe.clone()));
@@ -330,7 +337,10 @@ impl Dedupe {
     /// Adds one event's keys and arguments for `op` ([`scripts`]) to an invocation.
     fn push_event(&self, invocation: &mut ScriptInvocation<'_>, op: &Op, token: &ClaimToken) {
         let now_s = u64::try_from(now_ms() / 1000).unwrap_or(0);
-        let buckets = || token.hash.window_buckets(&self.prefix, &self.service, now_s, token.window_s);
+        // Its freshness is checked before a call is queued ([`Self::call`], the many-event calls): a schedule that
+        // went stale in the milliseconds since is still the one every other consumer uses.
+        let schedule = self.schedule.fresh().unwrap_or_else(|_| self.schedule.last());
+        let buckets = || token.hash.window_buckets(&self.prefix, &self.service, now_s, token.window_s, &schedule);
         match op {
             Op::Claim => {
                 let buckets = buckets();
@@ -345,7 +355,7 @@ impl Dedupe {
             }
             Op::Done(outcome) | Op::Dead(outcome) => {
                 let buckets = buckets();
-                let written = token.hash.bucket_key(&self.prefix, &self.service, dedupe_layout::write_slot(now_s));
+                let written = token.hash.write_bucket(&self.prefix, &self.service, now_s, &schedule);
                 invocation.key(&token.key).key(&written);
                 for bucket in &buckets {
                     invocation.key(bucket);
@@ -366,6 +376,7 @@ impl Dedupe {
 
     /// Runs one script call: through the batching task on a single Redis, directly on a cluster.
     async fn call<T: FromRedisValue>(&self, op: Op, token: &ClaimToken) -> RedisResult<T> {
+        self.schedule.fresh().map_err(|error| error.0)?;
         let Some(batcher) = &self.batcher else { return self.invoke(&self.invocation(&op, token)).await };
         let (reply, receiver) = tokio::sync::oneshot::channel();
         let gone = || redis::RedisError::from(std::io::Error::other("dedupe batcher stopped"));

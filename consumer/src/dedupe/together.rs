@@ -51,6 +51,7 @@ impl Dedupe {
             // The unscoped layout's window was open when the tokens were made: each claims alone.
             return Err(refused("cannot claim together"));
         }
+        self.schedule.fresh()?;
         let mut invocation = self.many.claim.prepare_invoke();
         for token in tokens {
             self.push_event(&mut invocation, &Op::Claim, token);
@@ -69,6 +70,7 @@ impl Dedupe {
         if !done.iter().all(|(token, _)| self.can_claim_together(token)) {
             return Err(refused("cannot mark done together"));
         }
+        self.schedule.fresh()?;
         let mut invocation = self.many.done.prepare_invoke();
         let processed = Op::Done(PROCESSED.to_owned());
         for (token, _) in done {

@@ -5,7 +5,7 @@
 use hookline_common::{
     redis_connection::RedisConnection,
     wire::{
-        dedupe_layout::{self, EventHash, Outcome},
+        dedupe_layout::{self, BucketSchedule, EventHash, Outcome},
         now_ms,
         redis_key::{self, DEDUPE_CLAIM_PREFIX, DoneMarker, FilteredMarker},
     },
@@ -127,7 +127,15 @@ pub async fn read(
     let mut latest: Option<(Outcome, String)> = None;
     // Every bucket of the longest window (120 of them) in one round trip: they share the event's hash tag, so one
     // slot on a cluster; an event search looks up thousands of events, each one a pipeline, not 120 calls.
-    let buckets = hash.window_buckets(prefix, service, now_s, dedupe_layout::MAX_WINDOW_S);
+    let schedule: Option<String> = redis::cmd("GET")
+        .arg(redis_key::dedupe_buckets(prefix, service))
+        .query_async(&mut connection)
+        .await
+        .map_err(OpError::Redis)?;
+    // An unreadable schedule (written by hand?) is read as the default: a person reading a lookup is told what
+    // the default buckets hold, and the consumer, which never guesses, refuses to claim until it is mended.
+    let schedule = BucketSchedule::decode(schedule.as_deref().unwrap_or_default()).unwrap_or_default();
+    let buckets = hash.window_buckets(prefix, service, now_s, dedupe_layout::MAX_WINDOW_S, &schedule);
     let mut pipeline = redis::pipe();
     for bucket in &buckets {
         pipeline.cmd("HGET").arg(bucket).arg(&hash.field[..]);

@@ -15,7 +15,7 @@ use hookline_common::{
     config::RedisConfig,
     redis_connection::RedisConnection,
     wire::{
-        dedupe_layout::{self, EventHash, Outcome},
+        dedupe_layout::{EventHash, Outcome},
         now_ms,
         redis_key::{self, DoneMarker, FilteredMarker},
     },
@@ -190,7 +190,8 @@ pub(super) async fn outcome(config: &RedisConfig, source: &str, event_id: &str) 
     let hash = EventHash::new(source, event_id);
     let now_s = u64::try_from(now_ms() / 1000).expect("redis");
     let mut found = None;
-    for bucket in hash.window_buckets(&config.key_prefix, "billing", now_s, config.dedupe_ttl_s) {
+    let schedule = hookline_tests::bucket_schedule(&mut connection, &config.key_prefix, "billing").await;
+    for bucket in hash.window_buckets(&config.key_prefix, "billing", now_s, config.dedupe_ttl_s, &schedule) {
         let value: Option<String> =
             redis::cmd("HGET").arg(&bucket).arg(&hash.field[..]).query_async(&mut connection).await.expect("redis");
         found = found.or(value.as_deref().and_then(Outcome::decode));
@@ -198,9 +199,9 @@ pub(super) async fn outcome(config: &RedisConfig, source: &str, event_id: &str) 
     found
 }
 
-/// Every state and transition of one event on the bucketed layout.
-async fn states_and_transitions(cluster: bool) {
-    let config = config(cluster);
+/// Every state and transition of one event on the bucketed layout, for service `billing` of `config` (whatever
+/// bucket schedule it has).
+pub(super) async fn states_and_transitions(config: RedisConfig) {
     let dedupe = Dedupe::connect(&config, "billing").await.expect("redis");
     let done = |offset| DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "t".into(), partition: 0, offset };
 
@@ -280,7 +281,8 @@ async fn states_and_transitions(cluster: bool) {
     let mut connection = raw(&config).await;
     let hash = EventHash::new("github", "e1");
     let now_s = u64::try_from(now_ms() / 1000).expect("redis");
-    let bucket = hash.bucket_key(&config.key_prefix, "billing", dedupe_layout::write_slot(now_s));
+    let schedule = hookline_tests::bucket_schedule(&mut connection, &config.key_prefix, "billing").await;
+    let bucket = hash.write_bucket(&config.key_prefix, "billing", now_s, &schedule);
     let encoding: String =
         redis::cmd("OBJECT").arg("ENCODING").arg(&bucket).query_async(&mut connection).await.expect("redis");
     assert_eq!(encoding, "listpack");
@@ -299,13 +301,13 @@ async fn states_and_transitions(cluster: bool) {
 
 #[tokio::test]
 async fn every_state_and_transition_of_the_bucketed_layout_on_a_single_redis() {
-    states_and_transitions(false).await;
+    states_and_transitions(config(false)).await;
 }
 
 #[tokio::test]
 async fn every_state_and_transition_of_the_bucketed_layout_on_a_redis_cluster() {
     // Needs `scripts/stack start-redis-cluster` (scripts/test starts it).
-    states_and_transitions(true).await;
+    states_and_transitions(config(true)).await;
 }
 
 #[tokio::test]
@@ -375,10 +377,21 @@ async fn bytes_per_remembered_event() {
         partition: (n % 12) as i32,
         offset: 18_233_000 + n as i64,
     };
+    // `DEDUPE_BYTES_LAYOUTS`: which to run, of `previous`, `bucketed` (the default count) and `bucketed:<n>` (n
+    // buckets per slot from the bucket schedule); by default the first two.
+    let layouts = std::env::var("DEDUPE_BYTES_LAYOUTS").unwrap_or_else(|_| "previous,bucketed".to_owned());
     println!("| layout | events | used_memory growth | bytes per event | Redis CPU per event (claim + done) |");
     println!("|---|---|---|---|---|");
-    for layout in ["previous (one key per event)", "bucketed"] {
+    for layout in layouts.split(',') {
         let _: () = redis::cmd("FLUSHALL").arg("SYNC").query_async(&mut connection).await.expect("redis");
+        if let Some(buckets) = layout.strip_prefix("bucketed:") {
+            let _: () = redis::cmd("SET")
+                .arg(redis_key::dedupe_buckets(&config.key_prefix, "billing"))
+                .arg(format!("{buckets}@0"))
+                .query_async(&mut connection)
+                .await
+                .expect("redis");
+        }
         let dedupe = Dedupe::connect(&config, "billing").await.expect("redis");
         let previous = PreviousInstance { config: config.clone(), token: "claim:9b2e4c1a-previous".to_owned() };
         let previous_connection = raw(&config).await;
@@ -388,7 +401,7 @@ async fn bytes_per_remembered_event() {
             .for_each_concurrent(512, |n| {
                 let (dedupe, previous, mut previous_connection) = (&dedupe, &previous, previous_connection.clone());
                 async move {
-                    if layout == "bucketed" {
+                    if layout.starts_with("bucketed") {
                         let token = acquired(dedupe.claim(&dedupe.token("github", &id(n))).await.expect("redis"));
                         assert!(dedupe.mark_done(&token, &marker(n)).await.expect("redis"));
                     } else {

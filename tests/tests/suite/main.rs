@@ -20,6 +20,7 @@ mod consumer_killed;
 mod consumer_lag;
 mod consumer_services;
 mod dead_letter_resend;
+mod dedupe_buckets;
 mod dedupe_dead_marker;
 mod dedupe_previous_layout;
 mod dedupe_together;

@@ -1,0 +1,133 @@
+//! The service's bucket schedule ([`BucketSchedule`]): how many buckets each time slot has. Read when dedupe
+//! connects and again every [`SCHEDULE_REFRESH_S`] by a task of its own; a schedule not read for
+//! [`SCHEDULE_STALE_S`] fails every call (the caller retries, as on any Redis error), because a change published
+//! meanwhile takes effect [`SCHEDULE_LEAD_S`] after it was written and this consumer would then read and write
+//! other buckets than the rest of its service. Changed only by an operator ([`Dedupe::change_buckets`],
+//! `hookline-consumer dedupe-buckets`), with a compare-and-set so two changes never overwrite each other.
+
+use std::{
+    sync::{Arc, RwLock, Weak},
+    time::Duration,
+};
+
+use hookline_common::{
+    redis_connection::RedisConnection,
+    wire::{
+        dedupe_layout::{BucketChange, BucketSchedule, SCHEDULE_REFRESH_S, SCHEDULE_STALE_S, ScheduleError},
+        now_ms, redis_key,
+    },
+};
+
+use super::{Dedupe, DedupeError};
+
+/// The schedule last read, and when (ms since the epoch).
+#[derive(Debug)]
+pub(super) struct ScheduleCache {
+    state: RwLock<(BucketSchedule, i64)>,
+}
+
+impl ScheduleCache {
+    pub(super) fn new(schedule: BucketSchedule) -> Arc<Self> {
+        Arc::new(Self { state: RwLock::new((schedule, now_ms())) })
+    }
+
+    /// The schedule, if it was read recently enough to be trusted.
+    pub(super) fn fresh(&self) -> Result<BucketSchedule, DedupeError> {
+        let (schedule, read_at_ms) = &*self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let age_ms = now_ms() - read_at_ms;
+        if age_ms > i64::try_from(SCHEDULE_STALE_S * 1000).unwrap_or(i64::MAX) {
+            return Err(DedupeError(redis::RedisError::from(std::io::Error::other(format!(
+                "the dedupe bucket schedule was last read {} s ago",
+                age_ms / 1000
+            )))));
+        }
+        Ok(schedule.clone())
+    }
+
+    /// The schedule last read, however long ago.
+    pub(super) fn last(&self) -> BucketSchedule {
+        self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner).0.clone()
+    }
+
+    fn store(&self, schedule: BucketSchedule) {
+        *self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner) = (schedule, now_ms());
+    }
+}
+
+/// Why the schedule could not be changed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeBucketsError {
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("redis: {0}")]
+    Redis(#[from] DedupeError),
+    #[error("the schedule kept changing under this change; try again")]
+    Contended,
+}
+
+/// Sets `KEYS[1]` to `ARGV[2]` only if it still holds `ARGV[1]` (empty: absent).
+const COMPARE_AND_SET: &str = r"
+local current = redis.call('GET', KEYS[1]) or ''
+if current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+";
+
+/// Reads `service`'s schedule; an unreadable one is an error (never guessed: a wrong count reads wrong buckets).
+pub(super) async fn read(
+    connection: &RedisConnection,
+    prefix: &str,
+    service: &str,
+) -> Result<(BucketSchedule, String), DedupeError> {
+    let key = redis_key::dedupe_buckets(prefix, service);
+    let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection.clone()).await?;
+    let value = value.unwrap_or_default();
+    let schedule = BucketSchedule::decode(&value).map_err(|error| {
+        DedupeError(redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, error.to_string())))
+    })?;
+    Ok((schedule, value))
+}
+
+impl Dedupe {
+    /// Re-reads the schedule every [`SCHEDULE_REFRESH_S`] for as long as this dedupe (or a clone) lives.
+    pub(super) fn refresh_schedule(&self) {
+        let cache: Weak<ScheduleCache> = Arc::downgrade(&self.schedule);
+        let (connection, prefix, service) = (self.connection.clone(), self.prefix.clone(), self.service.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(SCHEDULE_REFRESH_S)).await;
+                let Some(cache) = cache.upgrade() else { return };
+                match read(&connection, &prefix, &service).await {
+                    Ok((schedule, _)) => cache.store(schedule),
+                    Err(error) => tracing::warn!(%error, "dedupe bucket schedule not re-read; retrying"),
+                }
+            }
+        });
+    }
+
+    /// The service's bucket schedule as last read.
+    pub fn bucket_schedule(&self) -> Result<BucketSchedule, DedupeError> {
+        self.schedule.fresh()
+    }
+
+    /// Gives the service's slots `buckets` buckets from the first slot that starts at least
+    /// [`hookline_common::wire::dedupe_layout::SCHEDULE_LEAD_S`] from now (and after any change already
+    /// scheduled); returns that change. Slots already begun keep their count.
+    pub async fn change_buckets(&self, buckets: u64) -> Result<BucketChange, ChangeBucketsError> {
+        let key = redis_key::dedupe_buckets(&self.prefix, &self.service);
+        let script = redis::Script::new(COMPARE_AND_SET);
+        for _ in 0..5 {
+            let (schedule, written) = read(&self.connection, &self.prefix, &self.service).await?;
+            let now_s = u64::try_from(now_ms() / 1000).unwrap_or(0);
+            let (changed, change) = schedule.changed(now_s, buckets)?;
+            let mut invocation = script.prepare_invoke();
+            invocation.key(&key).arg(&written).arg(changed.encode());
+            let set: i64 = invocation.invoke_async(&mut self.connection.clone()).await.map_err(DedupeError)?;
+            if set == 1 {
+                self.schedule.store(changed);
+                return Ok(change);
+            }
+        }
+        Err(ChangeBucketsError::Contended)
+    }
+}
