@@ -100,11 +100,15 @@ pub struct KafkaCeilingConfig {
     /// times a gateway's answers: the bare producer's side of "how much of the gateway's time to 2xx is the
     /// broker's". `None`: closed loop, as fast as `concurrency` awaited produces allow.
     pub rate_per_s: Option<f64>,
+    /// `linger.ms` instead of the producers' fixed setting: the gateway's, for a like-for-like pair.
+    pub linger_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct KafkaCeilingReport {
     pub message_bytes: usize,
+    /// The `linger.ms` asked for, if not the producers' fixed one.
+    pub linger_ms: Option<f64>,
     pub concurrency: usize,
     /// The open-loop rate asked for, if any.
     pub target_rate_per_s: Option<f64>,
@@ -123,8 +127,12 @@ pub struct KafkaCeilingReport {
 pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingReport, rdkafka::error::KafkaError> {
     let kafka =
         KafkaConfig { brokers: config.brokers.clone(), inbound_topic: config.topic.clone(), ..KafkaConfig::default() };
+    let mut producer_settings = producer_config(&kafka);
+    if let Some(linger_ms) = config.linger_ms {
+        producer_settings.set("linger.ms", linger_ms.to_string());
+    }
     let producer: FutureProducer<QuietContext> =
-        producer_config(&kafka).create_with_context(QuietContext::new("bench-kafka-ceiling"))?;
+        producer_settings.create_with_context(QuietContext::new("bench-kafka-ceiling"))?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     // Warm-up, not measured: the first produce to a fresh topic waits for its metadata and the producer id
     // (the gateway does the same before it reports ready). A gateway-shaped record, so consumers handle it.
@@ -185,6 +193,7 @@ pub async fn kafka_ceiling(config: &KafkaCeilingConfig) -> Result<KafkaCeilingRe
     let duration_s = start.elapsed().as_secs_f64();
     Ok(KafkaCeilingReport {
         message_bytes: config.message_bytes,
+        linger_ms: config.linger_ms,
         concurrency: config.concurrency,
         target_rate_per_s: config.rate_per_s,
         duration_s,

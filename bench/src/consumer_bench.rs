@@ -116,6 +116,7 @@ pub async fn run(config: &ConsumerBenchConfig) -> anyhow::Result<ConsumerReport>
         record_key: config.record_key.clone(),
         unsigned: config.unsigned,
         rate_per_s: None,
+        linger_ms: None,
     })
     .await?;
     let n_events = fill.acknowledged + fill.warm_up_records;

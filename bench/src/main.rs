@@ -60,6 +60,10 @@ enum Command {
         /// `load --rate` times the gateway's answers); without it, closed loop.
         #[arg(long)]
         rate: Option<f64>,
+        /// The producer's `linger.ms` instead of the producers' fixed setting (fractions allowed): the gateway's
+        /// own (0 for its sending-at-once producer below `batch_from_in_flight`), for a like-for-like pair.
+        #[arg(long)]
+        linger_ms: Option<f64>,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -357,7 +361,17 @@ async fn main() -> anyhow::Result<()> {
             ceilings::serve_http_ceiling(listener, shutdown).await;
             Ok(())
         }
-        Command::KafkaCeiling { brokers, topic, message_bytes, concurrency, duration_s, unsigned, rate, json } => {
+        Command::KafkaCeiling {
+            brokers,
+            topic,
+            message_bytes,
+            concurrency,
+            duration_s,
+            unsigned,
+            rate,
+            linger_ms,
+            json,
+        } => {
             if rate.is_some_and(|rate| rate.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)) {
                 anyhow::bail!("--rate must be positive");
             }
@@ -372,6 +386,7 @@ async fn main() -> anyhow::Result<()> {
                 record_key: BenchRecordKey::generate()?,
                 unsigned,
                 rate_per_s: rate,
+                linger_ms,
             })
             .await?;
             eprintln!(

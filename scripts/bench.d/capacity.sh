@@ -43,6 +43,12 @@ capacity_runs() {
   "$bench" kafka-ceiling --topic "bench-$run_id-capacity-bare" --concurrency 64 --rate "$rate" \
     --duration-s "$duration_s" --json "$results/capacity-bare-open.json" 2>>"$results/logs/kafka-ceiling.log"
   tail -n 1 "$results/logs/kafka-ceiling.log" >&2
+  # The like-for-like pair: at this rate fewer than `batch_from_in_flight` (64) produces wait at once, so the
+  # gateway sends through its producer with `linger.ms = 0`; the bare producer at the same linger.
+  say "bare producer at linger.ms 0 (the gateway's at this load), open loop at $rate/s"
+  "$bench" kafka-ceiling --topic "bench-$run_id-capacity-bare0" --concurrency 64 --rate "$rate" --linger-ms 0 \
+    --duration-s "$duration_s" --json "$results/capacity-bare-open-linger0.json" 2>>"$results/logs/kafka-ceiling.log"
+  tail -n 1 "$results/logs/kafka-ceiling.log" >&2
   gateway_run capacity-gateway-open github --concurrency 64 --rate "$rate"
 
   # One consumer instance (log handler): events/s, its CPU per event, Redis's CPU and memory per remembered event.

@@ -14,6 +14,10 @@ import sys
 
 SERVICES = 3
 WINDOW_S = 72 * 3600  # redis.dedupe_ttl_s, the window of a source without its own or its provider's
+SLOT_S = 6 * 3600  # a dedupe bucket's time slot: an outcome stays until its slot ends plus the window
+DEFAULT_BUCKETS = 16_384  # per slot, unless the service's bucket schedule says more (docs/dedupe.md)
+MAX_BUCKETS = 1 << 24
+PER_BUCKET = 64  # outcomes per bucket the schedule is sized for: half the listpack limit of 128
 UTILISATION = 0.6  # CPU a sized deployment runs at: headroom for bursts, a lost node, a backlog's drain
 REPLICATION = 3
 RATES = [1_000, 10_000, 50_000]
@@ -49,6 +53,14 @@ def per_unit(results, kib):
     }
 
 
+def buckets_per_slot(rate):
+    """The bucket count docs/dedupe.md says to set: ~64 outcomes per bucket, a power of two."""
+    buckets = DEFAULT_BUCKETS
+    while rate * SLOT_S / buckets > PER_BUCKET and buckets < MAX_BUCKETS:
+        buckets *= 2
+    return buckets
+
+
 def needs(unit, rate):
     gateway_cores = rate / unit["gateway_per_core_s"] / UTILISATION
     consumer_cores = rate * unit["consumer_cpu_us"] / 1e6 / UTILISATION
@@ -58,7 +70,9 @@ def needs(unit, rate):
         "gateway cores": f"{gateway_cores:.1f} (≥ 2 pods)",
         "partitions": f"{partitions}",
         "consumer instances per service": f"{instances} ({consumer_cores:.1f} cores)",
-        "Redis GB": f"{rate * WINDOW_S * unit['redis_bytes'] * SERVICES / 1e9:.1f}",
+        "dedupe buckets per slot": f"{buckets_per_slot(rate):,}",
+        # An outcome lives until its slot ends plus the window: on average the window plus half a slot.
+        "Redis GB": f"{rate * (WINDOW_S + SLOT_S / 2) * unit['redis_bytes'] * SERVICES / 1e9:.1f}",
         "Redis cores": f"{rate * SERVICES * unit['redis_cpu_us'] / 1e6 / UTILISATION:.1f}",
         "broker disk GB/day (RF 3): bench bodies / incompressible": (
             f"{rate * 86400 * unit['disk_bytes'] * REPLICATION / 1e9:,.0f} / "
@@ -72,6 +86,8 @@ def main():
     results = sys.argv[1]
     units = {kib: per_unit(results, kib) for kib in SIZES_KIB}
     bare = load(results, "capacity-bare-open.json")
+    bare0_path = os.path.join(results, "capacity-bare-open-linger0.json")
+    bare0 = load(results, "capacity-bare-open-linger0.json") if os.path.exists(bare0_path) else None
     gateway = load(results, "capacity-gateway-open.json")["load"]
 
     print("## Per-unit figures (this run)\n")
@@ -97,6 +113,13 @@ def main():
         f"the gateway's time to 2xx p50 {gateway['time_to_2xx']['p50_ms']:.2f} ms, "
         f"p99 {gateway['time_to_2xx']['p99_ms']:.2f} ms.\n"
     )
+    if bare0 is not None:
+        difference = gateway["time_to_2xx"]["p50_ms"] - bare0["ack_latency"]["p50_ms"]
+        print(
+            f"Like for like, the bare producer at the gateway's `linger.ms` at this load (0): acknowledgement p50 "
+            f"{bare0['ack_latency']['p50_ms']:.2f} ms, p99 {bare0['ack_latency']['p99_ms']:.2f} ms; the gateway's "
+            f"p50 is {difference:+.2f} ms from it (issue 44's target: within 0.3 ms).\n"
+        )
     print(
         f"## Needs, three consumer services, a {WINDOW_S // 3600} h dedupe window, CPU sized for "
         f"{UTILISATION:.0%} use\n"
