@@ -200,7 +200,10 @@ async fn start_handler_and_connect(
     }
     loop {
         match Dedupe::connect(&config.redis, service).await {
-            Ok(dedupe) => return Ok(Some(dedupe.with_source_windows(config.source_windows()))),
+            Ok(dedupe) => {
+                let dedupe = dedupe.report_bucket_fill(metrics.dedupe_bucket_fill.clone());
+                return Ok(Some(dedupe.with_source_windows(config.source_windows())));
+            }
             Err(error) => {
                 // A configuration Redis will never accept ends the start; only an unreachable Redis is waited for.
                 if let Some(refusal) = redis_security::refusal(&config.redis, error.redis_error()) {

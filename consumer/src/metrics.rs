@@ -25,6 +25,9 @@ pub struct Metrics {
     pub event_age: HistogramVec,
     /// `hookline_consumer_dedupe_errors_total`: Redis errors and timeouts (the consumer pauses on each).
     pub dedupe_errors: IntCounter,
+    /// `hookline_consumer_dedupe_bucket_fill`: outcomes per dedupe bucket in the last complete time slot, sampled
+    /// every minute; past about 100 the service needs more buckets per slot (docs/dedupe.md, "Buckets per slot").
+    pub dedupe_bucket_fill: IntGauge,
     /// `hookline_consumer_claim_conflicts_total`: claims found held by another consumer.
     pub claim_conflicts: IntCounter,
     /// `hookline_consumer_dlq_produce_errors_total`: failed dead-letter produces (retried; the offset waits).
@@ -136,6 +139,10 @@ impl Metrics {
                 Some(&[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0]),
             )?,
             dedupe_errors: counter("hookline_consumer_dedupe_errors_total", "Redis errors and timeouts.")?,
+            dedupe_bucket_fill: gauge(
+                "hookline_consumer_dedupe_bucket_fill",
+                "Outcomes per dedupe bucket in the last complete time slot, sampled each minute.",
+            )?,
             claim_conflicts: counter(
                 "hookline_consumer_claim_conflicts_total",
                 "Claims found held by another consumer.",
@@ -267,6 +274,7 @@ impl Metrics {
             Box::new(self.handle_duration.clone()),
             Box::new(self.event_age.clone()),
             Box::new(self.dedupe_errors.clone()),
+            Box::new(self.dedupe_bucket_fill.clone()),
             Box::new(self.claim_conflicts.clone()),
             Box::new(self.dlq_produce_errors.clone()),
             Box::new(self.panics.clone()),
@@ -443,6 +451,7 @@ mod tests {
         metrics.handle_duration.with_label_values(&["s"]).observe(0.01);
         metrics.event_age.with_label_values(&["s"]).observe(0.2);
         metrics.dedupe_errors.inc();
+        metrics.dedupe_bucket_fill.set(40);
         metrics.claim_conflicts.inc();
         metrics.dlq_produce_errors.inc();
         metrics.panics.with_label_values(&["s"]).inc();
@@ -473,7 +482,7 @@ mod tests {
         metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
         metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 36);
+        assert_eq!(described.len(), 37);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

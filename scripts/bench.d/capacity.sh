@@ -5,6 +5,8 @@
 #   BENCH_CAPACITY_RATE=3000   the open-loop rate at which the gateway's time to 2xx is read beside a bare
 #                              producer's acknowledgement (same broker, same run)
 #   BENCH_CAPACITY_FILL_S=10   seconds of records the consumer runs drain (one instance, per body size)
+#   BENCH_CAPACITY_CHECK_RECORDS=1100000  records of 1 KiB one consumer drains to check the Redis prediction (the
+#                              per-event bytes of the short 1 KiB run times these events, against Redis's growth)
 
 # Bytes of record batches the topic's partitions hold on this broker's disk (one replica): their segments' `.log`
 # files only, since each segment's index files are preallocated (10 MiB each) whatever the segment holds.
@@ -64,6 +66,17 @@ capacity_runs() {
       -v m="$(( $(redis_used_memory) - memory_before ))" \
       'BEGIN { printf "{\"redis_cpu_s\": %.2f, \"redis_memory_bytes\": %d}\n", r / hz, m }' >"$results/$label.redis"
   done
+
+  # The Redis prediction checked: a run of at least 1M events, its Redis growth against the short run's bytes per
+  # event times its events (the table's 15 % check).
+  local check_records=${BENCH_CAPACITY_CHECK_RECORDS:-1100000} memory_before
+  label=capacity-check
+  memory_before=$(redis_used_memory)
+  say "consumer: the Redis prediction over $check_records events of 1 KiB"
+  "$bench" consumer --topic "bench-$run_id-$label" --partitions 6 --fill-s 300 --fill-records "$check_records" \
+    --body-bytes 1024 --consumer-bin "$bin/hookline-consumer" --instances 1 --timeout-s 1500 \
+    --work-dir "$results/config" --json "$results/$label.json" 2>>"$results/logs/consumer.log"
+  printf '{"redis_memory_bytes": %d}\n' "$(( $(redis_used_memory) - memory_before ))" >"$results/$label.redis"
 
   python3 scripts/bench.d/capacity_table.py "$results" | tee "$results/capacity.md"
 }

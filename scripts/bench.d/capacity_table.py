@@ -120,6 +120,18 @@ def main():
             f"{bare0['ack_latency']['p50_ms']:.2f} ms, p99 {bare0['ack_latency']['p99_ms']:.2f} ms; the gateway's "
             f"p50 is {difference:+.2f} ms from it (issue 44's target: within 0.3 ms).\n"
         )
+    check_path = os.path.join(results, "capacity-check.redis")
+    if os.path.exists(check_path):
+        check = load(results, "capacity-check.json")
+        events = next(r for r in check["rows"] if r["kind"] == "end_to_end")["processed"]
+        measured = load(results, "capacity-check.redis")["redis_memory_bytes"]
+        predicted = events * units[1]["redis_bytes"]
+        print(
+            f"Redis prediction checked: {events:,} events of 1 KiB drained by one consumer grew Redis by "
+            f"{measured:,} B ({measured / max(events, 1):.1f} B per event); the short run's "
+            f"{units[1]['redis_bytes']:.1f} B per event predicted {predicted:,.0f} B: "
+            f"{(measured - predicted) / predicted:+.1%} (issue 44's target: within 15 %).\n"
+        )
     print(
         f"## Needs, three consumer services, a {WINDOW_S // 3600} h dedupe window, CPU sized for "
         f"{UTILISATION:.0%} use\n"

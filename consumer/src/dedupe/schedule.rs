@@ -4,31 +4,49 @@
 //! meanwhile takes effect [`SCHEDULE_LEAD_S`] after it was written and this consumer would then read and write
 //! other buckets than the rest of its service. Changed only by an operator ([`Dedupe::change_buckets`],
 //! `hookline-consumer dedupe-buckets`), with a compare-and-set so two changes never overwrite each other.
+//!
+//! The same task samples how full the last complete slot's buckets are ([`FILL_SAMPLES`] random buckets, one
+//! `HLEN` each): past [`FILL_WARN`] outcomes per bucket it logs the count to set, and the consumer's gauge
+//! `hookline_consumer_dedupe_bucket_fill` says it to an alert (a bucket past 128 costs about three times the
+//! bytes, docs/dedupe.md).
 
 use std::{
-    sync::{Arc, RwLock, Weak},
+    sync::{Arc, OnceLock, RwLock, Weak},
     time::Duration,
 };
+
+use prometheus::IntGauge;
 
 use hookline_common::{
     redis_connection::RedisConnection,
     wire::{
-        dedupe_layout::{BucketChange, BucketSchedule, SCHEDULE_REFRESH_S, SCHEDULE_STALE_S, ScheduleError},
+        dedupe_layout::{
+            BUCKETS, BucketChange, BucketSchedule, EventHash, FIELD_BYTES, MAX_BUCKETS, SCHEDULE_REFRESH_S,
+            SCHEDULE_STALE_S, ScheduleError, write_slot,
+        },
         now_ms, redis_key,
     },
 };
 
 use super::{Dedupe, DedupeError};
 
-/// The schedule last read, and when (ms since the epoch).
+/// Buckets of the last complete slot whose `HLEN` is read each refresh.
+const FILL_SAMPLES: usize = 16;
+/// Outcomes per bucket past which a warning names the bucket count to set: 3/4 of Redis's usual listpack limit.
+const FILL_WARN: f64 = 96.0;
+/// Outcomes per bucket the advised count aims at (docs/dedupe.md, "Buckets per slot").
+const FILL_TARGET: f64 = 64.0;
+
+/// The schedule last read, and when (ms since the epoch); the gauge the sampled fill goes to.
 #[derive(Debug)]
 pub(super) struct ScheduleCache {
     state: RwLock<(BucketSchedule, i64)>,
+    fill_gauge: OnceLock<IntGauge>,
 }
 
 impl ScheduleCache {
     pub(super) fn new(schedule: BucketSchedule) -> Arc<Self> {
-        Arc::new(Self { state: RwLock::new((schedule, now_ms())) })
+        Arc::new(Self { state: RwLock::new((schedule, now_ms())), fill_gauge: OnceLock::new() })
     }
 
     /// The schedule, if it was read recently enough to be trusted.
@@ -98,11 +116,28 @@ impl Dedupe {
                 tokio::time::sleep(Duration::from_secs(SCHEDULE_REFRESH_S)).await;
                 let Some(cache) = cache.upgrade() else { return };
                 match read(&connection, &prefix, &service).await {
-                    Ok((schedule, _)) => cache.store(schedule),
+                    Ok((schedule, _)) => {
+                        sample_fill(&connection, &prefix, &service, &schedule, cache.fill_gauge.get()).await;
+                        cache.store(schedule);
+                    }
                     Err(error) => tracing::warn!(%error, "dedupe bucket schedule not re-read; retrying"),
                 }
             }
         });
+    }
+
+    /// Reports the sampled outcomes per bucket of the last complete slot to `gauge` from the next refresh on.
+    pub fn report_bucket_fill(self, gauge: IntGauge) -> Self {
+        let _ = self.schedule.fill_gauge.set(gauge);
+        self
+    }
+
+    /// Outcomes per bucket in the last complete slot, from [`FILL_SAMPLES`] random buckets (what the gauge of
+    /// [`Self::report_bucket_fill`] shows); `None` before slot 1.
+    pub async fn sampled_bucket_fill(&self) -> Result<Option<f64>, DedupeError> {
+        let schedule = self.schedule.fresh()?;
+        let sample = sampled_fill(&self.connection, &self.prefix, &self.service, &schedule).await?;
+        Ok(sample.map(|(_, _, fill)| fill))
     }
 
     /// The service's bucket schedule as last read.
@@ -129,5 +164,62 @@ impl Dedupe {
             }
         }
         Err(ChangeBucketsError::Contended)
+    }
+}
+
+/// The mean length of [`FILL_SAMPLES`] random buckets of the slot before the current one (the last complete
+/// slot); `None` before slot 1.
+async fn sampled_fill(
+    connection: &RedisConnection,
+    prefix: &str,
+    service: &str,
+    schedule: &BucketSchedule,
+) -> Result<Option<(u64, u32, f64)>, DedupeError> {
+    let Some(slot) = write_slot(u64::try_from(now_ms() / 1000).unwrap_or(0)).checked_sub(1) else { return Ok(None) };
+    let buckets = schedule.buckets_at(slot);
+    let mut total = 0_u64;
+    for _ in 0..FILL_SAMPLES {
+        let random = uuid::Uuid::new_v4();
+        let [a, b, c, d, ..] = *random.as_bytes();
+        let index = u16::from_be_bytes([a, b]) % u16::try_from(BUCKETS).unwrap_or(u16::MAX);
+        let bucket = EventHash { field: [0; FIELD_BYTES], index, sub_bits: u16::from_be_bytes([c, d]) };
+        let key = bucket.bucket_key(prefix, service, slot, buckets);
+        let length: u64 = redis::cmd("HLEN").arg(&key).query_async(&mut connection.clone()).await?;
+        total += length;
+    }
+    Ok(Some((slot, buckets, total as f64 / FILL_SAMPLES as f64)))
+}
+
+/// Samples the fill ([`sampled_fill`]), sets `gauge` to it, and warns, naming the count to set, past
+/// [`FILL_WARN`]. A failed read is left for the next refresh.
+async fn sample_fill(
+    connection: &RedisConnection,
+    prefix: &str,
+    service: &str,
+    schedule: &BucketSchedule,
+    gauge: Option<&IntGauge>,
+) {
+    let (slot, buckets, fill) = match sampled_fill(connection, prefix, service, schedule).await {
+        Ok(Some(sample)) => sample,
+        Ok(None) => return,
+        Err(error) => {
+            tracing::debug!(%error, "dedupe bucket fill not sampled");
+            return;
+        }
+    };
+    if let Some(gauge) = gauge {
+        gauge.set(fill.round() as i64);
+    }
+    if fill > FILL_WARN {
+        let needed = (fill * f64::from(buckets) / FILL_TARGET).ceil() as u64;
+        let advised = needed.next_power_of_two().min(u64::from(MAX_BUCKETS));
+        tracing::warn!(
+            slot,
+            buckets,
+            outcomes_per_bucket = fill,
+            advised,
+            "dedupe buckets are filling past the compact encoding: run `hookline-consumer dedupe-buckets --set \
+             {advised}` (docs/dedupe.md, \"Buckets per slot\")"
+        );
     }
 }

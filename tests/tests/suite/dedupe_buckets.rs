@@ -140,3 +140,48 @@ async fn an_unreadable_schedule_stops_dedupe_at_connect() {
     let error = Dedupe::connect(&config, SERVICE).await.expect_err("an unreadable schedule");
     assert!(error.redis_error().to_string().contains("lots"), "{}", error.redis_error());
 }
+
+#[tokio::test]
+async fn the_sampled_fill_reads_the_last_complete_slots_buckets_with_their_count() {
+    let config = config(false);
+    let slot = write_slot(now_s());
+    // The last complete slot had twice the default buckets; each of them holds three outcomes.
+    set_schedule(&config, &format!("{}@{}", 2 * BUCKETS, slot - 1)).await;
+    let mut connection = raw(&config).await;
+    let mut pipeline = redis::pipe();
+    for index in 0..u16::try_from(BUCKETS).expect("16 bits") {
+        for sub in 0..2 {
+            let bucket = EventHash { field: [0; 16], index, sub_bits: sub };
+            let key = bucket.bucket_key(&config.key_prefix, SERVICE, slot - 1, 2 * BUCKETS);
+            pipeline.cmd("HSET").arg(&key).arg("a").arg(1).arg("b").arg(2).arg("c").arg(3).ignore();
+            pipeline.cmd("PEXPIRE").arg(&key).arg(600_000).ignore();
+        }
+    }
+    let _: () = pipeline.query_async(&mut connection).await.expect("redis");
+    // The current slot's buckets are fuller, and not sampled.
+    let hash = EventHash::new("github", "current");
+    let current = hash.bucket_key(&config.key_prefix, SERVICE, slot, 2 * BUCKETS);
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(&current)
+        .arg("x")
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&current)
+        .arg(600_000)
+        .ignore()
+        .query_async(&mut connection)
+        .await
+        .expect("redis");
+    let dedupe = Dedupe::connect(&config, SERVICE).await.expect("redis");
+    assert_eq!(dedupe.sampled_bucket_fill().await.expect("redis"), Some(3.0));
+    let mut cleanup = redis::pipe();
+    for index in 0..u16::try_from(BUCKETS).expect("16 bits") {
+        for sub in 0..2 {
+            let bucket = EventHash { field: [0; 16], index, sub_bits: sub };
+            cleanup.cmd("UNLINK").arg(bucket.bucket_key(&config.key_prefix, SERVICE, slot - 1, 2 * BUCKETS)).ignore();
+        }
+    }
+    let _: () = cleanup.query_async(&mut connection).await.expect("redis");
+}
