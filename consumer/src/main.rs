@@ -36,6 +36,11 @@ enum Command {
         /// The new bucket count: a power of two from 16384 to 16777216.
         #[arg(long)]
         set: Option<u64>,
+        /// With `--set`: how many 6-hour slots one bucket spans, 1 to 12 (default: the span in force). A claim
+        /// reads one bucket per span its window covers: 4 (a day) reads 4 or 5 for a 72-hour window instead of 13
+        /// or 14, and keeps an outcome up to a day past its window instead of 6 hours.
+        #[arg(long, requires = "set")]
+        span: Option<u64>,
     },
 }
 
@@ -52,7 +57,7 @@ async fn run() -> anyhow::Result<()> {
     }
     match args.command {
         Some(Command::Migrate { print }) => return migrate(&args.service, print).await,
-        Some(Command::DedupeBuckets { set }) => return dedupe_buckets(&args.service, set).await,
+        Some(Command::DedupeBuckets { set, span }) => return dedupe_buckets(&args.service, set, span).await,
         None => {}
     }
     let loaded = Loaded::load(args.service.config())?;
@@ -97,7 +102,7 @@ async fn migrate(service: &ServiceArgs, print: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn dedupe_buckets(service: &ServiceArgs, set: Option<u64>) -> anyhow::Result<()> {
+async fn dedupe_buckets(service: &ServiceArgs, set: Option<u64>, span: Option<u64>) -> anyhow::Result<()> {
     use hookline_common::wire::dedupe_layout::{BUCKETS, SLOT_S};
     let config = Loaded::read_checked(service.config())?;
     let name = config.service_name();
@@ -105,17 +110,26 @@ async fn dedupe_buckets(service: &ServiceArgs, set: Option<u64>) -> anyhow::Resu
         .await
         .map_err(|error| anyhow::anyhow!("redis: {}", error.redis_error()))?;
     if let Some(buckets) = set {
-        let change = dedupe.change_buckets(buckets).await?;
-        println!("service {name}: {} buckets per slot from slot {}", change.buckets, change.from_slot);
+        let change = dedupe.change_buckets(buckets, span).await?;
+        println!(
+            "service {name}: {} buckets per span of {} slots from slot {}",
+            change.buckets, change.span, change.from_slot
+        );
     }
     let slot_time = |slot: u64| {
         let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(slot * SLOT_S);
         hookline_common::time::Rfc3339::of_time(time, hookline_common::time::Precision::Seconds).to_string()
     };
     let schedule = dedupe.bucket_schedule().map_err(|error| anyhow::anyhow!("redis: {}", error.redis_error()))?;
-    println!("service {name}: {BUCKETS} buckets per slot unless changed below");
+    println!("service {name}: {BUCKETS} buckets per 6-hour slot unless changed below");
     for change in schedule.changes() {
-        println!("  from slot {} ({}): {} buckets", change.from_slot, slot_time(change.from_slot), change.buckets);
+        println!(
+            "  from slot {} ({}): {} buckets, each spanning {} slots",
+            change.from_slot,
+            slot_time(change.from_slot),
+            change.buckets,
+            change.span
+        );
     }
     Ok(())
 }

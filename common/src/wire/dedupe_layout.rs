@@ -96,15 +96,16 @@ impl EventHash {
         }
     }
 
-    /// The bucket a write at `now_s` goes to.
+    /// The bucket a write at `now_s` goes to: that of the span holding the current slot.
     pub fn write_bucket(&self, prefix: &str, service: &str, now_s: u64, schedule: &BucketSchedule) -> String {
         let slot = write_slot(now_s);
-        self.bucket_key(prefix, service, slot, schedule.buckets_at(slot))
+        self.bucket_key(prefix, service, schedule.span_of(slot).0, schedule.buckets_at(slot))
     }
 
-    /// The buckets a claim at `now_s` with a window of `window_s` reads, newest first: the slot of `now` plus
-    /// the clock skew (a host ahead of ours may have written there), back to that of `now - window - skew`, each
-    /// with its slot's bucket count. The first is not where this host writes: see [`write_slot`].
+    /// The buckets a claim at `now_s` with a window of `window_s` reads, newest first: those of the spans holding
+    /// the slot of `now` plus the clock skew (a host ahead of ours may have written there) back to that of
+    /// `now - window - skew`, each with its slot's bucket count. The first is not where this host writes: see
+    /// [`write_slot`].
     pub fn window_buckets(
         &self,
         prefix: &str,
@@ -113,9 +114,16 @@ impl EventHash {
         window_s: u64,
         schedule: &BucketSchedule,
     ) -> Vec<String> {
-        window_slots(now_s, window_s)
-            .map(|slot| self.bucket_key(prefix, service, slot, schedule.buckets_at(slot)))
-            .collect()
+        let mut buckets: Vec<String> = Vec::new();
+        let mut last_span = None;
+        for slot in window_slots(now_s, window_s) {
+            let (start, _) = schedule.span_of(slot);
+            if last_span != Some(start) {
+                buckets.push(self.bucket_key(prefix, service, start, schedule.buckets_at(slot)));
+                last_span = Some(start);
+            }
+        }
+        buckets
     }
 }
 
@@ -131,29 +139,37 @@ pub fn write_slot(now_s: u64) -> u64 {
     now_s / SLOT_S
 }
 
-/// How long a bucket written at `now_s` must live for a window of `window_s`: to the end of its slot plus the
+/// How long a bucket written at `now_s` must live for a window of `window_s`: to the end of its span plus the
 /// window plus the skew, in ms.
-pub fn bucket_ttl_ms(now_s: u64, window_s: u64) -> u64 {
-    let slot_end = (write_slot(now_s) + 1) * SLOT_S;
-    (slot_end - now_s + window_s + CLOCK_SKEW_S) * 1000
+pub fn bucket_ttl_ms(now_s: u64, window_s: u64, schedule: &BucketSchedule) -> u64 {
+    let span_end = schedule.span_of(write_slot(now_s)).1 * SLOT_S;
+    (span_end - now_s + window_s + CLOCK_SKEW_S) * 1000
 }
 
-/// How many buckets each of a service's slots has: [`BUCKETS`], then each change from its slot on. Kept in Redis
-/// (`<prefix>:svc=<service>:buckets`, [`super::redis_key::dedupe_buckets`]) as `<buckets>@<slot>,...`, changed only
-/// by an operator (`hookline-consumer dedupe-buckets`), read by every consumer of the service and by lookup. A
-/// slot's count never changes once the slot may have been written: a change takes effect from the first slot that
-/// starts at least [`SCHEDULE_LEAD_S`] later.
+/// The most slots one bucket may span (3 days).
+pub const MAX_SPAN: u64 = 12;
+
+/// How many buckets each of a service's slots has, and how many slots one bucket spans: [`BUCKETS`] and one, then
+/// each change from its slot on. A bucket spanning `k` slots holds the outcomes written during `k` consecutive slots
+/// (counted from its change's slot) and is named by the first: a claim then reads about `window / (k × 6 h) + 1`
+/// buckets instead of one per slot (Redis CPU), and an outcome stays up to `k` slots past its window (Redis bytes).
+/// Kept in Redis (`<prefix>:svc=<service>:buckets`, [`super::redis_key::dedupe_buckets`]) as
+/// `<buckets>[x<span>]@<slot>,...`, changed only by an operator (`hookline-consumer dedupe-buckets`), read by every
+/// consumer of the service and by lookup. A slot's count and span never change once the slot may have been written:
+/// a change takes effect from the first slot that starts at least [`SCHEDULE_LEAD_S`] later, and a span the change
+/// cuts short ends there.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BucketSchedule {
     /// Ascending by slot.
     changes: Vec<BucketChange>,
 }
 
-/// From slot `from_slot` on, `buckets` buckets per slot.
+/// From slot `from_slot` on, `buckets` buckets per span of `span` slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BucketChange {
     pub from_slot: u64,
     pub buckets: u32,
+    pub span: u64,
 }
 
 /// A schedule or a change that cannot be.
@@ -161,16 +177,31 @@ pub struct BucketChange {
 pub enum ScheduleError {
     #[error("a bucket count must be a power of two from {BUCKETS} to {MAX_BUCKETS}, not {0}")]
     Count(u64),
-    #[error("the bucket schedule {0:?} is not `<buckets>@<slot>,...` in ascending slots")]
+    #[error("a bucket spans 1 to {MAX_SPAN} slots, not {0}")]
+    Span(u64),
+    #[error("the bucket schedule {0:?} is not `<buckets>[x<span>]@<slot>,...` in ascending slots")]
     Unreadable(String),
-    #[error("slots from {from_slot} on already have {buckets} buckets")]
-    Unchanged { from_slot: u64, buckets: u32 },
+    #[error("slots from {from_slot} on already have {buckets} buckets spanning {span} slots")]
+    Unchanged { from_slot: u64, buckets: u32, span: u64 },
 }
 
 impl BucketSchedule {
     /// The bucket count of `slot`.
     pub fn buckets_at(&self, slot: u64) -> u32 {
-        self.changes.iter().rev().find(|change| change.from_slot <= slot).map_or(BUCKETS, |change| change.buckets)
+        self.change_at(slot).map_or(BUCKETS, |change| change.buckets)
+    }
+
+    /// The change in force at `slot`, if any.
+    fn change_at(&self, slot: u64) -> Option<&BucketChange> {
+        self.changes.iter().rev().find(|change| change.from_slot <= slot)
+    }
+
+    /// The slots `[start, end)` whose outcomes share a bucket with `slot`'s, named by `start`.
+    pub fn span_of(&self, slot: u64) -> (u64, u64) {
+        let Some(change) = self.change_at(slot) else { return (slot, slot + 1) };
+        let start = change.from_slot + (slot - change.from_slot) / change.span * change.span;
+        let next_change = self.changes.iter().find(|later| later.from_slot > slot).map_or(u64::MAX, |c| c.from_slot);
+        (start, (start + change.span).min(next_change))
     }
 
     /// The changes, oldest first.
@@ -187,16 +218,22 @@ impl BucketSchedule {
         Ok(count)
     }
 
-    /// The schedule with `buckets` per slot from the first slot that starts at least [`SCHEDULE_LEAD_S`] after
-    /// `now_s` (and after every change already scheduled), and that change.
-    pub fn changed(&self, now_s: u64, buckets: u64) -> Result<(Self, BucketChange), ScheduleError> {
+    /// The schedule with `buckets` per span of `span` slots from the first slot that starts at least
+    /// [`SCHEDULE_LEAD_S`] after `now_s` (and after every change already scheduled), and that change. `None`:
+    /// the span in force then.
+    pub fn changed(&self, now_s: u64, buckets: u64, span: Option<u64>) -> Result<(Self, BucketChange), ScheduleError> {
         let buckets = Self::valid_count(buckets)?;
         let earliest = (now_s + SCHEDULE_LEAD_S).div_ceil(SLOT_S);
         let from_slot = self.changes.last().map_or(earliest, |last| earliest.max(last.from_slot + 1));
-        if self.buckets_at(from_slot) == buckets {
-            return Err(ScheduleError::Unchanged { from_slot, buckets });
+        let current_span = self.change_at(from_slot).map_or(1, |change| change.span);
+        let span = span.unwrap_or(current_span);
+        if !(1..=MAX_SPAN).contains(&span) {
+            return Err(ScheduleError::Span(span));
         }
-        let change = BucketChange { from_slot, buckets };
+        if self.buckets_at(from_slot) == buckets && current_span == span {
+            return Err(ScheduleError::Unchanged { from_slot, buckets, span });
+        }
+        let change = BucketChange { from_slot, buckets, span };
         let mut changes = self.changes.clone();
         changes.push(change);
         Ok((Self { changes }, change))
@@ -206,7 +243,10 @@ impl BucketSchedule {
     pub fn encode(&self) -> String {
         self.changes
             .iter()
-            .map(|change| format!("{}@{}", change.buckets, change.from_slot))
+            .map(|change| match change.span {
+                1 => format!("{}@{}", change.buckets, change.from_slot),
+                span => format!("{}x{span}@{}", change.buckets, change.from_slot),
+            })
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -215,13 +255,18 @@ impl BucketSchedule {
         let unreadable = || ScheduleError::Unreadable(value.to_owned());
         let mut changes: Vec<BucketChange> = Vec::new();
         for entry in value.split(',').filter(|entry| !entry.is_empty()) {
-            let (buckets, slot) = entry.split_once('@').ok_or_else(unreadable)?;
+            let (count, slot) = entry.split_once('@').ok_or_else(unreadable)?;
+            let (buckets, span) = count.split_once('x').unwrap_or((count, "1"));
             let buckets = Self::valid_count(buckets.parse().map_err(|_| unreadable())?)?;
+            let span = span.parse().map_err(|_| unreadable())?;
+            if !(1..=MAX_SPAN).contains(&span) {
+                return Err(ScheduleError::Span(span));
+            }
             let from_slot = slot.parse().map_err(|_| unreadable())?;
             if changes.last().is_some_and(|last| last.from_slot >= from_slot) {
                 return Err(unreadable());
             }
-            changes.push(BucketChange { from_slot, buckets });
+            changes.push(BucketChange { from_slot, buckets, span });
         }
         Ok(Self { changes })
     }
@@ -328,24 +373,29 @@ mod tests {
         assert_eq!(default.encode(), "");
         // Just before a slot boundary: the next slot starts within the lead, so the change waits one more.
         let now = 10 * SLOT_S - 60;
-        let (schedule, change) = default.changed(now, 65_536).expect("a valid change");
-        assert_eq!(change, BucketChange { from_slot: 11, buckets: 65_536 });
+        let (schedule, change) = default.changed(now, 65_536, Some(1)).expect("a valid change");
+        assert_eq!(change, BucketChange { from_slot: 11, buckets: 65_536, span: 1 });
         assert_eq!(
             (schedule.buckets_at(10), schedule.buckets_at(11), schedule.buckets_at(99)),
             (BUCKETS, 65_536, 65_536)
         );
         // Well before a boundary: the next slot.
-        assert_eq!(default.changed(10 * SLOT_S, 65_536).expect("valid").1.from_slot, 11);
+        assert_eq!(default.changed(10 * SLOT_S, 65_536, Some(1)).expect("valid").1.from_slot, 11);
         // A second change goes after the first, even if asked for earlier.
-        let (twice, second) = schedule.changed(now, 32_768).expect("valid");
+        let (twice, second) = schedule.changed(now, 32_768, Some(1)).expect("valid");
         assert_eq!(second.from_slot, 12);
         assert_eq!(BucketSchedule::decode(&twice.encode()), Ok(twice.clone()));
         assert_eq!(twice.encode(), "65536@11,32768@12");
-        assert_eq!(schedule.changed(now, 65_536), Err(ScheduleError::Unchanged { from_slot: 12, buckets: 65_536 }));
+        assert_eq!(
+            schedule.changed(now, 65_536, Some(1)),
+            Err(ScheduleError::Unchanged { from_slot: 12, buckets: 65_536, span: 1 })
+        );
         for wrong in [0, 100, 8_192, 24_576, u64::from(MAX_BUCKETS) * 2] {
-            assert_eq!(default.changed(now, wrong), Err(ScheduleError::Count(wrong)));
+            assert_eq!(default.changed(now, wrong, Some(1)), Err(ScheduleError::Count(wrong)));
         }
-        for unreadable in ["65536", "65536@x", "65536@5,32768@5", "3@1"] {
+        assert_eq!(default.changed(now, 65_536, Some(13)), Err(ScheduleError::Span(13)));
+        assert_eq!(default.changed(now, 65_536, Some(0)), Err(ScheduleError::Span(0)));
+        for unreadable in ["65536", "65536@x", "65536@5,32768@5", "3@1", "65536x0@5", "65536xq@5"] {
             assert!(BucketSchedule::decode(unreadable).is_err(), "{unreadable}");
         }
     }
@@ -359,7 +409,41 @@ mod tests {
         // Near a slot's end, a host ahead of ours may already write into the next slot.
         let late = 101 * SLOT_S - 5;
         assert_eq!(window_slots(late, 2).collect::<Vec<_>>(), vec![101, 100]);
-        assert_eq!(bucket_ttl_ms(100 * SLOT_S, 2), (SLOT_S + 2 + CLOCK_SKEW_S) * 1000);
+        assert_eq!(bucket_ttl_ms(100 * SLOT_S, 2, &BucketSchedule::default()), (SLOT_S + 2 + CLOCK_SKEW_S) * 1000);
+    }
+
+    #[test]
+    fn a_span_shares_one_bucket_among_its_slots_and_a_change_cuts_it_short() {
+        // Spans of 4 slots (a day) from slot 10, then one slot from 21: 10-13, 14-17, 18-20 (cut), 21, 22...
+        let schedule = BucketSchedule::decode("65536x4@10,32768@21").expect("readable");
+        assert_eq!(schedule.encode(), "65536x4@10,32768@21");
+        assert_eq!(schedule.span_of(9), (9, 10));
+        assert_eq!(schedule.span_of(10), (10, 14));
+        assert_eq!(schedule.span_of(13), (10, 14));
+        assert_eq!(schedule.span_of(17), (14, 18));
+        assert_eq!(schedule.span_of(19), (18, 21));
+        assert_eq!(schedule.span_of(21), (21, 22));
+        // A 72 h window read at the end of slot 17 covers slots 5-18 (with the skew): buckets 18, 14, 10, then
+        // one per slot before the change (9 down to 5).
+        let hash = EventHash::new("s", "e");
+        let now = 18 * SLOT_S - 30;
+        let read = hash.window_buckets("p", "b", now, 72 * 3600, &schedule);
+        let expected: Vec<String> = [(18, 65_536), (14, 65_536), (10, 65_536), (9, BUCKETS), (8, BUCKETS)]
+            .into_iter()
+            .chain((5..8).rev().map(|slot| (slot, BUCKETS)))
+            .map(|(slot, buckets)| hash.bucket_key("p", "b", slot, buckets))
+            .collect();
+        assert_eq!(read, expected);
+        assert_eq!(hash.write_bucket("p", "b", 16 * SLOT_S + 5, &schedule), hash.bucket_key("p", "b", 14, 65_536));
+        // A bucket lives to its span's end plus the window; the span cut short by the change ends there.
+        assert_eq!(bucket_ttl_ms(16 * SLOT_S, 60, &schedule), (2 * SLOT_S + 60 + CLOCK_SKEW_S) * 1000);
+        assert_eq!(bucket_ttl_ms(20 * SLOT_S, 60, &schedule), (SLOT_S + 60 + CLOCK_SKEW_S) * 1000);
+        // 72 h at spans of a day: 4 or 5 buckets a claim, where one per slot is 13 or 14.
+        let daily = BucketSchedule::decode("65536x4@0").expect("readable");
+        for now in [100 * SLOT_S + 1, 101 * SLOT_S + 7, 103 * SLOT_S - 1] {
+            let n = hash.window_buckets("p", "b", now, 72 * 3600, &daily).len();
+            assert!((4..=5).contains(&n), "{n} at {now}");
+        }
     }
 
     #[test]

@@ -362,7 +362,7 @@ impl Dedupe {
                 }
                 invocation.arg(2 + buckets.len()).arg(&token.value).arg(token.window_s);
                 invocation.arg(&token.hash.field[..]).arg(outcome);
-                invocation.arg(dedupe_layout::bucket_ttl_ms(now_s, token.window_s));
+                invocation.arg(dedupe_layout::bucket_ttl_ms(now_s, token.window_s, &schedule));
             }
             Op::Release => {
                 invocation.key(&token.key).arg(1).arg(&token.value);

@@ -145,16 +145,17 @@ impl Dedupe {
         self.schedule.fresh()
     }
 
-    /// Gives the service's slots `buckets` buckets from the first slot that starts at least
+    /// Gives the service's slots `buckets` buckets, each spanning `span` slots (`None`: the span in force), from
+    /// the first slot that starts at least
     /// [`hookline_common::wire::dedupe_layout::SCHEDULE_LEAD_S`] from now (and after any change already
     /// scheduled); returns that change. Slots already begun keep their count.
-    pub async fn change_buckets(&self, buckets: u64) -> Result<BucketChange, ChangeBucketsError> {
+    pub async fn change_buckets(&self, buckets: u64, span: Option<u64>) -> Result<BucketChange, ChangeBucketsError> {
         let key = redis_key::dedupe_buckets(&self.prefix, &self.service);
         let script = redis::Script::new(COMPARE_AND_SET);
         for _ in 0..5 {
             let (schedule, written) = read(&self.connection, &self.prefix, &self.service).await?;
             let now_s = u64::try_from(now_ms() / 1000).unwrap_or(0);
-            let (changed, change) = schedule.changed(now_s, buckets)?;
+            let (changed, change) = schedule.changed(now_s, buckets, span)?;
             let mut invocation = script.prepare_invoke();
             invocation.key(&key).arg(&written).arg(changed.encode());
             let set: i64 = invocation.invoke_async(&mut self.connection.clone()).await.map_err(DedupeError)?;
@@ -167,15 +168,18 @@ impl Dedupe {
     }
 }
 
-/// The mean length of [`FILL_SAMPLES`] random buckets of the slot before the current one (the last complete
-/// slot); `None` before slot 1.
+/// The mean length of [`FILL_SAMPLES`] random buckets of the last complete span (the one before the current
+/// slot's), with that span's first slot and bucket count; `None` before slot 1.
 async fn sampled_fill(
     connection: &RedisConnection,
     prefix: &str,
     service: &str,
     schedule: &BucketSchedule,
 ) -> Result<Option<(u64, u32, f64)>, DedupeError> {
-    let Some(slot) = write_slot(u64::try_from(now_ms() / 1000).unwrap_or(0)).checked_sub(1) else { return Ok(None) };
+    // The bucket of the last complete span: the one before the current slot's.
+    let (current, _) = schedule.span_of(write_slot(u64::try_from(now_ms() / 1000).unwrap_or(0)));
+    let Some(before) = current.checked_sub(1) else { return Ok(None) };
+    let (slot, _) = schedule.span_of(before);
     let buckets = schedule.buckets_at(slot);
     let mut total = 0_u64;
     for _ in 0..FILL_SAMPLES {

@@ -8,7 +8,9 @@ use hookline_common::{
     config::RedisConfig,
     redis_connection::RedisConnection,
     wire::{
-        dedupe_layout::{BUCKETS, BucketChange, EventHash, SCHEDULE_LEAD_S, SLOT_S, ScheduleError, write_slot},
+        dedupe_layout::{
+            BUCKETS, BucketChange, BucketSchedule, EventHash, SCHEDULE_LEAD_S, SLOT_S, ScheduleError, write_slot,
+        },
         now_ms,
         redis_key::{self, DoneMarker},
     },
@@ -42,25 +44,80 @@ fn marker() -> DoneMarker {
     DoneMarker { processed_at_ms: 1, handling_ms: 1, topic: "t".into(), partition: 0, offset: 1 }
 }
 
-/// Every state and transition with four times the default buckets in every slot, and the outcome in a sub-bucket.
-async fn states_with_more_buckets(cluster: bool) {
+/// Every state and transition with the schedule `schedule` from slot 0, and the outcome in its sub-bucket.
+async fn states_with_schedule(cluster: bool, schedule: &str) {
     let config = config(cluster);
-    set_schedule(&config, &format!("{}@0", 4 * BUCKETS)).await;
+    set_schedule(&config, schedule).await;
     states_and_transitions(config.clone()).await;
+    let decoded = BucketSchedule::decode(schedule).expect("readable");
     let hash = EventHash::new("github", "e1");
-    let written = hash.bucket_key(&config.key_prefix, SERVICE, write_slot(now_s()), 4 * BUCKETS);
-    assert!(written.ends_with(&format!(":{}", hash.sub_bits % 4)), "{written}");
+    let written = hash.write_bucket(&config.key_prefix, SERVICE, now_s(), &decoded);
+    let (span_start, _) = decoded.span_of(write_slot(now_s()));
+    assert!(written.ends_with(&format!(":{span_start}:{}", hash.sub_bits % 4)), "{written}");
     assert!(exists(&mut raw(&config).await, &written).await, "the outcome is in its sub-bucket: {written}");
 }
 
 #[tokio::test]
 async fn every_state_holds_with_four_times_the_buckets_on_a_single_redis() {
-    states_with_more_buckets(false).await;
+    states_with_schedule(false, &format!("{}@0", 4 * BUCKETS)).await;
 }
 
 #[tokio::test]
 async fn every_state_holds_with_four_times_the_buckets_on_a_redis_cluster() {
-    states_with_more_buckets(true).await;
+    states_with_schedule(true, &format!("{}@0", 4 * BUCKETS)).await;
+}
+
+#[tokio::test]
+async fn every_state_holds_with_buckets_spanning_a_day_on_a_single_redis() {
+    states_with_schedule(false, &format!("{}x4@0", 4 * BUCKETS)).await;
+}
+
+#[tokio::test]
+async fn every_state_holds_with_buckets_spanning_a_day_on_a_redis_cluster() {
+    states_with_schedule(true, &format!("{}x4@0", 4 * BUCKETS)).await;
+}
+
+#[tokio::test]
+async fn an_outcome_written_in_a_day_bucket_is_found_by_a_claim_in_a_later_slot_of_it() {
+    // The day's bucket started two slots ago (a change in force from then): an outcome written in its first slot
+    // is in the bucket every later slot of the day reads and writes.
+    let config = config(false);
+    let slot = write_slot(now_s());
+    set_schedule(&config, &format!("{}x4@{}", BUCKETS, slot - 2)).await;
+    let earlier = EventHash::new("github", "earlier-in-the-day");
+    let day_bucket = earlier.bucket_key(&config.key_prefix, SERVICE, slot - 2, BUCKETS);
+    let mut connection = raw(&config).await;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(&day_bucket)
+        .arg(&earlier.field[..])
+        .arg((now_s() - 7 * 3600).to_string())
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&day_bucket)
+        .arg(3_600_000)
+        .ignore()
+        .query_async(&mut connection)
+        .await
+        .expect("redis");
+    let dedupe = Dedupe::connect(&config, SERVICE).await.expect("redis");
+    assert_eq!(dedupe.claim(&dedupe.token("github", "earlier-in-the-day")).await.expect("redis"), Claim::AlreadyDone);
+    let token = acquired(dedupe.claim(&dedupe.token("github", "now")).await.expect("redis"));
+    assert!(dedupe.mark_done(&token, &marker()).await.expect("redis"));
+    let now = EventHash::new("github", "now");
+    let now_bucket = now.bucket_key(&config.key_prefix, SERVICE, slot - 2, BUCKETS);
+    let field: Option<String> = redis::cmd("HGET")
+        .arg(&now_bucket)
+        .arg(&now.field[..])
+        .query_async(&mut connection)
+        .await
+        .expect("redis");
+    assert!(field.is_some(), "written into the day's bucket, named by its first slot");
+    // It lives to the day's end plus the window.
+    let ttl_ms: i64 = redis::cmd("PTTL").arg(&now_bucket).query_async(&mut connection).await.expect("redis");
+    let day_end_s = (slot + 2) * SLOT_S;
+    let at_least = (day_end_s - now_s() + config.dedupe_ttl_s) * 1000;
+    assert!(u64::try_from(ttl_ms).expect("a TTL") + 5_000 >= at_least, "{ttl_ms} < {at_least}");
 }
 
 #[tokio::test]
@@ -109,7 +166,7 @@ async fn a_slot_keeps_its_count_so_an_outcome_written_before_a_change_is_still_f
 async fn an_operator_change_takes_effect_only_from_a_slot_that_starts_after_its_lead() {
     let config = config(false);
     let dedupe = Dedupe::connect(&config, SERVICE).await.expect("redis");
-    let change = dedupe.change_buckets(u64::from(8 * BUCKETS)).await.expect("a valid change");
+    let change = dedupe.change_buckets(u64::from(8 * BUCKETS), None).await.expect("a valid change");
     assert_eq!(change.buckets, 8 * BUCKETS);
     assert!(change.from_slot * SLOT_S >= now_s() + SCHEDULE_LEAD_S, "{change:?}");
     assert!(change.from_slot * SLOT_S < now_s() + SCHEDULE_LEAD_S + SLOT_S, "the first slot past the lead: {change:?}");
@@ -125,9 +182,9 @@ async fn an_operator_change_takes_effect_only_from_a_slot_that_starts_after_its_
     assert!(exists(&mut raw(&config).await, &current).await, "{current}");
 
     // A second change goes after the first; a count that is not a power of two in range is refused.
-    let second = dedupe.change_buckets(u64::from(2 * BUCKETS)).await.expect("a valid change");
-    assert_eq!(second, BucketChange { from_slot: change.from_slot + 1, buckets: 2 * BUCKETS });
-    let refused = dedupe.change_buckets(50_000).await;
+    let second = dedupe.change_buckets(u64::from(2 * BUCKETS), Some(4)).await.expect("a valid change");
+    assert_eq!(second, BucketChange { from_slot: change.from_slot + 1, buckets: 2 * BUCKETS, span: 4 });
+    let refused = dedupe.change_buckets(50_000, None).await;
     assert!(matches!(refused, Err(ChangeBucketsError::Schedule(ScheduleError::Count(50_000)))), "{refused:?}");
     let schedule = hookline_tests::bucket_schedule(&mut raw(&config).await, &config.key_prefix, SERVICE).await;
     assert_eq!(schedule.changes(), &[change, second]);
