@@ -180,6 +180,9 @@ enum Op {
     Renew,
     /// The dead outcome's value, `@` standing for Redis's time.
     Dead(String),
+    /// The outcome of [`Op::Done`] or [`Op::Dead`] when the claim is ours, with two keys ([`scripts`]); -1
+    /// otherwise, and the caller runs the full one.
+    MarkOurs(String),
     /// The previous layout's scripts on its key ([`legacy`]).
     Legacy(legacy::Op),
 }
@@ -192,6 +195,7 @@ struct Scripts {
     release: Script,
     renew: Script,
     dead: Script,
+    mark_ours: Script,
     legacy: legacy::Scripts,
 }
 
@@ -247,6 +251,7 @@ impl Dedupe {
                 release: Script::new(&scripts::release()),
                 renew: Script::new(&scripts::renew()),
                 dead: Script::new(&scripts::dead()),
+                mark_ours: Script::new(&scripts::mark_ours()),
                 legacy: legacy::Scripts::new(),
             }),
             many: Arc::new(together::ManyEvents::new()),
@@ -292,6 +297,7 @@ impl Dedupe {
         let _: i64 = probe.invoke(&probe.invocation(&Op::Dead(dead), &token)).await?;
         let redrive = ClaimToken { redrive: true, ..token.clone() };
         let _: String = probe.invoke(&probe.invocation(&Op::Claim, &redrive)).await?;
+        let _: i64 = probe.invoke(&probe.invocation(&Op::MarkOurs(PROCESSED.to_owned()), &token)).await?;
         let _: i64 = probe.invoke(&probe.invocation(&Op::Done(PROCESSED.to_owned()), &token)).await?;
         if probe.can_claim_together(&token) {
             // The same commands through the many-event scripts, which also loads them.
@@ -307,7 +313,8 @@ impl Dedupe {
     /// Every script, this layout's and the previous one's (loaded at start).
     fn scripts(&self) -> Vec<&Script> {
         let scripts = &self.scripts;
-        let mut all = vec![&scripts.claim, &scripts.done, &scripts.release, &scripts.renew, &scripts.dead];
+        let mut all =
+            vec![&scripts.claim, &scripts.done, &scripts.release, &scripts.renew, &scripts.dead, &scripts.mark_ours];
         all.extend(scripts.legacy.all());
         all
     }
@@ -318,6 +325,7 @@ impl Dedupe {
             Op::Claim => &self.scripts.claim,
             Op::Done(_) => &self.scripts.done,
             Op::Dead(_) => &self.scripts.dead,
+            Op::MarkOurs(_) => &self.scripts.mark_ours,
             Op::Release => &self.scripts.release,
             Op::Renew => &self.scripts.renew,
             Op::Legacy(op) => self.scripts.legacy.of(op),
@@ -362,6 +370,11 @@ impl Dedupe {
                 }
                 invocation.arg(2 + buckets.len()).arg(&token.value).arg(token.window_s);
                 invocation.arg(&token.hash.field[..]).arg(outcome);
+                invocation.arg(dedupe_layout::bucket_ttl_ms(now_s, token.window_s, &schedule));
+            }
+            Op::MarkOurs(outcome) => {
+                invocation.key(&token.key).key(token.hash.write_bucket(&self.prefix, &self.service, now_s, &schedule));
+                invocation.arg(2).arg(&token.value).arg(&token.hash.field[..]).arg(outcome);
                 invocation.arg(dedupe_layout::bucket_ttl_ms(now_s, token.window_s, &schedule));
             }
             Op::Release => {
@@ -495,7 +508,7 @@ impl Dedupe {
     /// call again.
     pub async fn mark_dead(&self, token: &ClaimToken, entry_id: &str) -> Result<(), DedupeError> {
         let marker = redis_key::dead_marker(entry_id, &token.types_to_record());
-        let _: i64 = self.call(Op::Dead(dead_outcome(&marker)), token).await?;
+        let _ = self.mark(Op::Dead(dead_outcome(&marker)), token).await?;
         self.mark_dead_legacy(token, marker).await
     }
 
@@ -503,7 +516,7 @@ impl Dedupe {
     /// may have processed the event too: the handler ran longer than the lease). `marker`'s details are not
     /// kept (docs/dedupe.md), except in the previous layout's key while it is written.
     pub async fn mark_done(&self, token: &ClaimToken, marker: &DoneMarker) -> Result<bool, DedupeError> {
-        let still_ours: i64 = self.call(Op::Done(PROCESSED.to_owned()), token).await?;
+        let still_ours = self.mark(Op::Done(PROCESSED.to_owned()), token).await?;
         let legacy_ours = self.mark_done_legacy(token, || marker.encode()).await?;
         Ok(still_ours == 1 && legacy_ours)
     }
@@ -516,9 +529,20 @@ impl Dedupe {
     pub async fn mark_filtered(&self, token: &ClaimToken, marker: &FilteredMarker) -> Result<bool, DedupeError> {
         let types = token.types_to_record();
         let outcome = format!("{}@:{}", dedupe_layout::FILTERED, dedupe_layout::filtered_value(&marker.filter, &types));
-        let still_ours: i64 = self.call(Op::Done(outcome), token).await?;
+        let still_ours = self.mark(Op::Done(outcome), token).await?;
         let legacy_ours = self.mark_done_legacy(token, || FilteredMarker { types, ..marker.clone() }.encode()).await?;
         Ok(still_ours == 1 && legacy_ours)
+    }
+
+    /// Runs `full` ([`Op::Done`] or [`Op::Dead`]) as its two-key form first ([`Op::MarkOurs`]), which is all it
+    /// takes while the claim is ours; the full script only when it is not.
+    async fn mark(&self, full: Op, token: &ClaimToken) -> RedisResult<i64> {
+        let (Op::Done(outcome) | Op::Dead(outcome)) = &full else { return self.call(full, token).await };
+        let ours: i64 = self.call(Op::MarkOurs(outcome.clone()), token).await?;
+        if ours == 1 {
+            return Ok(1);
+        }
+        self.call(full, token).await
     }
 
     /// Gives the claim up so the event can be processed again (a retry, a replay).

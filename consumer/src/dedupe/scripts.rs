@@ -106,8 +106,23 @@ local function rule(kb, ab)
   return 0
 end
 ";
-/// Arguments per event of [`DONE`].
-pub(super) const DONE_ARGS: usize = 6;
+
+/// `mark_ours(kb, ab)`, arguments: keys (2: the claim key, the bucket written), token, field, outcome (`@` stands
+/// for Redis's time, s), bucket TTL ms. What [`DONE`] and [`DEAD`] do when the claim key holds our claim, the
+/// common case, with two keys instead of the window's: records the outcome, ends the claim and returns 1.
+/// Otherwise it does nothing and returns -1, and the caller runs [`DONE`] or [`DEAD`], which decide the rest from
+/// the window's buckets (a lapsed lease, a re-sent mark).
+const MARK_OURS: &str = r"
+local function rule(kb, ab)
+  local key, token = KEYS[kb + 1], ARGV[ab + 2]
+  if redis.call('GET', key) ~= token then return -1 end
+  write(KEYS[kb + 2], ARGV[ab + 3], at_now(ARGV[ab + 4]), tonumber(ARGV[ab + 5]))
+  redis.call('DEL', key)
+  return 1
+end
+";
+/// Arguments per event of [`MARK_OURS`].
+pub(super) const MARK_OURS_ARGS: usize = 5;
 
 /// `dead(kb, ab)`, the arguments of [`DONE`]: records the dead outcome if the claim key holds our claim, or
 /// nothing and the event is not done (the lease lapsed while the dead letter was produced; or a re-sent mark).
@@ -173,11 +188,14 @@ pub(super) fn release() -> String {
 pub(super) fn renew() -> String {
     one_event(RENEW)
 }
+pub(super) fn mark_ours() -> String {
+    one_event(MARK_OURS)
+}
 pub(super) fn claim_many() -> String {
     many_events(CLAIM, CLAIM_ARGS)
 }
-pub(super) fn done_many() -> String {
-    many_events(DONE, DONE_ARGS)
+pub(super) fn mark_ours_many() -> String {
+    many_events(MARK_OURS, MARK_OURS_ARGS)
 }
 
 #[cfg(test)]

@@ -19,12 +19,12 @@ use super::{Claim, ClaimToken, Dedupe, DedupeError, Op, PROCESSED, scripts};
 #[derive(Debug)]
 pub(super) struct ManyEvents {
     claim: Script,
-    done: Script,
+    mark_ours: Script,
 }
 
 impl ManyEvents {
     pub(super) fn new() -> Self {
-        Self { claim: Script::new(&scripts::claim_many()), done: Script::new(&scripts::done_many()) }
+        Self { claim: Script::new(&scripts::claim_many()), mark_ours: Script::new(&scripts::mark_ours_many()) }
     }
 }
 
@@ -71,8 +71,10 @@ impl Dedupe {
             return Err(refused("cannot mark done together"));
         }
         self.schedule.fresh()?;
-        let mut invocation = self.many.done.prepare_invoke();
-        let processed = Op::Done(PROCESSED.to_owned());
+        // Every claim still ours takes the two-key rule; the rest (a lapsed lease, a re-sent mark) the full one-event
+        // script, which answers from the window's buckets.
+        let mut invocation = self.many.mark_ours.prepare_invoke();
+        let processed = Op::MarkOurs(PROCESSED.to_owned());
         for (token, _) in done {
             self.push_event(&mut invocation, &processed, token);
         }
@@ -81,7 +83,12 @@ impl Dedupe {
         if replies.len() != done.len() {
             return Err(refused("done reply count mismatch"));
         }
-        Ok(replies.into_iter().map(|still_ours| still_ours == 1).collect())
+        let mut still_ours = Vec::with_capacity(replies.len());
+        for ((token, _), reply) in done.iter().zip(replies) {
+            let ours = if reply == 1 { 1 } else { self.call(Op::Done(PROCESSED.to_owned()), token).await? };
+            still_ours.push(ours == 1);
+        }
+        Ok(still_ours)
     }
 }
 

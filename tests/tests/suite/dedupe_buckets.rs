@@ -106,12 +106,8 @@ async fn an_outcome_written_in_a_day_bucket_is_found_by_a_claim_in_a_later_slot_
     assert!(dedupe.mark_done(&token, &marker()).await.expect("redis"));
     let now = EventHash::new("github", "now");
     let now_bucket = now.bucket_key(&config.key_prefix, SERVICE, slot - 2, BUCKETS);
-    let field: Option<String> = redis::cmd("HGET")
-        .arg(&now_bucket)
-        .arg(&now.field[..])
-        .query_async(&mut connection)
-        .await
-        .expect("redis");
+    let field: Option<String> =
+        redis::cmd("HGET").arg(&now_bucket).arg(&now.field[..]).query_async(&mut connection).await.expect("redis");
     assert!(field.is_some(), "written into the day's bucket, named by its first slot");
     // It lives to the day's end plus the window.
     let ttl_ms: i64 = redis::cmd("PTTL").arg(&now_bucket).query_async(&mut connection).await.expect("redis");
