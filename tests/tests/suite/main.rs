@@ -66,4 +66,5 @@ mod replayer_services;
 mod replayer_trust;
 mod route_filters;
 mod route_hold;
+mod route_transforms;
 mod signature_time;
