@@ -39,7 +39,7 @@ use jaq_json::{Num, Val};
 type Data = JustLut<Val>;
 
 /// How long one event's transform may run before the event is poison: a typical transform of a 4 KiB body takes
-/// tens of microseconds (docs/benchmarks/transforms.md), so reaching this means a program whose work the body
+/// about 90 microseconds (docs/benchmarks/transforms.md), so reaching this means a program whose work the body
 /// made unbounded.
 pub const TIME_LIMIT: Duration = Duration::from_secs(1);
 
