@@ -131,6 +131,7 @@ mod tests {
                     skip_when: conditions.iter().map(|c| (*c).to_owned()).collect(),
                 })
                 .collect(),
+            transform: None,
         }
     }
 

@@ -39,6 +39,7 @@ pub mod retry;
 pub mod schedule;
 pub mod service;
 mod start;
+pub mod transform_test;
 mod watch;
 pub mod window;
 

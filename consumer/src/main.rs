@@ -42,6 +42,17 @@ enum Command {
         #[arg(long, requires = "set")]
         span: Option<u64>,
     },
+    /// Run a route's transform on a body from a file and print what its handler would get (compact JSON), offline:
+    /// no Kafka, no Redis, no secret read. Exits non-zero, saying why, when the transform does not compile or the
+    /// event would be poison.
+    TransformTest {
+        /// The route: its index in [[routes]] (from 0) or its label (`github`, `github:issues,push`).
+        #[arg(long)]
+        route: String,
+        /// A file holding the event's body, as the provider sent it.
+        #[arg(long)]
+        event: std::path::PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -55,9 +66,17 @@ async fn run() -> anyhow::Result<()> {
     if args.service.print_requested(Metrics::describe, Loaded::read_checked)? {
         return Ok(());
     }
-    match args.command {
-        Some(Command::Migrate { print }) => return migrate(&args.service, print).await,
-        Some(Command::DedupeBuckets { set, span }) => return dedupe_buckets(&args.service, set, span).await,
+    match &args.command {
+        Some(Command::Migrate { print }) => return migrate(&args.service, *print).await,
+        Some(Command::DedupeBuckets { set, span }) => return dedupe_buckets(&args.service, *set, *span).await,
+        Some(Command::TransformTest { route, event }) => {
+            // Only the routes matter here: a config whose Kafka or Redis settings would not pass still shows its
+            // transforms.
+            let config = hookline_consumer::ConsumerConfig::read(args.service.config())?;
+            let output = hookline_consumer::transform_test::run(&config, route, event)?;
+            println!("{}", String::from_utf8_lossy(&output));
+            return Ok(());
+        }
         None => {}
     }
     let loaded = Loaded::load(args.service.config())?;

@@ -66,6 +66,8 @@ const server = createSecureServer(
         connection: connectionOf(request.stream ? request.stream.session : request.socket),
         headers: kept,
         body_bytes: body.length,
+        // The body itself when small (a transformed forward's is compared): a large one only counted.
+        body: body.length <= 4096 ? body.toString("utf8") : null,
       };
       process.stdout.write(`${JSON.stringify(line)}\n`);
       if (verifiedWith !== null) {

@@ -58,6 +58,8 @@ def main():
                     "connection": connection,
                     "headers": {name: headers[name] for name in KEPT_HEADERS if name in headers},
                     "body_bytes": len(body),
+                    # The body itself when small (a transformed forward's is compared): a large one only counted.
+                    "body": body.decode("utf-8", "replace") if len(body) <= 4096 else None,
                 }
                 sys.stdout.write(json.dumps(line) + "\n")
                 sys.stdout.flush()

@@ -173,6 +173,13 @@ pub struct RouteConfig {
     /// [`crate::filter`] and docs/configuration/consumer.md, "Filters".
     #[serde(default)]
     pub filters: Vec<FilterConfig>,
+    /// A jq program applied to the event's JSON body before the route's handler: its one output, as compact JSON,
+    /// is the body the handler gets (what an `http` handler forwards and signs). Compiled when the config loads; a
+    /// program that does not compile is a config problem. An event whose body is not JSON, or on which the program
+    /// fails, outputs nothing or more than one value, is poison. See [`crate::handler::transform`] and
+    /// docs/configuration/consumer.md, "Transforms".
+    #[serde(default)]
+    pub transform: Option<String>,
 }
 
 impl RouteConfig {

@@ -2,14 +2,15 @@
 //! consumer guarantees it is called at least once per event and, through dedupe, succeeds at most once.
 //!
 //! Built-in handlers: [`log`] (one structured line per event), [`http`] (a signed POST to a downstream URL) and
-//! [`postgres`] (the event's work and its dedupe row in one transaction of the user's database). The [`router`] picks one per source and event type and applies the validation that makes an event poison
-//! before any handler runs.
+//! [`postgres`] (the event's work and its dedupe row in one transaction of the user's database). The [`router`] picks one per source and event type, applies the validation that makes an event poison
+//! before any handler runs, and a route's [`transform`] (a jq program) to the body its handler gets.
 
 pub mod forward_signing;
 pub mod http;
 pub mod log;
 pub mod postgres;
 pub mod router;
+pub mod transform;
 
 use std::{future::Future, pin::Pin, time::Duration};
 

@@ -1,18 +1,23 @@
 //! Chooses the handler for each event (per source, optionally per event type) and applies the checks that make
 //! an event poison before any handler runs: an event type outside the source's allowlist, a body that is not
-//! JSON for a JSON source, a body that fails the source's JSON Schema.
+//! JSON for a JSON source, a body that fails the source's JSON Schema. Then a route with a transform hands its
+//! handler the transformed body ([`super::transform`]); a transform that fails makes the event poison.
 
 use std::{
     collections::{HashMap, HashSet},
     path::Path,
+    sync::Arc,
     time::Duration,
 };
 
-use hookline_common::wire::InboundEvent;
+use hookline_common::wire::{EventMeta, InboundEvent};
 
 use super::{
-    BoxFuture, Handler, HandlerError, StartContext, StartError, http::HttpHandler, log::LogHandler,
+    BoxFuture, Handler, HandlerError, StartContext, StartError,
+    http::HttpHandler,
+    log::LogHandler,
     postgres::PostgresHandler,
+    transform::{Transform, TransformError},
 };
 use crate::config::{HandlerConfig, RouteConfig, RouteMatch, SourceRulesConfig};
 
@@ -30,6 +35,32 @@ pub struct Router {
 struct Route {
     matcher: RouteMatch,
     handler: Box<dyn Handler>,
+    transform: Option<RouteTransform>,
+}
+
+/// A route's compiled transform, and how a poison message names it.
+#[derive(Debug)]
+struct RouteTransform {
+    transform: Arc<Transform>,
+    /// `routes[0] (`github:push`)`.
+    place: String,
+}
+
+impl RouteTransform {
+    /// `event` with its body transformed (and said to be JSON), or the poison error that names the transform.
+    async fn apply(&self, event: &InboundEvent) -> Result<InboundEvent, HandlerError> {
+        let body = self.transform.apply_off_runtime(event.body.clone()).await.map_err(|error| {
+            let message = format!("transform of {} failed: {error}", self.place);
+            // A thread the system refused may be had later; every other failure is the body's.
+            if error == TransformError::NoThread {
+                HandlerError::retryable(message)
+            } else {
+                HandlerError::poison(message)
+            }
+        })?;
+        let meta = EventMeta { content_type: Some("application/json".to_owned()), ..event.meta.clone() };
+        Ok(InboundEvent { meta, body, ..event.clone() })
+    }
 }
 
 struct SourceRules {
@@ -92,9 +123,22 @@ impl Router {
             build_handler(default, timeout, config_dir).map_err(|problem| vec![format!("[handler]: {problem}")]);
         let mut built_routes = Vec::new();
         for (index, route) in routes.iter().enumerate() {
-            match build_handler(&route.handler, timeout, config_dir) {
-                Ok(handler) => built_routes.push(Route { matcher: route.matcher(), handler }),
-                Err(problem) => problems.push(format!("routes[{index}] (source `{}`): {problem}", route.source)),
+            let handler = build_handler(&route.handler, timeout, config_dir)
+                .map_err(|problem| problems.push(format!("routes[{index}] (source `{}`): {problem}", route.source)))
+                .ok();
+            let transform = match route.transform.as_deref().map(Transform::compile) {
+                None => Ok(None),
+                Some(Ok(transform)) => Ok(Some(RouteTransform {
+                    transform: Arc::new(transform),
+                    place: format!("routes[{index}] (`{}`)", route.label()),
+                })),
+                Some(Err(problem)) => {
+                    problems.push(format!("routes[{index}] (source `{}`): transform {problem}", route.source));
+                    Err(())
+                }
+            };
+            if let (Some(handler), Ok(transform)) = (handler, transform) {
+                built_routes.push(Route { matcher: route.matcher(), handler, transform });
             }
         }
         let mut built_rules = HashMap::new();
@@ -133,12 +177,13 @@ impl Router {
         self.default = handler;
     }
 
-    fn handler_for(&self, event: &InboundEvent) -> &dyn Handler {
+    fn route_for(&self, event: &InboundEvent) -> Option<&Route> {
         let event_type = event.meta.event_type.as_deref();
-        self.routes
-            .iter()
-            .find(|route| route.matcher.takes(&event.meta.source, event_type))
-            .map_or(self.default.as_ref(), |route| route.handler.as_ref())
+        self.routes.iter().find(|route| route.matcher.takes(&event.meta.source, event_type))
+    }
+
+    fn handler_for(&self, event: &InboundEvent) -> &dyn Handler {
+        self.route_for(event).map_or(self.default.as_ref(), |route| route.handler.as_ref())
     }
 
     /// The checks that make an event poison before any handler runs.
@@ -213,7 +258,11 @@ impl Handler for Router {
     fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
             self.validate(event)?;
-            self.handler_for(event).handle(event).await
+            let Some(route) = self.route_for(event) else { return self.default.handle(event).await };
+            match &route.transform {
+                None => route.handler.handle(event).await,
+                Some(transform) => route.handler.handle(&transform.apply(event).await?).await,
+            }
         })
     }
 }
@@ -296,6 +345,7 @@ mod tests {
             breaker_failures: None,
             breaker_cooldown_ms: None,
             filters: Vec::new(),
+            transform: None,
         }];
         let rules = HashMap::from([(
             "github".to_owned(),
@@ -324,6 +374,7 @@ mod tests {
             breaker_failures: None,
             breaker_cooldown_ms: None,
             filters: Vec::new(),
+            transform: None,
         }];
         let router = Router::new(&HandlerConfig::default(), &routes, &HashMap::new(), Path::new(".")).unwrap();
         assert_eq!(router.name_for(&event("github", Some("push"), b"{}")), "http");

@@ -118,6 +118,7 @@ async fn a_saturated_route_defers_records_of_paused_partitions_without_spending_
                 breaker_failures: None,
                 breaker_cooldown_ms: None,
                 filters: Vec::new(),
+                transform: None,
             });
         })
         .consumer()

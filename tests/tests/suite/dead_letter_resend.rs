@@ -148,6 +148,7 @@ async fn a_copy_re_typed_to_a_filtered_route_does_not_make_the_genuine_delivery_
         breaker_failures: None,
         breaker_cooldown_ms: None,
         filters,
+        transform: None,
     };
     let mut stack = TestStack::builder()
         .consumer_config(move |config| {

@@ -63,6 +63,7 @@ fn route(event_type: &str, url: String, signing_secrets: Vec<SecretRef>) -> Rout
         breaker_failures: None,
         breaker_cooldown_ms: None,
         filters: Vec::new(),
+        transform: None,
     }
 }
 

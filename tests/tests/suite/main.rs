@@ -67,4 +67,5 @@ mod replayer_services;
 mod replayer_trust;
 mod route_filters;
 mod route_hold;
+mod route_transforms;
 mod signature_time;

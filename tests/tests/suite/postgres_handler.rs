@@ -51,6 +51,7 @@ fn route(event_type: &str, handler: HandlerConfig) -> RouteConfig {
         breaker_failures: None,
         breaker_cooldown_ms: None,
         filters: Vec::new(),
+        transform: None,
     }
 }
 

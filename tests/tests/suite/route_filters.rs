@@ -34,6 +34,7 @@ fn billing_route() -> RouteConfig {
             name: "bot_push".to_owned(),
             skip_when: vec![r#"/sender/type == "Bot""#.to_owned()],
         }],
+        transform: None,
     }
 }
 
