@@ -17,7 +17,7 @@ REDIS_ACL_PASSWORD_FILE="$STACK_DIR/redis-acl-password"
 # TLS tests use: the tests passing over this user prove it is enough. READONLY and CLUSTER SLOTS are what the
 # cluster client sends on each node connection.
 REDIS_ACL_RULES=(resetkeys '~hookline:*' resetchannels -@all +ping +get +set +del +pexpire +hget +hset +pttl +time
-  +evalsha '+script|load' '+cluster|slots' +readonly)
+  +hlen +evalsha '+script|load' '+cluster|slots' +readonly)
 
 # redis_acl_password: prints the ACL user's password, generating it the first time.
 redis_acl_password() {

@@ -207,7 +207,11 @@ async fn sample_fill(
         Ok(Some(sample)) => sample,
         Ok(None) => return,
         Err(error) => {
-            tracing::debug!(%error, "dedupe bucket fill not sampled");
+            // Said once: a user without `+hlen` (docs/security.md) would say it every minute.
+            static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(%error, "dedupe bucket fill not sampled (is HLEN allowed?); the gauge stays as it was");
+            }
             return;
         }
     };
