@@ -353,7 +353,6 @@ impl GatewayConfig {
             "limits.peer_rate_per_s must be 0 (off) or a positive number",
         );
         problems.check(self.limits.peer_max_wait_ms <= 60_000, "limits.peer_max_wait_ms must be at most 60000");
-        crate::quota::check_config(self, problems);
         problems.check(self.limits.max_concurrent_streams > 0, "limits.max_concurrent_streams must be positive");
         problems.check(self.limits.max_requests_in_progress > 0, "limits.max_requests_in_progress must be positive");
         problems.check(
