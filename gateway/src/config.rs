@@ -128,6 +128,15 @@ pub struct Limits {
     pub peer_burst: u32,
     /// Longest a request over its address's rate waits for its turn.
     pub peer_max_wait_ms: u64,
+    /// Verified requests per second each source may send when it sets no `rate_per_s` of its own (see
+    /// `crate::quota`): past its burst, a source's requests are answered 429 `quota_exceeded` with `Retry-After`
+    /// and nothing is produced. 0 (the default) leaves every such source unlimited: a quota is a choice made per
+    /// deployment, since some providers (GitHub) do not re-send a refused delivery by themselves. Unlike the other
+    /// limits it applies on a reload.
+    pub source_rate_per_s: f64,
+    /// Requests a source may send at once above its rate, when it sets no `burst` of its own; 0 means one second's
+    /// worth.
+    pub source_burst: u32,
 }
 
 impl Default for Limits {
@@ -152,6 +161,8 @@ impl Default for Limits {
             peer_rate_per_s: 0.0,
             peer_burst: 0,
             peer_max_wait_ms: 1_000,
+            source_rate_per_s: 0.0,
+            source_burst: 0,
         }
     }
 }
@@ -232,6 +243,11 @@ pub struct SourceConfig {
     /// spans. Turn it on only for a sender inside your own tracing (an internal service behind `scheme = "none"` or
     /// your own proxy).
     pub trust_traceparent: bool,
+    /// Verified requests per second this source may send (its quota, see `crate::quota`); past its burst, 429
+    /// `quota_exceeded` with `Retry-After`. Absent: `limits.source_rate_per_s`; 0: unlimited, whatever the default.
+    pub rate_per_s: Option<f64>,
+    /// Requests this source may send at once above its rate; absent: `limits.source_burst`; 0: one second's worth.
+    pub burst: Option<u32>,
 }
 
 /// `reply = { status = 200, content_type = "text/plain", body = "[accepted]" }`: what an accepted request is
@@ -286,6 +302,8 @@ impl Default for SourceConfig {
             verify_tokens: Vec::new(),
             reply: None,
             trust_traceparent: false,
+            rate_per_s: None,
+            burst: None,
         }
     }
 }

@@ -39,6 +39,9 @@ pub enum Rejection {
     VerifyBusy,
     #[error("this client address sends faster than the gateway's limit for one address")]
     PeerRateLimited,
+    /// A verified request of a source past its quota (`rate_per_s`, `burst`): `retry_after_s` until its next turn.
+    #[error("this source sends faster than its quota; retry later")]
+    QuotaExceeded { retry_after_s: u64 },
     #[error("the broker did not acknowledge the event")]
     Produce(#[source] ProduceError),
     /// The provider's key (or its subscription confirmation URL) cannot be fetched now: our trouble, never a 401.
@@ -53,7 +56,7 @@ impl Rejection {
         match self {
             Self::NotFound | Self::UnknownSource => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::PeerRateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Self::PeerRateLimited | Self::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTooLarge { .. } | Self::Verify(VerifyError::FormTooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::BodyRead(_) => StatusCode::BAD_REQUEST,
@@ -94,6 +97,7 @@ impl Rejection {
             Self::TooManyRequestsInProgress => "too_many_requests_in_progress",
             Self::VerifyBusy => "verify_busy",
             Self::PeerRateLimited => "rate_limited",
+            Self::QuotaExceeded { .. } => "quota_exceeded",
             Self::Produce(ProduceError::QueueFull) => "broker_queue_full",
             Self::Produce(_) => "broker_unavailable",
             Self::KeyUnavailable { .. } => "key_unavailable",
@@ -117,6 +121,7 @@ impl Rejection {
             | Self::TooManyRequestsInProgress
             | Self::VerifyBusy
             | Self::PeerRateLimited
+            | Self::QuotaExceeded { .. }
             | Self::Produce(_)
             | Self::KeyUnavailable { .. } => rejection.code(),
         };
@@ -133,6 +138,7 @@ impl Rejection {
             Self::TooManyRequestsInProgress,
             Self::VerifyBusy,
             Self::PeerRateLimited,
+            Self::QuotaExceeded { retry_after_s: 1 },
             Self::Produce(ProduceError::QueueFull),
             Self::Produce(ProduceError::Timeout),
             Self::KeyUnavailable { retry_after_s: 1, after_miss: false },
@@ -160,7 +166,7 @@ impl Rejection {
         let mut response = json_response(self.status(), &body);
         if self.is_retryable() {
             let retry_after_s = match self {
-                Self::KeyUnavailable { retry_after_s, .. } => *retry_after_s,
+                Self::KeyUnavailable { retry_after_s, .. } | Self::QuotaExceeded { retry_after_s } => *retry_after_s,
                 _ => retry_after_s,
             };
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
@@ -261,6 +267,19 @@ mod tests {
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"3"[..]));
         assert_eq!(Rejection::PeerRateLimited.code(), "rate_limited");
+    }
+
+    #[tokio::test]
+    async fn a_source_over_its_quota_gets_429_with_its_own_retry_after_and_a_json_error() {
+        use http_body_util::BodyExt;
+        let rejection = Rejection::QuotaExceeded { retry_after_s: 7 };
+        assert!(!rejection.charges_peer(), "the address did nothing wrong: the source is over its quota");
+        let response = rejection.into_response(3);
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"7"[..]));
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["error"]["code"], "quota_exceeded");
     }
 
     #[tokio::test]

@@ -1,7 +1,7 @@
 //! The hot path: `POST /webhooks/{source}` → the client address's rate, when configured ([`crate::peer_limit`]) →
 //! find the source → read the body within its limits → take an
-//! in-flight permit → verify the signature over the raw bytes → answer a handshake, or produce → 202 once the
-//! broker acknowledged. Nothing else happens here.
+//! in-flight permit → verify the signature over the raw bytes → answer a handshake, or charge the source's quota
+//! when it has one ([`crate::quota`]) and produce → 202 once the broker acknowledged. Nothing else happens here.
 //!
 //! A source with a `GET` handshake (Meta, Okta, X, Dropbox, Nylas) also answers `GET /webhooks/{source}` when it
 //! is that handshake, from its query and headers alone (no body is read); any other `GET`, and any other method,
@@ -24,10 +24,10 @@ use bytes::Bytes;
 use hookline_common::{
     http::{Body, PeerAddr},
     telemetry::traces::{TraceSpan, attribute},
-    wire::{EventMeta, now_ms},
+    wire::now_ms,
 };
 use hookline_signature::{
-    self as signature, Coverage, UnverifiedRequest,
+    self as signature, UnverifiedRequest,
     handshake::{Challenge, HandshakeKeys},
 };
 use http::{Method, Request, Response, header};
@@ -43,6 +43,7 @@ use crate::{
     metrics::{Metrics, outcome},
     peer_limit::{Admission, PeerLimiter},
     produce::{EventProducer, VerifiedWebhook},
+    quota::SourceQuotas,
     rejection_log::{RejectionLog, Verdict, log_handshake_summary, log_summary},
     rejection_ring::RejectionRing,
     reply,
@@ -52,9 +53,11 @@ use crate::{
 
 mod span;
 mod trail;
+mod webhook;
 
 use span::{request_span, source_label};
 use trail::{handshake_entry, log_rejection, ring_entry};
+use webhook::webhook_for;
 
 /// Everything a request needs, shared by all connections. The source table is swapped whole on a reload; each
 /// request keeps the table it started with.
@@ -77,6 +80,8 @@ pub struct Ingest {
     rejection_ring: RejectionRing,
     /// The request rate per client address, when configured.
     peer_limiter: Option<PeerLimiter>,
+    /// Each source's quota cell, kept across reloads ([`crate::quota`]).
+    quotas: SourceQuotas,
     /// Metric handles of the hot path's fixed labels, resolved once per source table instead of per request.
     handles: ArcSwap<HashMap<String, SourceHandles>>,
     produce_acked: prometheus::Histogram,
@@ -174,6 +179,7 @@ impl Ingest {
                 Duration::from_millis(limits.peer_max_wait_ms),
                 Instant::now(),
             ),
+            quotas: SourceQuotas::default(),
             fetcher,
         }
     }
@@ -184,7 +190,21 @@ impl Ingest {
         self.handles.store(Arc::new(resolve_handles(&self.metrics, &sources)));
         self.rejection_ring.retain_sources(|name| sources.get(name).is_some());
         self.fetcher.retain_sources(|name| sources.get(name).is_some());
+        // A source kept with a quota keeps its cell (converted, when its quota changed, at its next charge).
+        self.quotas.retain_sources(|name| sources.get(name).is_some_and(|source| source.quota.is_some()));
         self.sources.store(Arc::new(sources));
+    }
+
+    /// Sets `hookline_gateway_source_quota_tokens` to what each source with a quota holds now (sources without one,
+    /// or no longer served, have no series): called when `/metrics` is read.
+    pub fn refresh_quota_gauges(&self) {
+        let (gauge, now) = (&self.metrics.source_quota_tokens, Instant::now());
+        gauge.reset();
+        for source in self.sources.load().iter() {
+            if let Some(quota) = &source.quota {
+                gauge.with_label_values(&[&source.name]).set(self.quotas.available(&source.name, quota, now));
+            }
+        }
     }
 
     /// The source table serving now.
@@ -339,6 +359,7 @@ impl Ingest {
                 Verification::Answered(answer) => return Ok(answer),
             };
         let webhook = webhook_for(source, &parts, &body, proof, received_at_ms).ok_or(Rejection::MissingEventId)?;
+        self.charge_quota(source, &webhook).map_err(|failure| *failure)?;
         let accepted_reply = {
             let mut unverified = UnverifiedRequest::new(&parts.headers, &body, received_at_ms)
                 .with_method(&parts.method)
@@ -455,6 +476,20 @@ impl Ingest {
         Ok(Verification::Event(proof, url))
     }
 
+    /// Takes one turn of the source's quota for a verified event about to be produced, or refuses it (429, nothing
+    /// produced; the ring keeps its event id, which the signature vouched for). (A refusal is boxed: its `Failure`
+    /// is large.)
+    fn charge_quota(&self, source: &Source, webhook: &VerifiedWebhook) -> Result<(), Box<Failure>> {
+        let Some(quota) = &source.quota else { return Ok(()) };
+        self.quotas.charge(&source.name, quota, Instant::now()).map_err(|over| {
+            Box::new(Failure {
+                rejection: Rejection::QuotaExceeded { retry_after_s: over.retry_after_s() },
+                event_id: Some(webhook.meta().event_id.clone()),
+                secrets_tried: Vec::new(),
+            })
+        })
+    }
+
     /// Produces `webhook` and waits for the broker's acknowledgement (within `within`), timing the produce.
     async fn produce_webhook(&self, webhook: &VerifiedWebhook, within: Duration) -> Result<(), Failure> {
         let produce_started = Instant::now();
@@ -547,61 +582,6 @@ enum Verification {
     Event(signature::Verified, Option<String>),
     /// A handshake, answered; nothing is produced.
     Answered(Answer),
-}
-
-/// The webhook `proof` vouches for: its identity read from what the signature covers only (a trusted `none`
-/// source vouches for everything; a scheme that signs only some body fields says itself what identifies the
-/// event), its metadata, and the source's allowlisted request headers; `None` when what is signed names no event id.
-fn webhook_for(
-    source: &Source,
-    parts: &http::request::Parts,
-    body: &Bytes,
-    proof: signature::Verified,
-    received_at_ms: i64,
-) -> Option<VerifiedWebhook> {
-    let verifying = source.scheme.is_verifying();
-    let is_signed = |name: &str| !verifying || proof.signs_header(name);
-    let identity = match proof.coverage() {
-        Coverage::SignedFields { event_id, event_type } => signature::SignedIdentity {
-            event_id: Some(event_id.clone()),
-            provider_event_id: None,
-            event_type: event_type.clone(),
-        },
-        Coverage::WholeBody | Coverage::Token | Coverage::BodyChecksum => {
-            source.identity.identify_signed(&parts.headers, body, &is_signed)
-        }
-    };
-    let event_id = identity.event_id?;
-    let meta = EventMeta {
-        source: source.name.clone(),
-        event_id,
-        event_type: identity.event_type,
-        received_at_ms,
-        content_type: parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
-        secret_id: String::new(),
-        // Absent from this request: keyed by the event id, as for a source without an ordering key.
-        ordering_key: source.ordering_key.as_ref().and_then(|key| key.value(&parts.headers, body)),
-    };
-    Some(
-        VerifiedWebhook::new(proof, meta, &source.topic)
-            .with_provider_event_id(identity.provider_event_id)
-            .with_forwarded_headers(forwarded_headers(source, &parts.headers)),
-    )
-}
-
-/// The allowlisted request headers: lowercase name and value, one entry per value (the inbound record carries
-/// each as a header of its own).
-fn forwarded_headers(source: &Source, headers: &http::HeaderMap) -> Vec<(String, Bytes)> {
-    source
-        .forward_headers
-        .iter()
-        .flat_map(|name| {
-            headers
-                .get_all(name)
-                .iter()
-                .map(move |value| (name.as_str().to_owned(), Bytes::copy_from_slice(value.as_bytes())))
-        })
-        .collect()
 }
 
 /// Counts a request in the in-flight gauge for as long as it lives.

@@ -8,6 +8,7 @@ pub mod batching;
 pub mod body;
 pub mod config;
 pub mod error;
+pub mod gcra;
 pub mod in_progress;
 pub mod ingest;
 pub mod key_fetch;
@@ -17,6 +18,7 @@ pub mod offline_verify;
 pub mod paypal_api;
 pub mod peer_limit;
 pub mod produce;
+pub mod quota;
 pub mod rejection_log;
 pub mod rejection_ring;
 pub mod reload;
@@ -205,7 +207,12 @@ async fn serve_gateway_admin(
             let (method, message) = match request.uri().path() {
                 RELOAD_PATH => (Method::POST, "POST to reload"),
                 rejection_ring::REJECTIONS_PATH => (Method::GET, "GET the rejections"),
-                _ => return admin_response(&request, &state.registry, &state.readiness),
+                path => {
+                    if path == "/metrics" {
+                        state.ingest.refresh_quota_gauges();
+                    }
+                    return admin_response(&request, &state.registry, &state.readiness);
+                }
             };
             if request.method() != method {
                 return json_response(

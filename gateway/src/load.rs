@@ -52,6 +52,7 @@ impl Loaded {
         let config = GatewayConfig::read(path)?;
         let mut problems = Problems::default();
         config.check(&mut problems);
+        crate::quota::check_config(&config, &mut problems);
         config.sources.iter().filter_map(crate::source::type_choice_problem).for_each(|problem| problems.push(problem));
         problems.into_result()?;
         Ok(config)
@@ -61,6 +62,7 @@ impl Loaded {
     pub fn build(config: GatewayConfig) -> Result<Self, ConfigError> {
         let mut problems = Problems::default();
         config.check(&mut problems);
+        crate::quota::check_config(&config, &mut problems);
         let reload_token = admin_token("reload_token", config.reload_token.as_ref(), &mut problems);
         let rejections_token = admin_token("rejections_token", config.rejections_token.as_ref(), &mut problems);
         let sources = SourceTable::build(&config)

@@ -3,7 +3,9 @@
 //! `VerifyError::reason`, secret ids from config.
 
 use hookline_common::metrics_catalog::{self, MetricDescription};
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, core::Collector};
+use prometheus::{
+    GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, core::Collector,
+};
 
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -26,6 +28,10 @@ pub struct Metrics {
     /// `hookline_gateway_peer_paced_total`: requests that waited for their turn under `limits.peer_rate_per_s`
     /// (those refused are `hookline_gateway_requests_total{outcome="rate_limited"}`).
     pub peer_paced: IntCounter,
+    /// `hookline_gateway_source_quota_tokens{source}`: the requests each source with a quota may send now before
+    /// it is refused (its burst when idle, 0 while it is throttled), computed when `/metrics` is read. Its refusals
+    /// are `hookline_gateway_requests_total{outcome="quota_exceeded"}`.
+    pub source_quota_tokens: GaugeVec,
     /// `hookline_gateway_config_reloads_total{outcome}`: `applied` or `rejected`.
     pub reloads: IntCounterVec,
     pub key_fetches: IntCounterVec,
@@ -80,6 +86,13 @@ impl Metrics {
                 "hookline_gateway_peer_paced_total",
                 "Requests that waited for their turn under the per-address request rate.",
             )?,
+            source_quota_tokens: GaugeVec::new(
+                Opts::new(
+                    "hookline_gateway_source_quota_tokens",
+                    "Requests each source with a quota may send now before it is refused (429 quota_exceeded).",
+                ),
+                &["source"],
+            )?,
             reloads: IntCounterVec::new(
                 Opts::new("hookline_gateway_config_reloads_total", "Config reloads by outcome."),
                 &["outcome"],
@@ -127,6 +140,7 @@ impl Metrics {
             Box::new(self.in_flight.clone()),
             Box::new(self.producer_queue_depth.clone()),
             Box::new(self.peer_paced.clone()),
+            Box::new(self.source_quota_tokens.clone()),
             Box::new(self.reloads.clone()),
             Box::new(self.key_fetches.clone()),
             Box::new(self.key_cache_lookups.clone()),
@@ -207,7 +221,7 @@ mod tests {
         {
             assert!(outcomes.iter().any(|outcome| outcome == expected), "{expected} not in {outcomes:?}");
         }
-        assert_eq!(outcomes.len(), 2 + 15 + 12, "every rejection code and verification reason once: {outcomes:?}");
+        assert_eq!(outcomes.len(), 2 + 16 + 12, "every rejection code and verification reason once: {outcomes:?}");
     }
 
     /// `--print-metrics` lists exactly what `/metrics` exports once every metric has a series: a metric registered
@@ -225,6 +239,7 @@ mod tests {
         metrics.in_flight.set(1);
         metrics.producer_queue_depth.set(1);
         metrics.peer_paced.inc();
+        metrics.source_quota_tokens.with_label_values(&["s"]).set(2.5);
         metrics.reloads.with_label_values(&["applied"]).inc();
         metrics.key_fetches.with_label_values(&["sns", "certificate", "ok"]).inc();
         metrics.key_cache_lookups.with_label_values(&["hit"]).inc();
@@ -232,7 +247,7 @@ mod tests {
         metrics.key_cache_bytes.set(1);
         metrics.key_fetches_refused.with_label_values(&["miss_budget"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 15);
+        assert_eq!(described.len(), 16);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -5,9 +5,9 @@
 //! other source. Flooders send from few addresses and providers from many, each at modest rates, so a rate per
 //! address bounds what one address can cost without slowing anyone else.
 //!
-//! The limit is a generic cell rate (GCRA): each address has a theoretical arrival time that each admitted
-//! request pushes one interval (`1 / rate`) ahead, with `burst` requests of tolerance. A request over the rate
-//! is not refused at once: it waits for its turn, up to `max_wait`, which paces a keep-alive connection (the next
+//! The limit is a generic cell rate ([`crate::gcra`]): each address has a theoretical arrival time that each
+//! admitted request pushes one interval (`1 / rate`) ahead, with `burst` requests of tolerance. A request over the
+//! rate is not refused at once: it waits for its turn, up to `max_wait`, which paces a keep-alive connection (the next
 //! request is not read until this one is answered) at no cost but a timer. A request whose turn is further away
 //! than that is held for `max_wait` all the same and then answered 429 with `Retry-After`, so a connection over
 //! the limit gets through at most one request per `max_wait`, and holding it costs the attacker a connection slot
@@ -35,6 +35,8 @@ use std::{
 
 use hookline_common::peer::peer_key;
 
+use crate::gcra::Gcra;
+
 /// Addresses tracked at once; past it, addresses with no pending turn are forgotten (at most once a second), and
 /// new addresses share the one overflow cell until there is room.
 const MAX_TRACKED_PEERS: usize = 65_536;
@@ -56,8 +58,7 @@ pub enum Admission {
 
 #[derive(Debug)]
 pub struct PeerLimiter {
-    interval: Duration,
-    tolerance: Duration,
+    rate: Gcra,
     max_wait: Duration,
     state: Mutex<State>,
 }
@@ -108,13 +109,8 @@ impl State {
 impl PeerLimiter {
     /// `None` when `rate_per_s` is not positive (the limit is off).
     pub fn new(rate_per_s: f64, burst: u32, max_wait: Duration, now: Instant) -> Option<Self> {
-        if !(rate_per_s > 0.0 && rate_per_s.is_finite()) {
-            return None;
-        }
-        let interval = Duration::from_secs_f64(1.0 / rate_per_s);
         Some(Self {
-            interval,
-            tolerance: interval.saturating_mul(burst.max(1) - 1),
+            rate: Gcra::new(rate_per_s, burst)?,
             max_wait,
             state: Mutex::new(State { arrivals: HashMap::new(), overflow: None, last_prune: now }),
         })
@@ -129,12 +125,12 @@ impl PeerLimiter {
             state.last_prune = now;
         }
         let cell = state.cell_of(peer);
-        let arrival = state.arrival(&cell).map_or(now, |arrival| arrival.max(now));
-        let wait = arrival.duration_since(now).saturating_sub(self.tolerance);
+        let arrival = state.arrival(&cell);
+        let wait = self.rate.wait(arrival, now);
         if wait > self.max_wait {
             return Admission::Refuse(self.max_wait);
         }
-        state.set_arrival(cell, arrival + self.interval);
+        state.set_arrival(cell, self.rate.take(arrival, now, 1));
         if wait.is_zero() { Admission::Now } else { Admission::After(wait) }
     }
 
@@ -144,7 +140,7 @@ impl PeerLimiter {
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let cell = state.cell_of(peer_key(peer));
         if let Some(arrival) = state.arrival(&cell) {
-            state.set_arrival(cell, arrival.max(now) + self.interval * (FAILED_VERIFICATION_TURNS - 1));
+            state.set_arrival(cell, self.rate.take(Some(arrival), now, FAILED_VERIFICATION_TURNS - 1));
         }
     }
 }

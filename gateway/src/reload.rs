@@ -3,8 +3,10 @@
 //! re-read) and every source is rebuilt. Only a config that validates completely replaces the running one, in one
 //! atomic swap; a bad one is rejected with a log line naming every problem, and the old one keeps serving.
 //!
-//! Sources (schemes, secrets, limits per source, topics, identity, forwarded headers) reload. Listeners, Kafka
-//! settings and global limits need a restart; a reload that changes them says so and applies the sources only.
+//! Sources (schemes, secrets, limits per source, quotas, topics, identity, forwarded headers) reload, and with them
+//! the quota defaults `limits.source_rate_per_s` and `limits.source_burst` (each source's quota is resolved when it
+//! is built; the quota cells outlive the reload, see [`crate::quota`]). Listeners, Kafka settings and the other
+//! global limits need a restart; a reload that changes them says so and applies the sources only.
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -41,7 +43,9 @@ pub struct Reloader {
 }
 
 fn restart_only_settings(config: &GatewayConfig) -> String {
-    format!("{}|{}|{:?}|{:?}|{:?}", config.listen_addr, config.admin_addr, config.kafka, config.producer, config.limits)
+    // The quota defaults apply on a reload, with the sources.
+    let limits = crate::config::Limits { source_rate_per_s: 0.0, source_burst: 0, ..config.limits.clone() };
+    format!("{}|{}|{:?}|{:?}|{:?}", config.listen_addr, config.admin_addr, config.kafka, config.producer, limits)
 }
 
 impl Reloader {

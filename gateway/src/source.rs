@@ -44,6 +44,9 @@ pub struct Source {
     /// A `paypal` source's way to PayPal's event API, which confirms each delivery's body (`None` for every other
     /// scheme, and for a `paypal` source that opted in to `allow_crc_only`).
     pub paypal: Option<PayPalApi>,
+    /// Its request quota (`rate_per_s`, `burst`, or the `[limits]` defaults), charged for each verified request
+    /// ([`crate::quota`]); `None`: unlimited. Set by [`SourceTable::build`], which knows the defaults.
+    pub quota: Option<crate::gcra::Gcra>,
 }
 
 impl Source {
@@ -177,6 +180,7 @@ impl Source {
             verify_tokens,
             reply,
             paypal,
+            quota: None,
         })
     }
 
@@ -410,6 +414,7 @@ impl SourceTable {
             let per_source = config.limits.max_costly_verifications_per_source;
             match Source::from_config_with(source_config, &config.kafka.inbound_topic, per_source) {
                 Ok(source) => {
+                    let source = Source { quota: crate::quota::of_source(config, source_config), ..source };
                     sources.insert(source.name.clone(), Arc::new(source));
                 }
                 Err(found) => {

@@ -82,6 +82,11 @@ fn source_card(source: &SourceFlow, first_minute_ms: i64, since: &str) -> Markup
             p {
                 span.accepted data-count=(accepted) { (accepted) " accepted" } ", "
                 span.refused data-count=(refused) { (refused) " refused" } " in the hour"
+                @if source.throttled > 0 {
+                    ", " span.throttled data-count=(source.throttled) {
+                        (source.throttled) " throttled (over its quota, 429 " code { "quota_exceeded" } ")"
+                    }
+                }
             }
             (minute_chart(
                 &format!("{} requests per minute", source.name),

@@ -95,7 +95,13 @@ pub struct SourceFlow {
     pub refused: Vec<u64>,
     /// The most frequent refusal codes of the hour, with their counts.
     pub top_refusals: Vec<(String, u64)>,
+    /// Requests refused in the hour because the source was over its quota (the gateway's `quota_exceeded`):
+    /// shown whether or not it is among the top refusals, so who is throttled is never hidden by a louder code.
+    pub throttled: u64,
 }
+
+/// The gateway's refusal code for a source over its quota (`rate_per_s`, `burst`).
+pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
 
 /// One consumer service's last hour and its state at the last sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -271,10 +277,14 @@ fn source_flows(requests: BTreeMap<SourceOutcome, Vec<u64>>) -> Vec<SourceFlow> 
             accepted: vec![0; MINUTES],
             refused: vec![0; MINUTES],
             top_refusals: Vec::new(),
+            throttled: 0,
         });
         let into = if prom::is_accepted(&outcome) { &mut flow.accepted } else { &mut flow.refused };
         for (total, count) in into.iter_mut().zip(&per_minute) {
             *total += count;
+        }
+        if outcome == QUOTA_EXCEEDED {
+            flow.throttled += per_minute.iter().sum::<u64>();
         }
         if !prom::is_accepted(&outcome) {
             *refusals.entry(source).or_default().entry(outcome).or_default() += per_minute.iter().sum::<u64>();
@@ -440,6 +450,27 @@ async fn fetch_metrics(client: &HttpsClient, url: &str) -> Result<String, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sources_throttled_requests_are_counted_apart_and_among_its_refusals() {
+        let minutes = |count: u64| {
+            let mut per_minute = vec![0; MINUTES];
+            per_minute[MINUTES - 1] = count;
+            per_minute
+        };
+        let requests = BTreeMap::from([
+            (("tenant".to_owned(), "accepted".to_owned()), minutes(3)),
+            (("tenant".to_owned(), QUOTA_EXCEEDED.to_owned()), minutes(7)),
+            (("tenant".to_owned(), "signature_mismatch".to_owned()), minutes(20)),
+            (("neighbour".to_owned(), "accepted".to_owned()), minutes(100)),
+        ]);
+        let flows = source_flows(requests);
+        let tenant = flows.iter().find(|flow| flow.name == "tenant").expect("tenant");
+        assert_eq!((tenant.throttled, tenant.refused.iter().sum::<u64>()), (7, 27));
+        assert!(tenant.top_refusals.contains(&(QUOTA_EXCEEDED.to_owned(), 7)));
+        let neighbour = flows.iter().find(|flow| flow.name == "neighbour").expect("neighbour");
+        assert_eq!((neighbour.throttled, neighbour.accepted.iter().sum::<u64>()), (0, 100));
+    }
 
     #[test]
     fn a_name_with_hundreds_of_addresses_is_asked_at_its_first_64() {

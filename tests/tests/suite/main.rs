@@ -35,6 +35,7 @@ mod gateway_h2_streams;
 mod gateway_handshakes;
 mod gateway_identity;
 mod gateway_public_key_schemes;
+mod gateway_quota;
 mod gateway_rejections;
 mod gateway_reload;
 mod gateway_sdk_crosscheck;
