@@ -12,12 +12,18 @@
 //! at the same second a processed one before a filtered one before a dead one (a claim may take over the latter
 //! two, never a processed one).
 
+/// Redis's time is read once per script run, when first needed (`clock()`): a many-event script's events share it.
 /// `outcome(kb, first, n, field, window)`: the kind (`done`, a processed or filtered outcome, or `dead`) and value
 /// of the event's latest outcome within `window` seconds, read from `KEYS[kb+first .. kb+first+n-1]`; `nil` when there is none.
 /// `write(bucket, field, value, ttl)`: records the outcome, the bucket living at least `ttl` ms more.
 const FUNCTIONS: &str = r"
+local now_s
+local function clock()
+  if not now_s then now_s = redis.call('TIME')[1] end
+  return now_s
+end
 local function outcome(kb, first, n, field, window)
-  local now = tonumber(redis.call('TIME')[1])
+  local now = tonumber(clock())
   local best, best_at, best_kind, best_rank = nil, -1, nil, 0
   for i = kb + first, kb + first + n - 1 do
     local v = redis.call('HGET', KEYS[i], field)
@@ -45,7 +51,7 @@ local function write(bucket, field, value, ttl)
 end
 
 local function at_now(value)
-  return string.gsub(value, '@', redis.call('TIME')[1], 1)
+  return string.gsub(value, '@', clock(), 1)
 end
 ";
 
@@ -65,24 +71,29 @@ local function untried(value, new_type, untyped)
 end
 
 local function rule(kb, ab)
-  local key, token, lease = KEYS[kb + 1], ARGV[ab + 2], ARGV[ab + 3]
-  local current = redis.call('GET', key)
+  local key, token = KEYS[kb + 1], ARGV[ab + 2]
+  -- The claim is set if the key was free, in the one call that reads what it held (Redis 7.0: NX with GET);
+  -- an outcome that refuses the claim deletes it again, in this same script.
+  local current = redis.call('SET', key, token, 'NX', 'PX', ARGV[ab + 3], 'GET')
   if current == token then return 'acquired' end
   if current then return 'held' end
   local kind, value = outcome(kb, 2, tonumber(ARGV[ab + 1]) - 1, ARGV[ab + 5], tonumber(ARGV[ab + 4]))
   local new_type = ARGV[ab + 7]
   if kind == 'done' then
-    if string.sub(value, 1, 1) ~= 'f' or not untried(value, new_type, false) then return 'done' end
-    redis.call('SET', key, token, 'PX', lease)
+    if string.sub(value, 1, 1) ~= 'f' or not untried(value, new_type, false) then
+      redis.call('DEL', key)
+      return 'done'
+    end
     return 'over:' .. value
   end
   if kind == 'dead' then
     local marker = string.sub(value, string.find(value, ':', 1, true) + 1)
-    if ARGV[ab + 6] ~= '1' and not untried(marker, new_type, true) then return 'dead' end
-    redis.call('SET', key, token, 'PX', lease)
+    if ARGV[ab + 6] ~= '1' and not untried(marker, new_type, true) then
+      redis.call('DEL', key)
+      return 'dead'
+    end
     return 'over:' .. marker
   end
-  redis.call('SET', key, token, 'PX', lease)
   return 'acquired'
 end
 ";

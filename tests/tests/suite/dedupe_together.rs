@@ -379,6 +379,8 @@ async fn bytes_per_remembered_event() {
     };
     // `DEDUPE_BYTES_LAYOUTS`: which to run, of `previous`, `bucketed` (the default count) and `bucketed:<n>` (n
     // buckets per slot from the bucket schedule); by default the first two.
+    // `DEDUPE_BYTES_TOGETHER`: n > 1 claims and marks done n events per call, as records started together are.
+    let together: usize = std::env::var("DEDUPE_BYTES_TOGETHER").map_or(1, |n| n.parse().expect("a count"));
     let layouts = std::env::var("DEDUPE_BYTES_LAYOUTS").unwrap_or_else(|_| "previous,bucketed".to_owned());
     println!("| layout | events | used_memory growth | bytes per event | Redis CPU per event (claim + done) |");
     println!("|---|---|---|---|---|");
@@ -397,39 +399,93 @@ async fn bytes_per_remembered_event() {
         let previous_connection = raw(&config).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (memory_before, cpu_before) = memory_and_cpu(&mut connection).await;
-        futures_util::stream::iter(0..events)
-            .for_each_concurrent(512, |n| {
-                let (dedupe, previous, mut previous_connection) = (&dedupe, &previous, previous_connection.clone());
-                async move {
-                    if layout.starts_with("bucketed") {
-                        let token = acquired(dedupe.claim(&dedupe.token("github", &id(n))).await.expect("redis"));
-                        assert!(dedupe.mark_done(&token, &marker(n)).await.expect("redis"));
-                    } else {
-                        let key = redis_key::dedupe("hookline:dedupe", "billing", "github", &id(n));
-                        let claim: String = redis::Script::new(previous_layout::CLAIM_SCRIPT)
-                            .key(&key)
-                            .arg(&previous.token)
-                            .arg(previous.config.claim_lease_ms)
-                            .arg("done")
-                            .arg("0")
-                            .arg("")
-                            .invoke_async(&mut previous_connection)
-                            .await
-                            .expect("redis");
-                        assert_eq!(claim, "acquired");
-                        let done: i64 = redis::Script::new(previous_layout::DONE_SCRIPT)
-                            .key(&key)
-                            .arg(&previous.token)
-                            .arg(marker(n).encode())
-                            .arg(previous.config.dedupe_ttl_s * 1000)
-                            .invoke_async(&mut previous_connection)
-                            .await
-                            .expect("redis");
-                        assert_eq!(done, 1);
+        if together > 1 && layout.starts_with("bucketed") {
+            // The consumer's path at volume: records started together, claimed and marked done by one call each.
+            let chunks: Vec<Vec<usize>> =
+                (0..events).collect::<Vec<_>>().chunks(together).map(<[usize]>::to_vec).collect();
+            futures_util::stream::iter(chunks)
+                .for_each_concurrent((512 / together).max(1), |chunk| {
+                    let dedupe = &dedupe;
+                    async move {
+                        let tokens: Vec<_> = chunk.iter().map(|&n| dedupe.token("github", &id(n))).collect();
+                        let claims = dedupe.claim_together(&tokens.iter().collect::<Vec<_>>()).await.expect("redis");
+                        let claimed: Vec<_> = claims.into_iter().map(acquired).collect();
+                        let markers: Vec<_> = chunk.iter().map(|&n| marker(n)).collect();
+                        let done: Vec<_> = claimed.iter().zip(&markers).collect();
+                        let ours = dedupe.done_together(&done).await.expect("redis");
+                        assert!(ours.into_iter().all(|ours| ours));
                     }
-                }
-            })
-            .await;
+                })
+                .await;
+        } else if together > 1 {
+            // The previous build's path for records started together: its one-key scripts made many-key as it made
+            // them (`previous_many_keys`).
+            let claim = redis::Script::new(&previous_many_keys(previous_layout::CLAIM_SCRIPT, 5));
+            let done = redis::Script::new(&previous_many_keys(previous_layout::DONE_SCRIPT, 3));
+            let chunks: Vec<Vec<usize>> =
+                (0..events).collect::<Vec<_>>().chunks(together).map(<[usize]>::to_vec).collect();
+            futures_util::stream::iter(chunks)
+                .for_each_concurrent((512 / together).max(1), |chunk| {
+                    let (claim, done, previous, mut previous_connection) =
+                        (&claim, &done, &previous, previous_connection.clone());
+                    async move {
+                        let keys: Vec<String> = chunk
+                            .iter()
+                            .map(|&n| redis_key::dedupe("hookline:dedupe", "billing", "github", &id(n)))
+                            .collect();
+                        let mut invocation = claim.prepare_invoke();
+                        for key in &keys {
+                            invocation.key(key).arg(&previous.token).arg(previous.config.claim_lease_ms);
+                            invocation.arg("done").arg("0").arg("");
+                        }
+                        let claims: Vec<String> =
+                            invocation.invoke_async(&mut previous_connection).await.expect("redis");
+                        assert!(claims.iter().all(|claim| claim == "acquired"));
+                        let mut invocation = done.prepare_invoke();
+                        for (key, &n) in keys.iter().zip(&chunk) {
+                            invocation.key(key).arg(&previous.token).arg(marker(n).encode());
+                            invocation.arg(previous.config.dedupe_ttl_s * 1000);
+                        }
+                        let done: Vec<i64> = invocation.invoke_async(&mut previous_connection).await.expect("redis");
+                        assert!(done.iter().all(|done| *done == 1));
+                    }
+                })
+                .await;
+        } else {
+            futures_util::stream::iter(0..events)
+                .for_each_concurrent(512, |n| {
+                    let (dedupe, previous, mut previous_connection) = (&dedupe, &previous, previous_connection.clone());
+                    async move {
+                        if layout.starts_with("bucketed") {
+                            let token = acquired(dedupe.claim(&dedupe.token("github", &id(n))).await.expect("redis"));
+                            assert!(dedupe.mark_done(&token, &marker(n)).await.expect("redis"));
+                        } else {
+                            let key = redis_key::dedupe("hookline:dedupe", "billing", "github", &id(n));
+                            let claim: String = redis::Script::new(previous_layout::CLAIM_SCRIPT)
+                                .key(&key)
+                                .arg(&previous.token)
+                                .arg(previous.config.claim_lease_ms)
+                                .arg("done")
+                                .arg("0")
+                                .arg("")
+                                .invoke_async(&mut previous_connection)
+                                .await
+                                .expect("redis");
+                            assert_eq!(claim, "acquired");
+                            let done: i64 = redis::Script::new(previous_layout::DONE_SCRIPT)
+                                .key(&key)
+                                .arg(&previous.token)
+                                .arg(marker(n).encode())
+                                .arg(previous.config.dedupe_ttl_s * 1000)
+                                .invoke_async(&mut previous_connection)
+                                .await
+                                .expect("redis");
+                            assert_eq!(done, 1);
+                        }
+                    }
+                })
+                .await;
+        }
         let (memory_after, cpu_after) = memory_and_cpu(&mut connection).await;
         let growth = memory_after - memory_before;
         println!(
@@ -438,4 +494,21 @@ async fn bytes_per_remembered_event() {
             (cpu_after - cpu_before) * 1e6 / events as f64
         );
     }
+}
+
+/// How the previous build made a many-key script of a one-key one taking `width` arguments (its `together.rs`):
+/// the body becomes a function called for each key with that key's arguments, the replies in key order.
+fn previous_many_keys(one_key: &str, width: usize) -> String {
+    let mut body = one_key.replace("KEYS[1]", "key");
+    for n in (1..=width).rev() {
+        body = body.replace(&format!("ARGV[{n}]"), &format!("a{n}"));
+    }
+    let params: Vec<String> = (1..=width).map(|n| format!("a{n}")).collect();
+    let args: Vec<String> = (1..=width).map(|n| format!("ARGV[base + {n}]")).collect();
+    format!(
+        "local function one(key, {})\n{body}\nend\nlocal replies = {{}}\nfor i, key in ipairs(KEYS) do\n  local base = \
+         (i - 1) * {width}\n  replies[i] = one(key, {})\nend\nreturn replies\n",
+        params.join(", "),
+        args.join(", ")
+    )
 }
