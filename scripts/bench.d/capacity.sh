@@ -80,3 +80,42 @@ capacity_runs() {
 
   python3 scripts/bench.d/capacity_table.py "$results" | tee "$results/capacity.md"
 }
+
+# BENCH_ONLY=dedupe-ab: the consumer with this build's dedupe layout against another build's (the previous layout:
+# BENCH_DEDUPE_BEFORE, that build's hookline-consumer), A B A B on topics of the same records: each run's events/s
+# and consumer CPU per event (its JSON), and Redis's CPU and used_memory growth per event, on a Redis of its own
+# (started here, flushed before each run, serving nothing else). The previous build reads the same config file.
+#   BENCH_DEDUPE_BEFORE=path         the other build's hookline-consumer (required)
+#   BENCH_DEDUPE_REDIS_PORT=16998    the port of that Redis (127.0.0.1)
+#   BENCH_DEDUPE_RECORDS=300000      records of 1 KiB per run
+#   BENCH_DEDUPE_REPEAT=2            rounds (each: before, then this build; the second round in reverse order)
+dedupe_ab_runs() {
+  local before=${BENCH_DEDUPE_BEFORE:?BENCH_DEDUPE_BEFORE: the other build\'s hookline-consumer}
+  local records=${BENCH_DEDUPE_RECORDS:-300000} repeat=${BENCH_DEDUPE_REPEAT:-2}
+  local port=${BENCH_DEDUPE_REDIS_PORT:-16998} redis_pid round order which consumer_bin label redis_before memory_before
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+    >"$results/logs/dedupe-redis.log" 2>&1 &
+  redis_pid=$!; pids+=("$redis_pid")
+  local REDIS_URL=redis://127.0.0.1:$port
+  export REDIS_URL
+  until redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1; do sleep 0.2; done
+  for ((round = 1; round <= repeat; round++)); do
+    order="before this"; ((round % 2 == 0)) && order="this before"
+    for which in $order; do
+      consumer_bin=$bin/hookline-consumer; [[ $which == before ]] && consumer_bin=$before
+      label=dedupe-ab-$round-$which
+      redis-cli -u "$REDIS_URL" flushall sync >/dev/null
+      sleep 1
+      redis_before=$(cpu_ticks "$redis_pid"); memory_before=$(redis_used_memory)
+      say "dedupe A B: round $round, $which ($consumer_bin), $records records"
+      "$bench" consumer --topic "bench-$run_id-$label" --partitions 6 --fill-s 120 --fill-records "$records" \
+        --body-bytes 1024 --consumer-bin "$consumer_bin" --instances 1 --timeout-s 900 \
+        --work-dir "$results/config" --json "$results/$label.json" 2>>"$results/logs/consumer.log"
+      awk -v r="$(( $(cpu_ticks "$redis_pid") - redis_before ))" -v hz="$clock_ticks" \
+        -v m="$(( $(redis_used_memory) - memory_before ))" -v n="$records" -v load="$(cut -d' ' -f1 /proc/loadavg)" \
+        'BEGIN { printf "{\"redis_cpu_s\": %.2f, \"redis_cpu_us_per_event\": %.2f, \"redis_memory_bytes\": %d, \"redis_bytes_per_event\": %.1f, \"load_after\": %s}\n", r / hz, r / hz * 1e6 / n, m, m / n, load }' \
+        >"$results/$label.redis"
+      cat "$results/$label.redis" >&2
+    done
+  done
+}
