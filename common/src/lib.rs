@@ -2,7 +2,7 @@
 //! Kafka client settings that keep data safe ([`kafka`]) with their TLS and SASL settings
 //! ([`kafka_security`]), and the one producer every writer uses ([`producer`]), which signs every record
 //! ([`record_auth`]), one Redis connection type
-//! ([`redis_connection`]), configuration loading ([`config`]), HTTP/admin plumbing and logging ([`http`],
+//! ([`redis_connection`]) and the dedupe bucket schedule read through it ([`dedupe_schedule`]), configuration loading ([`config`]), HTTP/admin plumbing and logging ([`http`],
 //! [`telemetry`]), the key per-client limits count by ([`peer`]), the description of a service's metrics
 //! ([`metrics_catalog`]), and the conditions on an event's JSON body that event search and the consumer's route
 //! filters share ([`predicate`]); RFC 3339 times read and written one way ([`time`]).
@@ -13,6 +13,7 @@
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod dedupe_schedule;
 pub mod http;
 pub mod http_client;
 pub mod kafka;

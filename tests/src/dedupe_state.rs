@@ -3,7 +3,7 @@
 
 use hookline_common::wire::{
     dedupe_layout::{BucketSchedule, EventHash, MAX_WINDOW_S, Outcome},
-    now_ms, redis_key,
+    now_ms,
 };
 
 /// The service's bucket schedule as stored (the default when none is).
@@ -12,9 +12,7 @@ pub async fn bucket_schedule(
     prefix: &str,
     service: &str,
 ) -> BucketSchedule {
-    let stored: Option<String> =
-        redis::cmd("GET").arg(redis_key::dedupe_buckets(prefix, service)).query_async(connection).await.expect("GET");
-    BucketSchedule::decode(stored.as_deref().unwrap_or_default()).expect("a readable schedule")
+    hookline_common::dedupe_schedule::read(connection, prefix, service).await.expect("a readable schedule").0
 }
 
 /// The event's latest outcome in the service's buckets, with its bucket's time to live (ms); `None`: none.

@@ -18,6 +18,7 @@ use std::{
 use prometheus::IntGauge;
 
 use hookline_common::{
+    dedupe_schedule::{self, ReadScheduleError},
     redis_connection::RedisConnection,
     wire::{
         dedupe_layout::{
@@ -97,13 +98,13 @@ pub(super) async fn read(
     prefix: &str,
     service: &str,
 ) -> Result<(BucketSchedule, String), DedupeError> {
-    let key = redis_key::dedupe_buckets(prefix, service);
-    let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection.clone()).await?;
-    let value = value.unwrap_or_default();
-    let schedule = BucketSchedule::decode(&value).map_err(|error| {
-        DedupeError(redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, error.to_string())))
-    })?;
-    Ok((schedule, value))
+    dedupe_schedule::read(&mut connection.clone(), prefix, service).await.map_err(|error| match error {
+        ReadScheduleError::Redis(error) => DedupeError(error),
+        ReadScheduleError::Unreadable(error) => DedupeError(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            error.to_string(),
+        ))),
+    })
 }
 
 impl Dedupe {

@@ -3,6 +3,7 @@
 //! it); and which consumer groups are hookline services (they have a service key).
 
 use hookline_common::{
+    dedupe_schedule::{self, ReadScheduleError},
     redis_connection::RedisConnection,
     wire::{
         dedupe_layout::{self, BucketSchedule, EventHash, Outcome},
@@ -127,14 +128,13 @@ pub async fn read(
     let mut latest: Option<(Outcome, String)> = None;
     // Every bucket of the longest window (120 of them) in one round trip: they share the event's hash tag, so one
     // slot on a cluster; an event search looks up thousands of events, each one a pipeline, not 120 calls.
-    let schedule: Option<String> = redis::cmd("GET")
-        .arg(redis_key::dedupe_buckets(prefix, service))
-        .query_async(&mut connection)
-        .await
-        .map_err(OpError::Redis)?;
     // An unreadable schedule (written by hand?) is read as the default: a person reading a lookup is told what
     // the default buckets hold, and the consumer, which never guesses, refuses to claim until it is mended.
-    let schedule = BucketSchedule::decode(schedule.as_deref().unwrap_or_default()).unwrap_or_default();
+    let schedule = match dedupe_schedule::read(&mut connection, prefix, service).await {
+        Ok((schedule, _)) => schedule,
+        Err(ReadScheduleError::Redis(error)) => return Err(OpError::Redis(error)),
+        Err(ReadScheduleError::Unreadable(_)) => BucketSchedule::default(),
+    };
     let buckets = hash.window_buckets(prefix, service, now_s, dedupe_layout::MAX_WINDOW_S, &schedule);
     let mut pipeline = redis::pipe();
     for bucket in &buckets {
