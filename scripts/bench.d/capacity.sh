@@ -119,3 +119,26 @@ dedupe_ab_runs() {
     done
   done
 }
+
+# BENCH_ONLY=latency: the capacity table's latency pair alone, repeated: at BENCH_CAPACITY_RATE open loop (64
+# connections), a bare producer at the gateway's linger at that load (`linger.ms` 0: fewer than
+# `batch_from_in_flight` produces wait at once) and then the gateway, A B A B (BENCH_LATENCY_REPEAT rounds, every
+# other one in reverse order), each a fresh topic; scripts/bench.d/latency_pair.py prints the pairs.
+latency_runs() {
+  local rate=${BENCH_CAPACITY_RATE:-3000} repeat=${BENCH_LATENCY_REPEAT:-3} round order which
+  for ((round = 1; round <= repeat; round++)); do
+    order="bare gateway"; ((round % 2 == 0)) && order="gateway bare"
+    for which in $order; do
+      if [[ $which == bare ]]; then
+        say "bare producer at linger.ms 0, open loop at $rate/s (round $round)"
+        "$bench" kafka-ceiling --topic "bench-$run_id-latency-bare-$round" --concurrency 64 --rate "$rate" \
+          --linger-ms 0 --duration-s "$duration_s" --json "$results/latency-bare-$round.json" \
+          2>>"$results/logs/kafka-ceiling.log"
+        tail -n 1 "$results/logs/kafka-ceiling.log" >&2
+      else
+        gateway_run "latency-gateway-$round" github --concurrency 64 --rate "$rate"
+      fi
+    done
+  done
+  python3 scripts/bench.d/latency_pair.py "$results" | tee "$results/latency.md"
+}
