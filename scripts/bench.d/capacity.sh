@@ -118,6 +118,7 @@ dedupe_ab_runs() {
       cat "$results/$label.redis" >&2
     done
   done
+  python3 scripts/bench.d/dedupe_ab.py "$results" | tee "$results/dedupe-ab.md"
 }
 
 # BENCH_ONLY=latency: the capacity table's latency pair alone, repeated: at BENCH_CAPACITY_RATE open loop (64
