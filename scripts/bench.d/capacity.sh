@@ -21,6 +21,13 @@ topic_records() { # topic
     2>/dev/null | awk -F: '{ n += $NF } END { print n + 0 }'
 }
 
+# An overlay giving the consumer the default dedupe window (72 h): the bench's own config keeps 10 minutes, which
+# reads one or two buckets per claim where the default reads 13 or 14.
+default_window_overlay() {
+  printf '[redis]\ndedupe_ttl_s = 259200\n' >"$results/config/default-window.toml"
+  printf '%s' "$results/config/default-window.toml"
+}
+
 redis_used_memory() {
   redis-cli -u "$REDIS_URL" info memory | awk -F: '/^used_memory:/ { print $2 + 0 }'
 }
@@ -61,7 +68,7 @@ capacity_runs() {
     say "consumer: one instance, ${kib} KiB bodies, ${fill_s} s of records"
     "$bench" consumer --topic "bench-$run_id-$label" --partitions 6 --fill-s "$fill_s" --body-bytes "$bytes" \
       --consumer-bin "$bin/hookline-consumer" --instances 1 --work-dir "$results/config" \
-      --json "$results/$label.json" 2>>"$results/logs/consumer.log"
+      --overlay "$(default_window_overlay)" --json "$results/$label.json" 2>>"$results/logs/consumer.log"
     awk -v r="$(( $(cpu_ticks "$redis_pid") - redis_before ))" -v hz="$clock_ticks" \
       -v m="$(( $(redis_used_memory) - memory_before ))" \
       'BEGIN { printf "{\"redis_cpu_s\": %.2f, \"redis_memory_bytes\": %d}\n", r / hz, m }' >"$results/$label.redis"
@@ -75,7 +82,8 @@ capacity_runs() {
   say "consumer: the Redis prediction over $check_records events of 1 KiB"
   "$bench" consumer --topic "bench-$run_id-$label" --partitions 6 --fill-s 300 --fill-records "$check_records" \
     --body-bytes 1024 --consumer-bin "$bin/hookline-consumer" --instances 1 --timeout-s 1500 \
-    --work-dir "$results/config" --json "$results/$label.json" 2>>"$results/logs/consumer.log"
+    --work-dir "$results/config" --overlay "$(default_window_overlay)" --json "$results/$label.json" \
+    2>>"$results/logs/consumer.log"
   printf '{"redis_memory_bytes": %d}\n' "$(( $(redis_used_memory) - memory_before ))" >"$results/$label.redis"
 
   python3 scripts/bench.d/capacity_table.py "$results" | tee "$results/capacity.md"
@@ -84,7 +92,7 @@ capacity_runs() {
 # BENCH_ONLY=dedupe-ab: the consumer with this build's dedupe layout against another build's (the previous layout:
 # BENCH_DEDUPE_BEFORE, that build's hookline-consumer), A B A B on topics of the same records: each run's events/s
 # and consumer CPU per event (its JSON), and Redis's CPU and used_memory growth per event, on a Redis of its own
-# (started here, flushed before each run, serving nothing else). The previous build reads the same config file.
+# (started here, flushed before each run, serving nothing else). Both builds read the same config, at the default window (72 h).
 #   BENCH_DEDUPE_BEFORE=path         the other build's hookline-consumer (required)
 #   BENCH_DEDUPE_REDIS_PORT=16998    the port of that Redis (127.0.0.1)
 #   BENCH_DEDUPE_RECORDS=300000      records of 1 KiB per run
@@ -110,7 +118,8 @@ dedupe_ab_runs() {
       say "dedupe A B: round $round, $which ($consumer_bin), $records records"
       "$bench" consumer --topic "bench-$run_id-$label" --partitions 6 --fill-s 120 --fill-records "$records" \
         --body-bytes 1024 --consumer-bin "$consumer_bin" --instances 1 --timeout-s 900 \
-        --work-dir "$results/config" --json "$results/$label.json" 2>>"$results/logs/consumer.log"
+        --work-dir "$results/config" --overlay "$(default_window_overlay)" --json "$results/$label.json" \
+        2>>"$results/logs/consumer.log"
       awk -v r="$(( $(cpu_ticks "$redis_pid") - redis_before ))" -v hz="$clock_ticks" \
         -v m="$(( $(redis_used_memory) - memory_before ))" -v n="$records" -v load="$(cut -d' ' -f1 /proc/loadavg)" \
         'BEGIN { printf "{\"redis_cpu_s\": %.2f, \"redis_cpu_us_per_event\": %.2f, \"redis_memory_bytes\": %d, \"redis_bytes_per_event\": %.1f, \"load_after\": %s}\n", r / hz, r / hz * 1e6 / n, m, m / n, load }' \
