@@ -11,8 +11,9 @@ pub struct ReplayerConfig {
     /// Admin listener (`serve`): the HTTP API under `/v1/`, and `/livez`, `/readyz`, `/metrics`.
     pub admin_addr: String,
     pub kafka: KafkaConfig,
-    /// Bearer token the HTTP API requires (`Authorization: Bearer <token>`); read from an env var or a file.
-    /// Required by `serve`; the CLI does not use it.
+    /// The shared bearer token: one admin token for every caller of the API and the console, recorded as
+    /// `shared-token`. For a local demo only (`serve` warns at start): operators use their own scoped tokens
+    /// (`[identity]`, `hookline-replayer tokens create`). Read from an env var or a file; the CLI does not use it.
     pub api_token: Option<SecretRef>,
     /// An entry whose event has already failed again this many times after replays is flagged: replaying it
     /// needs `force`, because something other than a transient fault is wrong.
@@ -36,6 +37,40 @@ pub struct ReplayerConfig {
     pub flow: FlowConfig,
     /// The dead-letter index's memory budget, and where the entries past it go.
     pub index: IndexConfig,
+    /// Scoped API tokens and the audit trail: where they are kept.
+    pub identity: IdentityConfig,
+}
+
+/// Where the scoped API tokens and the audit trail live (docs/security.md, "Operators by name").
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// The compacted topic of the API tokens (their SHA-256, name, scope, revocation; never a token), under the
+    /// record MAC. Every replayer instance tails it. Absent: `<kafka.control_topic>-tokens`.
+    pub tokens_topic: Option<String>,
+    /// The audit topic: one record per mutating action (who, what, when), deleted past its retention. Absent:
+    /// `<kafka.control_topic>-audit`.
+    pub audit_topic: Option<String>,
+    /// The audit topic's retention when the replayer creates it (a deployment's topic job sets its own).
+    pub audit_retention_days: u64,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        Self { tokens_topic: None, audit_topic: None, audit_retention_days: 30 }
+    }
+}
+
+impl ReplayerConfig {
+    /// The tokens topic: as configured, or beside the control topic.
+    pub fn tokens_topic(&self) -> String {
+        self.identity.tokens_topic.clone().unwrap_or_else(|| format!("{}-tokens", self.kafka.control_topic))
+    }
+
+    /// The audit topic: as configured, or beside the control topic.
+    pub fn audit_topic(&self) -> String {
+        self.identity.audit_topic.clone().unwrap_or_else(|| format!("{}-audit", self.kafka.control_topic))
+    }
 }
 
 /// The index of dead-letter entries (`serve`, and every CLI command that builds one): what it may hold in memory.
@@ -195,6 +230,7 @@ impl Default for ReplayerConfig {
             events: EventsConfig::default(),
             flow: FlowConfig::default(),
             index: IndexConfig::default(),
+            identity: IdentityConfig::default(),
         }
     }
 }
@@ -243,6 +279,15 @@ impl ReplayerConfig {
             }
         }
         problems.check(config.lookup.retry_scan_max_records >= 1, "lookup.retry_scan_max_records must be at least 1");
+        let (tokens_topic, audit_topic) = (config.tokens_topic(), config.audit_topic());
+        problems.check(
+            !tokens_topic.is_empty() && !audit_topic.is_empty() && tokens_topic != audit_topic,
+            "identity.tokens_topic and identity.audit_topic are two non-empty topics",
+        );
+        problems.check(
+            (1..=3650).contains(&config.identity.audit_retention_days),
+            "identity.audit_retention_days must be from 1 to 3650",
+        );
         problems.check(config.events.max_records >= 1, "events.max_records must be at least 1");
         problems.check(config.events.max_seconds >= 1, "events.max_seconds must be at least 1");
         problems.check(

@@ -48,6 +48,7 @@ use self::{
 };
 use crate::{
     api::Api,
+    identity::Scope,
     session::{COOKIE, Session},
 };
 
@@ -106,8 +107,19 @@ impl FromRequestParts<Arc<Api>> for LoggedIn {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, api: &Arc<Api>) -> Result<Self, Response> {
-        api.console.session(&parts.headers).map(LoggedIn).ok_or_else(|| not_logged_in(&parts.method))
+        session_of(api, &parts.headers).map(LoggedIn).ok_or_else(|| not_logged_in(&parts.method))
     }
+}
+
+/// The request's session, unless there is none or the API token it logged in with has been revoked since (then
+/// the session ends).
+fn session_of(api: &Api, headers: &HeaderMap) -> Option<Session> {
+    let session = api.console.session(headers)?;
+    if session.token_id.as_deref().is_some_and(|id| !api.tokens.is_active(id)) {
+        api.console.logout(headers);
+        return None;
+    }
+    Some(session)
 }
 
 fn not_logged_in(method: &Method) -> Response {
@@ -126,7 +138,7 @@ impl FromRequest<Arc<Api>> for CheckedForm {
     type Rejection = Response;
 
     async fn from_request(request: Request, api: &Arc<Api>) -> Result<Self, Response> {
-        let Some(session) = api.console.session(request.headers()) else {
+        let Some(session) = session_of(api, request.headers()) else {
             return Err(not_logged_in(request.method()));
         };
         if !same_origin(request.headers()) {
@@ -148,6 +160,25 @@ impl FromRequest<Arc<Api>> for CheckedForm {
     }
 }
 
+/// A [`CheckedForm`] whose session may operate (replay, discard, pause, resume): a viewer gets 403 and nothing
+/// changes.
+pub(crate) struct OperatorForm(pub(crate) CheckedForm);
+
+impl FromRequest<Arc<Api>> for OperatorForm {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, api: &Arc<Api>) -> Result<Self, Response> {
+        let checked = CheckedForm::from_request(request, api).await?;
+        let principal = &checked.session.principal;
+        if !principal.scope.allows(Scope::Operate) {
+            tracing::warn!(subject = %principal.subject, scope = principal.scope.as_str(), "console action refused: scope too narrow");
+            let problem = format!("`{}` may only look: this needs the operator role", principal.subject);
+            return Err(problem_page(&checked.session.csrf, StatusCode::FORBIDDEN, &problem));
+        }
+        Ok(Self(checked))
+    }
+}
+
 /// `POST /ui/logout`: ends the session and expires its cookie.
 async fn logout(State(api): ApiState, checked: CheckedForm) -> Response {
     api.console.logout(&checked.headers);
@@ -162,7 +193,7 @@ async fn logout(State(api): ApiState, checked: CheckedForm) -> Response {
 /// A `/ui` path no route took, or a method its route does not take: without a session, the login (as for any
 /// page); a POST passes the form checks first and is then "no such action"; other methods 405; a GET "no such page".
 pub(crate) async fn fallback(State(api): ApiState, request: Request) -> Response {
-    let Some(session) = api.console.session(request.headers()) else { return not_logged_in(request.method()) };
+    let Some(session) = session_of(&api, request.headers()) else { return not_logged_in(request.method()) };
     if request.method() == Method::POST {
         return match CheckedForm::from_request(request, &api).await {
             Ok(checked) => problem_page(&checked.session.csrf, StatusCode::NOT_FOUND, "no such action"),

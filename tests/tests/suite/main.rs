@@ -61,6 +61,7 @@ mod redis_tls;
 mod replayer;
 mod replayer_admin_listener;
 mod replayer_events;
+mod replayer_identity;
 mod replayer_index;
 mod replayer_lookup;
 mod replayer_rejections;
