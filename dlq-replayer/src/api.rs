@@ -78,6 +78,8 @@ pub struct Api {
     pub token: Option<SecretSlice<u8>>,
     /// The scoped API tokens, kept current by a thread tailing their topic.
     pub tokens: Arc<LiveTokens>,
+    /// The console's single sign-on, when `[oidc]` is configured.
+    pub oidc: Option<crate::identity::oidc::OidcClient>,
     pub registry: Registry,
     pub readiness: Arc<Readiness>,
     pub metrics: Metrics,

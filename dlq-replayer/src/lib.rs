@@ -141,12 +141,29 @@ pub async fn serve_api(
             })
             .map_err(|error| ServeError::Config(format!("cannot start the tokens thread: {error}")))?
     };
+    let oidc = match &config.oidc {
+        Some(oidc) => {
+            let secret = oidc
+                .client_secret
+                .as_ref()
+                .ok_or_else(|| ServeError::Config("`oidc.client_secret` is required".to_owned()))?
+                .load()
+                .map_err(ServeError::ApiToken)?;
+            let secret = String::from_utf8(secret)
+                .map_err(|_| ServeError::Config("`oidc.client_secret` is not UTF-8".to_owned()))?;
+            let http = hookline_common::http_client::client(oidc.ca_file.as_deref().map(std::path::Path::new))
+                .map_err(|error| ServeError::Config(format!("oidc.ca_file: {error}")))?;
+            Some(identity::oidc::OidcClient::new(oidc.clone(), secret.trim().to_owned().into(), http))
+        }
+        None => None,
+    };
     let rejections = rejections::Gatherer::new(&config.gateways).map_err(ServeError::Rejections)?;
     let flow = Arc::new(flow::Flow::new(&config).map_err(ServeError::Flow)?);
     let api = Arc::new(Api {
         replayer: replayer.clone(),
         token,
         tokens: tokens.clone(),
+        oidc,
         registry,
         readiness,
         metrics: metrics.clone(),

@@ -60,6 +60,7 @@ fn router_parts(mut config: ReplayerConfig) -> (Router, Arc<Flow>, Replayer) {
         replayer: replayer.clone(),
         token: Some(SecretSlice::from(TOKEN.as_bytes().to_vec())),
         tokens: Arc::new(crate::identity::tokens::LiveTokens::read_to_end_of_nothing()),
+        oidc: None,
         registry,
         readiness: Arc::new(Readiness::default()),
         metrics,

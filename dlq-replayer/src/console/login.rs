@@ -29,6 +29,7 @@ pub(super) fn login_page(status: StatusCode, problem: Option<&str>) -> Response 
         div.login {
             h1 { "Log in" }
             @if let Some(problem) = problem { p.problem #login-problem { (problem) } }
+            p { a.primary #sso href="/ui/oidc/login" { "Log in with single sign-on" } }
             form method="post" action="/ui/login" {
                 label for="token" { "Replayer API token" }
                 input #token name="token" type="password" autocomplete="current-password" required autofocus;

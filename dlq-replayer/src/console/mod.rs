@@ -25,6 +25,7 @@ mod forms;
 mod layout;
 mod login;
 mod lookup;
+mod oidc;
 mod pages;
 mod pauses;
 mod rejections;
@@ -73,6 +74,8 @@ pub(crate) fn routes() -> Router<Arc<Api>> {
             "/ui/login",
             get(|| async { login_page(StatusCode::OK, None) }).post(login::login).head(fallback).fallback(fallback),
         )
+        .route("/ui/oidc/login", page(oidc::start))
+        .route("/ui/oidc/callback", page(oidc::callback))
         .route("/ui", page(pages::overview))
         .route("/ui/", page(pages::overview))
         .route("/ui/entries", page(pages::list))

@@ -21,10 +21,7 @@ use rdkafka::{
 };
 use serde::Serialize;
 
-use crate::{
-    filter::Filter,
-    ops::{OpError, Replayer, Report},
-};
+use crate::ops::{OpError, Replayer};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the read may go without a record before it gives up.
@@ -89,24 +86,6 @@ impl AuditQuery {
 pub struct AuditTrail {
     pub records: Vec<AuditRecord>,
     pub refused: u64,
-}
-
-/// Entries an audit record names at most; the counts say how many there were.
-const AUDIT_IDS_KEPT: usize = 100;
-
-/// What a replay or discard did, as its audit record keeps it: the entries (the first [`AUDIT_IDS_KEPT`]), the counts,
-/// and the filter of an `all`.
-pub(crate) fn entries_detail(report: &Report, all: bool, filter: &Filter) -> serde_json::Value {
-    let mut detail = serde_json::json!({
-        "entries": report.done.iter().take(AUDIT_IDS_KEPT).collect::<Vec<_>>(),
-        "done": report.done.len(),
-        "skipped": report.skipped.len(),
-    });
-    if all {
-        detail["all"] = true.into();
-        detail["filter"] = serde_json::to_value(filter).unwrap_or_default();
-    }
-    detail
 }
 
 impl Replayer {

@@ -13,20 +13,9 @@
 //! holder of the replayer's record key can write a token (the same trust as a pause or a re-drive).
 
 pub mod audit;
+pub mod oidc;
 pub mod tokens;
 
-use std::time::Duration;
-
-use hookline_common::{
-    config::KafkaConfig,
-    kafka::{QuietContext, admin_config},
-};
-use rdkafka::{
-    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
-    client::DefaultClientContext,
-    consumer::{BaseConsumer, Consumer},
-    error::{KafkaError, RDKafkaErrorCode},
-};
 use serde::{Deserialize, Serialize};
 
 /// What a principal may do. Each scope includes the ones before it.
@@ -75,61 +64,6 @@ pub struct Principal {
 
 /// The subject of the shared `api_token` (local demo only).
 pub const SHARED_TOKEN_SUBJECT: &str = "shared-token";
-
-/// How long topic metadata and creation may take.
-const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// One topic the replayer creates when it is missing: its name and its settings.
-pub(crate) struct IdentityTopic<'a> {
-    pub name: &'a str,
-    pub settings: Vec<(&'static str, String)>,
-}
-
-/// Creates the tokens and audit topics when they do not exist: one partition each, the inbound topic's replication
-/// factor, the tokens topic compacted and the audit topic deleted by retention. (The deployments' topic jobs create
-/// them with the other topics; this covers a stack that predates them, and tests.) Blocking: call off the runtime.
-pub(crate) fn ensure_topics(kafka: &KafkaConfig, topics: &[IdentityTopic<'_>]) -> Result<(), KafkaError> {
-    let client: BaseConsumer<QuietContext> = admin_config(kafka).create_with_context(QuietContext::new("identity"))?;
-    let metadata = client.fetch_metadata(None, ADMIN_TIMEOUT)?;
-    let existing = metadata.topics();
-    let missing: Vec<&IdentityTopic<'_>> = topics
-        .iter()
-        .filter(|wanted| !existing.iter().any(|topic| topic.name() == wanted.name && topic.error().is_none()))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let replication = existing
-        .iter()
-        .find(|topic| topic.name() == kafka.inbound_topic)
-        .and_then(|topic| topic.partitions().first())
-        .map_or(1, |partition| partition.replicas().len().max(1));
-    let replication = i32::try_from(replication).unwrap_or(1);
-    let new_topics: Vec<NewTopic<'_>> = missing
-        .iter()
-        .map(|topic| {
-            topic
-                .settings
-                .iter()
-                .fold(NewTopic::new(topic.name, 1, TopicReplication::Fixed(replication)), |new, (name, value)| {
-                    new.set(name, value)
-                })
-        })
-        .collect();
-    let admin: AdminClient<DefaultClientContext> = admin_config(kafka).create()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| KafkaError::AdminOpCreation(error.to_string()))?;
-    let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
-    for result in runtime.block_on(admin.create_topics(&new_topics, &options))? {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((_, code)) => return Err(KafkaError::AdminOp(code)),
-        }
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {

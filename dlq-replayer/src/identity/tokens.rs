@@ -23,7 +23,7 @@ use hookline_common::{
     record_auth::{RecordKeys, RecordKind, Verdict},
     wire::now_ms,
 };
-use hookline_record::identity::{ApiTokenRecord, AuditRecord};
+use hookline_record::identity::ApiTokenRecord;
 use rdkafka::{
     Message, Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer},
@@ -34,7 +34,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
-use super::{IdentityTopic, Principal, Scope, ensure_topics};
+use super::{Principal, Scope};
 use crate::ops::{OpError, Replayer};
 
 const TOKEN_PREFIX: &str = "hlt_";
@@ -267,35 +267,6 @@ impl Replayer {
         self.config().tokens_topic()
     }
 
-    /// Creates the tokens and audit topics when they are missing (once per replayer).
-    pub async fn ensure_identity_topics(&self) -> Result<(), OpError> {
-        let config = self.config().clone();
-        self.identity_topics_ready
-            .get_or_try_init(|| async move {
-                tokio::task::spawn_blocking(move || {
-                    let retention_ms = (config.identity.audit_retention_days * 24 * 3600 * 1000).to_string();
-                    let (tokens_topic, audit_topic) = (config.tokens_topic(), config.audit_topic());
-                    ensure_topics(
-                        &config.kafka,
-                        &[
-                            IdentityTopic {
-                                name: &tokens_topic,
-                                settings: vec![("cleanup.policy", "compact".to_owned())],
-                            },
-                            IdentityTopic {
-                                name: &audit_topic,
-                                settings: vec![("cleanup.policy", "delete".to_owned()), ("retention.ms", retention_ms)],
-                            },
-                        ],
-                    )
-                })
-                .await?
-                .map_err(OpError::from)
-            })
-            .await
-            .map(|_| ())
-    }
-
     /// The tokens topic as it is now (the CLI's book; `serve` keeps a live one).
     pub async fn token_book(&self) -> Result<TokenBook, OpError> {
         self.ensure_identity_topics().await?;
@@ -392,14 +363,6 @@ impl Replayer {
                 () = tokio::time::sleep(Duration::from_secs(60)) => {}
             }
         }
-    }
-
-    /// Records one mutating action in the audit trail ([`super::audit`]).
-    pub(crate) async fn audit(&self, subject: &str, action: &str, detail: serde_json::Value) -> Result<(), OpError> {
-        self.ensure_identity_topics().await?;
-        let record = AuditRecord { at_ms: now_ms(), subject: subject.to_owned(), action: action.to_owned(), detail };
-        self.send(record.encode(&self.config().audit_topic())).await?;
-        Ok(())
     }
 }
 

@@ -3,6 +3,7 @@
 //! and discard. Every fate is recorded in the status topic; nothing is ever deleted from Kafka. Re-processing
 //! events beyond the DLQ (already processed ones, re-driven to one service) is in [`reprocess`].
 
+mod audit;
 mod by_reference;
 mod pause;
 mod rate;
@@ -207,7 +208,7 @@ pub struct Replayer {
     source: Source,
     /// Event searches running: each holds a permit until its scan thread ends.
     pub(crate) searches: Arc<tokio::sync::Semaphore>,
-    /// Set once the tokens and audit topics are known to exist ([`crate::identity`]).
+    /// Set once the tokens and audit topics are known to exist ([`Replayer::ensure_identity_topics`]).
     pub(crate) identity_topics_ready: Arc<tokio::sync::OnceCell<()>>,
 }
 
@@ -460,7 +461,7 @@ impl Replayer {
         }
         self.await_visible(&index, &written).await;
         if !request.dry_run {
-            let mut detail = crate::identity::audit::entries_detail(&report, request.all, &request.filter);
+            let mut detail = audit::entries_detail(&report, request.all, &request.filter);
             detail["force"] = request.force.into();
             self.audit(&by_or_default(&request.by), "replay", detail).await?;
         }
@@ -505,7 +506,7 @@ impl Replayer {
         }
         self.await_visible(&index, &written).await;
         if !request.dry_run {
-            let mut detail = crate::identity::audit::entries_detail(&report, request.all, &request.filter);
+            let mut detail = audit::entries_detail(&report, request.all, &request.filter);
             detail["reason"] = request.reason.clone().into();
             self.audit(&by_or_default(&request.by), "discard", detail).await?;
         }

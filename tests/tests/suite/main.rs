@@ -14,6 +14,7 @@ mod alert_https;
 mod config_reference;
 mod console_browser;
 mod console_flow_browser;
+mod console_oidc_browser;
 mod consumer;
 mod consumer_concurrency;
 mod consumer_killed;
