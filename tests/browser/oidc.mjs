@@ -1,6 +1,6 @@
 // Logs in to the DLQ console through single sign-on (the provider of oidc-provider.mjs) in Debian's chromium,
 // against a replayer the Rust test `console_oidc_browser` started: a viewer can search events but gets 403 when
-// it tries to replay; an operator replays an entry. The Rust test then checks in Kafka who the replay is recorded
+// it tries to replay; an operator replays an entry, and the console's audit trail names the operator. The Rust test then checks in Kafka who the replay is recorded
 // under. Exits non-zero on the first failed check.
 //
 // Env: CONSOLE_URL, ENTRY_TO_REPLAY, SEARCH_SOURCE, CHROMIUM.
@@ -59,6 +59,13 @@ try {
   assert.match(await operator.textContent("#preview-count"), /replay 1 entry/);
   await operator.click("#confirm-button");
   await operator.waitForSelector("#job-state[data-state=done]", { timeout: 30000 });
+
+  step("the audit trail names the operator, and the viewer may read it");
+  for (const page of [operator, viewer]) {
+    await page.goto(`${url}/ui/audit?what=replay`);
+    assert.equal(await page.locator("#audit tbody tr").count(), 1, "one replay recorded");
+    assert.equal((await page.textContent("#audit td.subject")).trim(), "oidc:operator-olga");
+  }
 } finally {
   await browser.close();
 }

@@ -102,6 +102,7 @@ pub(super) fn page(status: StatusCode, title: &str, csrf: Option<&str>, content:
                         a href="/ui/pauses" { "Routes" }
                         a href="/ui/events" { "Find event" }
                         a href="/ui/search" { "Search events" }
+                        a href="/ui/audit" { "Audit" }
                         form method="post" action="/ui/logout" {
                             (csrf_field(csrf))
                             button type="submit" { "Log out" }

@@ -16,10 +16,12 @@
 //! hour per source and per service ([`crate::flow`]); `pauses` the paused routes with their
 //! Resume and Pause forms; `rejections` the gateways' recent refusals, gathered from them on request; `lookup` the
 //! search box "where is event X?"; `search` the event search; `forms` handles what a POST asks (preview an action,
-//! run it); `login` the login form; `layout` the page frame, headers and shared fragments; this module routes.
+//! run it); `login` the login form; `oidc` single sign-on; `audit` the audit trail; `layout` the page frame,
+//! headers and shared fragments; this module routes.
 //!
 //! Pages read the same index as the JSON API and call the same operations ([`crate::ops`]).
 
+mod audit;
 mod flow;
 mod forms;
 mod layout;
@@ -85,6 +87,7 @@ pub(crate) fn routes() -> Router<Arc<Api>> {
         .route("/ui/events", page(lookup::lookup_page))
         .route("/ui/search", page(search::search_page))
         .route("/ui/pauses", page(pauses::pauses_page))
+        .route("/ui/audit", page(audit::audit_page))
         .route("/ui/logout", action(logout))
         .route("/ui/actions/preview", action(forms::preview))
         .route("/ui/actions/run", action(forms::run))
