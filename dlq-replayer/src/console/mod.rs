@@ -1,7 +1,9 @@
-//! The DLQ console: server-rendered HTML on the admin port, under `/ui/`, behind the API's token.
+//! The DLQ console: server-rendered HTML on the admin port, under `/ui/`, behind the API's tokens or single sign-on.
 //!
-//! - Login: a form that takes the API token and sets a session cookie (`Secure`, `HttpOnly`, `SameSite=Strict`,
-//!   path `/ui`); sessions live in this process's memory for 12 h (a restart logs everyone out).
+//! - Login: a form that takes an API token, or single sign-on through an OpenID Connect provider (`oidc`); either
+//!   sets a session cookie (`Secure`, `HttpOnly`, `SameSite=Strict`, path `/ui`) for a subject and a scope; sessions
+//!   live in this process's memory for 12 h (a restart logs everyone out; a revoked token's sessions end). Pages
+//!   need a session ([`LoggedIn`]); actions that change something also need the operate scope ([`OperatorForm`]).
 //! - Every state-changing form is a POST carrying the session's CSRF token (compared in constant time), and is
 //!   refused when an `Origin` header names another host; the cookie's `SameSite=Strict` is the second lock. Both
 //!   checks are the [`CheckedForm`] extractor: a POST handler cannot be written without them.
