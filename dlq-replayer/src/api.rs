@@ -1,6 +1,10 @@
-//! The HTTP admin API: the CLI's operations with the same semantics, under `/v1/`, behind a bearer token
-//! (compared in constant time, always accepted when right; wrong ones go through the console login's throttle, per
-//! address, and are counted and logged). `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
+//! The HTTP admin API: the CLI's operations with the same semantics, under `/v1/`, behind a bearer token: a scoped
+//! API token ([`crate::identity::tokens`]) or the shared demo token, each compared in constant time and always
+//! accepted when right; wrong ones go through the console login's throttle, per address, and are counted and
+//! logged. Each route needs a scope ([`required_scope`]): `read` to list, show, search and look up (and read the
+//! audit trail), `operate` to replay, discard, pause, resume and reprocess, `admin` for the tokens; a token without
+//! it gets 403 and changes nothing. Every mutating action is recorded under the token's subject (`token:<name>`):
+//! a `by` in the body is ignored. `/livez`, `/readyz` and `/metrics` stay open for probes and Prometheus.
 //!
 //! - `GET  /v1/entries?source=&service=&event_type=&error_class=&status=&since=&until=&text=&cursor=&limit=` —
 //!   one page (`{"entries": [...], "next_cursor": "...", "total_matching": n}`), in stable (partition, offset) order;
@@ -25,6 +29,9 @@
 //! - `POST /v1/pause`, `POST /v1/resume` body: `{"service": "...", "route": "...", "reason": "...", "by": "..."}` —
 //!   pauses or resumes one route of one consumer service (the control topic; every instance obeys within
 //!   seconds); `GET /v1/pauses` — the routes paused now, with who, why and since when
+//! - `GET  /v1/audit?who=&what=&since=&limit=` — the audit trail, newest first ([`crate::identity::audit`])
+//! - `GET  /v1/tokens`, `POST /v1/tokens` body `{"name": "...", "scope": "read|operate|admin"}` (201, the token
+//!   shown this once), `DELETE /v1/tokens/{id or name}` — the API tokens (admin)
 //!
 //! Every answer but the rejections' comes from the replayer's index, which a background tail keeps current; a write is visible in
 //! the next read once the call returns.
@@ -32,17 +39,17 @@
 use std::{sync::Arc, time::Instant};
 
 use axum::{
-    Router,
+    Extension, Router,
     body::Body,
     extract::{RawQuery, Request, State},
     handler::Handler,
     http::Uri,
     middleware::Next,
     response::Response,
-    routing::{MethodRouter, get, post},
+    routing::{MethodRouter, delete, get, post},
 };
 use hookline_common::http::{PeerAddr, Readiness};
-use http::{HeaderMap, StatusCode, header};
+use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use prometheus::Registry;
 use secrecy::{ExposeSecret, SecretSlice};
@@ -50,6 +57,11 @@ use serde::Serialize;
 
 use crate::{
     filter::Filter,
+    identity::{
+        Principal, SHARED_TOKEN_SUBJECT, Scope,
+        audit::AuditQuery,
+        tokens::{LiveTokens, TokenInfo},
+    },
     lookup::Lookup,
     metrics::Metrics,
     ops::{DiscardRequest, OpError, PauseRequest, ReplayRequest, Replayer, ReprocessRequest},
@@ -62,7 +74,12 @@ const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 #[derive(Debug)]
 pub struct Api {
     pub replayer: Replayer,
-    pub token: SecretSlice<u8>,
+    /// The shared demo token, when configured.
+    pub token: Option<SecretSlice<u8>>,
+    /// The scoped API tokens, kept current by a thread tailing their topic.
+    pub tokens: Arc<LiveTokens>,
+    /// The console's single sign-on, when `[oidc]` is configured.
+    pub oidc: Option<crate::identity::oidc::OidcClient>,
     pub registry: Registry,
     pub readiness: Arc<Readiness>,
     pub metrics: Metrics,
@@ -75,10 +92,45 @@ pub struct Api {
     pub flow: Arc<crate::flow::Flow>,
 }
 
+/// What a presented token is.
+pub(crate) enum Authenticated {
+    As(Principal),
+    /// Not a token we know, but the tokens topic has not been read to its end yet: it may be one.
+    NotYet,
+    Nobody,
+}
+
 impl Api {
-    /// Whether `presented` is the API token (constant-time); the console's login form checks the same token.
-    pub fn token_matches(&self, presented: &str) -> bool {
-        hookline_common::http::token_matches(presented, self.token.expose_secret())
+    /// Who `presented` is: a scoped token's principal, the shared token's, or nobody. Both comparisons are
+    /// constant-time; the console's login form checks the same tokens.
+    pub(crate) fn authenticate(&self, presented: &str) -> Authenticated {
+        if let Some(principal) = self.tokens.authenticate(presented) {
+            return Authenticated::As(principal);
+        }
+        let shared = self
+            .token
+            .as_ref()
+            .is_some_and(|token| hookline_common::http::token_matches(presented, token.expose_secret()));
+        if shared {
+            return Authenticated::As(Principal { subject: SHARED_TOKEN_SUBJECT.to_owned(), scope: Scope::Admin });
+        }
+        // Only a token of the scoped tokens' shape may be one not read yet; anything else is nobody at once.
+        if self.tokens.is_caught_up() || crate::identity::tokens::id_of(presented).is_none() {
+            Authenticated::Nobody
+        } else {
+            Authenticated::NotYet
+        }
+    }
+}
+
+/// The scope a `/v1/` request needs: `admin` for the tokens, `read` for every other `GET`, `operate` for the rest.
+pub(crate) fn required_scope(method: &Method, path: &str) -> Scope {
+    if path == "/v1/tokens" || path.starts_with("/v1/tokens/") {
+        Scope::Admin
+    } else if method == Method::GET {
+        Scope::Read
+    } else {
+        Scope::Operate
     }
 }
 
@@ -101,6 +153,9 @@ pub(crate) fn routes() -> Router<Arc<Api>> {
         .route("/v1/discard", only_post(discard))
         .route("/v1/pause", only_post(pause))
         .route("/v1/resume", only_post(resume))
+        .route("/v1/audit", only_get(audit))
+        .route("/v1/tokens", get(list_tokens).post(create_token).head(not_found).fallback(not_found))
+        .route("/v1/tokens/{*id}", delete(revoke_token).fallback(not_found))
 }
 
 /// `GET` only; `HEAD` and every other method fall to [`not_found`] (axum would answer `HEAD` like `GET`).
@@ -117,36 +172,59 @@ pub(crate) async fn not_found() -> Response {
     error(StatusCode::NOT_FOUND, "not_found", "no such API route")
 }
 
-/// The bearer token check in front of every `/v1/` path (other paths pass untouched). The right token always
+/// The bearer token check in front of every `/v1/` path (other paths pass untouched): who the caller is, and whether
+/// its scope allows the route; the [`Principal`] goes on to the handler as an extension. A right token always
 /// passes; wrong ones go through the console login's throttle: counted, logged, and answered 429 once an address
 /// keeps guessing.
-pub(crate) async fn guard(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
+pub(crate) async fn guard(State(api): State<Arc<Api>>, mut request: Request, next: Next) -> Response {
     if !request.uri().path().starts_with("/v1/") {
         return next.run(request).await;
     }
     let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0.ip());
-    if !authorized(&api, request.headers()) {
-        api.metrics.auth_failures.with_label_values(&["api"]).inc();
-        if api.console.logins.failed("api", peer, Instant::now()) {
-            let mut response = error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_wrong_tokens",
-                "too many wrong tokens from this address",
-            );
-            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
+    let presented = hookline_common::http::bearer_token(request.headers()).unwrap_or("");
+    let principal = match api.authenticate(presented) {
+        Authenticated::As(principal) => principal,
+        Authenticated::NotYet => {
+            let mut response =
+                error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "the API tokens are still being read");
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
             return response;
         }
-        let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required");
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-        return response;
+        Authenticated::Nobody => return refused(&api, peer),
+    };
+    let needed = required_scope(request.method(), request.uri().path());
+    if !principal.scope.allows(needed) {
+        tracing::warn!(subject = %principal.subject, scope = principal.scope.as_str(), needed = needed.as_str(), path = request.uri().path(), "API request refused: scope too narrow");
+        return error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &format!(
+                "this needs the `{}` scope; `{}` has `{}`",
+                needed.as_str(),
+                principal.subject,
+                principal.scope.as_str()
+            ),
+        );
     }
+    request.extensions_mut().insert(principal);
     next.run(request).await
 }
 
-fn authorized(api: &Api, headers: &HeaderMap) -> bool {
-    // The scheme name is case-insensitive (RFC 9110): `bearer` and `BEARER` are accepted too.
-    api.token_matches(hookline_common::http::bearer_token(headers).unwrap_or(""))
+fn refused(api: &Api, peer: Option<std::net::IpAddr>) -> Response {
+    api.metrics.auth_failures.with_label_values(&["api"]).inc();
+    if api.console.logins.failed("api", peer, Instant::now()) {
+        let mut response =
+            error(StatusCode::TOO_MANY_REQUESTS, "too_many_wrong_tokens", "too many wrong tokens from this address");
+        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
+        return response;
+    }
+    let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required");
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    response
 }
+
+/// The verified caller, as [`guard`] left it.
+type Caller = Extension<Principal>;
 
 type ApiState = State<Arc<Api>>;
 
@@ -210,14 +288,12 @@ async fn pauses(State(api): ApiState) -> Response {
     answer(api.replayer.pauses().await, |pauses| json(StatusCode::OK, &pauses))
 }
 
-async fn replay(State(api): ApiState, request: Request) -> Response {
+async fn replay(State(api): ApiState, Extension(caller): Caller, request: Request) -> Response {
     let mut replay = match read_json::<ReplayRequest>(request).await {
         Ok(replay) => replay,
         Err(response) => return response,
     };
-    if replay.by.is_empty() {
-        replay.by = "api".to_owned();
-    }
+    replay.by = caller.subject;
     answer(api.replayer.replay(&replay).await, |report| {
         if !report.dry_run {
             api.metrics.replays.inc_by(report.done.len() as u64);
@@ -226,50 +302,89 @@ async fn replay(State(api): ApiState, request: Request) -> Response {
     })
 }
 
-async fn reprocess(State(api): ApiState, request: Request) -> Response {
+async fn reprocess(State(api): ApiState, Extension(caller): Caller, request: Request) -> Response {
     let mut reprocess = match read_json::<ReprocessRequest>(request).await {
         Ok(reprocess) => reprocess,
         Err(response) => return response,
     };
-    if reprocess.by.is_empty() {
-        reprocess.by = "api".to_owned();
-    }
+    reprocess.by = caller.subject;
     answer(api.replayer.reprocess(&reprocess).await, |report| json(StatusCode::OK, &report))
 }
 
-async fn discard(State(api): ApiState, request: Request) -> Response {
+async fn discard(State(api): ApiState, Extension(caller): Caller, request: Request) -> Response {
     let mut discard = match read_json::<DiscardRequest>(request).await {
         Ok(discard) => discard,
         Err(response) => return response,
     };
-    if discard.by.is_empty() {
-        discard.by = "api".to_owned();
-    }
+    discard.by = caller.subject;
     answer(api.replayer.discard(&discard).await, |report| {
         api.metrics.discards.inc_by(report.done.len() as u64);
         json(StatusCode::OK, &report)
     })
 }
 
-async fn pause(State(api): ApiState, request: Request) -> Response {
+async fn pause(State(api): ApiState, Extension(caller): Caller, request: Request) -> Response {
     match read_json::<PauseRequest>(request).await {
-        Ok(pause) => answer(api.replayer.pause(&by_api(pause)).await, |state| json(StatusCode::OK, &state)),
+        Ok(pause) => answer(api.replayer.pause(&as_caller(pause, caller)).await, |state| json(StatusCode::OK, &state)),
         Err(response) => response,
     }
 }
 
-async fn resume(State(api): ApiState, request: Request) -> Response {
+async fn resume(State(api): ApiState, Extension(caller): Caller, request: Request) -> Response {
     match read_json::<PauseRequest>(request).await {
-        Ok(resume) => answer(api.replayer.resume(&by_api(resume)).await, |state| json(StatusCode::OK, &state)),
+        Ok(resume) => {
+            answer(api.replayer.resume(&as_caller(resume, caller)).await, |state| json(StatusCode::OK, &state))
+        }
         Err(response) => response,
     }
 }
 
-fn by_api(mut pause: PauseRequest) -> PauseRequest {
-    if pause.by.is_empty() {
-        pause.by = "api".to_owned();
-    }
+/// The request with its `by` replaced by the verified subject.
+fn as_caller(mut pause: PauseRequest, caller: Principal) -> PauseRequest {
+    pause.by = caller.subject;
     pause
+}
+
+async fn audit(State(api): ApiState, RawQuery(query): RawQuery) -> Response {
+    match AuditQuery::from_query(query.as_deref().unwrap_or("")) {
+        Ok(query) => answer(api.replayer.audit_trail(&query).await, |trail| json(StatusCode::OK, &trail)),
+        Err(problem) => op_error(OpError::BadRequest(problem)),
+    }
+}
+
+async fn list_tokens(State(api): ApiState) -> Response {
+    json(StatusCode::OK, &serde_json::json!({ "tokens": api.tokens.book().list() }))
+}
+
+/// What `POST /v1/tokens` takes.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewToken {
+    name: String,
+    scope: String,
+}
+
+async fn create_token(State(api): ApiState, Extension(caller): Caller, request: Request) -> Response {
+    let new = match read_json::<NewToken>(request).await {
+        Ok(new) => new,
+        Err(response) => return response,
+    };
+    let created = api.replayer.create_token(&api.tokens.book(), &new.name, &new.scope, &caller.subject).await;
+    answer(created, |(issued, record)| {
+        api.tokens.apply_own(&record);
+        json(StatusCode::CREATED, &issued)
+    })
+}
+
+async fn revoke_token(State(api): ApiState, Extension(caller): Caller, uri: Uri) -> Response {
+    let id = decode_path_segment(uri.path().strip_prefix("/v1/tokens/").unwrap_or(""));
+    answer(api.replayer.revoke_token(&api.tokens.book(), &id, &caller.subject).await, |revoked| match revoked {
+        Some(record) => {
+            api.tokens.apply_own(&record);
+            json(StatusCode::OK, &TokenInfo::from(&record))
+        }
+        None => error(StatusCode::NOT_FOUND, "no_such_token", &format!("no token `{id}`")),
+    })
 }
 
 /// An operation's answer, or its error as the status and JSON every route answers it with.

@@ -11,8 +11,9 @@ pub struct ReplayerConfig {
     /// Admin listener (`serve`): the HTTP API under `/v1/`, and `/livez`, `/readyz`, `/metrics`.
     pub admin_addr: String,
     pub kafka: KafkaConfig,
-    /// Bearer token the HTTP API requires (`Authorization: Bearer <token>`); read from an env var or a file.
-    /// Required by `serve`; the CLI does not use it.
+    /// The shared bearer token: one admin token for every caller of the API and the console, recorded as
+    /// `shared-token`. For a local demo only (`serve` warns at start): operators use their own scoped tokens
+    /// (`[identity]`, `hookline-replayer tokens create`). Read from an env var or a file; the CLI does not use it.
     pub api_token: Option<SecretRef>,
     /// An entry whose event has already failed again this many times after replays is flagged: replaying it
     /// needs `force`, because something other than a transient fault is wrong.
@@ -36,6 +37,115 @@ pub struct ReplayerConfig {
     pub flow: FlowConfig,
     /// The dead-letter index's memory budget, and where the entries past it go.
     pub index: IndexConfig,
+    /// Scoped API tokens and the audit trail: where they are kept.
+    pub identity: IdentityConfig,
+    /// Console login through an OpenID Connect provider. Absent: the console takes API tokens only.
+    pub oidc: Option<OidcConfig>,
+}
+
+/// The console's OpenID Connect login (authorization code with PKCE): the provider, this client, and how the ID
+/// token's claims map to a subject and a role (docs/security.md, "Operators by name").
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OidcConfig {
+    /// The provider's issuer URL (its discovery document is `<issuer>/.well-known/openid-configuration`):
+    /// `https://`, or `http://` on a loopback address only (a local provider).
+    pub issuer: String,
+    pub client_id: String,
+    /// The client's secret (sent with HTTP Basic to the token endpoint); read from an env var or a file.
+    pub client_secret: Option<SecretRef>,
+    /// This console's callback as registered at the provider: `https://<console host>/ui/oidc/callback`.
+    pub redirect_url: String,
+    /// The scopes asked for (`openid` first).
+    pub scopes: Vec<String>,
+    /// The claim whose value is the subject recorded (`oidc:<value>`).
+    pub subject_claim: String,
+    /// The claim that holds the user's roles or groups (a string or an array of strings).
+    pub roles_claim: String,
+    /// Values of `roles_claim` that make a viewer (read), an operator (operate) and an admin. The highest wins; a
+    /// user with none is refused.
+    pub viewer_roles: Vec<String>,
+    pub operator_roles: Vec<String>,
+    pub admin_roles: Vec<String>,
+    /// A PEM file of CA certificates trusted besides the compiled-in Mozilla roots (a provider behind a private CA).
+    pub ca_file: Option<String>,
+}
+
+impl Default for OidcConfig {
+    fn default() -> Self {
+        Self {
+            issuer: String::new(),
+            client_id: String::new(),
+            client_secret: None,
+            redirect_url: String::new(),
+            scopes: vec!["openid".to_owned(), "profile".to_owned(), "email".to_owned()],
+            subject_claim: "sub".to_owned(),
+            roles_claim: "roles".to_owned(),
+            viewer_roles: vec!["viewer".to_owned()],
+            operator_roles: vec!["operator".to_owned()],
+            admin_roles: vec!["admin".to_owned()],
+            ca_file: None,
+        }
+    }
+}
+
+impl OidcConfig {
+    fn validate(&self, problems: &mut Problems) {
+        let loopback_http = |url: &str| {
+            url.strip_prefix("http://").is_some_and(|rest| {
+                ["127.0.0.1", "localhost", "[::1]"].iter().any(|host| {
+                    rest.strip_prefix(host).is_some_and(|after| after.is_empty() || after.starts_with([':', '/']))
+                })
+            })
+        };
+        let secure = |url: &str| url.starts_with("https://") || loopback_http(url);
+        problems
+            .check(secure(&self.issuer), "oidc.issuer must be an https:// URL (http:// only on a loopback address)");
+        problems.check(!self.client_id.is_empty(), "oidc.client_id is required");
+        problems.check(self.client_secret.is_some(), "oidc.client_secret is required");
+        problems.check(
+            secure(&self.redirect_url) && self.redirect_url.ends_with("/ui/oidc/callback"),
+            "oidc.redirect_url must be this console's https://<host>/ui/oidc/callback (http:// only on a loopback address)",
+        );
+        problems
+            .check(self.scopes.first().is_some_and(|scope| scope == "openid"), "oidc.scopes must start with `openid`");
+        problems.check(
+            !(self.viewer_roles.is_empty() && self.operator_roles.is_empty() && self.admin_roles.is_empty()),
+            "oidc: at least one of viewer_roles, operator_roles, admin_roles must name a role",
+        );
+    }
+}
+
+/// Where the scoped API tokens and the audit trail live (docs/security.md, "Operators by name").
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// The compacted topic of the API tokens (their SHA-256, name, scope, revocation; never a token), under the
+    /// record MAC. Every replayer instance tails it. Absent: `<kafka.control_topic>-tokens`.
+    pub tokens_topic: Option<String>,
+    /// The audit topic: one record per mutating action (who, what, when), deleted past its retention. Absent:
+    /// `<kafka.control_topic>-audit`.
+    pub audit_topic: Option<String>,
+    /// The audit topic's retention when the replayer creates it (a deployment's topic job sets its own).
+    pub audit_retention_days: u64,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        Self { tokens_topic: None, audit_topic: None, audit_retention_days: 30 }
+    }
+}
+
+impl ReplayerConfig {
+    /// The tokens topic: as configured, or beside the control topic.
+    pub fn tokens_topic(&self) -> String {
+        self.identity.tokens_topic.clone().unwrap_or_else(|| format!("{}-tokens", self.kafka.control_topic))
+    }
+
+    /// The audit topic: as configured, or beside the control topic.
+    pub fn audit_topic(&self) -> String {
+        self.identity.audit_topic.clone().unwrap_or_else(|| format!("{}-audit", self.kafka.control_topic))
+    }
 }
 
 /// The index of dead-letter entries (`serve`, and every CLI command that builds one): what it may hold in memory.
@@ -195,6 +305,8 @@ impl Default for ReplayerConfig {
             events: EventsConfig::default(),
             flow: FlowConfig::default(),
             index: IndexConfig::default(),
+            identity: IdentityConfig::default(),
+            oidc: None,
         }
     }
 }
@@ -206,6 +318,10 @@ impl ReplayerConfig {
             None => Self::default(),
         };
         config.kafka.apply_env();
+        // The identity topics are named once loaded, so the effective config (`--print-config`) shows them.
+        let (tokens_topic, audit_topic) = (config.tokens_topic(), config.audit_topic());
+        config.identity.tokens_topic = Some(tokens_topic);
+        config.identity.audit_topic = Some(audit_topic);
         // The consumers' Redis, where a deployment names it once for every service (HOOKLINE_REDIS_URL).
         if let Some(redis) = &mut config.lookup.redis {
             redis.apply_env();
@@ -243,6 +359,18 @@ impl ReplayerConfig {
             }
         }
         problems.check(config.lookup.retry_scan_max_records >= 1, "lookup.retry_scan_max_records must be at least 1");
+        let (tokens_topic, audit_topic) = (config.tokens_topic(), config.audit_topic());
+        problems.check(
+            !tokens_topic.is_empty() && !audit_topic.is_empty() && tokens_topic != audit_topic,
+            "identity.tokens_topic and identity.audit_topic are two non-empty topics",
+        );
+        if let Some(oidc) = &config.oidc {
+            oidc.validate(&mut problems);
+        }
+        problems.check(
+            (1..=3650).contains(&config.identity.audit_retention_days),
+            "identity.audit_retention_days must be from 1 to 3650",
+        );
         problems.check(config.events.max_records >= 1, "events.max_records must be at least 1");
         problems.check(config.events.max_seconds >= 1, "events.max_seconds must be at least 1");
         problems.check(

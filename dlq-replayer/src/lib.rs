@@ -16,6 +16,7 @@ pub mod events;
 pub mod fetch;
 pub mod filter;
 pub mod flow;
+pub mod identity;
 pub mod index;
 mod login_throttle;
 pub mod lookup;
@@ -70,19 +71,26 @@ pub async fn serve_api(
     admin: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    let token = config
-        .api_token
-        .as_ref()
-        .ok_or_else(|| ServeError::Config("`api_token` is required to serve the admin API".to_owned()))?
-        .load()
-        .map_err(ServeError::ApiToken)?;
-    if token.len() < MIN_TOKEN_BYTES {
-        return Err(ServeError::Config(format!(
-            "`api_token` must be at least {MIN_TOKEN_BYTES} characters (it has {}): use a random one, e.g. \
-             `openssl rand -hex 32`",
-            token.len()
-        )));
-    }
+    // The shared token: one admin for everyone, for a local demo only (docs/security.md, F14).
+    let token = match config.api_token.as_ref() {
+        Some(reference) => {
+            let token = reference.load().map_err(ServeError::ApiToken)?;
+            if token.len() < MIN_TOKEN_BYTES {
+                return Err(ServeError::Config(format!(
+                    "`api_token` must be at least {MIN_TOKEN_BYTES} characters (it has {}): use a random one, e.g. \
+                     `openssl rand -hex 32`",
+                    token.len()
+                )));
+            }
+            tracing::warn!(
+                "`api_token` is set: everyone who holds it is one admin, recorded as `{}`. It is for a local demo \
+                 only; give each operator a scoped token (`hookline-replayer tokens create`) and remove it",
+                identity::SHARED_TOKEN_SUBJECT
+            );
+            Some(SecretSlice::from(token))
+        }
+        None => None,
+    };
     // A broker that refuses our TLS or SASL settings is a configuration error, not an outage to wait out.
     hookline_common::kafka_security::check_broker_accepts(
         &config.kafka,
@@ -93,6 +101,7 @@ pub async fn serve_api(
     let metrics = Metrics::register(&registry)?;
     let readiness = Arc::new(Readiness::default());
     let kafka_ready = readiness.check("kafka");
+    let tokens_ready = readiness.check("tokens");
     let index = Arc::new(Replayer::empty_index(&config)?);
     let tail_stop = shutdown.child_token();
     let tail = {
@@ -110,12 +119,51 @@ pub async fn serve_api(
             })
             .map_err(|error| ServeError::Config(format!("cannot start the index thread: {error}")))?
     };
-    let rejections = rejections::Gatherer::new(&config.gateways).map_err(ServeError::Rejections)?;
     let replayer = Replayer::live(config.clone(), index.clone())?;
+    replayer.ensure_identity_topics().await.map_err(|error| match error {
+        ops::OpError::Kafka(error) => ServeError::Kafka(error),
+        other => ServeError::Config(format!("cannot create the tokens and audit topics: {other}")),
+    })?;
+    let tokens = Arc::new(identity::tokens::LiveTokens::default());
+    let tokens_tail = {
+        let (kafka, keys, tokens, stop) =
+            (config.kafka.clone(), replayer.record_keys().clone(), tokens.clone(), tail_stop.clone());
+        let topic = config.tokens_topic();
+        std::thread::Builder::new()
+            .name("tokens-tail".to_owned())
+            .spawn(move || {
+                while !stop.is_cancelled() {
+                    if let Err(error) = identity::tokens::tail(&kafka, &topic, &keys, &tokens, &stop) {
+                        tracing::warn!(error = %error, "tailing the tokens topic failed; retrying");
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+            })
+            .map_err(|error| ServeError::Config(format!("cannot start the tokens thread: {error}")))?
+    };
+    let oidc = match &config.oidc {
+        Some(oidc) => {
+            let secret = oidc
+                .client_secret
+                .as_ref()
+                .ok_or_else(|| ServeError::Config("`oidc.client_secret` is required".to_owned()))?
+                .load()
+                .map_err(ServeError::ApiToken)?;
+            let secret = String::from_utf8(secret)
+                .map_err(|_| ServeError::Config("`oidc.client_secret` is not UTF-8".to_owned()))?;
+            let http = hookline_common::http_client::client(oidc.ca_file.as_deref().map(std::path::Path::new))
+                .map_err(|error| ServeError::Config(format!("oidc.ca_file: {error}")))?;
+            Some(identity::oidc::OidcClient::new(oidc.clone(), secret.trim().to_owned().into(), http))
+        }
+        None => None,
+    };
+    let rejections = rejections::Gatherer::new(&config.gateways).map_err(ServeError::Rejections)?;
     let flow = Arc::new(flow::Flow::new(&config).map_err(ServeError::Flow)?);
     let api = Arc::new(Api {
         replayer: replayer.clone(),
-        token: SecretSlice::from(token),
+        token,
+        tokens: tokens.clone(),
+        oidc,
         registry,
         readiness,
         metrics: metrics.clone(),
@@ -128,6 +176,8 @@ pub async fn serve_api(
     tasks.spawn(flow.run(shutdown.child_token()));
     // Route states a replayed or tombstoned record shadows are written again before compaction can delete them.
     tasks.spawn(replayer.clone().keep_pauses(shutdown.child_token()));
+    // Token states a replayed or tombstoned record shadows (a revocation above all) are written again too.
+    tasks.spawn(replayer.clone().keep_tokens(tokens.clone(), shutdown.child_token()));
     let router = app::router(api);
     let handler = move |request: Request<Incoming>| app::serve_on(router.clone(), request);
     tasks.spawn(serve(admin, handler, ServeLimits::default(), shutdown.child_token()));
@@ -136,6 +186,7 @@ pub async fn serve_api(
     loop {
         let ready = index.is_caught_up() && !tail.is_finished();
         kafka_ready.store(ready, Ordering::Relaxed);
+        tokens_ready.store(tokens.is_caught_up() && !tokens_tail.is_finished(), Ordering::Relaxed);
         if ready {
             metrics.refresh(&index, hookline_common::wire::now_ms());
         }
@@ -147,6 +198,6 @@ pub async fn serve_api(
     tail_stop.cancel();
     tasks.close();
     tasks.wait().await;
-    let _ = tokio::task::spawn_blocking(move || tail.join()).await;
+    let _ = tokio::task::spawn_blocking(move || (tail.join(), tokens_tail.join())).await;
     Ok(())
 }

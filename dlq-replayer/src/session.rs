@@ -9,7 +9,7 @@ use std::{
 
 use http::{HeaderMap, header};
 
-use crate::ops::Report;
+use crate::{identity::Principal, ops::Report};
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "hookline-session";
@@ -27,6 +27,10 @@ pub struct Console {
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
     pub(crate) csrf: String,
+    /// Who logged in: every action of the session is recorded under its subject, and allowed by its scope.
+    pub(crate) principal: Principal,
+    /// The API token it logged in with, if it did: the session ends when the token is revoked.
+    pub(crate) token_id: Option<String>,
     expires: Instant,
 }
 
@@ -88,12 +92,12 @@ impl Console {
         }
     }
 
-    pub(crate) fn login(&self) -> (String, Session) {
+    pub(crate) fn login(&self, principal: Principal, token_id: Option<String>) -> (String, Session) {
         let mut sessions = self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let now = Instant::now();
         sessions.retain(|_, session| session.expires > now);
         let id = random_token();
-        let session = Session { csrf: random_token(), expires: now + SESSION_TTL };
+        let session = Session { csrf: random_token(), principal, token_id, expires: now + SESSION_TTL };
         sessions.insert(id.clone(), session.clone());
         (id, session)
     }

@@ -1,8 +1,8 @@
 //! The bytes on Kafka: every record kind hookline writes, one module each with its encoding and its decoding side
-//! by side ([`inbound`], [`retry`], [`dead_letter`], [`status`], [`route_pause`]), the one owned header table
-//! ([`HeaderTable`]), the replayer's copies of an inbound record ([`redrive`]), the record MAC ([`mac`]: sign and
-//! verify, keys bound to record kinds), the record a writer hands its producer ([`Outgoing`]), and what a record's
-//! headers claim before (or without) it being believed ([`Claims`]).
+//! by side ([`inbound`], [`retry`], [`dead_letter`], [`status`], [`route_pause`], the replayer's [`identity`]), the
+//! one owned header table ([`HeaderTable`]), the replayer's copies of an inbound record ([`redrive`]), the record MAC
+//! ([`mac`]: sign and verify, keys bound to record kinds), the record a writer hands its producer ([`Outgoing`]), and
+//! what a record's headers claim before (or without) it being believed ([`Claims`]).
 //!
 //! This crate knows no service, no configuration and no runtime (no Kafka client either: a service's producer
 //! turns an [`Outgoing`] into librdkafka's headers once, and its door copies a fetched record's headers into a
@@ -15,6 +15,7 @@ use bytes::Bytes;
 mod claims;
 pub mod dead_letter;
 pub mod header;
+pub mod identity;
 pub mod inbound;
 pub mod mac;
 pub mod redrive;

@@ -74,6 +74,8 @@ pub enum RecordKind {
     Status,
     /// The control topic (route pauses).
     Control,
+    /// The replayer's tokens and audit topics ([`crate::identity`]).
+    Identity,
 }
 
 /// What a reader concludes about one record.

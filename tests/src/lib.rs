@@ -190,6 +190,18 @@ impl TestStack {
         token: &str,
         tweak: impl FnOnce(&mut hookline_dlq_replayer::ReplayerConfig),
     ) -> ReplayerApi {
+        let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        self.start_replayer_api_on(admin, token, tweak)
+    }
+
+    /// [`TestStack::start_replayer_api_with`] on a listener the test bound (to know the console's address before it
+    /// starts: an identity provider's redirect URI).
+    pub fn start_replayer_api_on(
+        &self,
+        admin: TcpListener,
+        token: &str,
+        tweak: impl FnOnce(&mut hookline_dlq_replayer::ReplayerConfig),
+    ) -> ReplayerApi {
         let token_file = std::env::temp_dir().join(format!("hookline-api-token-{}", uuid::Uuid::new_v4()));
         std::fs::write(&token_file, token).expect("token file");
         let mut config = hookline_dlq_replayer::ReplayerConfig {
@@ -199,7 +211,6 @@ impl TestStack {
             ..hookline_dlq_replayer::ReplayerConfig::default()
         };
         tweak(&mut config);
-        let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = admin.local_addr().expect("addr");
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(hookline_dlq_replayer::serve_api(config, admin, shutdown.clone()));

@@ -36,6 +36,13 @@ func checkTopicJob(r *reporter, m *manifests, hook []*hooklineContainer, kedaSca
 				}
 			}
 		}
+		// The replayer's tokens and audit topics (identity.tokens_topic, identity.audit_topic).
+		identity, _ := hc.config["identity"].(map[string]any)
+		for k, v := range identity {
+			if t, ok := v.(string); ok && strings.HasSuffix(k, "_topic") {
+				want[t] = append(want[t], hc.w.Metadata.Name+" identity."+k)
+			}
+		}
 		for _, s := range tables(hc.config["sources"]) {
 			if t, ok := s["topic"].(string); ok {
 				want[t] = append(want[t], fmt.Sprintf("%s source %v", hc.w.Metadata.Name, s["name"]))

@@ -58,7 +58,9 @@ fn router_parts(mut config: ReplayerConfig) -> (Router, Arc<Flow>, Replayer) {
     let flow = Arc::new(Flow::new(&config).expect("flow"));
     let router = super::router(Arc::new(Api {
         replayer: replayer.clone(),
-        token: SecretSlice::from(TOKEN.as_bytes().to_vec()),
+        token: Some(SecretSlice::from(TOKEN.as_bytes().to_vec())),
+        tokens: Arc::new(crate::identity::tokens::LiveTokens::read_to_end_of_nothing()),
+        oidc: None,
         registry,
         readiness: Arc::new(Readiness::default()),
         metrics,

@@ -241,6 +241,60 @@ pub(super) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The API tokens: create (the first admin's too), revoke, list. Writes the tokens topic directly, with this
+    /// config's Kafka credentials and record key, as an admin.
+    Tokens {
+        #[command(subcommand)]
+        command: TokensCommand,
+    },
+    /// The audit trail (who did what, when), newest first.
+    Audit {
+        /// Only actions of this subject (`token:alice`, `oidc:...`, `cli:...`).
+        #[arg(long)]
+        who: Option<String>,
+        /// Only this action (`replay`, `discard`, `pause`, `resume`, `reprocess`, `token.create`, `token.revoke`),
+        /// or a family ending with a dot (`token.`).
+        #[arg(long)]
+        what: Option<String>,
+        /// Since: an RFC 3339 time or an age such as `24h` or `7d`; default: the whole retention (30 days).
+        #[arg(long)]
+        since: Option<String>,
+        /// At most this many records.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the HTTP admin API (and /livez, /readyz, /metrics) on `admin_addr`.
     Serve,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum TokensCommand {
+    /// Create a token and print it (the only time it is shown; only its SHA-256 is kept).
+    Create {
+        /// Who holds it: the audit trail records its actions as `token:<name>`.
+        #[arg(long)]
+        name: String,
+        /// `read`, `operate` or `admin`.
+        #[arg(long)]
+        scope: String,
+        /// Who is creating it (recorded as `cli:<by>`); default: $USER.
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token, by its id or its name: every replayer refuses it within seconds.
+    Revoke {
+        id_or_name: String,
+        /// Who is revoking it (recorded as `cli:<by>`); default: $USER.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Every token (never the tokens themselves).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
 }

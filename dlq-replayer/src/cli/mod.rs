@@ -5,6 +5,7 @@
 mod args;
 mod entries;
 mod events;
+mod identity;
 mod routes;
 
 use std::io::Write;
@@ -116,6 +117,11 @@ async fn dispatch(command: Command, config: ReplayerConfig) -> anyhow::Result<Op
             routes::resume(&replayer(config)?, &request, out).await?
         }
         Command::Paused { json } => routes::paused(&replayer(config)?, json, out).await?,
+        Command::Tokens { command } => identity::tokens(&replayer(config)?, command, operator, out).await?,
+        Command::Audit { who, what, since, limit, json } => {
+            let query = hookline_dlq_replayer::identity::audit::AuditQuery { who, what, since, limit };
+            identity::audit(&replayer(config)?, &query, json, out).await?
+        }
     }
     Ok(None)
 }
@@ -134,9 +140,12 @@ async fn serve(config: ReplayerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Who runs the command, as recorded: `--by`, else `$USER`, else `cli`.
+/// Who runs the command, as recorded (status and control records, the audit trail): `cli:` and `--by`, else
+/// `$USER`, else nothing more. Self-asserted: the CLI's credential is the Kafka account and record key it runs with,
+/// which no name can be checked against; the `cli:` prefix says so, and keeps it apart from verified subjects.
 fn operator(by: Option<String>) -> String {
-    by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".to_owned())
+    let name = by.or_else(|| std::env::var("USER").ok()).unwrap_or_default();
+    if name.is_empty() { "cli".to_owned() } else { format!("cli:{name}") }
 }
 
 fn replayer(config: ReplayerConfig) -> anyhow::Result<Replayer> {

@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Limited};
 use maud::html;
 
 use super::{
-    CheckedForm,
+    CheckedForm, OperatorForm,
     layout::{Refresh, csrf_field, filter_hidden, op_problem, page, problem_page, redirect, skipped_list},
 };
 use crate::{
@@ -81,7 +81,7 @@ fn ask_of(form: &Form) -> Result<Ask, String> {
     })
 }
 
-async fn execute(api: &Api, ask: &Ask, dry_run: bool) -> Result<Report, OpError> {
+async fn execute(api: &Api, ask: &Ask, by: &str, dry_run: bool) -> Result<Report, OpError> {
     match ask.action {
         Action::Replay => {
             let request = ReplayRequest {
@@ -95,7 +95,7 @@ async fn execute(api: &Api, ask: &Ask, dry_run: bool) -> Result<Report, OpError>
                 // CLI or API.
                 past_retention: false,
                 as_event_type: None,
-                by: "console".to_owned(),
+                by: by.to_owned(),
             };
             api.replayer.replay(&request).await
         }
@@ -106,7 +106,7 @@ async fn execute(api: &Api, ask: &Ask, dry_run: bool) -> Result<Report, OpError>
                 filter: ask.filter.clone(),
                 dry_run,
                 reason: ask.reason.clone(),
-                by: "console".to_owned(),
+                by: by.to_owned(),
             };
             api.replayer.discard(&request).await
         }
@@ -114,12 +114,15 @@ async fn execute(api: &Api, ask: &Ask, dry_run: bool) -> Result<Report, OpError>
 }
 
 /// `POST /ui/actions/preview`: the dry run, and the form that confirms it.
-pub(super) async fn preview(State(api): State<Arc<Api>>, CheckedForm { session, form, .. }: CheckedForm) -> Response {
+pub(super) async fn preview(
+    State(api): State<Arc<Api>>,
+    OperatorForm(CheckedForm { session, form, .. }): OperatorForm,
+) -> Response {
     let ask = match ask_of(&form) {
         Ok(ask) => ask,
         Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem),
     };
-    let report = match execute(&api, &ask, true).await {
+    let report = match execute(&api, &ask, &session.principal.subject, true).await {
         Ok(report) => report,
         Err(error) => return op_problem(&session.csrf, &error),
     };
@@ -174,7 +177,10 @@ pub(super) async fn preview(State(api): State<Arc<Api>>, CheckedForm { session, 
 }
 
 /// `POST /ui/actions/run`: starts the confirmed action in the background and sends the browser to its page.
-pub(super) async fn run(State(api): State<Arc<Api>>, CheckedForm { session, form, .. }: CheckedForm) -> Response {
+pub(super) async fn run(
+    State(api): State<Arc<Api>>,
+    OperatorForm(CheckedForm { session, form, .. }): OperatorForm,
+) -> Response {
     let ask = match ask_of(&form) {
         Ok(ask) => ask,
         Err(problem) => return problem_page(&session.csrf, StatusCode::BAD_REQUEST, &problem),
@@ -185,9 +191,10 @@ pub(super) async fn run(State(api): State<Arc<Api>>, CheckedForm { session, form
     let id = uuid::Uuid::new_v4().simple().to_string();
     api.console.start_job(&id, ask.action, now_ms());
     let job_id = id.clone();
+    let by = session.principal.subject.clone();
     // A bulk replay at a rate can take long: it runs on, and its page shows the report when it is done.
     tokio::spawn(async move {
-        let outcome = execute(&api, &ask, false).await.map_err(|error| match error {
+        let outcome = execute(&api, &ask, &by, false).await.map_err(|error| match error {
             OpError::BadRequest(problem) => problem,
             other => {
                 tracing::warn!(error = %other, "console action failed");

@@ -68,8 +68,13 @@ pub(super) fn redirect(location: &str) -> Response {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Refresh {
     No,
+    /// Go to this path of the console at once (a navigation of this origin's own page, so `SameSite=Strict`
+    /// cookies set with it are sent).
+    GoTo(&'static str),
     EverySecond,
-    UnlessEditing { every_s: u32 },
+    UnlessEditing {
+        every_s: u32,
+    },
 }
 
 /// The page layout: navigation, a logout form (with the CSRF token), and the content.
@@ -81,6 +86,7 @@ pub(super) fn page(status: StatusCode, title: &str, csrf: Option<&str>, content:
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 @if refresh == Refresh::EverySecond { meta http-equiv="refresh" content="1"; }
+                @if let Refresh::GoTo(path) = refresh { meta http-equiv="refresh" content={ "0; url=" (path) }; }
                 title { (title) " · hookline DLQ" }
                 link rel="icon" href="/ui/assets/favicon.svg";
                 link rel="stylesheet" href="/ui/assets/console.css";
@@ -96,6 +102,7 @@ pub(super) fn page(status: StatusCode, title: &str, csrf: Option<&str>, content:
                         a href="/ui/pauses" { "Routes" }
                         a href="/ui/events" { "Find event" }
                         a href="/ui/search" { "Search events" }
+                        a href="/ui/audit" { "Audit" }
                         form method="post" action="/ui/logout" {
                             (csrf_field(csrf))
                             button type="submit" { "Log out" }

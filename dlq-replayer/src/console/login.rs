@@ -17,7 +17,7 @@ use super::{
     layout::{Refresh, page, redirect, same_origin},
 };
 use crate::{
-    api::Api,
+    api::{Api, Authenticated},
     session::{COOKIE, SESSION_TTL},
 };
 
@@ -29,12 +29,13 @@ pub(super) fn login_page(status: StatusCode, problem: Option<&str>) -> Response 
         div.login {
             h1 { "Log in" }
             @if let Some(problem) = problem { p.problem #login-problem { (problem) } }
+            p { a.primary #sso href="/ui/oidc/login" { "Log in with single sign-on" } }
             form method="post" action="/ui/login" {
                 label for="token" { "Replayer API token" }
                 input #token name="token" type="password" autocomplete="current-password" required autofocus;
                 button.primary type="submit" { "Log in" }
             }
-            p.muted { "The token is the replayer's " code { "api_token" } ", the same one the JSON API takes." }
+            p.muted { "Your API token (" code { "hookline-replayer tokens create" } "), the same one the JSON API takes." }
         }
     };
     page(status, "Log in", None, content, Refresh::No)
@@ -50,17 +51,31 @@ pub(super) async fn login(State(api): State<Arc<Api>>, request: Request) -> Resp
         return login_page(StatusCode::BAD_REQUEST, Some("the form could not be read"));
     };
     // The right token always logs in: wrong ones from the same address (a shared proxy) lock no one out.
-    if !api.token_matches(field(&form, "token").unwrap_or("")) {
-        api.metrics.auth_failures.with_label_values(&["console"]).inc();
-        if api.console.logins.failed("console", peer, Instant::now()) {
+    let presented = field(&form, "token").unwrap_or("");
+    let principal = match api.authenticate(presented) {
+        Authenticated::As(principal) => principal,
+        Authenticated::NotYet => {
             let mut response =
-                login_page(StatusCode::TOO_MANY_REQUESTS, Some("too many wrong tokens from this address; try later"));
-            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
+                login_page(StatusCode::SERVICE_UNAVAILABLE, Some("the API tokens are still being read; try again"));
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
             return response;
         }
-        return login_page(StatusCode::UNAUTHORIZED, Some("wrong token"));
-    }
-    let (id, _) = api.console.login();
+        Authenticated::Nobody => {
+            api.metrics.auth_failures.with_label_values(&["console"]).inc();
+            if api.console.logins.failed("console", peer, Instant::now()) {
+                let mut response = login_page(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Some("too many wrong tokens from this address; try later"),
+                );
+                response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("300"));
+                return response;
+            }
+            return login_page(StatusCode::UNAUTHORIZED, Some("wrong token"));
+        }
+    };
+    let token_id = crate::identity::tokens::id_of(presented).map(str::to_owned);
+    tracing::info!(subject = %principal.subject, scope = principal.scope.as_str(), "console login");
+    let (id, _) = api.console.login(principal, token_id);
     let mut response = redirect("/ui/");
     let cookie =
         format!("{COOKIE}={id}; Path=/ui; Max-Age={}; Secure; HttpOnly; SameSite=Strict", SESSION_TTL.as_secs());

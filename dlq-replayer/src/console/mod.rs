@@ -1,7 +1,9 @@
-//! The DLQ console: server-rendered HTML on the admin port, under `/ui/`, behind the API's token.
+//! The DLQ console: server-rendered HTML on the admin port, under `/ui/`, behind the API's tokens or single sign-on.
 //!
-//! - Login: a form that takes the API token and sets a session cookie (`Secure`, `HttpOnly`, `SameSite=Strict`,
-//!   path `/ui`); sessions live in this process's memory for 12 h (a restart logs everyone out).
+//! - Login: a form that takes an API token, or single sign-on through an OpenID Connect provider (`oidc`); either
+//!   sets a session cookie (`Secure`, `HttpOnly`, `SameSite=Strict`, path `/ui`) for a subject and a scope; sessions
+//!   live in this process's memory for 12 h (a restart logs everyone out; a revoked token's sessions end). Pages
+//!   need a session ([`LoggedIn`]); actions that change something also need the operate scope ([`OperatorForm`]).
 //! - Every state-changing form is a POST carrying the session's CSRF token (compared in constant time), and is
 //!   refused when an `Origin` header names another host; the cookie's `SameSite=Strict` is the second lock. Both
 //!   checks are the [`CheckedForm`] extractor: a POST handler cannot be written without them.
@@ -16,15 +18,18 @@
 //! hour per source and per service ([`crate::flow`]); `pauses` the paused routes with their
 //! Resume and Pause forms; `rejections` the gateways' recent refusals, gathered from them on request; `lookup` the
 //! search box "where is event X?"; `search` the event search; `forms` handles what a POST asks (preview an action,
-//! run it); `login` the login form; `layout` the page frame, headers and shared fragments; this module routes.
+//! run it); `login` the login form; `oidc` single sign-on; `audit` the audit trail; `layout` the page frame,
+//! headers and shared fragments; this module routes.
 //!
 //! Pages read the same index as the JSON API and call the same operations ([`crate::ops`]).
 
+mod audit;
 mod flow;
 mod forms;
 mod layout;
 mod login;
 mod lookup;
+mod oidc;
 mod pages;
 mod pauses;
 mod rejections;
@@ -48,6 +53,7 @@ use self::{
 };
 use crate::{
     api::Api,
+    identity::Scope,
     session::{COOKIE, Session},
 };
 
@@ -72,6 +78,8 @@ pub(crate) fn routes() -> Router<Arc<Api>> {
             "/ui/login",
             get(|| async { login_page(StatusCode::OK, None) }).post(login::login).head(fallback).fallback(fallback),
         )
+        .route("/ui/oidc/login", page(oidc::start))
+        .route("/ui/oidc/callback", page(oidc::callback))
         .route("/ui", page(pages::overview))
         .route("/ui/", page(pages::overview))
         .route("/ui/entries", page(pages::list))
@@ -81,6 +89,7 @@ pub(crate) fn routes() -> Router<Arc<Api>> {
         .route("/ui/events", page(lookup::lookup_page))
         .route("/ui/search", page(search::search_page))
         .route("/ui/pauses", page(pauses::pauses_page))
+        .route("/ui/audit", page(audit::audit_page))
         .route("/ui/logout", action(logout))
         .route("/ui/actions/preview", action(forms::preview))
         .route("/ui/actions/run", action(forms::run))
@@ -106,8 +115,19 @@ impl FromRequestParts<Arc<Api>> for LoggedIn {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, api: &Arc<Api>) -> Result<Self, Response> {
-        api.console.session(&parts.headers).map(LoggedIn).ok_or_else(|| not_logged_in(&parts.method))
+        session_of(api, &parts.headers).map(LoggedIn).ok_or_else(|| not_logged_in(&parts.method))
     }
+}
+
+/// The request's session, unless there is none or the API token it logged in with has been revoked since (then
+/// the session ends).
+fn session_of(api: &Api, headers: &HeaderMap) -> Option<Session> {
+    let session = api.console.session(headers)?;
+    if session.token_id.as_deref().is_some_and(|id| !api.tokens.is_active(id)) {
+        api.console.logout(headers);
+        return None;
+    }
+    Some(session)
 }
 
 fn not_logged_in(method: &Method) -> Response {
@@ -126,7 +146,7 @@ impl FromRequest<Arc<Api>> for CheckedForm {
     type Rejection = Response;
 
     async fn from_request(request: Request, api: &Arc<Api>) -> Result<Self, Response> {
-        let Some(session) = api.console.session(request.headers()) else {
+        let Some(session) = session_of(api, request.headers()) else {
             return Err(not_logged_in(request.method()));
         };
         if !same_origin(request.headers()) {
@@ -148,6 +168,25 @@ impl FromRequest<Arc<Api>> for CheckedForm {
     }
 }
 
+/// A [`CheckedForm`] whose session may operate (replay, discard, pause, resume): a viewer gets 403 and nothing
+/// changes.
+pub(crate) struct OperatorForm(pub(crate) CheckedForm);
+
+impl FromRequest<Arc<Api>> for OperatorForm {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, api: &Arc<Api>) -> Result<Self, Response> {
+        let checked = CheckedForm::from_request(request, api).await?;
+        let principal = &checked.session.principal;
+        if !principal.scope.allows(Scope::Operate) {
+            tracing::warn!(subject = %principal.subject, scope = principal.scope.as_str(), "console action refused: scope too narrow");
+            let problem = format!("`{}` may only look: this needs the operator role", principal.subject);
+            return Err(problem_page(&checked.session.csrf, StatusCode::FORBIDDEN, &problem));
+        }
+        Ok(Self(checked))
+    }
+}
+
 /// `POST /ui/logout`: ends the session and expires its cookie.
 async fn logout(State(api): ApiState, checked: CheckedForm) -> Response {
     api.console.logout(&checked.headers);
@@ -162,7 +201,7 @@ async fn logout(State(api): ApiState, checked: CheckedForm) -> Response {
 /// A `/ui` path no route took, or a method its route does not take: without a session, the login (as for any
 /// page); a POST passes the form checks first and is then "no such action"; other methods 405; a GET "no such page".
 pub(crate) async fn fallback(State(api): ApiState, request: Request) -> Response {
-    let Some(session) = api.console.session(request.headers()) else { return not_logged_in(request.method()) };
+    let Some(session) = session_of(&api, request.headers()) else { return not_logged_in(request.method()) };
     if request.method() == Method::POST {
         return match CheckedForm::from_request(request, &api).await {
             Ok(checked) => problem_page(&checked.session.csrf, StatusCode::NOT_FOUND, "no such action"),

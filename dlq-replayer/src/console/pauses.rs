@@ -9,8 +9,8 @@ use http::StatusCode;
 use maud::{Markup, html};
 
 use super::{
-    CheckedForm, LoggedIn,
-    forms::{Form, field},
+    CheckedForm, LoggedIn, OperatorForm,
+    forms::field,
     layout::{Refresh, csrf_field, op_problem, page, problem_page, time},
 };
 use crate::{api::Api, ops::PauseRequest, session::Session};
@@ -85,23 +85,24 @@ pub(super) fn pause_form(csrf: &str, service: Option<&str>) -> Markup {
 }
 
 /// `POST /ui/pauses/pause`.
-pub(super) async fn pause_route(State(api): State<Arc<Api>>, checked: CheckedForm) -> Response {
-    let written = api.replayer.pause(&request_of(&checked.form)).await;
+pub(super) async fn pause_route(State(api): State<Arc<Api>>, OperatorForm(checked): OperatorForm) -> Response {
+    let written = api.replayer.pause(&request_of(&checked)).await;
     answer(&api, &checked.session, written).await
 }
 
 /// `POST /ui/pauses/resume`.
-pub(super) async fn resume_route(State(api): State<Arc<Api>>, checked: CheckedForm) -> Response {
-    let written = api.replayer.resume(&request_of(&checked.form)).await;
+pub(super) async fn resume_route(State(api): State<Arc<Api>>, OperatorForm(checked): OperatorForm) -> Response {
+    let written = api.replayer.resume(&request_of(&checked)).await;
     answer(&api, &checked.session, written).await
 }
 
-fn request_of(form: &Form) -> PauseRequest {
+/// The pause or resume a form asks for, by the session's subject.
+fn request_of(CheckedForm { form, session, .. }: &CheckedForm) -> PauseRequest {
     PauseRequest {
         service: field(form, "service").unwrap_or("").to_owned(),
         route: field(form, "route").unwrap_or("").to_owned(),
         reason: field(form, "reason").unwrap_or("").to_owned(),
-        by: "console".to_owned(),
+        by: session.principal.subject.clone(),
     }
 }
 

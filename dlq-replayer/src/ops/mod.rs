@@ -3,6 +3,7 @@
 //! and discard. Every fate is recorded in the status topic; nothing is ever deleted from Kafka. Re-processing
 //! events beyond the DLQ (already processed ones, re-driven to one service) is in [`reprocess`].
 
+mod audit;
 mod by_reference;
 mod pause;
 mod rate;
@@ -207,6 +208,8 @@ pub struct Replayer {
     source: Source,
     /// Event searches running: each holds a permit until its scan thread ends.
     pub(crate) searches: Arc<tokio::sync::Semaphore>,
+    /// Set once the tokens and audit topics are known to exist ([`Replayer::ensure_identity_topics`]).
+    pub(crate) identity_topics_ready: Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl std::fmt::Debug for Replayer {
@@ -226,7 +229,8 @@ impl Replayer {
         let producer = AckedProducer::new(&config.kafka, "replayer-producer")?;
         let fetcher = Fetcher::new(&config.kafka);
         let searches = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_SEARCHES));
-        Ok(Self { config, producer, fetcher, source: Source::PerCall, searches })
+        let identity_topics_ready = Arc::new(tokio::sync::OnceCell::new());
+        Ok(Self { config, producer, fetcher, source: Source::PerCall, searches, identity_topics_ready })
     }
 
     /// A replayer that answers from `index`, which the caller keeps tailing (the service).
@@ -456,6 +460,11 @@ impl Replayer {
             report.done.push(id);
         }
         self.await_visible(&index, &written).await;
+        if !request.dry_run {
+            let mut detail = audit::entries_detail(&report, request.all, &request.filter);
+            detail["force"] = request.force.into();
+            self.audit(&by_or_default(&request.by), "replay", detail).await?;
+        }
         Ok(report)
     }
 
@@ -496,6 +505,11 @@ impl Replayer {
             report.done.push(id);
         }
         self.await_visible(&index, &written).await;
+        if !request.dry_run {
+            let mut detail = audit::entries_detail(&report, request.all, &request.filter);
+            detail["reason"] = request.reason.clone().into();
+            self.audit(&by_or_default(&request.by), "discard", detail).await?;
+        }
         Ok(report)
     }
 
@@ -529,7 +543,7 @@ impl Replayer {
     }
 
     /// Produces and waits for the acknowledgement, within the produce timeout; returns where the record landed.
-    async fn send(&self, record: Outgoing) -> Result<(i32, i64), OpError> {
+    pub(crate) async fn send(&self, record: Outgoing) -> Result<(i32, i64), OpError> {
         let delivery = self.producer.send_record(record, QueueWait::UpToDeadline).await?;
         Ok((delivery.partition, delivery.offset))
     }

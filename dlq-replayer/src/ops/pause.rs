@@ -99,6 +99,8 @@ impl Replayer {
         tokio::task::spawn_blocking(move || ensure_control_topic(&kafka)).await??;
         self.write_state(&pause).await?;
         tracing::info!(service = %pause.service, route = %pause.route, paused, by = %pause.by, reason = %pause.reason, "route pause written");
+        let detail = serde_json::json!({ "service": pause.service, "route": pause.route, "reason": pause.reason });
+        self.audit(&pause.by, if paused { "pause" } else { "resume" }, detail).await?;
         Ok(pause)
     }
 

@@ -217,6 +217,9 @@ impl Replayer {
             self.send(out).await?;
         }
         tracing::info!(run_id = %run_id, service, records = selected.len(), "re-processing requested");
+        let detail =
+            serde_json::json!({ "service": service, "run_id": run_id, "records": selected.len(), "note": status.note });
+        self.audit(&by_or_default(&request.by), "reprocess", detail).await?;
         report.run_id = Some(run_id);
         Ok(report)
     }

@@ -79,7 +79,7 @@ async fn console_in_a_real_browser() {
     let discarded = entries.iter().find(|e| e.entry.id == to_discard).and_then(|e| e.last_status.clone());
     let discarded = discarded.expect("status record");
     assert_eq!(discarded.note.as_deref(), Some("test event from the provider's dashboard"));
-    assert_eq!(discarded.by, "console");
+    assert_eq!(discarded.by, "shared-token", "the session's verified subject");
     assert_eq!(entries.len(), 3, "nothing else reached the DLQ");
     assert!(replayer.pauses().await.expect("pauses").is_empty(), "the route paused in the browser was resumed");
     let control = stack.records(&stack.kafka.control_topic).await;

@@ -1,6 +1,6 @@
-//! The bytes on Kafka, pinned: one golden test per record kind (inbound, retry, dead letter, status, route pause)
-//! encodes a fixed value the way its writer does (fixed key, fixed time, fixed record key), signs it as the
-//! producer does, and compares its topic, key, body, every header in order and the MAC to a checked-in fixture
+//! The bytes on Kafka, pinned: one golden test per record kind (inbound, retry, dead letter, status, route pause,
+//! API token, audit) encodes a fixed value the way its writer does (fixed key, fixed time, fixed record key), signs
+//! it as the producer does, and compares its topic, key, body, every header in order and the MAC to a checked-in fixture
 //! (`tests/fixtures/records/<kind>.txt`). A change of a record's bytes fails here: a fixture is rewritten only on
 //! purpose, with `HOOKLINE_BLESS=1`, and the change is then a wire-format change (docs/records.md). Beside them, one
 //! property test per kind: what a writer encodes, its reader decodes to the same value.
@@ -205,6 +205,32 @@ fn pause() -> RoutePause {
 #[test]
 fn golden_route_pause_record() {
     golden("route_pause", &signed(pause().encode("webhooks.control")));
+}
+
+#[test]
+fn golden_api_token_record() {
+    let token = hookline_record::identity::ApiTokenRecord {
+        id: "0123456789abcdef".to_owned(),
+        name: "alice".to_owned(),
+        scope: "operate".to_owned(),
+        sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
+        created_at_ms: NOW_MS,
+        created_by: "token:root".to_owned(),
+        revoked_at_ms: Some(NOW_MS + 1),
+        revoked_by: Some("token:root".to_owned()),
+    };
+    golden("api_token", &signed(token.encode("webhooks.control-tokens")));
+}
+
+#[test]
+fn golden_audit_record() {
+    let audit = hookline_record::identity::AuditRecord {
+        at_ms: NOW_MS,
+        subject: "token:alice".to_owned(),
+        action: "replay".to_owned(),
+        detail: serde_json::json!({ "entries": ["webhooks.dlq:0:5"], "done": 1, "skipped": 0 }),
+    };
+    golden("audit", &signed(audit.encode("webhooks.control-audit")));
 }
 
 /// Header values as writers take them: any text (a value is UTF-8 in every record kind).

@@ -220,7 +220,8 @@ async fn the_api_pauses_and_resumes_a_route_behind_its_token_and_refuses_a_pause
     .await;
     let reply = stack.send(request("GET", "/v1/pauses", Some(token), "")).await;
     let listed: serde_json::Value = serde_json::from_slice(&reply.body).expect("json");
-    assert_eq!(listed[0]["by"], "alice");
+    // The verified subject (the shared demo token's), not the body's `by` (docs/security.md, F14).
+    assert_eq!(listed[0]["by"], "shared-token");
     assert_eq!(listed[0]["reason"], "db migration");
     let resume = format!(r#"{{"service":"{service}","route":"github","reason":"done"}}"#);
     let reply = stack.send(request("POST", "/v1/resume", Some(token), &resume)).await;
