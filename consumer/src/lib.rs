@@ -134,7 +134,8 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     let shared = Arc::new(Shared {
         scheduler: Mutex::new(
             Scheduler::new(&config.processing, &config.routes, &config.retry)
-                .with_source_topics(config.service.source_topics.iter().cloned()),
+                .with_source_topics(config.service.source_topics.iter().cloned())
+                .with_fan_out(config.fans_out()),
         ),
         notify: Notify::new(),
         revoke_wait: Duration::from_millis(config.processing.revoke_wait_ms),

@@ -127,8 +127,10 @@ impl Pipeline {
                     RetryAt { .. } => Some(event_outcome::RETRY_LATER),
                     Interrupted => None,
                 };
-                if let Some(outcome) = outcome {
-                    self.metrics.events.with_label_values(&[source.as_str(), outcome]).inc();
+                match (outcome, &message.event) {
+                    (Some(outcome), Ok(event)) if message.verdict.accepted() => self.count(event, outcome),
+                    (Some(outcome), _) => self.metrics.events.with_label_values(&[source.as_str(), outcome]).inc(),
+                    (None, _) => {}
                 }
                 disposition
             }

@@ -326,8 +326,7 @@ impl Pipeline {
         };
         span.set(attribute::OUTCOME, || outcome.label());
         let downstream = outcome.downstream();
-        let source = event.meta.source.as_str();
-        self.metrics.events.with_label_values(&[source, outcome.label()]).inc();
+        self.count(event, outcome.label());
         // A re-driven DLQ entry's fate is keyed by its entry id; a re-processing request's by
         // `reprocess:<run id>:<where the record was>`, so that each re-processing is recorded.
         let fate_key = event.replay_of.clone().or_else(|| {
@@ -363,6 +362,14 @@ impl Pipeline {
             }
         }
         (Handled, downstream).into()
+    }
+
+    /// Counts an event's outcome: by source, and by destination for a destination of a fan-out service.
+    pub(crate) fn count(&self, event: &hookline_common::wire::InboundEvent, outcome: &'static str) {
+        self.metrics.events.with_label_values(&[event.meta.source.as_str(), outcome]).inc();
+        if let Some(destination) = &event.destination {
+            self.metrics.destination_events.with_label_values(&[destination.as_str(), outcome]).inc();
+        }
     }
 
     /// Parks a record its route cannot take now (saturated, or its breaker open) in the retry topic until

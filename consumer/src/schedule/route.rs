@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::{Downstream, Job, Scheduler};
-use crate::config::RouteMatch;
+use crate::config::{self, RouteMatch};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum RouteKey {
@@ -149,10 +149,21 @@ impl TokenBucket {
 }
 
 impl Scheduler {
-    /// The route of a record of `source` and `event_type`, made on first use.
-    pub(super) fn route_for(&mut self, source: Option<&str>, event_type: Option<&str>) -> usize {
+    /// The route of a record of `source` and `event_type` (addressed to `destination`, in a fan-out service),
+    /// made on first use.
+    pub(super) fn route_for(
+        &mut self,
+        source: Option<&str>,
+        event_type: Option<&str>,
+        destination: Option<&str>,
+    ) -> usize {
         let source = source.unwrap_or("unknown");
-        let configured = self.rules.iter().position(|rule| rule.matcher.takes(source, event_type));
+        let configured = config::chosen_index(&self.rules, |rule| &rule.matcher, source, event_type, destination);
+        self.route_at(source, configured)
+    }
+
+    /// The route of configured rule `configured`, or else of `source`, made on first use.
+    pub(super) fn route_at(&mut self, source: &str, configured: Option<usize>) -> usize {
         let key = match configured {
             Some(index) => RouteKey::Configured(index),
             None => RouteKey::Source(source.to_owned()),
