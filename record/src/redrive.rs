@@ -111,12 +111,14 @@ pub struct Reprocess<'a> {
 }
 
 impl Reprocess<'_> {
-    /// The copy to `topic`: `original`'s key, body and headers but any service, re-processing or replay header it
-    /// carried, then [`header::SERVICE`], [`header::REPROCESS_ID`] and [`header::REPROCESS_OF`].
+    /// The copy to `topic`: `original`'s key, body and headers but any service, destination, re-processing or replay
+    /// header it carried (a re-processing runs for every destination of a fan-out service that takes the event),
+    /// then [`header::SERVICE`], [`header::REPROCESS_ID`] and [`header::REPROCESS_OF`].
     pub fn encode(&self, topic: &str, original: Original<'_>) -> Outgoing {
         let mut headers = HeaderTable::with_capacity(original.headers.len() + 3);
         headers.extend_from(original.headers, |name| {
             !(name == header::SERVICE
+                || name == header::DESTINATION
                 || name.starts_with("hookline-reprocess-")
                 || name.starts_with("hookline-replay-"))
         });
@@ -243,6 +245,7 @@ mod tests {
         let out = copy.encode("in", Original { key: None, body: None, headers: &headers });
         let kept: Vec<&str> = out.headers.iter().map(|h| h.name).collect();
         assert!(!kept.contains(&header::REPLAY_OF) && !kept.contains(&header::REPLAY_COUNT));
+        assert!(!kept.contains(&header::DESTINATION), "a re-processing is for every destination");
         assert_eq!(
             ReprocessHeaders::decode(out.headers.iter()),
             Some(ReprocessHeaders { service: "orders".into(), run_id: "run-2".into(), of: "in:0:3".into() })

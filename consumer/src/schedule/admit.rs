@@ -27,57 +27,84 @@ impl Scheduler {
         let generation = state.generation;
         // Only a partition not held yet needs a new look: the rest of a held route's records change nothing.
         let source_topic = state.source_topic && !state.held;
+        if !self.fan_out {
+            // As every service ran before fan-out: its first route, addressed to no destination whatever its headers
+            // say.
+            record.address_to(None);
+            let route = self.route_for(admission.source.as_deref(), admission.event_type.as_deref(), None);
+            self.queue(record, route, (partition, generation), source_topic, admission, now_ms);
+            return true;
+        }
         let offset = record.offset();
         let routes = self.routes_of(&mut record, &admission);
-        let mut records = Vec::with_capacity(routes.len());
-        for (route, destination) in routes.iter().skip(1) {
+        let first_route = routes[0].0;
+        if routes.len() == 1 {
+            self.queue(record, first_route, (partition, generation), source_topic, admission, now_ms);
+            return true;
+        }
+        let mut copies = Vec::with_capacity(routes.len() - 1);
+        for (route, destination) in routes.into_iter().skip(1) {
             // Only a well-formed event with destinations fans out: always a copy.
             if let Some(copy) = destination.as_deref().and_then(|destination| record.copy_for(destination)) {
-                records.push((*route, Box::new(copy)));
+                copies.push((route, Box::new(copy)));
             }
         }
-        records.insert(0, (routes[0].0, record));
-        if records.len() > 1 {
-            self.fanned.insert((partition.clone(), generation, offset), records.len());
+        if !copies.is_empty() {
+            self.fanned.insert((partition.clone(), generation, offset), copies.len() + 1);
         }
-        for (route, record) in records {
-            // A held route's record in a source topic: that partition is to be held at once.
-            self.holds_dirty |= source_topic && self.routes[route].held();
-            // In a fan-out service each destination keeps its own order: a key's turn is per route.
-            let chain = match &admission.ordering_key {
-                Some(key) if self.fan_out => Some(format!("{route}/{key}")),
-                other => other.clone(),
-            };
-            let job = Job {
-                record,
-                partition: partition.clone(),
-                generation,
-                route,
-                chain,
-                prior: admission.attempts.clone(),
-                first_failure_at_ms: admission.first_failure_at_ms,
-                admitted_at_ms: now_ms,
-                parked: admission.due_at_ms.is_some(),
-                work: Work::Handle,
-                probe: false,
-            };
-            match admission.due_at_ms {
-                Some(due_at_ms) if due_at_ms > now_ms => self.delay(job, due_at_ms, false),
-                _ => self.enqueue(job),
-            }
+        let place = (partition, generation);
+        for (route, copy) in copies {
+            self.queue(copy, route, place.clone(), source_topic, admission.clone(), now_ms);
         }
+        self.queue(record, first_route, place, source_topic, admission, now_ms);
         true
     }
 
-    /// The routes `record` goes to, each with the destination it is addressed to there, and the record addressed
-    /// to the first. A first-match service: the first route that takes it, as always, addressed to none. A fan-out
-    /// service: the destination its headers name (a retry, deferral or re-drive of one destination), else every
-    /// route that takes it, else (none does) the route of its source, addressed to none (`[handler]`).
+    /// Queues `record` as a job of `route` (delayed until its due time, if any).
+    fn queue(
+        &mut self,
+        record: Box<Record>,
+        route: usize,
+        (partition, generation): (PartitionKey, u64),
+        source_topic: bool,
+        admission: Admission,
+        now_ms: i64,
+    ) {
+        // A held route's record in a source topic: that partition is to be held at once.
+        self.holds_dirty |= source_topic && self.routes[route].held();
+        // In a fan-out service each destination keeps its own order: a key's turn is per route.
+        let chain = match admission.ordering_key {
+            Some(key) if self.fan_out => Some(format!("{route}/{key}")),
+            other => other,
+        };
+        let job = Job {
+            record,
+            partition,
+            generation,
+            route,
+            chain,
+            prior: admission.attempts,
+            first_failure_at_ms: admission.first_failure_at_ms,
+            admitted_at_ms: now_ms,
+            parked: admission.due_at_ms.is_some(),
+            work: Work::Handle,
+            probe: false,
+        };
+        match admission.due_at_ms {
+            Some(due_at_ms) if due_at_ms > now_ms => self.delay(job, due_at_ms, false),
+            _ => self.enqueue(job),
+        }
+    }
+
+    /// The routes `record` of a fan-out service goes to, each with the destination it is addressed to there, and the
+    /// record addressed to the first: the destination its headers name (a retry, deferral or re-drive of one
+    /// destination), else every route that takes it, else (none does) the route of its source, addressed to none
+    /// (`[handler]`).
     fn routes_of(&mut self, record: &mut Record, admission: &Admission) -> Vec<(usize, Option<String>)> {
         let (source, event_type) = (admission.source.as_deref(), admission.event_type.as_deref());
-        let destination = admission.destination.as_deref().filter(|_| self.fan_out);
+        let destination = admission.destination.as_deref();
         record.address_to(destination);
-        if !self.fan_out || destination.is_some() {
+        if destination.is_some() {
             return vec![(self.route_for(source, event_type, destination), destination.map(str::to_owned))];
         }
         let taking: Vec<(usize, Option<String>)> = self

@@ -73,7 +73,7 @@ pub enum Downstream {
 }
 
 /// What the scheduler needs to know of a fetched record.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Admission {
     pub source: Option<String>,
     pub event_type: Option<String>,
