@@ -118,6 +118,7 @@ mod tests {
     fn route(source: &str, event_types: Option<&[&str]>, filters: &[(&str, &[&str])]) -> RouteConfig {
         RouteConfig {
             name: None,
+            retry: None,
             source: source.to_owned(),
             event_types: event_types.map(|types| types.iter().map(|t| (*t).to_owned()).collect()),
             handler: HandlerConfig::default(),

@@ -155,6 +155,7 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         filters,
         handler_timeout: Duration::from_millis(config.handler.timeout_ms),
         retry: config.retry.clone(),
+        destination_retries: Arc::new(config.destination_retries()),
         metrics: metrics.clone(),
         alerts: Alerts::start(alerts, shutdown.clone(), &background.tasks),
         redis_ready: flags.redis.clone(),

@@ -4,7 +4,7 @@ pub mod postgres;
 mod routes;
 pub mod windows;
 
-pub use routes::{FilterConfig, RouteConfig, RouteMatch, Routing, chosen, chosen_index};
+pub use routes::{FilterConfig, RouteConfig, RouteMatch, RouteRetryConfig, Routing, chosen, chosen_index};
 
 use std::{
     collections::HashMap,

@@ -5,7 +5,7 @@
 use hookline_common::config::Problems;
 use serde::{Deserialize, Serialize};
 
-use super::{ConsumerConfig, HandlerConfig};
+use super::{ConsumerConfig, HandlerConfig, RetryConfig};
 
 /// Longest route name: a metric label value, a header value and part of its destination's dedupe hashes.
 const MAX_ROUTE_NAME_BYTES: usize = 64;
@@ -34,6 +34,10 @@ pub struct RouteConfig {
     /// Only these event types; absent: every type of the source.
     pub event_types: Option<Vec<String>>,
     pub handler: HandlerConfig,
+    /// This destination's own retry budget (default: the service's `[retry]`): `retry.max_attempts` and
+    /// `retry.max_total_ms`, counted per destination. Only in fan-out mode, where a failure is a destination's own.
+    #[serde(default)]
+    pub retry: Option<RouteRetryConfig>,
     /// Records of this route in the handler stage at once (default `processing.route_max_in_flight`): what its
     /// downstream can take, and all a slow or failing downstream can hold of the consumer's capacity.
     pub max_in_flight: Option<usize>,
@@ -57,6 +61,27 @@ pub struct RouteConfig {
     /// docs/configuration/consumer.md, "Transforms".
     #[serde(default)]
     pub transform: Option<String>,
+}
+
+/// A destination's own retry budget (`[routes.retry]`): what it leaves out is the service's `[retry]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouteRetryConfig {
+    /// Handler attempts before a retryable failure is dead-lettered.
+    pub max_attempts: Option<u32>,
+    /// Dead-letter once this much time has passed since the first failure, whatever the attempt count.
+    pub max_total_ms: Option<u64>,
+}
+
+impl RouteRetryConfig {
+    /// The service's `retry` with this budget's settings over it.
+    pub fn over(&self, retry: &RetryConfig) -> RetryConfig {
+        RetryConfig {
+            max_attempts: self.max_attempts.unwrap_or(retry.max_attempts),
+            max_total_ms: self.max_total_ms.unwrap_or(retry.max_total_ms),
+            ..retry.clone()
+        }
+    }
 }
 
 impl RouteConfig {
@@ -158,11 +183,29 @@ pub struct FilterConfig {
 }
 
 impl ConsumerConfig {
+    /// Each destination's retry budget, by name, for the destinations with one of their own.
+    pub fn destination_retries(&self) -> std::collections::HashMap<String, RetryConfig> {
+        self.routes
+            .iter()
+            .filter_map(|route| Some((route.name.clone()?, route.retry.as_ref()?.over(&self.retry))))
+            .collect()
+    }
+
     /// Route names: valid and unique wherever given, and given on every route of a fan-out service.
     pub(super) fn check_route_names(&self, problems: &mut Problems) {
         let fan_out = self.service.routing == Routing::FanOut;
         let mut seen = std::collections::HashSet::new();
         for (index, route) in self.routes.iter().enumerate() {
+            if let Some(retry) = &route.retry {
+                problems.check(
+                    fan_out,
+                    format!("routes[{index}].retry: a route's own retry budget needs service.routing = \"fan_out\""),
+                );
+                problems.check(
+                    retry.max_attempts != Some(0),
+                    format!("routes[{index}].retry.max_attempts must be at least 1"),
+                );
+            }
             let Some(name) = &route.name else {
                 problems.check(
                     !fan_out,
@@ -230,6 +273,23 @@ mod tests {
         assert!(twice.len() == 1 && twice[0].contains("used by an earlier route"), "{twice:?}");
         let bad = problems_of(&named("ledger", "a:b"));
         assert!(bad.len() == 1 && bad[0].contains("routes[1].name `a:b`"), "{bad:?}");
+    }
+
+    #[test]
+    fn a_destinations_own_retry_budget_is_over_the_services_and_only_in_fan_out_mode() {
+        let text = |routing: &str| {
+            format!(
+                "[service]\nrouting = \"{routing}\"\n[retry]\nmax_attempts = 7\n[[routes]]\nname = \"flaky\"\nsource = \"stripe\"\nhandler = {{ kind = \"log\" }}\nretry = {{ max_attempts = 2 }}\n[[routes]]\nname = \"steady\"\nsource = \"stripe\"\nhandler = {{ kind = \"log\" }}\n"
+            )
+        };
+        assert_eq!(problems_of(&text("fan_out")), Vec::<String>::new());
+        let config: ConsumerConfig = config::parse_str(&text("fan_out"), "test").unwrap();
+        let retries = config.destination_retries();
+        assert_eq!(retries.len(), 1, "only `flaky` has its own");
+        assert_eq!(retries["flaky"].max_attempts, 2);
+        assert_eq!(retries["flaky"].max_total_ms, config.retry.max_total_ms, "what it leaves out is the service's");
+        let first_match = problems_of(&text("first_match"));
+        assert!(first_match.len() == 1 && first_match[0].contains("needs service.routing"), "{first_match:?}");
     }
 
     #[test]

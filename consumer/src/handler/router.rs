@@ -348,6 +348,7 @@ mod tests {
     fn bad_handlers_and_schemas_are_all_reported() {
         let routes = [RouteConfig {
             name: None,
+            retry: None,
             source: "github".into(),
             event_types: None,
             handler: HandlerConfig { kind: "http".into(), url: None, ..HandlerConfig::default() },
@@ -374,6 +375,7 @@ mod tests {
     async fn routes_pick_handlers_by_source_and_event_type() {
         let routes = [RouteConfig {
             name: None,
+            retry: None,
             source: "github".into(),
             event_types: Some(vec!["push".into()]),
             handler: HandlerConfig {

@@ -196,7 +196,8 @@ impl Pipeline {
         let class_label = if matches!(failed.error, HandlerError::Poison(_)) { "poison" } else { "retryable" };
         self.metrics.handler_failures.with_label_values(&[source, class_label]).inc();
         let elapsed_ms = u64::try_from(now_ms() - failed.first_failure_at_ms).unwrap_or(0);
-        let exhausted = failed.attempts >= self.retry.max_attempts || elapsed_ms >= self.retry.max_total_ms;
+        let retry = self.retry_of(Some(failed.event));
+        let exhausted = failed.attempts >= retry.max_attempts || elapsed_ms >= retry.max_total_ms;
         let dead_letter_class = match &failed.error {
             HandlerError::Poison(_) => Some(ErrorClass::Poison),
             HandlerError::Retryable { .. } if exhausted => Some(ErrorClass::RetryableExhausted),
@@ -243,7 +244,7 @@ impl Pipeline {
         };
         // `Retry-After` lengthens the backoff, but nothing waits past the retry budget: at its end one last attempt
         // runs, and its failure is dead-lettered.
-        let remaining = Duration::from_millis(self.retry.max_total_ms.saturating_sub(elapsed_ms));
+        let remaining = Duration::from_millis(self.retry_of(Some(event)).max_total_ms.saturating_sub(elapsed_ms));
         let backoff = self.retry_backoff(failed.attempts).max(retry_after.unwrap_or_default()).min(remaining);
         let due_at_ms = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
         let so_far = Attempts {

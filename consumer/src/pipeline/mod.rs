@@ -87,6 +87,8 @@ pub struct Pipeline {
     pub filters: Arc<Filters>,
     pub handler_timeout: Duration,
     pub retry: RetryConfig,
+    /// The retry budgets of the fan-out destinations that have their own (`[routes.retry]`), by name.
+    pub destination_retries: Arc<std::collections::HashMap<String, RetryConfig>>,
     pub metrics: Metrics,
     pub alerts: Alerts,
     /// Cleared while Redis fails, for `/readyz`.
@@ -362,6 +364,14 @@ impl Pipeline {
             }
         }
         (Handled, downstream).into()
+    }
+
+    /// The retry budget of `event`: its destination's own, if it has one, else the service's.
+    pub(crate) fn retry_of(&self, event: Option<&hookline_common::wire::InboundEvent>) -> &RetryConfig {
+        event
+            .and_then(|event| event.destination.as_ref())
+            .and_then(|destination| self.destination_retries.get(destination))
+            .unwrap_or(&self.retry)
     }
 
     /// Counts an event's outcome: by source, and by destination for a destination of a fan-out service.

@@ -152,6 +152,10 @@ impl Scheduler {
                     rate_per_s: route.rate_per_s,
                     breaker_failures: route.breaker_failures.unwrap_or(processing.breaker_failures),
                     breaker_cooldown_ms: route.breaker_cooldown_ms.unwrap_or(processing.breaker_cooldown_ms),
+                    retry_max_total_ms: i64::try_from(
+                        route.retry.as_ref().and_then(|own| own.max_total_ms).unwrap_or(retry.max_total_ms),
+                    )
+                    .unwrap_or(i64::MAX),
                 })
                 .collect(),
             partitions: HashMap::default(),
@@ -274,7 +278,7 @@ impl Scheduler {
         if route.paused.is_some() {
             return self.next_of_paused_route(index, now_ms, defer_room);
         }
-        let budget = self.retry_max_total_ms;
+        let budget = self.routes[index].retry_max_total_ms;
         let floor = self.routes[index].budget_floor_ms;
         match self.routes[index].breaker.gate(now_ms) {
             Gate::Closed if can_call => self.start(index, |_| true, false),
@@ -352,7 +356,7 @@ impl Scheduler {
         reason: DeferReason,
         deferrable: impl Fn(&Job, &PartitionState) -> bool,
     ) -> Option<Job> {
-        let budget = self.retry_max_total_ms;
+        let budget = self.routes[index].retry_max_total_ms;
         let mut job = self.take_queued(index, |job, state| job.chain.is_none() && deferrable(job, state))?;
         // Never past the end of its budget: then it is due for its last call.
         let budget_end_ms = job.first_failure_at_ms.map_or(i64::MAX, |first| first.saturating_add(budget));
@@ -497,7 +501,7 @@ impl Scheduler {
                     .take(QUEUE_SCAN)
                     .map(|job| {
                         let start = job.first_failure_at_ms.unwrap_or(job.admitted_at_ms).max(route.budget_floor_ms);
-                        start.saturating_add(self.retry_max_total_ms)
+                        start.saturating_add(route.retry_max_total_ms)
                     })
                     .filter(|end_ms| *end_ms > now_ms)
                     .min();

@@ -25,6 +25,8 @@ pub(super) struct RouteRule {
     pub(super) rate_per_s: Option<f64>,
     pub(super) breaker_failures: u32,
     pub(super) breaker_cooldown_ms: u64,
+    /// `retry.max_total_ms`, or the destination's own (`[routes.retry]`).
+    pub(super) retry_max_total_ms: i64,
 }
 
 #[derive(Debug)]
@@ -40,6 +42,8 @@ pub(super) struct RouteState {
     pub(super) paused: Option<super::RoutePauseState>,
     /// Its records' retry budgets start no earlier than this (its last resume, ms; `i64::MIN`: never paused).
     pub(super) budget_floor_ms: i64,
+    /// How long its records' retry budget lasts (`retry.max_total_ms`, or the destination's own).
+    pub(super) retry_max_total_ms: i64,
 }
 
 impl RouteState {
@@ -171,11 +175,12 @@ impl Scheduler {
         if let Some(&index) = self.route_index.get(&key) {
             return index;
         }
-        let (max_in_flight, rate_per_s, failures_to_open, cooldown_ms, label) = match configured {
+        let (max_in_flight, rate_per_s, failures_to_open, cooldown_ms, label, retry_max_total_ms) = match configured {
             Some(index) => {
                 let rule = &self.rules[index];
                 let label = rule.label.clone();
-                (rule.max_in_flight, rule.rate_per_s, rule.breaker_failures, rule.breaker_cooldown_ms, label)
+                let budget = rule.retry_max_total_ms;
+                (rule.max_in_flight, rule.rate_per_s, rule.breaker_failures, rule.breaker_cooldown_ms, label, budget)
             }
             None => (
                 self.default_route_max_in_flight,
@@ -183,6 +188,7 @@ impl Scheduler {
                 self.default_breaker_failures,
                 self.default_breaker_cooldown_ms,
                 source.to_owned(),
+                self.retry_max_total_ms,
             ),
         };
         self.routes.push(RouteState {
@@ -199,6 +205,7 @@ impl Scheduler {
             },
             paused: self.pauses.get(&label).cloned(),
             budget_floor_ms: self.resumed_at_ms.get(&label).copied().unwrap_or(i64::MIN),
+            retry_max_total_ms,
         });
         let index = self.routes.len() - 1;
         self.route_index.insert(key, index);

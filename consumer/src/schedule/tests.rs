@@ -378,6 +378,7 @@ fn event_record(source: &str, offset: i64) -> Box<Record> {
 fn named_routes() -> Vec<RouteConfig> {
     let route = |name: &str, source: &str| RouteConfig {
         name: Some(name.to_owned()),
+        retry: None,
         source: source.to_owned(),
         event_types: None,
         handler: crate::config::HandlerConfig::default(),

@@ -141,6 +141,7 @@ async fn a_copy_re_typed_to_a_filtered_route_does_not_make_the_genuine_delivery_
     use hookline_consumer::config::{FilterConfig, HandlerConfig, RouteConfig};
     let route = |event_types: Option<Vec<String>>, filters: Vec<FilterConfig>| RouteConfig {
         name: None,
+        retry: None,
         source: "github".to_owned(),
         event_types,
         handler: HandlerConfig::default(),

@@ -17,7 +17,7 @@ use std::{
 use hookline_common::wire::{self, kafka};
 use hookline_consumer::{
     ConsumerConfig, Loaded,
-    config::{FilterConfig, HandlerConfig, RouteConfig, Routing},
+    config::{FilterConfig, HandlerConfig, RouteConfig, RouteRetryConfig, Routing},
 };
 use hookline_dlq_replayer::{
     ReplayerConfig,
@@ -139,6 +139,8 @@ impl Spec {
     fn route(&self, downstreams: &Downstreams) -> RouteConfig {
         RouteConfig {
             name: Some(self.name.clone()),
+            // A small retry budget of its own: the flaky destination's events dead-letter after two attempts.
+            retry: (self.name == FLAKY).then(|| RouteRetryConfig { max_attempts: Some(2), max_total_ms: None }),
             source: SOURCE.into(),
             event_types: self.event_types.map(|types| types.iter().map(|t| (*t).to_owned()).collect()),
             handler: HandlerConfig {
@@ -190,10 +192,6 @@ async fn stack() -> TestStack {
         .gateway_source(SourceConfig {
             type_from_header: Some(true),
             ..SourceConfig::new(SOURCE, "github", vec![secret_file("github", TEST_SECRET)])
-        })
-        .consumer_config(|config| {
-            // A small retry budget: the flaky destination's events dead-letter after two attempts.
-            config.retry.max_attempts = 2;
         })
         .build()
         .await

@@ -48,6 +48,7 @@ async fn stack() -> TestStack {
 fn route(event_type: &str, url: String, signing_secrets: Vec<SecretRef>) -> RouteConfig {
     RouteConfig {
         name: None,
+        retry: None,
         source: SOURCE.into(),
         event_types: Some(vec![event_type.into()]),
         handler: HandlerConfig {
@@ -330,6 +331,7 @@ async fn a_huge_error_body_is_read_only_up_to_the_bound() {
     let mut stack = stack().await;
     let plain = RouteConfig {
         name: None,
+        retry: None,
         handler: HandlerConfig {
             kind: "http".into(),
             url: Some(format!("http://{addr}/hooks")),

@@ -24,6 +24,7 @@ const WAIT: Duration = Duration::from_secs(60);
 fn billing_route() -> RouteConfig {
     RouteConfig {
         name: None,
+        retry: None,
         source: "github".to_owned(),
         event_types: None,
         handler: HandlerConfig::default(),

@@ -36,6 +36,7 @@ async fn stack() -> TestStack {
 fn route(event_type: &str, url: String, whsec: &str, transform: &str) -> RouteConfig {
     RouteConfig {
         name: None,
+        retry: None,
         source: SOURCE.into(),
         event_types: Some(vec![event_type.into()]),
         handler: HandlerConfig {
