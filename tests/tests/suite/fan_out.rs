@@ -140,7 +140,7 @@ impl Spec {
         RouteConfig {
             name: Some(self.name.clone()),
             // A small retry budget of its own: the flaky destination's events dead-letter after two attempts.
-            retry: (self.name == FLAKY).then(|| RouteRetryConfig { max_attempts: Some(2), max_total_ms: None }),
+            retry: (self.name == FLAKY).then_some(RouteRetryConfig { max_attempts: Some(2), max_total_ms: None }),
             source: SOURCE.into(),
             event_types: self.event_types.map(|types| types.iter().map(|t| (*t).to_owned()).collect()),
             handler: HandlerConfig {
