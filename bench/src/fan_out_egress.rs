@@ -5,6 +5,9 @@
 //! route to a local sink answering 200 at once) processes every event for every destination. Both byte counts are
 //! librdkafka's own (`rx_bytes` of its statistics: every byte received from the brokers, fetch responses and the
 //! rest), the consumer's read from its statistics line (`statistics.interval.ms` set through `[kafka.properties]`).
+//!
+//! Two loads: a backlog (the topic filled first, then drained), and, with a rate, live traffic (the service
+//! started first, the events produced at that rate while it runs, as a deployment keeping up with its traffic).
 
 use std::{
     io::BufRead,
@@ -48,6 +51,8 @@ pub struct EgressReport {
     /// Deliveries counted by the service (`hookline_consumer_destination_events_total{outcome="processed"}`).
     pub delivered: u64,
     pub duration_s: f64,
+    /// Events produced per second while the service ran; `None`: a backlog, filled before it started.
+    pub rate_per_s: Option<u64>,
 }
 
 /// Fills a fresh topic with `events` records and measures both reads.
@@ -56,6 +61,7 @@ pub async fn run(
     events: u64,
     destinations: usize,
     partitions: i32,
+    rate_per_s: Option<u64>,
 ) -> anyhow::Result<EgressReport> {
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let topic = format!("hookline-bench-fan-out-{run_id}");
@@ -67,21 +73,28 @@ pub async fn run(
         compacted: false,
     });
     hookline_common::kafka::ensure_topics(&kafka, &specs, 1).await?;
-    fill_sources(&config.brokers, &topic, &[SOURCE], events, config.body_bytes, config.record_key.keys()).await?;
-    eprintln!("fan-out-egress: {events} events in {topic}");
+    let fill = Fill { config: config.clone(), topic: topic.clone(), events, rate_per_s };
+    let live = match rate_per_s {
+        None => {
+            fill.run().await?;
+            eprintln!("fan-out-egress: {events} events in {topic}");
+            None
+        }
+        Some(_) => Some(fill),
+    };
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let sink_addr = listener.local_addr()?;
+    let sink_task = tokio::spawn(serve_sink(listener, Duration::ZERO, Arc::new(Sink::default())));
+    let measured = fan_out(config, &topic, &retry_topic, sink_addr, events, destinations, live).await;
+    sink_task.abort();
+    let (fan_out_rx_bytes, delivered, duration_s) = measured?;
 
     let read_once_rx_bytes = {
         let (kafka, topic) = (kafka.clone(), topic.clone());
         tokio::task::spawn_blocking(move || read_once(&kafka, &topic, events, partitions)).await??
     };
     eprintln!("fan-out-egress: the topic read once: {read_once_rx_bytes} bytes received");
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let sink_addr = listener.local_addr()?;
-    let sink_task = tokio::spawn(serve_sink(listener, Duration::ZERO, Arc::new(Sink::default())));
-    let measured = fan_out(config, &topic, &retry_topic, sink_addr, events, destinations).await;
-    sink_task.abort();
-    let (fan_out_rx_bytes, delivered, duration_s) = measured?;
     Ok(EgressReport {
         events,
         destinations,
@@ -93,7 +106,35 @@ pub async fn run(
         separate_services_rx_bytes: read_once_rx_bytes * destinations as u64,
         delivered,
         duration_s,
+        rate_per_s,
     })
+}
+
+/// The run's events: all at once, or paced at `rate_per_s` (one second's worth at a time).
+struct Fill {
+    config: HttpBenchConfig,
+    topic: String,
+    events: u64,
+    rate_per_s: Option<u64>,
+}
+
+impl Fill {
+    async fn run(self) -> anyhow::Result<()> {
+        let (config, keys) = (&self.config, self.config.record_key.keys());
+        let Some(rate) = self.rate_per_s.filter(|rate| *rate > 0) else {
+            return fill_sources(&config.brokers, &self.topic, &[SOURCE], self.events, config.body_bytes, keys).await;
+        };
+        let started = Instant::now();
+        let mut produced = 0;
+        while produced < self.events {
+            let batch = rate.min(self.events - produced);
+            fill_sources(&config.brokers, &self.topic, &[SOURCE], batch, config.body_bytes, keys).await?;
+            produced += batch;
+            let due = started + Duration::from_secs_f64(produced as f64 / rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        Ok(())
+    }
 }
 
 /// Keeps the latest `rx_bytes` of librdkafka's statistics, and how many statistics it has had.
@@ -151,6 +192,7 @@ async fn fan_out(
     sink_addr: SocketAddr,
     events: u64,
     destinations: usize,
+    live: Option<Fill>,
 ) -> anyhow::Result<(u64, u64, f64)> {
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let admin = free_port()?;
@@ -217,6 +259,8 @@ max_in_flight = {max_in_flight}
     }
     let instance = Instance { child, admin };
     let started = Instant::now();
+    // Live traffic: produced while the service runs (it starts at the earliest offset, so nothing is missed).
+    let live = live.map(|fill| tokio::spawn(fill.run()));
     let deadline = started + config.timeout;
     let wanted = events * destinations as u64;
     let delivered = loop {
@@ -234,6 +278,9 @@ max_in_flight = {max_in_flight}
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let duration_s = started.elapsed().as_secs_f64();
+    if let Some(live) = live {
+        live.await??;
+    }
     // A statistics line written after the last delivery: everything fetched until then is in it.
     let lines = statistics_lines.load(Ordering::SeqCst);
     while statistics_lines.load(Ordering::SeqCst) < lines + 2 {

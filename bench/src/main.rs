@@ -213,6 +213,10 @@ enum Command {
         destinations: usize,
         #[arg(long, default_value_t = 6)]
         partitions: i32,
+        /// Produce the events at this rate while the service runs (live traffic); without it, a backlog filled
+        /// before the service starts.
+        #[arg(long)]
+        rate_per_s: Option<u64>,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -472,9 +476,9 @@ async fn main() -> anyhow::Result<()> {
             }
             write_json(json.as_deref(), &report)
         }
-        Command::FanOutEgress { consumer, events, destinations, partitions, json } => {
+        Command::FanOutEgress { consumer, events, destinations, partitions, rate_per_s, json } => {
             let config = consumer.config(Vec::new(), vec![partitions])?;
-            let report = fan_out_egress::run(&config, events, destinations, partitions).await?;
+            let report = fan_out_egress::run(&config, events, destinations, partitions, rate_per_s).await?;
             eprintln!(
                 "fan-out-egress: {} destinations fetched {} bytes, {:.3}x the topic read once ({} bytes; {} services: {} bytes)",
                 report.destinations,
