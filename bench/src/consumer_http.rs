@@ -16,6 +16,56 @@ use crate::{
     record_key::BenchRecordKey,
 };
 
+/// What the runs of hookline's consumer with the `http` handler share (`consumer-http`, `consumer-peer`, `fan-out-egress`).
+#[derive(Debug, clap::Args)]
+pub struct HttpConsumerArgs {
+    #[arg(long, env = "KAFKA_BROKERS")]
+    pub brokers: String,
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: String,
+    #[arg(long, env = "DLQ_TOPIC", default_value = "webhooks.dlq")]
+    pub dlq_topic: String,
+    #[arg(long, env = "DLQ_STATUS_TOPIC", default_value = "webhooks.dlq-status")]
+    pub dlq_status_topic: String,
+    #[arg(long, default_value_t = 256)]
+    pub max_in_flight: usize,
+    #[arg(long, default_value_t = 1024)]
+    pub body_bytes: usize,
+    /// The `consumer` binary (a release build).
+    #[arg(long)]
+    pub consumer_bin: PathBuf,
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    #[arg(long, default_value_t = 180)]
+    pub timeout_s: u64,
+}
+
+impl HttpConsumerArgs {
+    /// The bench's configuration with these, its work directory created and a fresh record key.
+    pub fn config(self, delays_ms: Vec<u64>, partitions: Vec<i32>) -> anyhow::Result<HttpBenchConfig> {
+        std::fs::create_dir_all(&self.work_dir)?;
+        Ok(HttpBenchConfig {
+            brokers: self.brokers,
+            redis_url: self.redis_url,
+            dlq_topic: self.dlq_topic,
+            dlq_status_topic: self.dlq_status_topic,
+            consumer_bin: self.consumer_bin,
+            work_dir: self.work_dir,
+            timeout: Duration::from_secs(self.timeout_s),
+            body_bytes: self.body_bytes,
+            delays_ms,
+            partitions,
+            max_in_flight: self.max_in_flight,
+            isolation_delays_ms: Vec::new(),
+            isolation_events: None,
+            breaker_cooldown_ms: None,
+            failing_source_topic: false,
+            kafka_properties: Vec::new(),
+            record_key: BenchRecordKey::generate()?,
+        })
+    }
+}
+
 /// The `http` handler against a local sink that answers 200 after `delay_ms` (and 503 at once for the failing
 /// source): events/s of one consumer instance for each delay and partition count, and the healthy source's rate
 /// alone and beside a source whose downstream always answers 503. Each run gets fresh topics (inbound and retry),

@@ -11,6 +11,7 @@ pub mod ceilings;
 pub mod consumer_bench;
 pub mod consumer_http;
 pub mod cpu;
+pub mod fan_out_egress;
 pub mod h2_flood;
 pub mod loadgen;
 pub mod naive_consumer;

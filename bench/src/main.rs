@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand};
 use hookline_bench::{
     ceilings::{self, KafkaCeilingConfig},
     consumer_bench::{self, ConsumerBenchConfig},
-    consumer_http::{self, HttpBenchConfig},
+    consumer_http::{self, HttpBenchConfig, HttpConsumerArgs},
+    fan_out_egress,
     loadgen::{Envelope, LoadConfig, Mode, Protocol},
     naive_consumer,
     record_key::BenchRecordKey,
@@ -201,6 +202,24 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// One consumer service with N `http` destinations in fan-out mode against the topic read once: the bytes its
+    /// group fetches (librdkafka's `rx_bytes`), N destinations for one read (`fan_out_egress.rs`).
+    FanOutEgress {
+        #[command(flatten)]
+        consumer: HttpConsumerArgs,
+        #[arg(long, default_value_t = 100_000)]
+        events: u64,
+        #[arg(long, default_value_t = 20)]
+        destinations: usize,
+        #[arg(long, default_value_t = 6)]
+        partitions: i32,
+        /// Produce the events at this rate while the service runs (live traffic); without it, a backlog filled
+        /// before the service starts.
+        #[arg(long)]
+        rate_per_s: Option<u64>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Creates a topic (replication 1) if it does not exist.
     CreateTopic {
         #[arg(long, env = "KAFKA_BROKERS")]
@@ -218,56 +237,6 @@ enum Command {
         #[arg(long)]
         criterion: PathBuf,
     },
-}
-
-/// What the runs of hookline's consumer with the `http` handler share (`consumer-http`, `consumer-peer`).
-#[derive(Debug, clap::Args)]
-struct HttpConsumerArgs {
-    #[arg(long, env = "KAFKA_BROKERS")]
-    brokers: String,
-    #[arg(long, env = "REDIS_URL")]
-    redis_url: String,
-    #[arg(long, env = "DLQ_TOPIC", default_value = "webhooks.dlq")]
-    dlq_topic: String,
-    #[arg(long, env = "DLQ_STATUS_TOPIC", default_value = "webhooks.dlq-status")]
-    dlq_status_topic: String,
-    #[arg(long, default_value_t = 256)]
-    max_in_flight: usize,
-    #[arg(long, default_value_t = 1024)]
-    body_bytes: usize,
-    /// The `consumer` binary (a release build).
-    #[arg(long)]
-    consumer_bin: PathBuf,
-    #[arg(long)]
-    work_dir: PathBuf,
-    #[arg(long, default_value_t = 180)]
-    timeout_s: u64,
-}
-
-impl HttpConsumerArgs {
-    /// The bench's configuration with these, its work directory created and a fresh record key.
-    fn config(self, delays_ms: Vec<u64>, partitions: Vec<i32>) -> anyhow::Result<HttpBenchConfig> {
-        std::fs::create_dir_all(&self.work_dir)?;
-        Ok(HttpBenchConfig {
-            brokers: self.brokers,
-            redis_url: self.redis_url,
-            dlq_topic: self.dlq_topic,
-            dlq_status_topic: self.dlq_status_topic,
-            consumer_bin: self.consumer_bin,
-            work_dir: self.work_dir,
-            timeout: Duration::from_secs(self.timeout_s),
-            body_bytes: self.body_bytes,
-            delays_ms,
-            partitions,
-            max_in_flight: self.max_in_flight,
-            isolation_delays_ms: Vec::new(),
-            isolation_events: None,
-            breaker_cooldown_ms: None,
-            failing_source_topic: false,
-            kafka_properties: Vec::new(),
-            record_key: BenchRecordKey::generate()?,
-        })
-    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -505,6 +474,20 @@ async fn main() -> anyhow::Result<()> {
             for (delay_ms, ratio) in &report.ratios {
                 eprintln!("consumer-peer: D = {delay_ms} ms: hookline / naive = {ratio:.2}");
             }
+            write_json(json.as_deref(), &report)
+        }
+        Command::FanOutEgress { consumer, events, destinations, partitions, rate_per_s, json } => {
+            let config = consumer.config(Vec::new(), vec![partitions])?;
+            let report = fan_out_egress::run(&config, events, destinations, partitions, rate_per_s).await?;
+            eprintln!(
+                "fan-out-egress: {} destinations fetched {} bytes, {:.3}x the topic read once ({} bytes; {} services: {} bytes)",
+                report.destinations,
+                report.fan_out_rx_bytes,
+                report.ratio,
+                report.read_once_rx_bytes,
+                report.destinations,
+                report.separate_services_rx_bytes
+            );
             write_json(json.as_deref(), &report)
         }
         Command::CreateTopic { brokers, topic, partitions } => create_topic(&brokers, &topic, partitions).await,

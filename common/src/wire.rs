@@ -109,6 +109,10 @@ pub struct InboundEvent {
     pub service: Option<String>,
     /// [`header::REPROCESS_ID`]: the re-processing run this record belongs to, if any.
     pub reprocess_id: Option<String>,
+    /// The destination of a fan-out service it is for: [`header::DESTINATION`] as read (a retry, deferral or
+    /// re-drive of one destination), and on a fresh record the destination its consumer assigned it. Always
+    /// `None` in a first-match service, whatever the record carries.
+    pub destination: Option<String>,
 }
 
 impl InboundEvent {
@@ -149,6 +153,7 @@ impl InboundEvent {
             forwarded_headers: record.forwarded_headers,
             service: record.service,
             reprocess_id: record.reprocess_id,
+            destination: record.destination,
         })
     }
 }

@@ -134,6 +134,14 @@ impl DeadLetters {
             last_failure_at_ms: failure.last_failure_at_ms,
             consumer_version: env!("CARGO_PKG_VERSION").to_owned(),
             dedupe_retention_days: self.dedupe_retention_days,
+            // A fan-out service's destination, only from an authenticated record's event (the consumer addressed
+            // it): a replay reaches that destination alone.
+            destination: original
+                .event
+                .as_ref()
+                .ok()
+                .filter(|_| original.verdict.accepted())
+                .and_then(|event| event.destination.clone()),
         };
         if by_reference {
             failure.encode_by_reference(&self.topic, original.original())
@@ -158,7 +166,8 @@ impl DeadLetters {
     /// read it.
     pub fn retry_record(&self, original: &Record, attempts: &Attempts, due_at_ms: i64) -> Outgoing {
         let retry = RetryHeaders { attempts: attempts.clone(), due_at_ms, origin: original.origin() };
-        retry.encode(&self.retry_topic, &self.service, original.original())
+        let destination = original.event.as_ref().ok().and_then(|event| event.destination.as_deref());
+        retry.encode(&self.retry_topic, &self.service, destination, original.original())
     }
 
     /// Records an entry's fate in the status topic (keyed by entry id, compacted) and waits for the ack.

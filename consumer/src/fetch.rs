@@ -289,6 +289,7 @@ fn admission_of(record: &Record, topics: &ServiceTopics) -> Admission {
             due_at_ms,
             first_failure_at_ms,
             attempts,
+            destination: event.destination.clone(),
         },
         Err(_) => Admission { due_at_ms, first_failure_at_ms, attempts, ..Admission::default() },
     }

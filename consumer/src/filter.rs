@@ -14,7 +14,7 @@ use std::collections::HashSet;
 
 use hookline_common::{predicate::Condition, wire::InboundEvent};
 
-use crate::config::{RouteConfig, RouteMatch};
+use crate::config::{self, RouteConfig, RouteMatch};
 
 /// Longest filter name: it is a metric label value and part of every marker it writes.
 const MAX_FILTER_NAME_BYTES: usize = 64;
@@ -90,8 +90,8 @@ impl Filters {
         if event.replay_of.is_some() || event.reprocess_id.is_some() {
             return None;
         }
-        let event_type = event.meta.event_type.as_deref();
-        let route = self.routes.iter().find(|route| route.matcher.takes(&event.meta.source, event_type))?;
+        let (event_type, destination) = (event.meta.event_type.as_deref(), event.destination.as_deref());
+        let route = config::chosen(&self.routes, |route| &route.matcher, &event.meta.source, event_type, destination)?;
         if route.filters.is_empty() {
             return None;
         }
@@ -117,6 +117,8 @@ mod tests {
 
     fn route(source: &str, event_types: Option<&[&str]>, filters: &[(&str, &[&str])]) -> RouteConfig {
         RouteConfig {
+            name: None,
+            retry: None,
             source: source.to_owned(),
             event_types: event_types.map(|types| types.iter().map(|t| (*t).to_owned()).collect()),
             handler: HandlerConfig::default(),
@@ -157,6 +159,7 @@ mod tests {
             forwarded_headers: Vec::new(),
             service: None,
             reprocess_id: None,
+            destination: None,
         }
     }
 

@@ -134,7 +134,8 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
     let shared = Arc::new(Shared {
         scheduler: Mutex::new(
             Scheduler::new(&config.processing, &config.routes, &config.retry)
-                .with_source_topics(config.service.source_topics.iter().cloned()),
+                .with_source_topics(config.service.source_topics.iter().cloned())
+                .with_fan_out(config.fans_out()),
         ),
         notify: Notify::new(),
         revoke_wait: Duration::from_millis(config.processing.revoke_wait_ms),
@@ -154,6 +155,7 @@ async fn consume(loaded: Loaded, admin: TcpListener, shutdown: CancellationToken
         filters,
         handler_timeout: Duration::from_millis(config.handler.timeout_ms),
         retry: config.retry.clone(),
+        destination_retries: Arc::new(config.destination_retries()),
         metrics: metrics.clone(),
         alerts: Alerts::start(alerts, shutdown.clone(), &background.tasks),
         redis_ready: flags.redis.clone(),

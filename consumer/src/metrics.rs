@@ -10,6 +10,10 @@ use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
 pub struct Metrics {
     /// `hookline_consumer_events_total{source, outcome}`: outcome is one of [`event_outcome::ALL`].
     pub events: IntCounterVec,
+    /// `hookline_consumer_destination_events_total{destination, outcome}`: in a fan-out service, each destination's
+    /// events by outcome (one of [`event_outcome::ALL`]; bounded: destinations are the config's route names).
+    /// `hookline_consumer_events_total` counts every destination's outcome too, by source.
+    pub destination_events: IntCounterVec,
     /// `hookline_consumer_filtered_total{route, filter}`: events a route's filter skipped for this service (each
     /// recorded as filtered in its dedupe key; bounded labels: both come from the config).
     pub filtered: IntCounterVec,
@@ -110,6 +114,11 @@ impl Metrics {
                 "hookline_consumer_events_total",
                 "Events handled, by source and outcome.",
                 &["source", "outcome"],
+            )?,
+            destination_events: counter_vec(
+                "hookline_consumer_destination_events_total",
+                "Events handled per destination of a fan-out service, by destination and outcome.",
+                &["destination", "outcome"],
             )?,
             filtered: counter_vec(
                 "hookline_consumer_filtered_total",
@@ -268,6 +277,7 @@ impl Metrics {
     pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
         vec![
             Box::new(self.events.clone()),
+            Box::new(self.destination_events.clone()),
             Box::new(self.filtered.clone()),
             Box::new(self.handler_failures.clone()),
             Box::new(self.dead_lettered.clone()),
@@ -329,6 +339,12 @@ impl Metrics {
         metrics_catalog::set_label_values(
             &mut described,
             "hookline_consumer_events_total",
+            "outcome",
+            event_outcome::ALL,
+        );
+        metrics_catalog::set_label_values(
+            &mut described,
+            "hookline_consumer_destination_events_total",
             "outcome",
             event_outcome::ALL,
         );
@@ -481,8 +497,9 @@ mod tests {
         metrics.postgres_dedupe_rows.with_label_values(&["t"]).set(1);
         metrics.postgres_oldest_row_age.with_label_values(&["t"]).set(1);
         metrics.postgres_rows_deleted.with_label_values(&["t"]).inc();
+        metrics.destination_events.with_label_values(&["ledger", "processed"]).inc();
         let described = Metrics::describe().unwrap();
-        assert_eq!(described.len(), 37);
+        assert_eq!(described.len(), 38);
         assert_eq!(metrics_catalog::gathered(&registry), metrics_catalog::with_sorted_labels(described));
     }
 }

@@ -67,6 +67,28 @@ impl Record {
         })
     }
 
+    /// Addresses it to one destination of a fan-out service (`None`: to none, as every record of a first-match
+    /// service is, whatever its headers say): what its route, filters, dedupe scope, retry and dead letter follow.
+    pub fn address_to(&mut self, destination: Option<&str>) {
+        if let Ok(event) = &mut self.event {
+            event.destination = destination.map(str::to_owned);
+        }
+    }
+
+    /// A copy for another destination of a fan-out service: the record shared by its destinations (its body is
+    /// not copied, only its headers' table). `None` for a record without a well-formed event, which has no
+    /// destinations.
+    pub fn copy_for(&self, destination: &str) -> Option<Self> {
+        let event = self.event.as_ref().ok()?;
+        Some(Self {
+            fetched: self.fetched.clone(),
+            verdict: self.verdict.clone(),
+            event: Ok(InboundEvent { destination: Some(destination.to_owned()), ..event.clone() }),
+            retry: self.retry.clone(),
+            trace: self.trace.clone(),
+        })
+    }
+
     /// The topic's name, shared.
     pub fn topic_name(&self) -> &Arc<str> {
         self.fetched.topic_name()

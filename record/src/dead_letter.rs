@@ -44,6 +44,9 @@ pub struct DeadLetterFailure {
     pub consumer_version: String,
     /// Days the service's `postgres` handler keeps dedupe rows, for a service that has one.
     pub dedupe_retention_days: Option<u32>,
+    /// In a fan-out service, the destination that failed ([`header::DESTINATION`], kept by a re-drive so that the
+    /// replay reaches it alone); `None` outside fan-out mode, and the header is then absent.
+    pub destination: Option<String>,
 }
 
 impl DeadLetterFailure {
@@ -67,12 +70,16 @@ impl DeadLetterFailure {
         if let Some(days) = self.dedupe_retention_days {
             fields.push((header::dlq::DEDUPE_RETENTION_DAYS, days.to_string()));
         }
+        if let Some(destination) = &self.destination {
+            fields.push((header::DESTINATION, destination.clone()));
+        }
         fields
     }
 
     /// The dead letter of `original` to `topic`, carrying its body.
     pub fn encode(&self, topic: &str, original: Original<'_>) -> Outgoing {
         let fields = self.fields();
+        // The destination is the failure's: a copied one (of a record written in fan-out mode) is never kept.
         original.copy_with(topic, &fields)
     }
 
@@ -87,6 +94,7 @@ impl DeadLetterFailure {
             !is_retry_header(name)
                 && !name.starts_with(header::FORWARDED_PREFIX)
                 && name != header::EVENT_ID
+                && name != header::DESTINATION
                 && !fields.iter().any(|(field, _)| *field == name)
         });
         if let Some(Ok(event_id)) = first_text(original.headers.iter(), header::EVENT_ID) {
@@ -131,6 +139,7 @@ impl DeadLetterFailure {
             dedupe_retention_days: optional(retention)?
                 .map(|days| days.parse().map_err(|_| WireError::BadHeader(retention)))
                 .transpose()?,
+            destination: optional(header::DESTINATION)?,
         })
     }
 }
@@ -152,6 +161,8 @@ pub struct DeadLetterEntry {
     /// The consumer service that dead-lettered it ([`header::dlq::SERVICE`]; for an entry written before
     /// services had names, its consumer group, which was the service's default name).
     pub service: Option<String>,
+    /// The destination of a fan-out service that failed ([`header::DESTINATION`]): a replay reaches it alone.
+    pub destination: Option<String>,
     pub event_id: Option<String>,
     pub event_type: Option<String>,
     pub error_class: Option<String>,
@@ -205,6 +216,7 @@ impl DeadLetterEntry {
             offset: position.offset,
             source: text(header::SOURCE),
             service: text(header::dlq::SERVICE).or_else(|| text(header::dlq::CONSUMER_GROUP)),
+            destination: text(header::DESTINATION),
             event_id: text(header::EVENT_ID).or_else(|| text(header::dlq::EVENT_ID)),
             event_type: text(header::EVENT_TYPE),
             error_class: text(header::dlq::ERROR_CLASS),
@@ -246,6 +258,7 @@ mod tests {
             last_failure_at_ms: 1_700_000_009_000,
             consumer_version: "0.1.0".into(),
             dedupe_retention_days,
+            destination: dedupe_retention_days.map(|_| "ledger".to_owned()),
         }
     }
 

@@ -40,6 +40,13 @@ pub const ORIGIN: &str = "hookline-origin";
 /// records, and by the replayer on a re-driven DLQ entry and on a re-processing request. Absent on a
 /// gateway record, which every service processes. Optional, readable by every version: no format bump.
 pub const SERVICE: &str = "hookline-service";
+/// In a service that fans out (`service.routing = "fan_out"`: every matching route of the service gets the
+/// event, each a *destination*), the one destination of [`SERVICE`] this record is for: the route's name. Set by a
+/// fan-out consumer on its retry and deferral records and on its dead letters, and kept by a re-drive, so that a
+/// retry, a deferral or a replay reaches that destination alone and no other. Absent outside fan-out mode (every
+/// record a first-match service writes is as before). Covered by the MAC like every header. Optional, readable by
+/// every version: no format bump.
+pub const DESTINATION: &str = "hookline-destination";
 /// Set by the replayer on a re-processing request (an event its service already processed, re-driven on an
 /// operator's word): the request's run id. The service processes the event once per run id, whatever its
 /// done marker says (the reprocess dedupe key).

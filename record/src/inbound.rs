@@ -94,6 +94,8 @@ pub struct InboundRecord {
     pub service: Option<String>,
     /// [`header::REPROCESS_ID`]: the re-processing run this record belongs to, if any.
     pub reprocess_id: Option<String>,
+    /// [`header::DESTINATION`]: the one destination of its service (a fan-out service's route) it is for.
+    pub destination: Option<String>,
     /// The provider's request headers the gateway carried ([`header::FORWARDED_PREFIX`]): lowercase name without
     /// the prefix, and value, one entry per value, in record order.
     pub forwarded_headers: Vec<(String, Bytes)>,
@@ -110,6 +112,7 @@ impl InboundRecord {
             origin: None,
             service: None,
             reprocess_id: None,
+            destination: None,
             forwarded_headers: Vec::new(),
         }
     }
@@ -127,6 +130,7 @@ impl InboundRecord {
             (header::REPLAY_OF, self.replay_of.clone()),
             (header::REPLAY_COUNT, self.replay_count.map(|count| count.to_string())),
             (header::REPROCESS_ID, self.reprocess_id.clone()),
+            (header::DESTINATION, self.destination.clone()),
         ];
         for (name, value) in optional {
             if let Some(value) = value {
@@ -152,6 +156,7 @@ impl InboundRecord {
             origin: text(header::ORIGIN),
             service: text(header::SERVICE),
             reprocess_id: text(header::REPROCESS_ID),
+            destination: text(header::DESTINATION),
             forwarded_headers: forwarded_headers(headers),
         })
     }
@@ -226,7 +231,7 @@ struct Slots<'a> {
     values: [Option<Option<&'a [u8]>>; SLOT_NAMES.len()],
 }
 
-const SLOT_NAMES: [&str; 14] = [
+const SLOT_NAMES: [&str; 15] = [
     header::FORMAT_VERSION,
     header::RECEIVED_AT_MS,
     header::SOURCE,
@@ -241,6 +246,7 @@ const SLOT_NAMES: [&str; 14] = [
     header::ORIGIN,
     header::SERVICE,
     header::REPROCESS_ID,
+    header::DESTINATION,
 ];
 
 impl<'a> Slots<'a> {

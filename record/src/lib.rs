@@ -114,11 +114,14 @@ pub struct Original<'a> {
 
 impl Original<'_> {
     /// A copy of this record to `topic` with `fields` appended: its key and body, and its headers but any retry
-    /// header and any header `fields` sets anew (a retry or a dead letter of a record that was retried before).
+    /// header, any [`header::DESTINATION`] (a copy names its destination in `fields`, or none) and any header
+    /// `fields` sets anew (a retry or a dead letter of a record that was retried before).
     pub(crate) fn copy_with(self, topic: &str, fields: &[(&'static str, String)]) -> Outgoing {
         let mut headers = HeaderTable::with_capacity(self.headers.len() + fields.len());
         headers.extend_from(self.headers, |name| {
-            !retry::is_retry_header(name) && !fields.iter().any(|(field, _)| *field == name)
+            !retry::is_retry_header(name)
+                && name != header::DESTINATION
+                && !fields.iter().any(|(field, _)| *field == name)
         });
         for (name, value) in fields {
             headers.push_str(name, value);

@@ -6,7 +6,8 @@
 //! Re-drive provenance rules:
 //! - [`Provenance::Verified`] (the dead letter's MAC verifies: a hookline consumer wrote it): every header is
 //!   copied but the dead letter's own (`hookline-dlq-*`), the earlier replay's ([`header::REPLAY_OF`],
-//!   [`header::REPLAY_COUNT`]) and the service it was addressed to ([`header::SERVICE`]). A re-processing that
+//!   [`header::REPLAY_COUNT`]) and the service and destination it was addressed to ([`header::SERVICE`],
+//!   [`header::DESTINATION`]). A re-processing that
 //!   failed keeps its `hookline-reprocess-*` headers: it replays as that re-processing.
 //! - [`Provenance::Vouched`] (no valid MAC: an operator forced it and vouches for the event, not its routing):
 //!   only [`VOUCHED_HEADERS`] and the forwarded `http-*` headers are copied. Whatever could make a consumer re-run
@@ -14,6 +15,8 @@
 //! - Then, on both: [`header::REPLAY_OF`] (the entry id), [`header::REPLAY_COUNT`], [`header::SERVICE`] when the
 //!   entry names its service (only that service processes it; without one every service does, as before services
 //!   had names; a vouched record's service is its own claim, but addressing one service only narrows who runs it),
+//!   [`header::DESTINATION`] when the entry names the destination of a fan-out service that failed (only that
+//!   destination runs it again; the same reasoning: it only narrows),
 //!   and [`header::EVENT_TYPE`] last when the operator chose one (any copied one dropped).
 //!
 //! A copied MAC or trace context is replaced by the producer when it signs the copy. A copy always has a body (an
@@ -55,6 +58,8 @@ pub struct Redrive<'a> {
     pub replays: u32,
     /// The entry's service, when it names one.
     pub service: Option<&'a str>,
+    /// The entry's destination (a fan-out service's route that failed), when it names one.
+    pub destination: Option<&'a str>,
     pub provenance: Provenance,
     /// The operator's event type, replacing the record's.
     pub event_type: Option<&'a str>,
@@ -70,18 +75,22 @@ impl Redrive<'_> {
                     !(name.starts_with(crate::dead_letter::HEADER_PREFIX)
                         || name == header::REPLAY_OF
                         || name == header::REPLAY_COUNT
-                        || name == header::SERVICE)
+                        || name == header::SERVICE
+                        || name == header::DESTINATION)
                 }
                 Provenance::Vouched => VOUCHED_HEADERS.contains(&name) || name.starts_with(header::FORWARDED_PREFIX),
             };
             copied && !(self.event_type.is_some() && name == header::EVENT_TYPE)
         };
-        let mut headers = HeaderTable::with_capacity(original.headers.len() + 4);
+        let mut headers = HeaderTable::with_capacity(original.headers.len() + 5);
         headers.extend_from(original.headers, keep);
         headers.push_str(header::REPLAY_OF, self.entry_id);
         headers.push_str(header::REPLAY_COUNT, &self.replays.to_string());
         if let Some(service) = self.service {
             headers.push_str(header::SERVICE, service);
+        }
+        if let Some(destination) = self.destination {
+            headers.push_str(header::DESTINATION, destination);
         }
         if let Some(event_type) = self.event_type {
             headers.push_str(header::EVENT_TYPE, event_type);
@@ -102,12 +111,14 @@ pub struct Reprocess<'a> {
 }
 
 impl Reprocess<'_> {
-    /// The copy to `topic`: `original`'s key, body and headers but any service, re-processing or replay header it
-    /// carried, then [`header::SERVICE`], [`header::REPROCESS_ID`] and [`header::REPROCESS_OF`].
+    /// The copy to `topic`: `original`'s key, body and headers but any service, destination, re-processing or replay
+    /// header it carried (a re-processing runs for every destination of a fan-out service that takes the event),
+    /// then [`header::SERVICE`], [`header::REPROCESS_ID`] and [`header::REPROCESS_OF`].
     pub fn encode(&self, topic: &str, original: Original<'_>) -> Outgoing {
         let mut headers = HeaderTable::with_capacity(original.headers.len() + 3);
         headers.extend_from(original.headers, |name| {
             !(name == header::SERVICE
+                || name == header::DESTINATION
                 || name.starts_with("hookline-reprocess-")
                 || name.starts_with("hookline-replay-"))
         });
@@ -154,6 +165,7 @@ mod tests {
             (header::ORDERING_KEY, "k"),
             (header::REPROCESS_ID, "r1"),
             (header::SERVICE, "billing"),
+            (header::DESTINATION, "audit"),
             (header::REPLAY_OF, "dlq:0:1"),
             (header::REPLAY_COUNT, "1"),
             ("http-x-github-event", "push"),
@@ -176,6 +188,7 @@ mod tests {
             entry_id: "dlq:0:9",
             replays: 2,
             service: Some("billing"),
+            destination: Some("ledger"),
             provenance: Provenance::Verified,
             event_type: Some("ping"),
         };
@@ -192,6 +205,7 @@ mod tests {
                 (header::REPLAY_OF, "dlq:0:9"),
                 (header::REPLAY_COUNT, "2"),
                 (header::SERVICE, "billing"),
+                (header::DESTINATION, "ledger"),
                 (header::EVENT_TYPE, "ping"),
             ]
         );
@@ -205,6 +219,7 @@ mod tests {
             entry_id: "dlq:0:9",
             replays: 1,
             service: None,
+            destination: None,
             provenance: Provenance::Vouched,
             event_type: None,
         };
@@ -230,6 +245,7 @@ mod tests {
         let out = copy.encode("in", Original { key: None, body: None, headers: &headers });
         let kept: Vec<&str> = out.headers.iter().map(|h| h.name).collect();
         assert!(!kept.contains(&header::REPLAY_OF) && !kept.contains(&header::REPLAY_COUNT));
+        assert!(!kept.contains(&header::DESTINATION), "a re-processing is for every destination");
         assert_eq!(
             ReprocessHeaders::decode(out.headers.iter()),
             Some(ReprocessHeaders { service: "orders".into(), run_id: "run-2".into(), of: "in:0:3".into() })

@@ -299,6 +299,7 @@ async fn fill(kafka: &KafkaConfig, keys: &RecordKeys, n: usize, partitions: i32)
             last_failure_at_ms: now,
             consumer_version: "0.1.0".to_owned(),
             dedupe_retention_days: None,
+            destination: None,
         };
         let original = Original { key: inbound.key.clone(), body: inbound.body.clone(), headers: &inbound.headers };
         let mut dead_letter = failure.encode(&kafka.dlq_topic, original);

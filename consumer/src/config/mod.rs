@@ -1,7 +1,10 @@
 //! The consumer's configuration.
 
 pub mod postgres;
+mod routes;
 pub mod windows;
+
+pub use routes::{FilterConfig, RouteConfig, RouteMatch, RouteRetryConfig, Routing, chosen, chosen_index};
 
 use std::{
     collections::HashMap,
@@ -26,7 +29,8 @@ pub struct ConsumerConfig {
     pub redis: RedisConfig,
     /// The default handler, for events no route matches.
     pub handler: HandlerConfig,
-    /// Handlers per source, optionally per event type; the first matching route wins.
+    /// Handlers per source, optionally per event type: the first matching route wins, or, with
+    /// `service.routing = "fan_out"`, every matching route (each a destination) gets the event.
     pub routes: Vec<RouteConfig>,
     /// Validation per source name (`[sources.<name>]`): what makes an event poison before any handler runs.
     #[serde(serialize_with = "config::sorted_map")]
@@ -78,6 +82,12 @@ pub struct ServiceConfig {
     /// instead of being copied to the retry topic as records of shared partitions are (ARCHITECTURE.md,
     /// "Holding a route").
     pub source_topics: Vec<String>,
+    /// What the `[[routes]]` are: `first_match` (the default, and how every service ran before fan-out existed:
+    /// an event goes to the first route that takes it, else to `[handler]`), or `fan_out`: every route that takes
+    /// an event gets it, each a *destination* with its own name, dedupe scope, retries, breaker, pause, dead
+    /// letters and metrics, all fed from the service's one read of the topic (docs/configuration/consumer.md,
+    /// "Fan-out").
+    pub routing: Routing,
 }
 
 /// Where a new consumer group starts reading.
@@ -148,97 +158,6 @@ impl Default for HandlerConfig {
             postgres: None,
         }
     }
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteConfig {
-    pub source: String,
-    /// Only these event types; absent: every type of the source.
-    pub event_types: Option<Vec<String>>,
-    pub handler: HandlerConfig,
-    /// Records of this route in the handler stage at once (default `processing.route_max_in_flight`): what its
-    /// downstream can take, and all a slow or failing downstream can hold of the consumer's capacity.
-    pub max_in_flight: Option<usize>,
-    /// Handler calls started per second, at most (default: unlimited).
-    pub rate_per_s: Option<f64>,
-    /// Consecutive retryable failures that open this route's circuit breaker (default
-    /// `processing.breaker_failures`; 0: no breaker).
-    pub breaker_failures: Option<u32>,
-    /// How long an open breaker waits before letting one probe call through (default
-    /// `processing.breaker_cooldown_ms`).
-    pub breaker_cooldown_ms: Option<u64>,
-    /// Events this route skips: the first filter all of whose conditions hold skips the event for this service,
-    /// recorded as filtered with the filter's name (never handled, never poison; `reprocess` still runs it). See
-    /// [`crate::filter`] and docs/configuration/consumer.md, "Filters".
-    #[serde(default)]
-    pub filters: Vec<FilterConfig>,
-    /// A jq program applied to the event's JSON body before the route's handler: its one output, as compact JSON,
-    /// is the body the handler gets (what an `http` handler forwards and signs). Compiled when the config loads; a
-    /// program that does not compile is a config problem. An event whose body is not JSON, or on which the program
-    /// fails, outputs nothing or more than one value, is poison. See [`crate::handler::transform`] and
-    /// docs/configuration/consumer.md, "Transforms".
-    #[serde(default)]
-    pub transform: Option<String>,
-}
-
-impl RouteConfig {
-    /// The route's name in metrics and pauses: its source, and its event types (sorted) when it has some:
-    /// `github:issues,push`.
-    pub fn label(&self) -> String {
-        match &self.event_types {
-            Some(types) => {
-                let mut types: Vec<&str> = types.iter().map(String::as_str).collect();
-                types.sort_unstable();
-                types.dedup();
-                format!("{}:{}", self.source, types.join(","))
-            }
-            None => self.source.clone(),
-        }
-    }
-
-    /// Which events this route takes: the rule its handler, its scheduling and its filters all choose by.
-    pub fn matcher(&self) -> RouteMatch {
-        RouteMatch {
-            source: self.source.clone(),
-            event_types: self.event_types.as_ref().map(|types| types.iter().cloned().collect()),
-        }
-    }
-}
-
-/// Which events a `[[routes]]` entry takes: those of its source and, when it names event types, of one of them (an
-/// event without a type is then not taken). An event's route is the first entry that takes it, for its handler
-/// ([`crate::handler::router`]), its scheduling ([`crate::schedule`]) and its filters ([`crate::filter`]) alike:
-/// written once here so the three never disagree.
-#[derive(Debug, Clone)]
-pub struct RouteMatch {
-    source: String,
-    event_types: Option<std::collections::HashSet<String>>,
-}
-
-impl RouteMatch {
-    /// The source this route takes.
-    pub fn source(&self) -> &str {
-        &self.source
-    }
-
-    /// Whether the route takes an event of `source` and `event_type`.
-    pub fn takes(&self, source: &str, event_type: Option<&str>) -> bool {
-        self.source == source
-            && self.event_types.as_ref().is_none_or(|types| event_type.is_some_and(|t| types.contains(t)))
-    }
-}
-
-/// One filter of a route (`[[routes.filters]]`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct FilterConfig {
-    /// The reason recorded for what it skips (the dedupe marker, `hookline_consumer_filtered_total{filter}`,
-    /// `lookup`): letters, digits, `.`, `-`, `_`, unique within its route.
-    pub name: String,
-    /// Conditions on the event's verified JSON body (`'/livemode == false'`, the syntax of event search's
-    /// `--where`), all of which must hold for the event to be skipped.
-    pub skip_when: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -429,6 +348,7 @@ impl ConsumerConfig {
         );
         problems.check(self.processing.route_max_in_flight > 0, "processing.route_max_in_flight must be positive");
         problems.check(self.processing.breaker_cooldown_ms > 0, "processing.breaker_cooldown_ms must be positive");
+        self.check_route_names(problems);
         for (index, route) in self.routes.iter().enumerate() {
             problems.check(route.max_in_flight != Some(0), format!("routes[{index}].max_in_flight must be positive"));
             problems.check(
@@ -451,6 +371,11 @@ impl ConsumerConfig {
 }
 
 impl ConsumerConfig {
+    /// Whether every matching route gets an event (`service.routing = "fan_out"`).
+    pub fn fans_out(&self) -> bool {
+        self.service.routing == Routing::FanOut
+    }
+
     /// The service's name: `service.name`, or else the consumer group.
     pub fn service_name(&self) -> &str {
         self.service.name.as_deref().unwrap_or(&self.kafka.group_id)

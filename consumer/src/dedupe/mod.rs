@@ -44,6 +44,7 @@ use hookline_common::{
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 
 mod batch;
+mod destination;
 mod history;
 mod legacy;
 mod schedule;

@@ -19,7 +19,7 @@ use super::{
     postgres::PostgresHandler,
     transform::{Transform, TransformError},
 };
-use crate::config::{HandlerConfig, RouteConfig, RouteMatch, SourceRulesConfig};
+use crate::config::{self, HandlerConfig, RouteConfig, RouteMatch, SourceRulesConfig};
 
 /// Wildcard key in `schemas`: applies to every event type without a schema of its own.
 pub const ANY_EVENT_TYPE: &str = "*";
@@ -177,9 +177,11 @@ impl Router {
         self.default = handler;
     }
 
+    /// The event's route: the first that takes it, or, for an event addressed to one destination of a fan-out
+    /// service, the route of that name ([`config::chosen`]).
     fn route_for(&self, event: &InboundEvent) -> Option<&Route> {
-        let event_type = event.meta.event_type.as_deref();
-        self.routes.iter().find(|route| route.matcher.takes(&event.meta.source, event_type))
+        let (event_type, destination) = (event.meta.event_type.as_deref(), event.destination.as_deref());
+        config::chosen(&self.routes, |route| &route.matcher, &event.meta.source, event_type, destination)
     }
 
     fn handler_for(&self, event: &InboundEvent) -> &dyn Handler {
@@ -258,7 +260,14 @@ impl Handler for Router {
     fn handle<'a>(&'a self, event: &'a InboundEvent) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
             self.validate(event)?;
-            let Some(route) = self.route_for(event) else { return self.default.handle(event).await };
+            let Some(route) = self.route_for(event) else {
+                if let Some(destination) = &event.destination {
+                    // A retry or re-drive of a destination since removed from the config: kept in the DLQ, where
+                    // it can be replayed once the destination is back, rather than handed to another handler.
+                    return Err(HandlerError::poison(format!("destination `{destination}` is not configured")));
+                }
+                return self.default.handle(event).await;
+            };
             match &route.transform {
                 None => route.handler.handle(event).await,
                 Some(transform) => route.handler.handle(&transform.apply(event).await?).await,
@@ -296,6 +305,7 @@ mod tests {
             forwarded_headers: Vec::new(),
             service: None,
             reprocess_id: None,
+            destination: None,
         }
     }
 
@@ -337,6 +347,8 @@ mod tests {
     #[test]
     fn bad_handlers_and_schemas_are_all_reported() {
         let routes = [RouteConfig {
+            name: None,
+            retry: None,
             source: "github".into(),
             event_types: None,
             handler: HandlerConfig { kind: "http".into(), url: None, ..HandlerConfig::default() },
@@ -362,6 +374,8 @@ mod tests {
     #[tokio::test]
     async fn routes_pick_handlers_by_source_and_event_type() {
         let routes = [RouteConfig {
+            name: None,
+            retry: None,
             source: "github".into(),
             event_types: Some(vec!["push".into()]),
             handler: HandlerConfig {

@@ -88,7 +88,8 @@ impl Pipeline {
         let in_memory = || RetryAt { due_at_ms, attempts: attempts.clone() };
         let accepted = message.verdict.accepted();
         let elapsed_ms = u64::try_from(now_ms() - attempts.first_failure_at_ms).unwrap_or(0);
-        let exhausted = attempts.attempts >= self.retry.max_attempts || elapsed_ms >= self.retry.max_total_ms;
+        let retry = self.retry_of(message.event.as_ref().ok());
+        let exhausted = attempts.attempts >= retry.max_attempts || elapsed_ms >= retry.max_total_ms;
         let recovery = async {
             if exhausted {
                 let failure = Failure {
@@ -127,8 +128,10 @@ impl Pipeline {
                     RetryAt { .. } => Some(event_outcome::RETRY_LATER),
                     Interrupted => None,
                 };
-                if let Some(outcome) = outcome {
-                    self.metrics.events.with_label_values(&[source.as_str(), outcome]).inc();
+                match (outcome, &message.event) {
+                    (Some(outcome), Ok(event)) if message.verdict.accepted() => self.count(event, outcome),
+                    (Some(outcome), _) => self.metrics.events.with_label_values(&[source.as_str(), outcome]).inc(),
+                    (None, _) => {}
                 }
                 disposition
             }

@@ -24,13 +24,17 @@ impl Pipeline {
     /// The claim token of `event`: a re-processing request's run, a re-drive, or the event's own.
     pub(crate) fn token_for(&self, event: &InboundEvent) -> ClaimToken {
         let (source, event_id) = (event.meta.source.as_str(), event.meta.event_id.as_str());
-        // A re-processing request runs once per run, whatever the event's own done marker says.
-        let token = match (&event.reprocess_id, &event.replay_of) {
-            (Some(run_id), _) => self.dedupe.reprocess_token(run_id, source, event_id),
+        // A re-processing request runs once per run, whatever the event's own done marker says. A destination of a
+        // fan-out service has its own scope for each.
+        let token = match (&event.reprocess_id, &event.replay_of, event.destination.as_deref()) {
+            (Some(run_id), _, None) => self.dedupe.reprocess_token(run_id, source, event_id),
+            (Some(run_id), _, Some(to)) => self.dedupe.destination_reprocess_token(run_id, to, source, event_id),
             // The replayer's record (authenticated at the door): it may run an event whose dead marker stops
             // re-sends.
-            (None, Some(_)) => self.dedupe.redrive_token(source, event_id),
-            (None, None) => self.dedupe.token(source, event_id),
+            (None, Some(_), None) => self.dedupe.redrive_token(source, event_id),
+            (None, Some(_), Some(to)) => self.dedupe.destination_redrive_token(to, source, event_id),
+            (None, None, None) => self.dedupe.token(source, event_id),
+            (None, None, Some(to)) => self.dedupe.destination_token(to, source, event_id),
         };
         // A copy of an allowlisted type may claim an event dead-lettered under another type (a forged first
         // copy), once per type; its own dead marker records its type.
@@ -176,7 +180,10 @@ impl Pipeline {
         }
         if event.reprocess_id.is_some() {
             // The event itself is processed now too, if it never was: its own delivery is then a duplicate.
-            let own = self.dedupe.token(source, event_id);
+            let own = match event.destination.as_deref() {
+                Some(to) => self.dedupe.destination_token(to, source, event_id),
+                None => self.dedupe.token(source, event_id),
+            };
             self.redis_until_done("done", || self.dedupe.mark_done(&own, &marker)).await?;
         }
         Some(Outcome::Processed)
@@ -189,7 +196,8 @@ impl Pipeline {
         let class_label = if matches!(failed.error, HandlerError::Poison(_)) { "poison" } else { "retryable" };
         self.metrics.handler_failures.with_label_values(&[source, class_label]).inc();
         let elapsed_ms = u64::try_from(now_ms() - failed.first_failure_at_ms).unwrap_or(0);
-        let exhausted = failed.attempts >= self.retry.max_attempts || elapsed_ms >= self.retry.max_total_ms;
+        let retry = self.retry_of(Some(failed.event));
+        let exhausted = failed.attempts >= retry.max_attempts || elapsed_ms >= retry.max_total_ms;
         let dead_letter_class = match &failed.error {
             HandlerError::Poison(_) => Some(ErrorClass::Poison),
             HandlerError::Retryable { .. } if exhausted => Some(ErrorClass::RetryableExhausted),
@@ -236,7 +244,7 @@ impl Pipeline {
         };
         // `Retry-After` lengthens the backoff, but nothing waits past the retry budget: at its end one last attempt
         // runs, and its failure is dead-lettered.
-        let remaining = Duration::from_millis(self.retry.max_total_ms.saturating_sub(elapsed_ms));
+        let remaining = Duration::from_millis(self.retry_of(Some(event)).max_total_ms.saturating_sub(elapsed_ms));
         let backoff = self.retry_backoff(failed.attempts).max(retry_after.unwrap_or_default()).min(remaining);
         let due_at_ms = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
         let so_far = Attempts {

@@ -87,6 +87,8 @@ pub struct Pipeline {
     pub filters: Arc<Filters>,
     pub handler_timeout: Duration,
     pub retry: RetryConfig,
+    /// The retry budgets of the fan-out destinations that have their own (`[routes.retry]`), by name.
+    pub destination_retries: Arc<std::collections::HashMap<String, RetryConfig>>,
     pub metrics: Metrics,
     pub alerts: Alerts,
     /// Cleared while Redis fails, for `/readyz`.
@@ -326,8 +328,7 @@ impl Pipeline {
         };
         span.set(attribute::OUTCOME, || outcome.label());
         let downstream = outcome.downstream();
-        let source = event.meta.source.as_str();
-        self.metrics.events.with_label_values(&[source, outcome.label()]).inc();
+        self.count(event, outcome.label());
         // A re-driven DLQ entry's fate is keyed by its entry id; a re-processing request's by
         // `reprocess:<run id>:<where the record was>`, so that each re-processing is recorded.
         let fate_key = event.replay_of.clone().or_else(|| {
@@ -363,6 +364,22 @@ impl Pipeline {
             }
         }
         (Handled, downstream).into()
+    }
+
+    /// The retry budget of `event`: its destination's own, if it has one, else the service's.
+    pub(crate) fn retry_of(&self, event: Option<&hookline_common::wire::InboundEvent>) -> &RetryConfig {
+        event
+            .and_then(|event| event.destination.as_ref())
+            .and_then(|destination| self.destination_retries.get(destination))
+            .unwrap_or(&self.retry)
+    }
+
+    /// Counts an event's outcome: by source, and by destination for a destination of a fan-out service.
+    pub(crate) fn count(&self, event: &hookline_common::wire::InboundEvent, outcome: &'static str) {
+        self.metrics.events.with_label_values(&[event.meta.source.as_str(), outcome]).inc();
+        if let Some(destination) = &event.destination {
+            self.metrics.destination_events.with_label_values(&[destination.as_str(), outcome]).inc();
+        }
     }
 
     /// Parks a record its route cannot take now (saturated, or its breaker open) in the retry topic until

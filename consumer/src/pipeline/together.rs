@@ -187,7 +187,7 @@ impl Pipeline {
         }
         let age_ms = hookline_common::wire::now_ms().saturating_sub(event.meta.received_at_ms).max(0);
         self.metrics.event_age.with_label_values(&[source]).observe(age_ms as f64 / 1000.0);
-        self.metrics.events.with_label_values(&[source, event_outcome::PROCESSED]).inc();
+        self.count(event, event_outcome::PROCESSED);
     }
 }
 

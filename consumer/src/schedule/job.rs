@@ -73,7 +73,7 @@ pub enum Downstream {
 }
 
 /// What the scheduler needs to know of a fetched record.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Admission {
     pub source: Option<String>,
     pub event_type: Option<String>,
@@ -84,6 +84,9 @@ pub struct Admission {
     pub first_failure_at_ms: Option<i64>,
     /// From the retry headers: the attempts made so far (a record read back from the retry topic).
     pub attempts: Option<Attempts>,
+    /// The one destination of a fan-out service it is for (a retry, deferral or re-drive of one destination), from
+    /// its authenticated headers; `None`: a fresh record, for every destination that takes it.
+    pub destination: Option<String>,
 }
 
 /// What became of a started job.

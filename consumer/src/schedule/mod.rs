@@ -39,7 +39,6 @@ pub use self::{
 };
 use crate::{
     config::{ProcessingConfig, RetryConfig, RouteConfig},
-    record::Record,
     retry::Attempts,
     window::Window,
 };
@@ -125,6 +124,11 @@ pub struct Scheduler {
     /// changes it happened, else at most every [`HOLD_CHECK_INTERVAL`].
     holds_dirty: bool,
     holds_checked_at: Option<Instant>,
+    /// `service.routing = "fan_out"`: a record goes to every route that takes it, one job per destination.
+    fan_out: bool,
+    /// Per record of a fan-out service given to more than one destination (partition, its generation, offset):
+    /// the destinations whose work on it has not ended. Its offset joins the prefix only when the last one ends.
+    fanned: HashMap<(PartitionKey, u64, i64), usize, foldhash::fast::RandomState>,
 }
 
 impl Scheduler {
@@ -148,6 +152,10 @@ impl Scheduler {
                     rate_per_s: route.rate_per_s,
                     breaker_failures: route.breaker_failures.unwrap_or(processing.breaker_failures),
                     breaker_cooldown_ms: route.breaker_cooldown_ms.unwrap_or(processing.breaker_cooldown_ms),
+                    retry_max_total_ms: i64::try_from(
+                        route.retry.as_ref().and_then(|own| own.max_total_ms).unwrap_or(retry.max_total_ms),
+                    )
+                    .unwrap_or(i64::MAX),
                 })
                 .collect(),
             partitions: HashMap::default(),
@@ -166,6 +174,8 @@ impl Scheduler {
             resumed_at_ms: HashMap::new(),
             holds_dirty: false,
             holds_checked_at: None,
+            fan_out: false,
+            fanned: HashMap::default(),
         }
     }
 
@@ -201,6 +211,7 @@ impl Scheduler {
         }
         self.chains.retain(|(partition, _), _| !revoked.contains(partition));
         self.delayed.retain(|_, delayed| !revoked.contains(&delayed.job.partition));
+        self.fanned.retain(|(partition, _, _), _| !revoked.contains(partition));
     }
 
     /// Jobs of these partitions still in the handler stage.
@@ -213,72 +224,6 @@ impl Scheduler {
         for partition in partitions {
             self.partitions.remove(partition);
         }
-    }
-
-    /// Takes a fetched record into its partition's window and queues it. False when it is not ours (its
-    /// partition is not assigned, or revoked) or a re-fetch: then it is dropped.
-    pub fn admit(&mut self, record: Box<Record>, admission: Admission, now_ms: i64) -> bool {
-        let partition = (record.topic().to_owned(), record.partition());
-        let Some(state) = self.partitions.get_mut(&partition) else { return false };
-        if state.revoked || !state.window.admit(record.offset(), crate::window::record_bytes(&record)) {
-            return false;
-        }
-        let generation = state.generation;
-        // Only a partition not held yet needs a new look: the rest of a held route's records change nothing.
-        let source_topic = state.source_topic && !state.held;
-        let route = self.route_for(admission.source.as_deref(), admission.event_type.as_deref());
-        // A held route's record in a source topic: that partition is to be held at once.
-        self.holds_dirty |= source_topic && self.routes[route].held();
-        let job = Job {
-            record,
-            partition,
-            generation,
-            route,
-            chain: admission.ordering_key,
-            prior: admission.attempts,
-            first_failure_at_ms: admission.first_failure_at_ms,
-            admitted_at_ms: now_ms,
-            parked: admission.due_at_ms.is_some(),
-            work: Work::Handle,
-            probe: false,
-        };
-        match admission.due_at_ms {
-            Some(due_at_ms) if due_at_ms > now_ms => self.delay(job, due_at_ms, false),
-            _ => self.enqueue(job),
-        }
-        true
-    }
-
-    /// Admits a record that is handled as it arrives (addressed to another service: nothing to do for it), so
-    /// that it never holds its partition's prefix nor takes a route's slot. Returns the offset to store when the
-    /// prefix moved; `None` also when the record was not admitted (its partition is not ours, or it was fetched
-    /// before).
-    pub fn pass(&mut self, partition: &PartitionKey, offset: i64) -> Option<i64> {
-        let state = self.partitions.get_mut(partition).filter(|state| !state.revoked)?;
-        // Handled at once: it holds no memory.
-        if !state.window.admit(offset, 0) {
-            return None;
-        }
-        state.window.handled(offset)
-    }
-
-    /// Queues a job that does not hold its key's turn yet.
-    fn enqueue(&mut self, job: Job) {
-        if let Some(key) = &job.chain {
-            let chain_key = (job.partition.clone(), key.clone());
-            if let Some(waiting) = self.chains.get_mut(&chain_key) {
-                waiting.push_back(job);
-                return;
-            }
-            self.chains.insert(chain_key, VecDeque::new());
-        }
-        let route = job.route;
-        self.routes[route].queue.push_back(job);
-    }
-
-    fn delay(&mut self, job: Job, due_at_ms: i64, owns_chain: bool) {
-        self.next_sequence += 1;
-        self.delayed.insert((due_at_ms, self.next_sequence), Delayed { job, owns_chain });
     }
 
     /// Moves the jobs that are due into their route queues.
@@ -333,7 +278,7 @@ impl Scheduler {
         if route.paused.is_some() {
             return self.next_of_paused_route(index, now_ms, defer_room);
         }
-        let budget = self.retry_max_total_ms;
+        let budget = self.routes[index].retry_max_total_ms;
         let floor = self.routes[index].budget_floor_ms;
         match self.routes[index].breaker.gate(now_ms) {
             Gate::Closed if can_call => self.start(index, |_| true, false),
@@ -411,7 +356,7 @@ impl Scheduler {
         reason: DeferReason,
         deferrable: impl Fn(&Job, &PartitionState) -> bool,
     ) -> Option<Job> {
-        let budget = self.retry_max_total_ms;
+        let budget = self.routes[index].retry_max_total_ms;
         let mut job = self.take_queued(index, |job, state| job.chain.is_none() && deferrable(job, state))?;
         // Never past the end of its budget: then it is due for its last call.
         let budget_end_ms = job.first_failure_at_ms.map_or(i64::MAX, |first| first.saturating_add(budget));
@@ -480,7 +425,19 @@ impl Scheduler {
         let offset = job.record.offset();
         match completion {
             Completion::Handled => {
-                let prefix_end = state.window.handled(offset);
+                // A record given to several destinations is handled when the last of them ends its work on it.
+                let fanned_key = (job.partition.clone(), job.generation, offset);
+                let last = match self.fanned.get_mut(&fanned_key) {
+                    Some(remaining) => {
+                        *remaining -= 1;
+                        *remaining == 0
+                    }
+                    None => true,
+                };
+                let prefix_end = if last { state.window.handled(offset) } else { None };
+                if last {
+                    self.fanned.remove(&fanned_key);
+                }
                 self.next_in_chain(&job);
                 prefix_end
             }
@@ -544,7 +501,7 @@ impl Scheduler {
                     .take(QUEUE_SCAN)
                     .map(|job| {
                         let start = job.first_failure_at_ms.unwrap_or(job.admitted_at_ms).max(route.budget_floor_ms);
-                        start.saturating_add(self.retry_max_total_ms)
+                        start.saturating_add(route.retry_max_total_ms)
                     })
                     .filter(|end_ms| *end_ms > now_ms)
                     .min();
@@ -591,6 +548,7 @@ impl Scheduler {
     }
 }
 
+mod admit;
 mod flow;
 mod hold;
 mod job;

@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::{Downstream, Job, Scheduler};
-use crate::config::RouteMatch;
+use crate::config::{self, RouteMatch};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum RouteKey {
@@ -25,6 +25,8 @@ pub(super) struct RouteRule {
     pub(super) rate_per_s: Option<f64>,
     pub(super) breaker_failures: u32,
     pub(super) breaker_cooldown_ms: u64,
+    /// `retry.max_total_ms`, or the destination's own (`[routes.retry]`).
+    pub(super) retry_max_total_ms: i64,
 }
 
 #[derive(Debug)]
@@ -40,6 +42,8 @@ pub(super) struct RouteState {
     pub(super) paused: Option<super::RoutePauseState>,
     /// Its records' retry budgets start no earlier than this (its last resume, ms; `i64::MIN`: never paused).
     pub(super) budget_floor_ms: i64,
+    /// How long its records' retry budget lasts (`retry.max_total_ms`, or the destination's own).
+    pub(super) retry_max_total_ms: i64,
 }
 
 impl RouteState {
@@ -149,10 +153,21 @@ impl TokenBucket {
 }
 
 impl Scheduler {
-    /// The route of a record of `source` and `event_type`, made on first use.
-    pub(super) fn route_for(&mut self, source: Option<&str>, event_type: Option<&str>) -> usize {
+    /// The route of a record of `source` and `event_type` (addressed to `destination`, in a fan-out service),
+    /// made on first use.
+    pub(super) fn route_for(
+        &mut self,
+        source: Option<&str>,
+        event_type: Option<&str>,
+        destination: Option<&str>,
+    ) -> usize {
         let source = source.unwrap_or("unknown");
-        let configured = self.rules.iter().position(|rule| rule.matcher.takes(source, event_type));
+        let configured = config::chosen_index(&self.rules, |rule| &rule.matcher, source, event_type, destination);
+        self.route_at(source, configured)
+    }
+
+    /// The route of configured rule `configured`, or else of `source`, made on first use.
+    pub(super) fn route_at(&mut self, source: &str, configured: Option<usize>) -> usize {
         let key = match configured {
             Some(index) => RouteKey::Configured(index),
             None => RouteKey::Source(source.to_owned()),
@@ -160,11 +175,12 @@ impl Scheduler {
         if let Some(&index) = self.route_index.get(&key) {
             return index;
         }
-        let (max_in_flight, rate_per_s, failures_to_open, cooldown_ms, label) = match configured {
+        let (max_in_flight, rate_per_s, failures_to_open, cooldown_ms, label, retry_max_total_ms) = match configured {
             Some(index) => {
                 let rule = &self.rules[index];
                 let label = rule.label.clone();
-                (rule.max_in_flight, rule.rate_per_s, rule.breaker_failures, rule.breaker_cooldown_ms, label)
+                let budget = rule.retry_max_total_ms;
+                (rule.max_in_flight, rule.rate_per_s, rule.breaker_failures, rule.breaker_cooldown_ms, label, budget)
             }
             None => (
                 self.default_route_max_in_flight,
@@ -172,6 +188,7 @@ impl Scheduler {
                 self.default_breaker_failures,
                 self.default_breaker_cooldown_ms,
                 source.to_owned(),
+                self.retry_max_total_ms,
             ),
         };
         self.routes.push(RouteState {
@@ -188,6 +205,7 @@ impl Scheduler {
             },
             paused: self.pauses.get(&label).cloned(),
             budget_floor_ms: self.resumed_at_ms.get(&label).copied().unwrap_or(i64::MIN),
+            retry_max_total_ms,
         });
         let index = self.routes.len() - 1;
         self.route_index.insert(key, index);

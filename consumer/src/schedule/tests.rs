@@ -5,6 +5,7 @@ use hookline_common::{record_auth::Verdict, wire::FetchedRecord};
 use rdkafka::Timestamp;
 
 use super::*;
+use crate::record::Record;
 
 fn config(max_in_flight: usize, route_max_in_flight: usize) -> ProcessingConfig {
     ProcessingConfig { max_in_flight, route_max_in_flight, partition_window: 4, ..ProcessingConfig::default() }
@@ -28,6 +29,7 @@ fn admission(source: &str, ordering_key: Option<&str>) -> Admission {
         due_at_ms: None,
         first_failure_at_ms: None,
         attempts: None,
+        destination: None,
     }
 }
 
@@ -353,4 +355,120 @@ fn records_held_in_a_source_topic_do_not_stall_the_other_partitions_at_the_byte_
     assert_eq!(scheduler.pause_changes(), (vec![], vec![("t".to_owned(), 0)]), "the other partition resumes");
     assert!(!scheduler.is_paused(&("t".to_owned(), 0)));
     assert!(scheduler.is_paused(&("s".to_owned(), 0)), "the held partition is still not fetched");
+}
+
+/// A record of an event of `source`, as the gateway writes it.
+fn event_record(source: &str, offset: i64) -> Box<Record> {
+    let meta = hookline_common::wire::EventMeta {
+        source: source.to_owned(),
+        event_id: format!("e-{offset}"),
+        event_type: Some("push".to_owned()),
+        received_at_ms: 0,
+        content_type: None,
+        secret_id: "s".to_owned(),
+        ordering_key: None,
+    };
+    let written = hookline_record::inbound::InboundRecord::new(meta).encode("t", Bytes::from_static(b"{}"));
+    let fetched =
+        FetchedRecord::new("t", 0, offset, Timestamp::NotAvailable, None, written.body, Some(written.headers.into()));
+    Box::new(Record::parse(fetched, |_| Verdict::UnsignedAccepted))
+}
+
+/// Routes named `a1` and `a2` taking source `a`, and `b1` taking `b`.
+fn named_routes() -> Vec<RouteConfig> {
+    let route = |name: &str, source: &str| RouteConfig {
+        name: Some(name.to_owned()),
+        retry: None,
+        source: source.to_owned(),
+        event_types: None,
+        handler: crate::config::HandlerConfig::default(),
+        max_in_flight: None,
+        rate_per_s: None,
+        breaker_failures: None,
+        breaker_cooldown_ms: None,
+        filters: Vec::new(),
+        transform: None,
+    };
+    vec![route("a1", "a"), route("a2", "a"), route("b1", "b")]
+}
+
+fn destinations(jobs: &[Job]) -> Vec<Option<String>> {
+    jobs.iter().map(|job| job.record.event.as_ref().ok().and_then(|event| event.destination.clone())).collect()
+}
+
+#[test]
+fn a_first_match_service_gives_a_record_to_its_first_route_only_addressed_to_none() {
+    let mut scheduler = Scheduler::new(&config(8, 8), &named_routes(), &RetryConfig::default());
+    scheduler.assign([("t".to_owned(), 0)]);
+    // Even a record that names a destination (written in fan-out mode) goes to the first route, as before.
+    let admitted = Admission { destination: Some("a2".to_owned()), ..admission("a", None) };
+    assert!(scheduler.admit(event_record("a", 0), admitted, 0));
+    let jobs: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).collect();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(scheduler.routes[jobs[0].route].label, "a1");
+    assert_eq!(destinations(&jobs), vec![None]);
+    let job = jobs.into_iter().next().expect("one");
+    assert!(scheduler.complete(job, Completion::Handled, Downstream::Answered, 0).is_some());
+}
+
+#[test]
+fn a_fan_out_record_goes_to_every_destination_and_its_offset_waits_for_the_last() {
+    let mut scheduler = Scheduler::new(&config(8, 8), &named_routes(), &RetryConfig::default()).with_fan_out(true);
+    scheduler.assign([("t".to_owned(), 0)]);
+    assert!(scheduler.admit(event_record("a", 0), admission("a", None), 0));
+    let jobs: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).collect();
+    let mut named = destinations(&jobs);
+    named.sort();
+    assert_eq!(named, vec![Some("a1".to_owned()), Some("a2".to_owned())], "not `b1`, which does not take `a`");
+    assert_ne!(jobs[0].route, jobs[1].route, "each destination is a route of its own");
+    let mut jobs = jobs.into_iter();
+    let (first, second) = (jobs.next().expect("1"), jobs.next().expect("2"));
+    // One destination parked it in the retry topic (handled), the other is still running: not committed.
+    assert_eq!(scheduler.complete(first, Completion::Handled, Downstream::Failed, 0), None);
+    assert_eq!(scheduler.windowed(), 1);
+    assert!(scheduler.complete(second, Completion::Handled, Downstream::Answered, 0).is_some());
+    assert_eq!(scheduler.windowed(), 0);
+}
+
+#[test]
+fn a_fan_out_record_for_one_destination_reaches_it_alone_and_one_no_route_takes_goes_to_the_default() {
+    let mut scheduler = Scheduler::new(&config(8, 8), &named_routes(), &RetryConfig::default()).with_fan_out(true);
+    scheduler.assign([("t".to_owned(), 0)]);
+    let retry = Admission { destination: Some("a2".to_owned()), ..admission("a", None) };
+    assert!(scheduler.admit(event_record("a", 0), retry, 0));
+    assert!(scheduler.admit(event_record("c", 1), admission("c", None), 0));
+    let jobs: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).collect();
+    assert_eq!(destinations(&jobs), vec![Some("a2".to_owned()), None]);
+    assert_eq!(scheduler.routes[jobs[0].route].label, "a2");
+    assert_eq!(scheduler.routes[jobs[1].route].label, "c", "the default handler's route, by source");
+}
+
+#[test]
+fn a_fan_out_destination_whose_breaker_is_open_does_not_hold_the_others() {
+    let mut processing = config(8, 1);
+    processing.breaker_failures = 1;
+    let mut scheduler = Scheduler::new(&processing, &named_routes(), &RetryConfig::default()).with_fan_out(true);
+    scheduler.assign([("t".to_owned(), 0)]);
+    scheduler.admit(event_record("a", 0), admission("a", None), 0);
+    let jobs: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 0)).collect();
+    let (failing, healthy): (Vec<Job>, Vec<Job>) =
+        jobs.into_iter().partition(|job| scheduler.routes[job.route].label == "a1");
+    let failing_route = failing[0].route;
+    for job in failing {
+        scheduler.complete(job, Completion::Handled, Downstream::Failed, 0);
+    }
+    for job in healthy {
+        scheduler.complete(job, Completion::Handled, Downstream::Answered, 0);
+    }
+    assert!(scheduler.routes[failing_route].breaker.is_open(), "a1's breaker opened");
+    // The next records: a2 starts them while a1's are deferred to the retry topic, never called.
+    for offset in 1..3 {
+        scheduler.admit(event_record("a", offset), admission("a", None), 0);
+    }
+    let jobs: Vec<Job> = std::iter::from_fn(|| scheduler.next_job(Instant::now(), 1)).collect();
+    let started: Vec<(String, bool)> =
+        jobs.iter().map(|job| (scheduler.routes[job.route].label.clone(), matches!(job.work, Work::Handle))).collect();
+    assert!(started.iter().any(|(label, handle)| label == "a2" && *handle), "{started:?}");
+    let failing: Vec<bool> = started.iter().filter(|(label, _)| label == "a1").map(|(_, handle)| *handle).collect();
+    assert_eq!(failing, vec![false, false], "a1's two records are deferred, not called: {started:?}");
 }

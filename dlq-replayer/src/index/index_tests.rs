@@ -254,6 +254,7 @@ fn measure_index_peak_rss() {
             last_failure_at_ms: received_at_ms,
             consumer_version: "0.1.0".to_owned(),
             dedupe_retention_days: None,
+            destination: None,
         };
         let original = Original { key: inbound.key.clone(), body: inbound.body.clone(), headers: &inbound.headers };
         let headers = OwnedHeaderTable::from(failure.encode(DLQ, original).headers);

@@ -123,6 +123,7 @@ impl Index {
                 replay_of: meta.replay_of.get().map(|position| position.id(&self.dlq_topic)),
                 // Not kept in the index: a re-drive reads it from the record.
                 dedupe_retention_days: None,
+                destination: None,
             },
             status: state.status_of(meta, self.replay_outcome_timeout_ms, now),
             last_status,

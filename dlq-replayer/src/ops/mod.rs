@@ -454,8 +454,13 @@ impl Replayer {
             if let Some(limiter) = &mut limiter {
                 limiter.acquire().await;
             }
-            let target =
-                redrive::Target { topic, provenance, event_type: request.as_event_type.as_deref(), by: &request.by };
+            let target = redrive::Target {
+                topic,
+                provenance,
+                event_type: request.as_event_type.as_deref(),
+                destination: dead_letter.destination.as_deref(),
+                by: &request.by,
+            };
             written.extend(self.redrive(&index, &entry, &record, target).await?);
             report.done.push(id);
         }

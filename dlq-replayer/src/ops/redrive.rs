@@ -139,6 +139,8 @@ impl Replayer {
             entry_id: id,
             replays,
             service: entry.entry.service.as_deref(),
+            // A fan-out service's dead letter names its destination: the replay reaches it alone.
+            destination: target.destination,
             provenance: target.provenance,
             event_type: target.event_type,
         };
@@ -182,6 +184,9 @@ pub struct Target<'a> {
     pub provenance: Provenance,
     /// The operator's event type, replacing the record's.
     pub event_type: Option<&'a str>,
+    /// The destination of a fan-out service its DLQ record names (not kept in the index: read from the record),
+    /// which the replay reaches alone.
+    pub destination: Option<&'a str>,
     /// Who asked (recorded in the status topic).
     pub by: &'a str,
 }

@@ -213,7 +213,7 @@ fn parked(stack: &TestStack, record: &rdkafka::message::OwnedMessage, service: &
         body: record.payload().map(bytes::Bytes::copy_from_slice),
         headers: &headers,
     };
-    retry.encode(&stack.kafka.retry_topic, service, original)
+    retry.encode(&stack.kafka.retry_topic, service, None, original)
 }
 
 /// `record` as the build before services parked it: without the service header, which that build did not write

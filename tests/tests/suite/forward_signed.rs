@@ -47,6 +47,8 @@ async fn stack() -> TestStack {
 /// A route of the `gh` source's events of `event_type` to `url`, signed with `signing_secrets`.
 fn route(event_type: &str, url: String, signing_secrets: Vec<SecretRef>) -> RouteConfig {
     RouteConfig {
+        name: None,
+        retry: None,
         source: SOURCE.into(),
         event_types: Some(vec![event_type.into()]),
         handler: HandlerConfig {
@@ -328,6 +330,8 @@ async fn a_huge_error_body_is_read_only_up_to_the_bound() {
     });
     let mut stack = stack().await;
     let plain = RouteConfig {
+        name: None,
+        retry: None,
         handler: HandlerConfig {
             kind: "http".into(),
             url: Some(format!("http://{addr}/hooks")),

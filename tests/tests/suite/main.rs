@@ -26,6 +26,7 @@ mod dedupe_dead_marker;
 mod dedupe_previous_layout;
 mod dedupe_together;
 mod doc_links;
+mod fan_out;
 mod forward_signed;
 mod gateway_connections;
 mod gateway_drain;

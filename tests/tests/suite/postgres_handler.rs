@@ -43,6 +43,8 @@ fn statement(sql: String, params: &[&str], rows: Option<u64>, on_zero_rows: Zero
 
 fn route(event_type: &str, handler: HandlerConfig) -> RouteConfig {
     RouteConfig {
+        name: None,
+        retry: None,
         source: "github".into(),
         event_types: Some(vec![event_type.into()]),
         handler,

@@ -43,6 +43,7 @@ fn poison(origin: Origin, service: &str, error: String, failed_at_ms: i64) -> De
         last_failure_at_ms: failed_at_ms,
         consumer_version: "0.1.0".to_owned(),
         dedupe_retention_days: None,
+        destination: None,
     }
 }
 

@@ -52,6 +52,7 @@ fn dead_letter_headers(stack: &TestStack, event_id: &str, extra: &[(&str, &str)]
         last_failure_at_ms: now_ms(),
         consumer_version: "0.1.0".to_owned(),
         dedupe_retention_days: None,
+        destination: None,
     };
     let original = Original { key: event.key.clone(), body: event.body.clone(), headers: &event.headers };
     let dead_letter = failure.encode(&stack.kafka.dlq_topic, original);

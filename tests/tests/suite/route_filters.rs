@@ -23,6 +23,8 @@ const WAIT: Duration = Duration::from_secs(60);
 /// Billing's one route: every github event, skipping a bot's push.
 fn billing_route() -> RouteConfig {
     RouteConfig {
+        name: None,
+        retry: None,
         source: "github".to_owned(),
         event_types: None,
         handler: HandlerConfig::default(),

@@ -35,6 +35,8 @@ async fn stack() -> TestStack {
 /// A route of `event_type` to `url`, signed with `whsec`, transformed by `transform`.
 fn route(event_type: &str, url: String, whsec: &str, transform: &str) -> RouteConfig {
     RouteConfig {
+        name: None,
+        retry: None,
         source: SOURCE.into(),
         event_types: Some(vec![event_type.into()]),
         handler: HandlerConfig {
