@@ -117,15 +117,9 @@ mod tests {
 
     fn route(source: &str, event_types: Option<&[&str]>, filters: &[(&str, &[&str])]) -> RouteConfig {
         RouteConfig {
-            name: None,
-            retry: None,
             source: source.to_owned(),
             event_types: event_types.map(|types| types.iter().map(|t| (*t).to_owned()).collect()),
             handler: HandlerConfig::default(),
-            max_in_flight: None,
-            rate_per_s: None,
-            breaker_failures: None,
-            breaker_cooldown_ms: None,
             filters: filters
                 .iter()
                 .map(|(name, conditions)| FilterConfig {
@@ -133,7 +127,7 @@ mod tests {
                     skip_when: conditions.iter().map(|c| (*c).to_owned()).collect(),
                 })
                 .collect(),
-            transform: None,
+            ..RouteConfig::default()
         }
     }
 

@@ -21,7 +21,8 @@ pub enum Routing {
     FanOut,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `Default` is for building one in code (tests): `source` and `handler` have no default in a file.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// The route's name (letters, digits, `.`, `-`, `_`; unique in the service): required with

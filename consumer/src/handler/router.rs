@@ -347,17 +347,9 @@ mod tests {
     #[test]
     fn bad_handlers_and_schemas_are_all_reported() {
         let routes = [RouteConfig {
-            name: None,
-            retry: None,
             source: "github".into(),
-            event_types: None,
             handler: HandlerConfig { kind: "http".into(), url: None, ..HandlerConfig::default() },
-            max_in_flight: None,
-            rate_per_s: None,
-            breaker_failures: None,
-            breaker_cooldown_ms: None,
-            filters: Vec::new(),
-            transform: None,
+            ..RouteConfig::default()
         }];
         let rules = HashMap::from([(
             "github".to_owned(),
@@ -374,8 +366,6 @@ mod tests {
     #[tokio::test]
     async fn routes_pick_handlers_by_source_and_event_type() {
         let routes = [RouteConfig {
-            name: None,
-            retry: None,
             source: "github".into(),
             event_types: Some(vec!["push".into()]),
             handler: HandlerConfig {
@@ -383,12 +373,7 @@ mod tests {
                 url: Some("http://127.0.0.1:9/x".into()),
                 ..HandlerConfig::default()
             },
-            max_in_flight: None,
-            rate_per_s: None,
-            breaker_failures: None,
-            breaker_cooldown_ms: None,
-            filters: Vec::new(),
-            transform: None,
+            ..RouteConfig::default()
         }];
         let router = Router::new(&HandlerConfig::default(), &routes, &HashMap::new(), Path::new(".")).unwrap();
         assert_eq!(router.name_for(&event("github", Some("push"), b"{}")), "http");

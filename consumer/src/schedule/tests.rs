@@ -378,16 +378,9 @@ fn event_record(source: &str, offset: i64) -> Box<Record> {
 fn named_routes() -> Vec<RouteConfig> {
     let route = |name: &str, source: &str| RouteConfig {
         name: Some(name.to_owned()),
-        retry: None,
         source: source.to_owned(),
-        event_types: None,
         handler: crate::config::HandlerConfig::default(),
-        max_in_flight: None,
-        rate_per_s: None,
-        breaker_failures: None,
-        breaker_cooldown_ms: None,
-        filters: Vec::new(),
-        transform: None,
+        ..RouteConfig::default()
     };
     vec![route("a1", "a"), route("a2", "a"), route("b1", "b")]
 }

@@ -110,17 +110,10 @@ async fn a_saturated_route_defers_records_of_paused_partitions_without_spending_
             config.processing.partition_window = 8;
             config.processing.defer_delay_ms = 300;
             config.routes.push(RouteConfig {
-                name: None,
-                retry: None,
                 source: "slow".into(),
-                event_types: None,
                 handler: HandlerConfig::default(),
                 max_in_flight: Some(1),
-                rate_per_s: None,
-                breaker_failures: None,
-                breaker_cooldown_ms: None,
-                filters: Vec::new(),
-                transform: None,
+                ..RouteConfig::default()
             });
         })
         .consumer()

@@ -140,17 +140,11 @@ async fn a_forged_type_dead_lettered_first_does_not_keep_the_genuine_delivery_fr
 async fn a_copy_re_typed_to_a_filtered_route_does_not_make_the_genuine_delivery_a_duplicate() {
     use hookline_consumer::config::{FilterConfig, HandlerConfig, RouteConfig};
     let route = |event_types: Option<Vec<String>>, filters: Vec<FilterConfig>| RouteConfig {
-        name: None,
-        retry: None,
         source: "github".to_owned(),
         event_types,
         handler: HandlerConfig::default(),
-        max_in_flight: None,
-        rate_per_s: None,
-        breaker_failures: None,
-        breaker_cooldown_ms: None,
         filters,
-        transform: None,
+        ..RouteConfig::default()
     };
     let mut stack = TestStack::builder()
         .consumer_config(move |config| {

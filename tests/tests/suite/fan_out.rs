@@ -149,8 +149,6 @@ impl Spec {
                 ..HandlerConfig::default()
             },
             max_in_flight: Some(4),
-            rate_per_s: None,
-            breaker_failures: None,
             breaker_cooldown_ms: Some(200),
             filters: self
                 .skip
@@ -158,6 +156,7 @@ impl Spec {
                 .into_iter()
                 .collect(),
             transform: self.transform.then(|| self.program()),
+            ..RouteConfig::default()
         }
     }
 }

@@ -47,8 +47,6 @@ async fn stack() -> TestStack {
 /// A route of the `gh` source's events of `event_type` to `url`, signed with `signing_secrets`.
 fn route(event_type: &str, url: String, signing_secrets: Vec<SecretRef>) -> RouteConfig {
     RouteConfig {
-        name: None,
-        retry: None,
         source: SOURCE.into(),
         event_types: Some(vec![event_type.into()]),
         handler: HandlerConfig {
@@ -60,12 +58,7 @@ fn route(event_type: &str, url: String, signing_secrets: Vec<SecretRef>) -> Rout
             forward_headers: vec!["X-GitHub-Event".into(), "X-Hub-Signature-256".into()],
             ..HandlerConfig::default()
         },
-        max_in_flight: None,
-        rate_per_s: None,
-        breaker_failures: None,
-        breaker_cooldown_ms: None,
-        filters: Vec::new(),
-        transform: None,
+        ..RouteConfig::default()
     }
 }
 

@@ -43,17 +43,10 @@ fn statement(sql: String, params: &[&str], rows: Option<u64>, on_zero_rows: Zero
 
 fn route(event_type: &str, handler: HandlerConfig) -> RouteConfig {
     RouteConfig {
-        name: None,
-        retry: None,
         source: "github".into(),
         event_types: Some(vec![event_type.into()]),
         handler,
-        max_in_flight: None,
-        rate_per_s: None,
-        breaker_failures: None,
-        breaker_cooldown_ms: None,
-        filters: Vec::new(),
-        transform: None,
+        ..RouteConfig::default()
     }
 }
 

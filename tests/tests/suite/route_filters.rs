@@ -23,20 +23,13 @@ const WAIT: Duration = Duration::from_secs(60);
 /// Billing's one route: every github event, skipping a bot's push.
 fn billing_route() -> RouteConfig {
     RouteConfig {
-        name: None,
-        retry: None,
         source: "github".to_owned(),
-        event_types: None,
         handler: HandlerConfig::default(),
-        max_in_flight: None,
-        rate_per_s: None,
-        breaker_failures: None,
-        breaker_cooldown_ms: None,
         filters: vec![FilterConfig {
             name: "bot_push".to_owned(),
             skip_when: vec![r#"/sender/type == "Bot""#.to_owned()],
         }],
-        transform: None,
+        ..RouteConfig::default()
     }
 }
 

@@ -35,8 +35,6 @@ async fn stack() -> TestStack {
 /// A route of `event_type` to `url`, signed with `whsec`, transformed by `transform`.
 fn route(event_type: &str, url: String, whsec: &str, transform: &str) -> RouteConfig {
     RouteConfig {
-        name: None,
-        retry: None,
         source: SOURCE.into(),
         event_types: Some(vec![event_type.into()]),
         handler: HandlerConfig {
@@ -46,12 +44,8 @@ fn route(event_type: &str, url: String, whsec: &str, transform: &str) -> RouteCo
             signing_secrets: vec![secret_file("forward-v1", whsec)],
             ..HandlerConfig::default()
         },
-        max_in_flight: None,
-        rate_per_s: None,
-        breaker_failures: None,
-        breaker_cooldown_ms: None,
-        filters: Vec::new(),
         transform: Some(transform.to_owned()),
+        ..RouteConfig::default()
     }
 }
 
