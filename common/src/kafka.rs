@@ -287,6 +287,63 @@ pub fn read_topic(kafka: &KafkaConfig, topic: &str, timeout: Duration) -> Result
     Ok(records)
 }
 
+/// A topic of state read from its start (pauses, API tokens): `consumer` assigned every partition from its
+/// beginning, and where each ended when the reading began. Once the reader has passed every such end it knows
+/// everything written before it started.
+#[derive(Debug)]
+pub struct ReadFromStart {
+    topic: String,
+    /// Partitions not passed yet, with their end at the start.
+    behind: Vec<(i32, i64)>,
+}
+
+impl ReadFromStart {
+    /// Assigns `consumer` every partition of `topic` from its beginning and notes where each ends now. Blocking.
+    pub fn assign<C: ConsumerContext>(
+        consumer: &BaseConsumer<C>,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Self, KafkaError> {
+        let mut assignment = TopicPartitionList::new();
+        let mut behind = Vec::new();
+        for partition in partitions_of(consumer, topic, timeout)? {
+            assignment.add_partition_offset(topic, partition, Offset::Beginning)?;
+            let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
+            if high > low {
+                behind.push((partition, high));
+            }
+        }
+        consumer.assign(&assignment)?;
+        Ok(Self { topic: topic.to_owned(), behind })
+    }
+
+    /// A record at `offset` of `partition` was read.
+    pub fn read(&mut self, partition: i32, offset: i64) {
+        self.behind.retain(|&(p, end)| p != partition || offset + 1 < end);
+    }
+
+    /// A poll brought nothing: an end may be a record compaction removed, or a transaction marker, which no
+    /// record reaches; it is passed once the consumer's position is.
+    pub fn idle<C: ConsumerContext>(&mut self, consumer: &BaseConsumer<C>) {
+        if self.behind.is_empty() {
+            return;
+        }
+        let Ok(positions) = consumer.position() else { return };
+        let topic = &self.topic;
+        self.behind.retain(|&(partition, end)| {
+            positions.find_partition(topic, partition).is_none_or(|element| match element.offset() {
+                Offset::Offset(next) => next < end,
+                _ => true,
+            })
+        });
+    }
+
+    /// Every partition's end at the start is passed.
+    pub fn passed(&self) -> bool {
+        self.behind.is_empty()
+    }
+}
+
 /// The partition ids of `topic`, ascending, as the broker's metadata lists them; an error when the topic is
 /// unknown or has none. Blocking: call off the runtime.
 pub fn partitions_of<C: ConsumerContext>(

@@ -19,15 +19,11 @@ use std::time::Duration;
 use hookline_common::{
     config::KafkaConfig,
     control::{PauseBook, Read, RoutePause, ensure_control_topic},
-    kafka::{QuietContext, assignment_reader_config, partitions_of},
+    kafka::{QuietContext, ReadFromStart, assignment_reader_config},
     record_auth::{RecordKeys, RecordKind, Verdict},
     wire::now_ms,
 };
-use rdkafka::{
-    Message, Offset, TopicPartitionList,
-    consumer::{BaseConsumer, Consumer},
-    error::KafkaError,
-};
+use rdkafka::{Message, consumer::BaseConsumer, error::KafkaError};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -110,39 +106,19 @@ fn follow_once(
         assignment_reader_config(kafka, &[]).create_with_context(QuietContext::new("control"))?;
     let topic = kafka.control_topic.as_str();
     ensure_control_topic(kafka)?;
-    let partitions = partitions_of(&consumer, topic, METADATA_TIMEOUT)?;
-    let mut assignment = TopicPartitionList::new();
     // Where the topic ends now, per partition: read up to there, the service knows every pause made before it.
-    let mut behind = Vec::new();
-    for &partition in &partitions {
-        assignment.add_partition_offset(topic, partition, Offset::Beginning)?;
-        let (low, high) = consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT)?;
-        if high > low {
-            behind.push((partition, high));
-        }
-    }
-    consumer.assign(&assignment)?;
+    let mut start = ReadFromStart::assign(&consumer, topic, METADATA_TIMEOUT)?;
     // Read anew on each (re)connection: the topic from its start gives every route's state.
     let mut book = PauseBook::default();
     let mut log = RefusalLog::default();
     while !shutdown.is_cancelled() {
-        if behind.is_empty()
+        if start.passed()
             && let Some(caught_up) = caught_up.take()
         {
             caught_up();
         }
         let Some(message) = consumer.poll(POLL_INTERVAL) else {
-            // The end may be a record compaction removed, or a transaction marker: passed once the position is.
-            if !behind.is_empty()
-                && let Ok(positions) = consumer.position()
-            {
-                behind.retain(|&(partition, end)| {
-                    positions.find_partition(topic, partition).is_none_or(|element| match element.offset() {
-                        Offset::Offset(next) => next < end,
-                        _ => true,
-                    })
-                });
-            }
+            start.idle(&consumer);
             continue;
         };
         let message = match message {
@@ -153,7 +129,7 @@ fn follow_once(
                 continue;
             }
         };
-        behind.retain(|&(partition, end)| partition != message.partition() || message.offset() + 1 < end);
+        start.read(message.partition(), message.offset());
         let (partition, offset) = (message.partition(), message.offset());
         let key = message.key().unwrap_or_default();
         let now = now_ms();

@@ -19,16 +19,12 @@ use std::{
 
 use hookline_common::{
     config::KafkaConfig,
-    kafka::{QuietContext, assignment_reader_config, partitions_of},
+    kafka::{QuietContext, ReadFromStart, assignment_reader_config},
     record_auth::{RecordKeys, RecordKind, Verdict},
     wire::now_ms,
 };
 use hookline_record::identity::ApiTokenRecord;
-use rdkafka::{
-    Message, Offset, TopicPartitionList,
-    consumer::{BaseConsumer, Consumer},
-    error::KafkaError,
-};
+use rdkafka::{Message, consumer::BaseConsumer, error::KafkaError};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -238,26 +234,18 @@ pub fn tail(
 ) -> Result<(), KafkaError> {
     let consumer: BaseConsumer<QuietContext> =
         assignment_reader_config(kafka, &[]).create_with_context(QuietContext::new("tokens-tail"))?;
-    let mut ends = HashMap::new();
-    let mut assignment = TopicPartitionList::new();
-    for partition in partitions_of(&consumer, topic, METADATA_TIMEOUT)? {
-        let (low, high) = consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT)?;
-        if high > low {
-            ends.insert(partition, high);
-        }
-        assignment.add_partition_offset(topic, partition, Offset::Beginning)?;
-    }
-    consumer.assign(&assignment)?;
+    let mut start = ReadFromStart::assign(&consumer, topic, METADATA_TIMEOUT)?;
     while !stop.is_cancelled() {
-        if ends.is_empty() {
+        if start.passed() {
             live.caught_up.store(true, Ordering::Release);
         }
-        let Some(message) = consumer.poll(Duration::from_millis(100)) else { continue };
+        let Some(message) = consumer.poll(Duration::from_millis(100)) else {
+            start.idle(&consumer);
+            continue;
+        };
         let message = message?;
         live.read(message.key().unwrap_or_default(), decode(keys, topic, &message));
-        if ends.get(&message.partition()).is_some_and(|end| message.offset() + 1 >= *end) {
-            ends.remove(&message.partition());
-        }
+        start.read(message.partition(), message.offset());
     }
     Ok(())
 }
